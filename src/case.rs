@@ -1,0 +1,269 @@
+//! The `Case` trait (one unit of work returning named tensors), its run context, and dispatch
+//! of ops to implementations under the controls.
+
+use crate::backend::Backend;
+use crate::controls::Controls;
+use crate::rng::Stream;
+use crate::tensor::Tensor;
+use anyhow::{bail, Result};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// Named output tensors of one run, in name order.
+pub type Outputs = BTreeMap<String, Tensor>;
+
+/// One unit of work (a kernel launch, or one or more training steps) whose outputs must be
+/// bit-identical from run to run.
+pub trait Case: Send + Sync {
+    /// Unique name such as `kernel/reduce_sum/large` or `train/mlp_step`.
+    fn name(&self) -> String;
+    /// Backends the case can run on.
+    fn backends(&self) -> Vec<Backend> {
+        vec![Backend::Cpu, Backend::Cuda]
+    }
+    /// Op families the case uses (shown by `bitexact list`).
+    fn ops(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+    /// `Some(what is wrong)` for a planted bug the harness is expected to catch: a difference is
+    /// then reported as `caught`, and no difference as `missed`.
+    fn planted_bug(&self) -> Option<&'static str> {
+        None
+    }
+    /// Runs once under `ctx` and returns the outputs.
+    fn run(&self, ctx: &mut Ctx) -> Result<Outputs>;
+}
+
+/// One implementation of an op family on one backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Algo {
+    /// Implementation name, e.g. `atomic_cas`.
+    pub name: &'static str,
+    /// Backend it runs on.
+    pub backend: Backend,
+    /// Whether it gives bit-identical results from run to run.
+    pub deterministic: bool,
+}
+
+/// What a case sees while it runs: backend, controls, random streams, and op dispatch.
+pub struct Ctx {
+    /// Backend the case runs on.
+    pub backend: Backend,
+    /// Controls of this run.
+    pub controls: Controls,
+    /// Index of this run (0-based) among the harness's K runs.
+    pub run_index: usize,
+    /// Implementation chosen per op in this run (`op` → names, comma-separated if several).
+    pub algorithms: BTreeMap<String, String>,
+    /// Implementations forced by name per op (used to measure the cost of determinism).
+    pub forced: BTreeMap<String, String>,
+    /// Seconds spent inside each op's implementation in this run.
+    pub op_seconds: BTreeMap<String, f64>,
+}
+
+/// Autotune key: op, backend, shape, deterministic switch.
+type TuneKey = (String, Backend, String, bool);
+
+/// Autotune cache shared by the process, like cuDNN's: key → implementation.
+fn autotune_cache() -> &'static Mutex<HashMap<TuneKey, &'static str>> {
+    static CACHE: OnceLock<Mutex<HashMap<TuneKey, &'static str>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+impl Ctx {
+    /// A context for `backend` under `controls`, as run 0.
+    pub fn new(backend: Backend, controls: Controls) -> Ctx {
+        Ctx {
+            backend,
+            controls,
+            run_index: 0,
+            algorithms: BTreeMap::new(),
+            forced: BTreeMap::new(),
+            op_seconds: BTreeMap::new(),
+        }
+    }
+
+    /// The random stream named `name` under the run's seed.
+    pub fn stream(&self, name: &str) -> Stream {
+        Stream::named(self.controls.seed, name)
+    }
+
+    /// Picks an implementation of `op` for this backend and runs it with `run`.
+    ///
+    /// * forced by name (see [`Ctx::forced`]) → that one (an error if it is nondeterministic
+    ///   while the deterministic switch is on);
+    /// * deterministic on → only deterministic candidates, else an error naming op and backend;
+    /// * benchmark on → every candidate is timed once per `(op, backend, shape)` in this process,
+    ///   the fastest is kept and reused (like `cudnn.benchmark`);
+    /// * benchmark off → the first candidate in `algos` order (the documented fixed choice).
+    ///
+    /// The choice is recorded in [`Ctx::algorithms`].
+    pub fn dispatch<T>(
+        &mut self,
+        op: &str,
+        shape: &str,
+        algos: &[Algo],
+        mut run: impl FnMut(&Algo) -> Result<T>,
+    ) -> Result<T> {
+        let backend = self.backend;
+        let det = self.controls.deterministic;
+        let mut candidates: Vec<&Algo> = algos.iter().filter(|a| a.backend == backend).collect();
+        if candidates.is_empty() {
+            bail!("`{op}` has no implementation on {backend}");
+        }
+        if let Some(want) = self.forced.get(op) {
+            candidates.retain(|a| a.name == want);
+            match candidates.first() {
+                None => bail!("`{op}` on {backend} has no implementation named `{want}`"),
+                Some(a) if det && !a.deterministic => bail!(
+                    "`{op}` implementation `{want}` on {backend} is nondeterministic and the deterministic switch is on"
+                ),
+                _ => {}
+            }
+        } else if det {
+            candidates.retain(|a| a.deterministic);
+            if candidates.is_empty() {
+                bail!("`{op}` on {backend} has no deterministic implementation");
+            }
+        }
+        let key = (op.to_string(), backend, shape.to_string(), det);
+        let cached = if self.controls.benchmark && candidates.len() > 1 {
+            autotune_cache().lock().unwrap().get(&key).copied()
+        } else {
+            Some(candidates[0].name)
+        };
+        let (chosen, out) = match cached {
+            Some(name) => {
+                let a = *candidates
+                    .iter()
+                    .find(|a| a.name == name)
+                    .expect("cached candidate");
+                let t0 = Instant::now();
+                let out = run(a)?;
+                *self.op_seconds.entry(op.to_string()).or_default() += t0.elapsed().as_secs_f64();
+                (a.name, out)
+            }
+            None => {
+                let mut best: Option<(f64, &'static str, T)> = None;
+                for a in &candidates {
+                    let t0 = Instant::now();
+                    let out = run(a)?;
+                    let dt = t0.elapsed().as_secs_f64();
+                    if best.as_ref().is_none_or(|b| dt < b.0) {
+                        best = Some((dt, a.name, out));
+                    }
+                }
+                let (dt, name, out) = best.expect("at least one candidate");
+                *self.op_seconds.entry(op.to_string()).or_default() += dt;
+                autotune_cache().lock().unwrap().insert(key, name);
+                (name, out)
+            }
+        };
+        let entry = self.algorithms.entry(op.to_string()).or_default();
+        if !entry.split(',').any(|n| n == chosen) {
+            if !entry.is_empty() {
+                entry.push(',');
+            }
+            entry.push_str(chosen);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALGOS: &[Algo] = &[
+        Algo {
+            name: "fast",
+            backend: Backend::Cpu,
+            deterministic: false,
+        },
+        Algo {
+            name: "exact",
+            backend: Backend::Cpu,
+            deterministic: true,
+        },
+        Algo {
+            name: "gpu_only",
+            backend: Backend::Cuda,
+            deterministic: false,
+        },
+    ];
+
+    fn ctx(det: bool, bench: bool, backend: Backend) -> Ctx {
+        let c = Controls {
+            deterministic: det,
+            benchmark: bench,
+            ..Controls::default()
+        };
+        Ctx::new(backend, c)
+    }
+
+    #[test]
+    fn deterministic_switch_picks_deterministic_or_errors() {
+        let mut c = ctx(true, false, Backend::Cpu);
+        assert_eq!(
+            c.dispatch("op", "s", ALGOS, |a| Ok(a.name)).unwrap(),
+            "exact"
+        );
+        assert_eq!(c.algorithms["op"], "exact");
+        let mut g = ctx(true, false, Backend::Cuda);
+        let e = g
+            .dispatch("scatter_add", "s", ALGOS, |a| Ok(a.name))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`scatter_add` on cuda has no deterministic implementation"
+        );
+    }
+
+    #[test]
+    fn fixed_choice_without_benchmark() {
+        let mut c = ctx(false, false, Backend::Cpu);
+        assert_eq!(
+            c.dispatch("op", "s", ALGOS, |a| Ok(a.name)).unwrap(),
+            "fast"
+        );
+    }
+
+    #[test]
+    fn benchmark_keeps_fastest_and_caches_it() {
+        let mut c = ctx(false, true, Backend::Cpu);
+        let slow_first = |a: &Algo| {
+            if a.name == "fast" {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+            }
+            Ok(a.name)
+        };
+        assert_eq!(
+            c.dispatch("bench_op", "shape1", ALGOS, slow_first).unwrap(),
+            "exact"
+        );
+        let mut calls = 0;
+        let again = c.dispatch("bench_op", "shape1", ALGOS, |a| {
+            calls += 1;
+            Ok(a.name)
+        });
+        assert_eq!((again.unwrap(), calls), ("exact", 1));
+    }
+
+    #[test]
+    fn forcing_respects_the_switch() {
+        let mut c = ctx(true, false, Backend::Cpu);
+        c.forced.insert("op".into(), "fast".into());
+        assert!(c
+            .dispatch("op", "s", ALGOS, |a| Ok(a.name))
+            .unwrap_err()
+            .to_string()
+            .contains("nondeterministic"));
+        let mut c = ctx(false, false, Backend::Cpu);
+        c.forced.insert("op".into(), "exact".into());
+        assert_eq!(
+            c.dispatch("op", "s", ALGOS, |a| Ok(a.name)).unwrap(),
+            "exact"
+        );
+    }
+}

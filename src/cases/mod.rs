@@ -1,0 +1,66 @@
+//! The built-in cases and the registry the CLI and tests iterate.
+
+pub mod kernels;
+
+use crate::case::Case;
+
+/// Every built-in case, in a fixed order.
+pub fn registry() -> Vec<Box<dyn Case>> {
+    let mut all: Vec<Box<dyn Case>> = Vec::new();
+    all.extend(kernels::cases());
+    all
+}
+
+/// Whether `name` matches `pattern`: comma-separated alternatives, each a substring or, when it
+/// contains `*`, a glob over the whole name.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    pattern
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .any(|p| {
+            if p.contains('*') {
+                glob(p.as_bytes(), name.as_bytes())
+            } else {
+                name.contains(p)
+            }
+        })
+}
+
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    match (p.first(), s.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
+        (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
+        _ => false,
+    }
+}
+
+/// The registered cases whose names match `pattern` (all when `None`).
+pub fn select(pattern: Option<&str>) -> Vec<Box<dyn Case>> {
+    registry()
+        .into_iter()
+        .filter(|c| pattern.is_none_or(|p| matches(p, &c.name())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters() {
+        assert!(matches("reduce", "kernel/reduce_sum/small"));
+        assert!(matches("kernel/*/large", "kernel/matmul/large"));
+        assert!(!matches("kernel/*/large", "kernel/matmul/small"));
+        assert!(matches("nomatch,matmul", "kernel/matmul/small"));
+        assert!(!matches("nomatch", "kernel/matmul/small"));
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let names: Vec<String> = registry().iter().map(|c| c.name()).collect();
+        let set: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(set.len(), names.len());
+    }
+}

@@ -1,0 +1,239 @@
+//! The `bitexact` command line: `report` and `list`.
+
+use anyhow::{bail, Context, Result};
+use bitexact::backend::Backend;
+use bitexact::controls::{parse_switch, Controls};
+use bitexact::harness::{check_case, CaseReport};
+use bitexact::report::{json, text, Report};
+use bitexact::{cases, cost};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "bitexact",
+    version,
+    about = "Determinism test harness for GPU kernels and training steps"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every matching case K times per backend, compare the runs bit for bit, and report.
+    Report(ReportArgs),
+    /// List every case with its backends and the ops it uses.
+    List {
+        /// Only cases whose name contains this (comma-separated; `*` globs).
+        #[arg(long)]
+        filter: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    Cpu,
+    Cuda,
+    /// CPU and CUDA.
+    All,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Backends to run on (default: cpu, plus cuda when a driver is present).
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+    /// Only cases whose name contains this (comma-separated; `*` globs).
+    #[arg(long)]
+    filter: Option<String>,
+    /// Runs per case (at least 2).
+    #[arg(long, default_value_t = 2)]
+    runs: usize,
+    /// Base seed of every random stream [env: BITEXACT_SEED].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Deterministic-algorithms switch, on or off [env: BITEXACT_DETERMINISTIC].
+    #[arg(long, value_parser = parse_switch)]
+    deterministic: Option<bool>,
+    /// Autotune switch, on or off [env: BITEXACT_BENCHMARK].
+    #[arg(long, value_parser = parse_switch)]
+    benchmark: Option<bool>,
+    /// Data-loader worker threads [env: BITEXACT_WORKERS].
+    #[arg(long)]
+    workers: Option<usize>,
+    /// CPU thread-pool size [env: BITEXACT_THREADS].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// Write the report to this file instead of standard output.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Report(args) => report(args),
+        Command::List { filter } => list(filter.as_deref()),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => match e.downcast_ref::<UsageError>() {
+            Some(u) => {
+                eprintln!("error: {}", u.0);
+                ExitCode::from(2)
+            }
+            None => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+/// A usage error (bad flag value, a filter that matches nothing): exit code 2.
+#[derive(Debug)]
+struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for UsageError {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+fn select(filter: Option<&str>) -> Result<Vec<Box<dyn bitexact::Case>>> {
+    let selected = cases::select(filter);
+    if selected.is_empty() {
+        return Err(usage(format!(
+            "no case matches --filter {:?}; `bitexact list` shows them all",
+            filter.unwrap_or("")
+        )));
+    }
+    Ok(selected)
+}
+
+fn list(filter: Option<&str>) -> Result<u8> {
+    let selected = select(filter)?;
+    let w = selected.iter().map(|c| c.name().len()).max().unwrap_or(4);
+    let mut out = String::new();
+    for c in &selected {
+        let backends: Vec<&str> = c.backends().iter().map(|b| b.name()).collect();
+        let mut line = format!(
+            "{:w$}  {:9}  {}",
+            c.name(),
+            backends.join(","),
+            c.ops().join(",")
+        );
+        if let Some(bug) = c.planted_bug() {
+            line.push_str(&format!("  [planted bug: {bug}]"));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    print!("{out}");
+    Ok(0)
+}
+
+fn report(a: ReportArgs) -> Result<u8> {
+    if a.runs < 2 {
+        return Err(usage(format!("--runs must be at least 2 (got {})", a.runs)));
+    }
+    let mut controls = Controls::from_env().map_err(|e| usage(format!("{e:#}")))?;
+    if let Some(s) = a.seed {
+        controls.seed = s;
+    }
+    if let Some(d) = a.deterministic {
+        controls.deterministic = d;
+    }
+    if let Some(b) = a.benchmark {
+        controls.benchmark = b;
+    }
+    if let Some(w) = a.workers {
+        controls.workers = w;
+    }
+    if let Some(t) = a.threads {
+        if t == 0 {
+            return Err(usage("--threads must be at least 1"));
+        }
+        controls.threads = t;
+    }
+    controls.export_library_env();
+    let selected = select(a.filter.as_deref())?;
+    let backends = match a.backend {
+        Some(BackendArg::Cpu) => vec![Backend::Cpu],
+        Some(BackendArg::Cuda) => vec![Backend::Cuda],
+        Some(BackendArg::All) => vec![Backend::Cpu, Backend::Cuda],
+        None if Backend::Cuda.unavailable_reason().is_none() => vec![Backend::Cpu, Backend::Cuda],
+        None => vec![Backend::Cpu],
+    };
+    let mut reports: Vec<CaseReport> = Vec::new();
+    for backend in &backends {
+        for case in &selected {
+            if case.backends().contains(backend) {
+                reports.push(check_case(case.as_ref(), *backend, &controls, a.runs));
+            }
+        }
+    }
+    let mut cost = Vec::new();
+    if !controls.deterministic {
+        for &backend in &backends {
+            if backend.unavailable_reason().is_none() {
+                cost.extend(cost::cost_of_determinism(backend, &controls, 3)?);
+            }
+        }
+    }
+    let report = Report::new(controls, a.runs, reports, cost);
+    let rendered = match a.format {
+        Format::Text => text::render(&report),
+        Format::Json => json::render(&report),
+    };
+    match &a.out {
+        Some(path) => write_atomically(path, rendered.as_bytes())?,
+        None => std::io::stdout()
+            .write_all(rendered.as_bytes())
+            .context("writing the report")?,
+    }
+    Ok(report.exit_code() as u8)
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it into place.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "cannot write {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("report"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}

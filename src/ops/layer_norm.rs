@@ -1,0 +1,47 @@
+//! `layer_norm` over the last axis of a `[rows, cols]` f32 buffer with per-column `gamma` and
+//! `beta`: mean and variance by fixed-order sums, `y = (x - mean) / sqrt(var + eps) * gamma + beta`.
+
+use crate::backend::{cpu, Backend};
+use crate::case::{Algo, Ctx};
+use anyhow::Result;
+use rayon::prelude::*;
+
+/// Implementations in fixed-choice order.
+pub const ALGOS: &[Algo] = &[Algo {
+    name: "rowwise",
+    backend: Backend::Cpu,
+    deterministic: true,
+}];
+
+/// Layer normalisation of `x` (`rows × cols`).
+pub fn layer_norm(
+    ctx: &mut Ctx,
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    rows: usize,
+    cols: usize,
+    eps: f32,
+) -> Result<Vec<f32>> {
+    super::check_len("layer_norm", "x", x.len(), rows * cols)?;
+    super::check_len("layer_norm", "gamma", gamma.len(), cols)?;
+    super::check_len("layer_norm", "beta", beta.len(), cols)?;
+    ctx.dispatch("layer_norm", &format!("{rows}x{cols}"), ALGOS, |a| {
+        Ok(match a.name {
+            "rowwise" => {
+                let mut y = x.to_vec();
+                y.par_chunks_mut(cols.max(1)).for_each(|row| {
+                    let n = row.len() as f32;
+                    let mean = cpu::chunk_sum(row) / n;
+                    let sq: Vec<f32> = row.iter().map(|v| (v - mean) * (v - mean)).collect();
+                    let inv = 1.0 / (cpu::chunk_sum(&sq) / n + eps).sqrt();
+                    for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
+                        *v = (*v - mean) * inv * g + b;
+                    }
+                });
+                y
+            }
+            other => unreachable!("layer_norm implementation {other}"),
+        })
+    })
+}

@@ -1,0 +1,145 @@
+//! `matmul`: `C[m×n] = A[m×k] · B[k×n]`, f32, row-major.
+//!
+//! CPU implementations: `split_k4_atomic` / `split_k16_atomic` (nondeterministic: `k` is cut into
+//! 4 or 16 segments computed in parallel whose partial products are added into `C` with float
+//! atomics, in whatever order they finish) and `tiled_r8` / `tiled_r32` (deterministic: blocks of
+//! 8 or 32 rows in parallel, every element accumulated over `k` in ascending order, so both tile
+//! sizes give the same bits). Benchmark mode times all allowed candidates per shape.
+
+use crate::backend::{cpu, Backend};
+use crate::case::{Algo, Ctx};
+use anyhow::Result;
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Implementations in fixed-choice order.
+pub const ALGOS: &[Algo] = &[
+    Algo {
+        name: "split_k4_atomic",
+        backend: Backend::Cpu,
+        deterministic: false,
+    },
+    Algo {
+        name: "split_k16_atomic",
+        backend: Backend::Cpu,
+        deterministic: false,
+    },
+    Algo {
+        name: "tiled_r8",
+        backend: Backend::Cpu,
+        deterministic: true,
+    },
+    Algo {
+        name: "tiled_r32",
+        backend: Backend::Cpu,
+        deterministic: true,
+    },
+];
+
+/// Depth of the `k` blocks of the tiled kernel (keeps a block of `B` in cache).
+const K_BLOCK: usize = 128;
+
+/// `A · B` by the implementation the controls pick.
+pub fn matmul(
+    ctx: &mut Ctx,
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<Vec<f32>> {
+    super::check_len("matmul", "a", a.len(), m * k)?;
+    super::check_len("matmul", "b", b.len(), k * n)?;
+    ctx.dispatch("matmul", &format!("{m}x{k}x{n}"), ALGOS, |alg| {
+        Ok(match alg.name {
+            "tiled_r8" => tiled(a, b, m, k, n, 8),
+            "tiled_r32" => tiled(a, b, m, k, n, 32),
+            "split_k4_atomic" => split_k(a, b, m, k, n, 4),
+            "split_k16_atomic" => split_k(a, b, m, k, n, 16),
+            other => unreachable!("matmul implementation {other}"),
+        })
+    })
+}
+
+/// Accumulates rows `rows` of `A[:, ks] · B[ks, :]` into `c` (rows × n), `k` ascending.
+fn accumulate(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    rows: Range<usize>,
+    (k, n): (usize, usize),
+    ks: Range<usize>,
+) {
+    let mut kb = ks.start;
+    while kb < ks.end {
+        let ke = (kb + K_BLOCK).min(ks.end);
+        for (ci, i) in c.chunks_mut(n).zip(rows.clone()) {
+            let arow = &a[i * k..(i + 1) * k];
+            for (kk, &av) in arow.iter().enumerate().take(ke).skip(kb) {
+                let brow = &b[kk * n..(kk + 1) * n];
+                for (cv, bv) in ci.iter_mut().zip(brow) {
+                    *cv += av * bv;
+                }
+            }
+        }
+        kb = ke;
+    }
+}
+
+fn tiled(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, rows: usize) -> Vec<f32> {
+    let mut c = vec![0.0f32; m * n];
+    c.par_chunks_mut(rows * n.max(1))
+        .enumerate()
+        .for_each(|(blk, cb)| {
+            let r0 = blk * rows;
+            accumulate(a, b, cb, r0..r0 + cb.len() / n.max(1), (k, n), 0..k);
+        });
+    c
+}
+
+fn split_k(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, splits: usize) -> Vec<f32> {
+    let c = cpu::atomic_zeros(m * n);
+    let rows = 32;
+    let seg = k.div_ceil(splits).max(1);
+    let tasks: Vec<(usize, usize)> = (0..m.div_ceil(rows))
+        .flat_map(|rb| (0..k.div_ceil(seg)).map(move |s| (rb, s)))
+        .collect();
+    tasks.par_iter().for_each(|&(rb, s)| {
+        let (r0, r1) = (rb * rows, ((rb + 1) * rows).min(m));
+        let mut part = vec![0.0f32; (r1 - r0) * n];
+        accumulate(
+            a,
+            b,
+            &mut part,
+            r0..r1,
+            (k, n),
+            s * seg..((s + 1) * seg).min(k),
+        );
+        for (cell, v) in c[r0 * n..r1 * n].iter().zip(&part) {
+            cpu::atomic_add_f32(cell, *v);
+        }
+    });
+    cpu::atomic_into_f32(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_implementations_agree_on_integers() {
+        let (m, k, n) = (37, 300, 19);
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut want = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                want[i * n + j] = (0..k).map(|kk| a[i * k + kk] * b[kk * n + j]).sum();
+            }
+        }
+        assert_eq!(tiled(&a, &b, m, k, n, 8), want);
+        assert_eq!(tiled(&a, &b, m, k, n, 32), want);
+        assert_eq!(split_k(&a, &b, m, k, n, 4), want);
+        assert_eq!(split_k(&a, &b, m, k, n, 16), want);
+    }
+}

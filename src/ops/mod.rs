@@ -1,0 +1,36 @@
+//! Op families: one semantics, several implementations per backend, picked by [`Ctx::dispatch`].
+//!
+//! Implementation lists are in fixed-choice order: with the benchmark switch off, the first
+//! candidate allowed by the deterministic switch runs. The fast nondeterministic variants come
+//! first (so `--deterministic off` behaves like a framework's default), deterministic ones after.
+//!
+//! [`Ctx::dispatch`]: crate::case::Ctx::dispatch
+
+pub mod dropout;
+pub mod layer_norm;
+pub mod matmul;
+pub mod reduce_sum;
+pub mod scatter_add;
+pub mod softmax;
+
+use crate::case::Algo;
+
+/// Every op family with its implementations, for `bitexact list` and the cost table.
+pub fn catalog() -> Vec<(&'static str, &'static [Algo])> {
+    vec![
+        ("reduce_sum", reduce_sum::ALGOS),
+        ("matmul", matmul::ALGOS),
+        ("scatter_add", scatter_add::ALGOS),
+        ("softmax", softmax::ALGOS),
+        ("layer_norm", layer_norm::ALGOS),
+        ("dropout", dropout::ALGOS),
+    ]
+}
+
+/// Checks that a buffer has the length its shape implies; the error names op and argument.
+pub fn check_len(op: &str, arg: &str, got: usize, want: usize) -> anyhow::Result<()> {
+    if got != want {
+        anyhow::bail!("`{op}`: `{arg}` has {got} elements, its shape needs {want}");
+    }
+    Ok(())
+}

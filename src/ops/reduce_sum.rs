@@ -1,0 +1,54 @@
+//! `reduce_sum`: the sum of all elements of an f32 buffer.
+//!
+//! CPU implementations: `atomic_cas` (nondeterministic: each 16 Ki-element chunk's partial sum is
+//! added into one float with compare-and-swap, in whatever order the threads finish),
+//! `rayon_sum` (nondeterministic: `par_iter().sum()`, whose split follows work stealing), and
+//! `chunked_tree` (deterministic: the same chunk partials combined by a fixed pairwise tree).
+
+use crate::backend::{cpu, Backend};
+use crate::case::{Algo, Ctx};
+use anyhow::Result;
+use rayon::prelude::*;
+
+/// Elements per chunk of the chunked implementations.
+pub const CHUNK: usize = 1 << 14;
+
+/// Implementations in fixed-choice order.
+pub const ALGOS: &[Algo] = &[
+    Algo {
+        name: "atomic_cas",
+        backend: Backend::Cpu,
+        deterministic: false,
+    },
+    Algo {
+        name: "rayon_sum",
+        backend: Backend::Cpu,
+        deterministic: false,
+    },
+    Algo {
+        name: "chunked_tree",
+        backend: Backend::Cpu,
+        deterministic: true,
+    },
+];
+
+/// Sum of `x` by the implementation the controls pick.
+pub fn reduce_sum(ctx: &mut Ctx, x: &[f32]) -> Result<f32> {
+    let shape = x.len().to_string();
+    ctx.dispatch("reduce_sum", &shape, ALGOS, |a| {
+        Ok(match a.name {
+            "atomic_cas" => {
+                let acc = std::sync::atomic::AtomicU32::new(0);
+                x.par_chunks(CHUNK)
+                    .for_each(|c| cpu::atomic_add_f32(&acc, cpu::chunk_sum(c)));
+                f32::from_bits(acc.into_inner())
+            }
+            "rayon_sum" => x.par_iter().sum(),
+            "chunked_tree" => {
+                let partials: Vec<f32> = x.par_chunks(CHUNK).map(cpu::chunk_sum).collect();
+                cpu::pairwise_sum(&partials)
+            }
+            other => unreachable!("reduce_sum implementation {other}"),
+        })
+    })
+}

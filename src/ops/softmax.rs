@@ -1,0 +1,37 @@
+//! `softmax` over the last axis of a `[rows, cols]` f32 buffer, row by row in fixed order
+//! (max, then `exp(x - max)`, then a fixed-order sum, then division).
+
+use crate::backend::{cpu, Backend};
+use crate::case::{Algo, Ctx};
+use anyhow::Result;
+use rayon::prelude::*;
+
+/// Implementations in fixed-choice order.
+pub const ALGOS: &[Algo] = &[Algo {
+    name: "rowwise",
+    backend: Backend::Cpu,
+    deterministic: true,
+}];
+
+/// Row-wise softmax of `x` (`rows × cols`).
+pub fn softmax(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
+    super::check_len("softmax", "x", x.len(), rows * cols)?;
+    ctx.dispatch("softmax", &format!("{rows}x{cols}"), ALGOS, |a| {
+        Ok(match a.name {
+            "rowwise" => {
+                let mut y = x.to_vec();
+                y.par_chunks_mut(cols.max(1)).for_each(softmax_row);
+                y
+            }
+            other => unreachable!("softmax implementation {other}"),
+        })
+    })
+}
+
+/// Softmax of one row in place.
+pub fn softmax_row(row: &mut [f32]) {
+    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    row.iter_mut().for_each(|v| *v = (*v - m).exp());
+    let s = cpu::chunk_sum(row);
+    row.iter_mut().for_each(|v| *v /= s);
+}

@@ -1,0 +1,8 @@
+//! JSON report: one object `{version, controls, runs, platform, cases, cost?, summary}`.
+
+use super::Report;
+
+/// The report as pretty-printed JSON.
+pub fn render(report: &Report) -> String {
+    serde_json::to_string_pretty(report).expect("report serialises") + "\n"
+}

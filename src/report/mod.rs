@@ -1,0 +1,64 @@
+//! Reports: the result of a `bitexact report` run and its output formats.
+
+pub mod json;
+pub mod text;
+
+use crate::controls::Controls;
+use crate::cost::CostRow;
+use crate::harness::{CaseReport, Summary};
+use crate::platform::Platform;
+use serde::Serialize;
+
+/// Version of the JSON report format.
+pub const REPORT_VERSION: u32 = 1;
+
+/// Everything a report run found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Report format version.
+    pub version: u32,
+    /// Controls the cases ran under.
+    pub controls: Controls,
+    /// Runs per case.
+    pub runs: usize,
+    /// Where it ran.
+    pub platform: Platform,
+    /// One entry per case and backend.
+    pub cases: Vec<CaseReport>,
+    /// Cost of determinism per op (measured with `--deterministic off`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cost: Vec<CostRow>,
+    /// Totals per verdict.
+    pub summary: Summary,
+}
+
+impl Report {
+    /// Builds a report and its summary.
+    pub fn new(
+        controls: Controls,
+        runs: usize,
+        cases: Vec<CaseReport>,
+        cost: Vec<CostRow>,
+    ) -> Report {
+        let summary = Summary::of(&cases);
+        Report {
+            version: REPORT_VERSION,
+            controls,
+            runs,
+            platform: Platform::detect(),
+            cases,
+            cost,
+            summary,
+        }
+    }
+
+    /// Process exit code: 0 when every case that ran is deterministic (or a caught planted
+    /// bug), 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        if self.cases.iter().any(|c| c.verdict.is_failure()) {
+            1
+        } else {
+            0
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Text report: a table (case, backend, verdict, runs, digest prefix, time), the explanation of
+//! every difference, the cost of determinism when measured, and a summary line.
+
+use super::Report;
+use crate::harness::Verdict;
+use std::fmt::Write;
+
+/// Formats seconds as `850µs`, `12.3ms` or `1.24s`.
+pub fn seconds(s: f64) -> String {
+    if s < 1e-3 {
+        format!("{:.0}µs", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.1}ms", s * 1e3)
+    } else {
+        format!("{s:.2}s")
+    }
+}
+
+/// The report as a readable table.
+pub fn render(report: &Report) -> String {
+    let mut o = String::new();
+    let w = report
+        .cases
+        .iter()
+        .map(|c| c.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(
+        o,
+        "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}",
+        "case", "backend", "verdict", "runs", "digest", "time"
+    );
+    for c in &report.cases {
+        let runs = if c.distinct_digests > 1 {
+            format!("{} ({} distinct)", c.runs, c.distinct_digests)
+        } else {
+            c.runs.to_string()
+        };
+        let digest = c
+            .run_digests
+            .first()
+            .map(|d| d[..12].to_string())
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            o,
+            "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}",
+            c.name,
+            c.backend.name(),
+            c.verdict.name(),
+            runs,
+            digest,
+            seconds(c.seconds)
+        );
+        for d in &c.diff {
+            let _ = writeln!(o, "    {}", d.summary());
+        }
+        if let Some(m) = &c.message {
+            let _ = writeln!(o, "    {m}");
+        }
+        if c.verdict == Verdict::Nondeterministic && !c.algorithms.is_empty() {
+            let algos: Vec<String> = c
+                .algorithms
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let _ = writeln!(o, "    algorithms: {}", algos.join(" "));
+        }
+    }
+    if !report.cost.is_empty() {
+        let _ = writeln!(o, "\ncost of determinism (fastest deterministic / fastest nondeterministic, best of runs):");
+        for r in &report.cost {
+            let _ = writeln!(
+                o,
+                "  {:12} {:5} {:>18} {:>9}  vs {:>18} {:>9}  = {:.2}x",
+                r.op,
+                r.backend.name(),
+                r.deterministic.0,
+                seconds(r.deterministic.1),
+                r.nondeterministic.0,
+                seconds(r.nondeterministic.1),
+                r.ratio
+            );
+        }
+    }
+    let s = &report.summary;
+    let _ = writeln!(
+        o,
+        "\n{} deterministic, {} nondeterministic, {} errors, {} skipped  ({} runs each; {})",
+        s.deterministic,
+        s.nondeterministic,
+        s.errors,
+        s.skipped,
+        report.runs,
+        report.controls.summary()
+    );
+    o
+}
