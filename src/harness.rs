@@ -8,7 +8,8 @@ use crate::diff::{self, TensorDiff};
 use crate::digest::{self, Digest};
 use anyhow::{anyhow, Result};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
@@ -109,13 +110,19 @@ pub fn run_once(case: &dyn Case, ctx: &mut Ctx) -> Result<Outputs> {
     }
 }
 
-/// Builds a rayon pool of `threads` threads (the CPU pool every case runs in).
-pub fn pool(threads: usize) -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
+/// The rayon pool of `threads` threads every case runs in (built once per size, then reused).
+pub fn pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = pools.get(&threads) {
+        return Ok(p.clone());
+    }
+    let p = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(|i| format!("bitexact-{i}"))
         .build()
-        .map_err(|e| anyhow!("cannot start a pool of {threads} threads: {e}"))
+        .map_err(|e| anyhow!("cannot start a pool of {threads} threads: {e}"))?;
+    Ok(pools.entry(threads).or_insert(Arc::new(p)).clone())
 }
 
 /// Runs `case` on `backend` `runs` times (at least 2) under `controls` and judges the result.

@@ -1,0 +1,102 @@
+//! `cargo bench`: digest throughput against single-thread sha2, small-tensor overhead, harness
+//! overhead against bare runs, and the cost of determinism per op. Every number is a ratio
+//! against a baseline measured in the same run. `BITEXACT_BENCH_MB` sets the large-tensor size
+//! (default 1024 MiB).
+
+use bitexact::case::Ctx;
+use bitexact::cases::registry;
+use bitexact::digest::{digest_all, tensor_digest};
+use bitexact::harness::check_case;
+use bitexact::{Backend, Controls, Tensor};
+use sha2::{Digest as _, Sha256};
+use std::time::Instant;
+
+/// Best wall time of `reps` calls of `f`.
+fn best<T>(reps: usize, mut f: impl FnMut() -> T) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(f());
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mb: usize = std::env::var("BITEXACT_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let bytes = mb << 20;
+    let data: Vec<u32> = (0..bytes / 4)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761))
+        .collect();
+    let t = Tensor::from_slice(&[data.len()], &data);
+    drop(data);
+    let gbs = |s: f64| bytes as f64 / s / 1e9;
+    let single = best(3, || Sha256::digest(t.bytes()));
+    let ours = best(3, || tensor_digest(&t));
+    println!("digest of a {mb} MiB tensor on {cores} cores:");
+    println!("  sha2, one thread (baseline)   {:6.2} GB/s", gbs(single));
+    println!("  bitexact tensor_digest        {:6.2} GB/s", gbs(ours));
+    println!(
+        "  ratio to baseline {:.2}x; to cores x baseline {:.2} (target >= 0.9)",
+        single / ours,
+        single / ours / cores as f64
+    );
+
+    let tiny: Vec<(String, Tensor)> = (0..100_000)
+        .map(|i| {
+            (
+                format!("t{i:06}"),
+                Tensor::from_slice(&[4], &[i as f32, 1.0, 2.0, 3.0]),
+            )
+        })
+        .collect();
+    let raw = best(3, || {
+        tiny.iter().map(|(_, t)| Sha256::digest(t.bytes())).count()
+    });
+    let ours = best(3, || digest_all(tiny.iter().map(|(n, t)| (n, t))));
+    println!("100,000 tiny tensors: {:.1} ms (bare sha2 of the bytes on one thread: {:.1} ms, ratio {:.2}x)", ours * 1e3, raw * 1e3, ours / raw);
+
+    let controls = Controls::default();
+    println!("harness overhead (K=4 runs, check_case vs bare Case::run calls):");
+    for name in [
+        "kernel/matmul/large",
+        "kernel/softmax/large",
+        "kernel/reduce_sum/small",
+    ] {
+        let case = registry()
+            .into_iter()
+            .find(|c| c.name() == name)
+            .expect("case");
+        let pool = bitexact::harness::pool(controls.threads).expect("pool");
+        let bare = best(3, || {
+            for _ in 0..4 {
+                let mut ctx = Ctx::new(Backend::Cpu, controls.clone());
+                pool.install(|| case.run(&mut ctx)).expect("run");
+            }
+        });
+        let harness = best(3, || check_case(case.as_ref(), Backend::Cpu, &controls, 4));
+        println!(
+            "  {name:28} bare {:8.2} ms  harness {:8.2} ms  overhead {:+.1}%",
+            bare * 1e3,
+            harness * 1e3,
+            (harness / bare - 1.0) * 100.0
+        );
+    }
+
+    println!("cost of determinism (deterministic / fastest nondeterministic):");
+    for r in bitexact::cost::cost_of_determinism(Backend::Cpu, &controls, 5).expect("cost") {
+        println!(
+            "  {:12} {:>16} {:8.2} ms vs {:>16} {:8.2} ms = {:.2}x",
+            r.op,
+            r.deterministic.0,
+            r.deterministic.1 * 1e3,
+            r.nondeterministic.0,
+            r.nondeterministic.1 * 1e3,
+            r.ratio
+        );
+    }
+}
