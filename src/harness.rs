@@ -9,8 +9,8 @@ use crate::digest::{self, Digest};
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// Outcome of a case on one backend.
@@ -113,7 +113,10 @@ pub fn run_once(case: &dyn Case, ctx: &mut Ctx) -> Result<Outputs> {
 /// The rayon pool of `threads` threads every case runs in (built once per size, then reused).
 pub fn pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if let Some(p) = pools.get(&threads) {
         return Ok(p.clone());
     }
