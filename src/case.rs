@@ -5,6 +5,8 @@ use crate::backend::Backend;
 use crate::controls::Controls;
 use crate::rng::Stream;
 use crate::tensor::Tensor;
+use crate::trace::{trace_digest, TraceArg, TraceEntry};
+use crate::vary::Variation;
 use anyhow::{bail, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -30,6 +32,16 @@ pub trait Case: Send + Sync {
     /// then reported as `caught`, and no difference as `missed`.
     fn planted_bug(&self) -> Option<&'static str> {
         None
+    }
+    /// For a planted bug that only one variation can expose: that variation. Without it the
+    /// case is skipped rather than reported as missed.
+    fn caught_by(&self) -> Option<Variation> {
+        None
+    }
+    /// Whether the case brings its process down on purpose (crash, hang, OOM self-tests): it
+    /// then runs only in an isolated child process.
+    fn needs_isolation(&self) -> bool {
+        false
     }
     /// Runs once under `ctx` and returns the outputs.
     fn run(&self, ctx: &mut Ctx) -> Result<Outputs>;
@@ -60,6 +72,16 @@ pub struct Ctx {
     pub forced: BTreeMap<String, String>,
     /// Seconds spent inside each op's implementation in this run.
     pub op_seconds: BTreeMap<String, f64>,
+    /// Byte pattern that fresh scratch buffers ([`Ctx::scratch_f32`]) are filled with; `None`
+    /// fills them with zeros. The `poison` variation sets different patterns per run.
+    pub poison: Option<u8>,
+    /// When set, batch-capable cases compute their rows in sub-batches of this many rows
+    /// (the `batch` variation: results must not depend on batch composition).
+    pub batch_split: Option<usize>,
+    /// Op trace of this run, recorded when `Some` (see [`crate::trace`]).
+    pub trace: Option<Vec<TraceEntry>>,
+    /// Implementation chosen by the latest dispatch.
+    pub last_algorithm: &'static str,
 }
 
 /// Autotune key: op, backend, shape, deterministic switch.
@@ -81,6 +103,50 @@ impl Ctx {
             algorithms: BTreeMap::new(),
             forced: BTreeMap::new(),
             op_seconds: BTreeMap::new(),
+            poison: None,
+            batch_split: None,
+            trace: None,
+            last_algorithm: "",
+        }
+    }
+
+    /// A fresh f32 buffer whose contents callers must not rely on: zeros normally, the poison
+    /// pattern under the `poison` variation (like uninitialised device memory). A kernel that
+    /// reads before it writes gives different results under different patterns.
+    pub fn scratch_f32(&self, n: usize) -> Vec<f32> {
+        let byte = self.poison.unwrap_or(0);
+        vec![f32::from_bits(u32::from_ne_bytes([byte; 4])); n]
+    }
+
+    /// Computes `rows` rows with `f(ctx, start, end)` in one call, or in sub-batches when
+    /// [`Ctx::batch_split`] is set, and concatenates the results in row order.
+    pub fn in_batches(
+        &mut self,
+        rows: usize,
+        mut f: impl FnMut(&mut Ctx, usize, usize) -> Result<Vec<f32>>,
+    ) -> Result<Vec<f32>> {
+        let step = self.batch_split.unwrap_or(rows).max(1);
+        let mut out = Vec::new();
+        let mut r = 0;
+        while r < rows {
+            let end = (r + step).min(rows);
+            out.extend(f(self, r, end)?);
+            r = end;
+        }
+        Ok(out)
+    }
+
+    /// Records an op call in the trace (when tracing): digests of its inputs and output and the
+    /// implementation the latest dispatch chose.
+    pub fn record(&mut self, op: &str, inputs: &[TraceArg], output: TraceArg) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(TraceEntry {
+                call: trace.len(),
+                op: op.to_string(),
+                algorithm: self.last_algorithm.to_string(),
+                inputs: inputs.iter().map(|v| trace_digest(*v)).collect(),
+                output: trace_digest(output),
+            });
         }
     }
 
@@ -160,6 +226,7 @@ impl Ctx {
                 (name, out)
             }
         };
+        self.last_algorithm = chosen;
         let entry = self.algorithms.entry(op.to_string()).or_default();
         if !entry.split(',').any(|n| n == chosen) {
             if !entry.is_empty() {

@@ -1,10 +1,10 @@
 //! Controls: the switches every run is made under, with environment overrides.
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The switches a run is made under.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Controls {
     /// Base seed of every random stream.
     pub seed: u64,

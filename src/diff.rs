@@ -2,10 +2,10 @@
 //! and in ULPs).
 
 use crate::tensor::{DType, Tensor};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How one output tensor differs between two runs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TensorDiff {
     /// Output name.
     pub tensor: String,

@@ -6,15 +6,18 @@ use crate::case::{Case, Ctx, Outputs};
 use crate::controls::Controls;
 use crate::diff::{self, TensorDiff};
 use crate::digest::{self, Digest};
-use anyhow::{anyhow, Result};
-use serde::Serialize;
+use crate::isolate::{self, ChildConfig};
+use crate::trace::{first_divergence, Divergence, TraceEntry};
+use crate::vary::{Blame, RunSettings, Variation};
+use anyhow::{anyhow, bail, Result};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// Outcome of a case on one backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Every run gave bit-identical outputs.
@@ -60,7 +63,7 @@ impl Verdict {
 }
 
 /// The result of running one case on one backend K times.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CaseReport {
     /// Case name.
     pub name: String,
@@ -86,6 +89,68 @@ pub struct CaseReport {
     pub run_seconds: Vec<f64>,
     /// Error, skip reason, planted-bug description or snapshot explanation.
     pub message: Option<String>,
+    /// Variations applied between the runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variations: Vec<Variation>,
+    /// Which variation breaks the case (when it diverged under variations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blame: Option<Blame>,
+    /// The first op whose output differs between two differing runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence: Option<Divergence>,
+    /// Op trace of each run (only with `Options::trace`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<Vec<TraceEntry>>,
+}
+
+/// How the harness checks a case.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Options {
+    /// Runs per case (at least 2).
+    pub runs: usize,
+    /// Conditions varied between runs.
+    pub vary: Vec<Variation>,
+    /// Record an op trace in every run and keep it in the report.
+    pub trace: bool,
+    /// On a difference, re-run with tracing to name the first diverging op.
+    pub localize: bool,
+    /// On a difference under variations, find the variation(s) that break the case.
+    pub blame: bool,
+    /// How to start child processes (needed by the `process` variation).
+    pub children: Option<ChildConfig>,
+    /// Run the whole case in a child process (`--isolate`).
+    pub isolate: Option<ChildConfig>,
+    /// Set inside that child: the case is already isolated.
+    #[serde(default)]
+    pub isolated: bool,
+}
+
+impl Options {
+    /// `runs` runs, no variations, localization and blame on, no child processes.
+    pub fn runs(runs: usize) -> Options {
+        Options {
+            runs,
+            vary: Vec::new(),
+            trace: false,
+            localize: true,
+            blame: true,
+            children: None,
+            isolate: None,
+            isolated: false,
+        }
+    }
+}
+
+/// What one run produced.
+pub struct RunResult {
+    /// Named outputs.
+    pub outputs: Outputs,
+    /// Implementation chosen per op.
+    pub algorithms: BTreeMap<String, String>,
+    /// Op trace, when recorded.
+    pub trace: Option<Vec<TraceEntry>>,
+    /// Wall time of `Case::run`.
+    pub seconds: f64,
 }
 
 /// One completed run: outputs, their digests, the run digest.
@@ -93,6 +158,7 @@ struct Run {
     outputs: Outputs,
     digests: BTreeMap<String, Digest>,
     run_digest: Digest,
+    trace: Option<Vec<TraceEntry>>,
 }
 
 /// Runs `case` once in `ctx`, turning a panic into an error carrying its message.
@@ -128,15 +194,10 @@ pub fn pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
     Ok(pools.entry(threads).or_insert(Arc::new(p)).clone())
 }
 
-/// Runs `case` on `backend` `runs` times (at least 2) under `controls` and judges the result.
-pub fn check_case(
-    case: &dyn Case,
-    backend: Backend,
-    controls: &Controls,
-    runs: usize,
-) -> CaseReport {
-    let mut report = CaseReport {
-        name: case.name(),
+/// A report with nothing run yet (verdict `skipped`).
+pub fn empty_report(name: &str, backend: Backend) -> CaseReport {
+    CaseReport {
+        name: name.to_string(),
         backend,
         verdict: Verdict::Skipped,
         runs: 0,
@@ -148,48 +209,126 @@ pub fn check_case(
         seconds: 0.0,
         run_seconds: Vec::new(),
         message: None,
-    };
-    if !case.backends().contains(&backend) {
-        report.message = Some(format!("case does not support {backend}"));
-        return report;
+        variations: Vec::new(),
+        blame: None,
+        divergence: None,
+        traces: Vec::new(),
     }
-    if let Some(reason) = backend.unavailable_reason() {
+}
+
+/// Runs `case` once in this process under `settings`.
+pub fn run_in_process(
+    case: &dyn Case,
+    backend: Backend,
+    settings: &RunSettings,
+) -> Result<RunResult> {
+    let pool = pool(settings.controls.threads)?;
+    let mut ctx = Ctx::new(backend, settings.controls.clone());
+    ctx.poison = settings.poison;
+    ctx.batch_split = settings.batch_split;
+    ctx.trace = settings.trace.then(Vec::new);
+    let t = Instant::now();
+    let outputs = pool.install(|| run_once(case, &mut ctx))?;
+    Ok(RunResult {
+        outputs,
+        algorithms: ctx.algorithms,
+        trace: ctx.trace,
+        seconds: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// Runs once under `settings`, in a fresh child process when the settings ask for one.
+fn run_with(
+    case: &dyn Case,
+    backend: Backend,
+    settings: &RunSettings,
+    opts: &Options,
+) -> Result<RunResult> {
+    if !settings.fresh_process {
+        return run_in_process(case, backend, settings);
+    }
+    match &opts.children {
+        Some(cfg) => isolate::run_once(cfg, &case.name(), backend, settings),
+        None => bail!(
+            "the process variation needs the bitexact binary to start children (Options::children)"
+        ),
+    }
+}
+
+/// Runs `case` on `backend` `runs` times (at least 2) under `controls` and judges the result.
+pub fn check_case(
+    case: &dyn Case,
+    backend: Backend,
+    controls: &Controls,
+    runs: usize,
+) -> CaseReport {
+    check_case_with(case, backend, controls, &Options::runs(runs))
+}
+
+/// Why `case` cannot run on `backend` with `opts`, if it cannot.
+fn skip_reason(case: &dyn Case, backend: Backend, opts: &Options) -> Option<String> {
+    if !case.backends().contains(&backend) {
+        return Some(format!("case does not support {backend}"));
+    }
+    if let Some(v) = case.caught_by() {
+        if !opts.vary.contains(&v) {
+            return Some(format!(
+                "planted bug that only the {v} variation can catch (use --vary {v})"
+            ));
+        }
+    }
+    if case.needs_isolation() && opts.isolate.is_none() {
+        return Some("brings its process down on purpose: runs only with --isolate".to_string());
+    }
+    backend.unavailable_reason()
+}
+
+/// Runs `case` under `opts` (variations, tracing, isolation) and judges the result.
+pub fn check_case_with(
+    case: &dyn Case,
+    backend: Backend,
+    controls: &Controls,
+    opts: &Options,
+) -> CaseReport {
+    let mut report = empty_report(&case.name(), backend);
+    report.variations = opts.vary.clone();
+    if let Some(reason) = skip_reason(case, backend, opts) {
         report.message = Some(reason);
         return report;
     }
-    let pool = match pool(controls.threads) {
-        Ok(p) => p,
-        Err(e) => return errored(report, e.to_string()),
-    };
+    if let Some(cfg) = opts.isolate.as_ref().filter(|_| !opts.isolated) {
+        return isolate::check(cfg, &report.name, backend, controls, opts);
+    }
     let t0 = Instant::now();
     let mut first: Option<Run> = None;
     let mut differing: Option<(usize, Run)> = None;
     let mut distinct = BTreeSet::new();
-    for i in 0..runs.max(2) {
-        let mut ctx = Ctx::new(backend, controls.clone());
-        ctx.run_index = i;
-        let t = Instant::now();
-        let out = pool.install(|| run_once(case, &mut ctx));
-        report.run_seconds.push(t.elapsed().as_secs_f64());
-        let outputs = match out {
+    for i in 0..opts.runs.max(2) {
+        let settings = RunSettings::for_run(controls, &opts.vary, i, opts.trace);
+        let out = match run_with(case, backend, &settings, opts) {
             Ok(o) => o,
             Err(e) => {
                 report.seconds = t0.elapsed().as_secs_f64();
                 return errored(report, format!("run {i}: {e:#}"));
             }
         };
-        let digests = pool.install(|| digest::digest_all(&outputs));
+        report.run_seconds.push(out.seconds);
+        let digests = digest::digest_all(&out.outputs);
         let run = Run {
             run_digest: digest::run_digest(&digests),
             digests,
-            outputs,
+            outputs: out.outputs,
+            trace: out.trace,
         };
         report.runs += 1;
         report.run_digests.push(run.run_digest.hex());
         distinct.insert(run.run_digest);
+        if let Some(t) = &run.trace {
+            report.traces.push(t.clone());
+        }
         match &first {
             None => {
-                report.algorithms = ctx.algorithms;
+                report.algorithms = out.algorithms;
                 report.digests = run
                     .digests
                     .iter()
@@ -210,6 +349,14 @@ pub fn check_case(
         None => Verdict::Deterministic,
         Some((i, other)) => {
             report.diff = explain_runs(&first, 0, other, *i);
+            report.divergence = match (&first.trace, &other.trace) {
+                (Some(a), Some(b)) => first_divergence(a, b),
+                _ if opts.localize => localize(case, backend, controls, opts, *i),
+                _ => None,
+            };
+            if opts.blame && !opts.vary.is_empty() {
+                report.blame = Some(blame(case, backend, controls, opts));
+            }
             Verdict::Nondeterministic
         }
     };
@@ -227,6 +374,129 @@ pub fn check_case(
         });
     }
     report
+}
+
+/// Re-runs the settings of run 0 and run `j` with tracing (up to 3 pairs, until they differ)
+/// and names the first diverging op.
+fn localize(
+    case: &dyn Case,
+    backend: Backend,
+    controls: &Controls,
+    opts: &Options,
+    j: usize,
+) -> Option<Divergence> {
+    let (sa, sb) = (
+        RunSettings::for_run(controls, &opts.vary, 0, true),
+        RunSettings::for_run(controls, &opts.vary, j, true),
+    );
+    if sa.batch_split != sb.batch_split {
+        return None; // different batchings make different op calls: traces do not line up
+    }
+    for _ in 0..3 {
+        let a = run_with(case, backend, &sa, opts).ok()?;
+        let b = run_with(case, backend, &sb, opts).ok()?;
+        if let Some(d) = first_divergence(a.trace.as_deref()?, b.trace.as_deref()?) {
+            return Some(d);
+        }
+    }
+    None
+}
+
+/// The control (everything fixed), then each variation alone.
+fn blame(case: &dyn Case, backend: Backend, controls: &Controls, opts: &Options) -> Blame {
+    let quiet = |vary: Vec<Variation>| Options {
+        vary,
+        trace: false,
+        localize: false,
+        blame: false,
+        ..opts.clone()
+    };
+    let diverges = |vary: Vec<Variation>| {
+        let r = check_case_with(case, backend, controls, &quiet(vary));
+        r.distinct_digests > 1
+    };
+    if diverges(Vec::new()) {
+        return Blame::new(false, Vec::new());
+    }
+    let broken = opts
+        .vary
+        .iter()
+        .copied()
+        .filter(|&v| v != Variation::Order && diverges(vec![v]))
+        .collect();
+    Blame::new(true, broken)
+}
+
+/// Checks every case on every backend (in registry order), calling `on_case` after each;
+/// with the `order` variation every case that was deterministic then runs once more, in
+/// reverse suite order, and a case whose result changed is marked as order-dependent.
+pub fn check_suite(
+    cases: &[Box<dyn Case>],
+    backends: &[Backend],
+    controls: &Controls,
+    opts: &Options,
+    mut on_case: impl FnMut(&CaseReport),
+) -> Vec<CaseReport> {
+    let mut reports = Vec::new();
+    for &backend in backends {
+        for case in cases.iter().filter(|c| c.backends().contains(&backend)) {
+            let r = check_case_with(case.as_ref(), backend, controls, opts);
+            on_case(&r);
+            reports.push(r);
+        }
+    }
+    if opts.vary.contains(&Variation::Order) {
+        order_pass(cases, controls, &opts.vary, &mut reports);
+    }
+    reports
+}
+
+/// Runs the cases that ran once more, in reverse order, in this process under the settings of
+/// their first run, and marks those whose outputs now differ from that first run.
+fn order_pass(
+    cases: &[Box<dyn Case>],
+    controls: &Controls,
+    vary: &[Variation],
+    reports: &mut [CaseReport],
+) {
+    let mut settings = RunSettings::for_run(controls, vary, 0, false);
+    settings.fresh_process = false;
+    for r in reports.iter_mut().rev() {
+        if r.verdict != Verdict::Deterministic && r.verdict != Verdict::Missed {
+            continue;
+        }
+        let Some(case) = cases.iter().find(|c| c.name() == r.name) else {
+            continue;
+        };
+        let Ok(out) = run_in_process(case.as_ref(), r.backend, &settings) else {
+            continue;
+        };
+        let now: BTreeMap<String, String> = digest::digest_all(&out.outputs)
+            .into_iter()
+            .map(|(k, d)| (k, d.hex()))
+            .collect();
+        if now == r.digests {
+            continue;
+        }
+        let names: BTreeSet<&String> = now.keys().chain(r.digests.keys()).collect();
+        let differing: Vec<&str> = names
+            .into_iter()
+            .filter(|n| now.get(*n) != r.digests.get(*n))
+            .map(|n| n.as_str())
+            .collect();
+        r.blame = Some(Blame::new(true, vec![Variation::Order]));
+        let planted = case.planted_bug();
+        r.verdict = if planted.is_some() {
+            Verdict::Caught
+        } else {
+            Verdict::Nondeterministic
+        };
+        r.message = Some(format!(
+            "result depends on case order: {} differ(s) when the suite runs again in reverse order{}",
+            differing.join(", "),
+            planted.map(|b| format!(" (planted bug caught: {b})")).unwrap_or_default()
+        ));
+    }
 }
 
 fn errored(mut report: CaseReport, message: String) -> CaseReport {

@@ -12,11 +12,15 @@ pub mod cost;
 pub mod diff;
 pub mod digest;
 pub mod harness;
+pub mod isolate;
 pub mod ops;
 pub mod platform;
 pub mod report;
 pub mod rng;
 pub mod tensor;
+pub mod tensor_io;
+pub mod trace;
+pub mod vary;
 
 pub use backend::Backend;
 pub use case::{Algo, Case, Ctx, Outputs};

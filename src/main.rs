@@ -3,13 +3,17 @@
 use anyhow::{bail, Context, Result};
 use bitexact::backend::Backend;
 use bitexact::controls::{parse_switch, Controls};
-use bitexact::harness::{check_case, CaseReport};
+use bitexact::harness::{check_suite, Options};
+use bitexact::isolate::{self, ChildConfig};
 use bitexact::report::{json, text, Report};
+use bitexact::trace::{self, CaseTraces, TraceFile};
+use bitexact::vary::Variation;
 use bitexact::{cases, cost};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +35,28 @@ enum Command {
         /// Only cases whose name contains this (comma-separated; `*` globs).
         #[arg(long)]
         filter: Option<String>,
+    },
+    /// Compare two trace files (from `report --trace FILE`) and name the first diverging op.
+    DiffTrace {
+        /// First trace file.
+        a: PathBuf,
+        /// Second trace file.
+        b: PathBuf,
+    },
+    /// Internal: run a case in a child process (used by --isolate and --vary process).
+    #[command(name = "__child", hide = true)]
+    Child {
+        mode: String,
+        #[arg(long)]
+        case: String,
+        #[arg(long, value_enum)]
+        backend: BackendArg,
+        #[arg(long)]
+        json: String,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        memory_limit: Option<u64>,
     },
 }
 
@@ -80,6 +106,22 @@ struct ReportArgs {
     /// Write the report to this file instead of standard output.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Vary conditions between runs and blame the ones that break a case: `all` or a list of
+    /// threads, workers, poison, process, order, batch.
+    #[arg(long)]
+    vary: Option<String>,
+    /// Run each case in its own child process, so crashes, hangs and OOM become errors.
+    #[arg(long)]
+    isolate: bool,
+    /// Seconds before an isolated case (or a child run) is killed and reported as hung.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Address-space limit of each isolated case in MiB.
+    #[arg(long)]
+    memory_limit: Option<u64>,
+    /// Record the digest of every op's inputs and output and save the traces to this file.
+    #[arg(long)]
+    trace: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -87,6 +129,22 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Report(args) => report(args),
         Command::List { filter } => list(filter.as_deref()),
+        Command::DiffTrace { a, b } => diff_trace(&a, &b),
+        Command::Child {
+            mode,
+            case,
+            backend,
+            json,
+            out,
+            memory_limit,
+        } => {
+            let backend = if backend == BackendArg::Cuda {
+                Backend::Cuda
+            } else {
+                Backend::Cpu
+            };
+            isolate::child_main(&mode, &case, backend, &json, &out, memory_limit).map(|_| 0)
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -183,13 +241,42 @@ fn report(a: ReportArgs) -> Result<u8> {
         None if Backend::Cuda.unavailable_reason().is_none() => vec![Backend::Cpu, Backend::Cuda],
         None => vec![Backend::Cpu],
     };
-    let mut reports: Vec<CaseReport> = Vec::new();
-    for backend in &backends {
-        for case in &selected {
-            if case.backends().contains(backend) {
-                reports.push(check_case(case.as_ref(), *backend, &controls, a.runs));
-            }
-        }
+    let vary = match &a.vary {
+        Some(v) => Variation::parse_list(v).map_err(|e| usage(format!("--vary: {e}")))?,
+        None => Vec::new(),
+    };
+    if a.timeout.is_some_and(|t| t.is_nan() || t <= 0.0) {
+        return Err(usage("--timeout must be a positive number of seconds"));
+    }
+    let mut children = ChildConfig::current()?;
+    children.timeout = a.timeout.map(Duration::from_secs_f64);
+    children.memory_limit_mb = a.memory_limit;
+    let opts = Options {
+        runs: a.runs,
+        vary,
+        trace: a.trace.is_some(),
+        localize: true,
+        blame: true,
+        isolate: a.isolate.then(|| children.clone()),
+        children: Some(children),
+        isolated: false,
+    };
+    let reports = check_suite(&selected, &backends, &controls, &opts, |_| {});
+    if let Some(path) = &a.trace {
+        let file = TraceFile {
+            version: 1,
+            platform: serde_json::to_value(bitexact::platform::Platform::detect())?,
+            cases: reports
+                .iter()
+                .filter(|r| !r.traces.is_empty())
+                .map(|r| CaseTraces {
+                    name: r.name.clone(),
+                    backend: r.backend.name().into(),
+                    runs: r.traces.clone(),
+                })
+                .collect(),
+        };
+        write_atomically(path, serde_json::to_string_pretty(&file)?.as_bytes())?;
     }
     let mut cost = Vec::new();
     if !controls.deterministic {
@@ -211,6 +298,21 @@ fn report(a: ReportArgs) -> Result<u8> {
             .context("writing the report")?,
     }
     Ok(report.exit_code() as u8)
+}
+
+fn diff_trace(a: &std::path::Path, b: &std::path::Path) -> Result<u8> {
+    let (ta, tb) = (TraceFile::load(a)?, TraceFile::load(b)?);
+    let mut differing = 0;
+    for (name, backend, d) in trace::diff_files(&ta, &tb) {
+        match d {
+            None => println!("{name} [{backend}]: identical traces"),
+            Some(d) => {
+                differing += 1;
+                println!("{name} [{backend}]: {}", d.explanation);
+            }
+        }
+    }
+    Ok(u8::from(differing > 0))
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it into place.

@@ -1,6 +1,8 @@
 //! `kernel/<op>/<size>` cases: one per op family and size class (`small`, and `large` with
 //! about 4M elements; matmul's large is 512×1024×512). Inputs are drawn from Philox streams
 //! named after the case, so they are the same on every run, thread count and device.
+//! The row-wise cases (matmul, softmax, layer_norm) honour [`Ctx::in_batches`], so the `batch`
+//! variation can check that rows computed in smaller batches give the same bits.
 
 use crate::case::{Case, Ctx, Outputs};
 use crate::ops;
@@ -96,7 +98,9 @@ fn matmul(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
     };
     let a = inputs(ctx, "kernel/matmul/a", m * k, 1.0);
     let b = inputs(ctx, "kernel/matmul/b", k * n, 1.0);
-    let c = ops::matmul::matmul(ctx, &a, &b, m, k, n)?;
+    let c = ctx.in_batches(m, |ctx, r0, r1| {
+        ops::matmul::matmul(ctx, &a[r0 * k..r1 * k], &b, r1 - r0, k, n)
+    })?;
     Ok(out(vec![("c", Tensor::from_slice(&[m, n], &c))]))
 }
 
@@ -120,7 +124,9 @@ fn softmax(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
         (4096, 1024)
     };
     let x = inputs(ctx, "kernel/softmax/x", r * c, 4.0);
-    let y = ops::softmax::softmax(ctx, &x, r, c)?;
+    let y = ctx.in_batches(r, |ctx, r0, r1| {
+        ops::softmax::softmax(ctx, &x[r0 * c..r1 * c], r1 - r0, c)
+    })?;
     Ok(out(vec![("y", Tensor::from_slice(&[r, c], &y))]))
 }
 
@@ -133,7 +139,9 @@ fn layer_norm(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
     let x = inputs(ctx, "kernel/layer_norm/x", r * c, 3.0);
     let g = inputs(ctx, "kernel/layer_norm/gamma", c, 1.0);
     let b = inputs(ctx, "kernel/layer_norm/beta", c, 1.0);
-    let y = ops::layer_norm::layer_norm(ctx, &x, &g, &b, r, c, 1e-5)?;
+    let y = ctx.in_batches(r, |ctx, r0, r1| {
+        ops::layer_norm::layer_norm(ctx, &x[r0 * c..r1 * c], &g, &b, r1 - r0, c, 1e-5)
+    })?;
     Ok(out(vec![("y", Tensor::from_slice(&[r, c], &y))]))
 }
 

@@ -1,6 +1,7 @@
 //! The built-in cases and the registry the CLI and tests iterate.
 
 pub mod kernels;
+pub mod planted;
 
 use crate::case::Case;
 
@@ -8,6 +9,7 @@ use crate::case::Case;
 pub fn registry() -> Vec<Box<dyn Case>> {
     let mut all: Vec<Box<dyn Case>> = Vec::new();
     all.extend(kernels::cases());
+    all.extend(planted::cases());
     all
 }
 
@@ -36,12 +38,21 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
     }
 }
 
-/// The registered cases whose names match `pattern` (all when `None`).
+/// The registered cases whose names match `pattern` (all when `None`). Self-test cases
+/// (`selftest/...`, which crash or hang on purpose) are selected only by a pattern that names
+/// `selftest` explicitly.
 pub fn select(pattern: Option<&str>) -> Vec<Box<dyn Case>> {
+    let wants_selftests = pattern.is_some_and(|p| p.contains("selftest"));
     registry()
         .into_iter()
         .filter(|c| pattern.is_none_or(|p| matches(p, &c.name())))
+        .filter(|c| wants_selftests || !c.name().starts_with("selftest/"))
         .collect()
+}
+
+/// The registered case named exactly `name`.
+pub fn find(name: &str) -> Option<Box<dyn Case>> {
+    registry().into_iter().find(|c| c.name() == name)
 }
 
 #[cfg(test)]

@@ -28,14 +28,14 @@ pub fn dropout(
     }
     let start = *stream;
     stream.offset += x.len() as u64;
-    ctx.dispatch("dropout", &x.len().to_string(), ALGOS, |a| {
+    let (y, mask) = ctx.dispatch("dropout", &x.len().to_string(), ALGOS, |a| {
         Ok(match a.name {
             "philox" => {
                 let mut s = start;
                 let u = s.uniform(x.len());
                 let scale = 1.0 / (1.0 - p);
                 let mask: Vec<bool> = u.par_iter().map(|&u| u >= p).collect();
-                let y = x
+                let y: Vec<f32> = x
                     .par_iter()
                     .zip(&mask)
                     .map(|(&v, &k)| if k { v * scale } else { 0.0 })
@@ -44,5 +44,7 @@ pub fn dropout(
             }
             other => unreachable!("dropout implementation {other}"),
         })
-    })
+    })?;
+    ctx.record("dropout", &[x.into()], (&y).into());
+    Ok((y, mask))
 }

@@ -26,22 +26,31 @@ pub fn layer_norm(
     super::check_len("layer_norm", "x", x.len(), rows * cols)?;
     super::check_len("layer_norm", "gamma", gamma.len(), cols)?;
     super::check_len("layer_norm", "beta", beta.len(), cols)?;
+    let mut y = ctx.scratch_f32(x.len());
     ctx.dispatch("layer_norm", &format!("{rows}x{cols}"), ALGOS, |a| {
-        Ok(match a.name {
+        match a.name {
             "rowwise" => {
-                let mut y = x.to_vec();
-                y.par_chunks_mut(cols.max(1)).for_each(|row| {
-                    let n = row.len() as f32;
-                    let mean = cpu::chunk_sum(row) / n;
-                    let sq: Vec<f32> = row.iter().map(|v| (v - mean) * (v - mean)).collect();
-                    let inv = 1.0 / (cpu::chunk_sum(&sq) / n + eps).sqrt();
-                    for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
-                        *v = (*v - mean) * inv * g + b;
-                    }
-                });
-                y
+                y.par_chunks_mut(cols.max(1))
+                    .zip(x.par_chunks(cols.max(1)))
+                    .for_each(|(row, xr)| {
+                        row.copy_from_slice(xr);
+                        let n = row.len() as f32;
+                        let mean = cpu::chunk_sum(row) / n;
+                        let sq: Vec<f32> = row.iter().map(|v| (v - mean) * (v - mean)).collect();
+                        let inv = 1.0 / (cpu::chunk_sum(&sq) / n + eps).sqrt();
+                        for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
+                            *v = (*v - mean) * inv * g + b;
+                        }
+                    });
             }
             other => unreachable!("layer_norm implementation {other}"),
-        })
-    })
+        }
+        Ok(())
+    })?;
+    ctx.record(
+        "layer_norm",
+        &[x.into(), gamma.into(), beta.into()],
+        (&y).into(),
+    );
+    Ok(y)
 }

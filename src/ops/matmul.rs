@@ -4,7 +4,11 @@
 //! 4 or 16 segments computed in parallel whose partial products are added into `C` with float
 //! atomics, in whatever order they finish) and `tiled_r8` / `tiled_r32` (deterministic: blocks of
 //! 8 or 32 rows in parallel, every element accumulated over `k` in ascending order, so both tile
-//! sizes give the same bits). Benchmark mode times all allowed candidates per shape.
+//! sizes give the same bits). `adaptive_split` is deterministic but NOT batch-invariant: for
+//! fewer than 64 rows it splits `k` into 4 segments summed in a fixed order (more parallelism
+//! for small batches, like shape-dependent library heuristics), otherwise it runs `tiled_r32`;
+//! so a row's bits depend on the batch it is computed in. Benchmark mode times all allowed
+//! candidates per shape.
 
 use crate::backend::{cpu, Backend};
 use crate::case::{Algo, Ctx};
@@ -34,6 +38,11 @@ pub const ALGOS: &[Algo] = &[
         backend: Backend::Cpu,
         deterministic: true,
     },
+    Algo {
+        name: "adaptive_split",
+        backend: Backend::Cpu,
+        deterministic: true,
+    },
 ];
 
 /// Depth of the `k` blocks of the tiled kernel (keeps a block of `B` in cache).
@@ -50,15 +59,19 @@ pub fn matmul(
 ) -> Result<Vec<f32>> {
     super::check_len("matmul", "a", a.len(), m * k)?;
     super::check_len("matmul", "b", b.len(), k * n)?;
-    ctx.dispatch("matmul", &format!("{m}x{k}x{n}"), ALGOS, |alg| {
+    let c = ctx.dispatch("matmul", &format!("{m}x{k}x{n}"), ALGOS, |alg| {
         Ok(match alg.name {
             "tiled_r8" => tiled(a, b, m, k, n, 8),
             "tiled_r32" => tiled(a, b, m, k, n, 32),
             "split_k4_atomic" => split_k(a, b, m, k, n, 4),
             "split_k16_atomic" => split_k(a, b, m, k, n, 16),
+            "adaptive_split" if m < 64 => split_k_fixed(a, b, m, k, n, 4),
+            "adaptive_split" => tiled(a, b, m, k, n, 32),
             other => unreachable!("matmul implementation {other}"),
         })
-    })
+    })?;
+    ctx.record("matmul", &[a.into(), b.into()], (&c).into());
+    Ok(c)
 }
 
 /// Accumulates rows `rows` of `A[:, ks] · B[ks, :]` into `c` (rows × n), `k` ascending.
@@ -122,6 +135,31 @@ fn split_k(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, splits: usize) ->
     cpu::atomic_into_f32(c)
 }
 
+/// Split-K with the segment partials summed in segment order (deterministic).
+fn split_k_fixed(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, splits: usize) -> Vec<f32> {
+    let seg = k.div_ceil(splits).max(1);
+    let parts: Vec<Vec<f32>> = (0..k.div_ceil(seg))
+        .into_par_iter()
+        .map(|s| {
+            let mut part = vec![0.0f32; m * n];
+            accumulate(
+                a,
+                b,
+                &mut part,
+                0..m,
+                (k, n),
+                s * seg..((s + 1) * seg).min(k),
+            );
+            part
+        })
+        .collect();
+    let mut c = vec![0.0f32; m * n];
+    for p in &parts {
+        c.iter_mut().zip(p).for_each(|(c, v)| *c += v);
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +179,6 @@ mod tests {
         assert_eq!(tiled(&a, &b, m, k, n, 32), want);
         assert_eq!(split_k(&a, &b, m, k, n, 4), want);
         assert_eq!(split_k(&a, &b, m, k, n, 16), want);
+        assert_eq!(split_k_fixed(&a, &b, m, k, n, 4), want);
     }
 }

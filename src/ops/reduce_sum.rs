@@ -35,7 +35,7 @@ pub const ALGOS: &[Algo] = &[
 /// Sum of `x` by the implementation the controls pick.
 pub fn reduce_sum(ctx: &mut Ctx, x: &[f32]) -> Result<f32> {
     let shape = x.len().to_string();
-    ctx.dispatch("reduce_sum", &shape, ALGOS, |a| {
+    let s = ctx.dispatch("reduce_sum", &shape, ALGOS, |a| {
         Ok(match a.name {
             "atomic_cas" => {
                 let acc = std::sync::atomic::AtomicU32::new(0);
@@ -50,5 +50,7 @@ pub fn reduce_sum(ctx: &mut Ctx, x: &[f32]) -> Result<f32> {
             }
             other => unreachable!("reduce_sum implementation {other}"),
         })
-    })
+    })?;
+    ctx.record("reduce_sum", &[x.into()], s.into());
+    Ok(s)
 }

@@ -41,7 +41,7 @@ pub fn scatter_add(
     {
         bail!("`scatter_add`: index[{pos}] = {bad} is outside 0..{m}");
     }
-    ctx.dispatch("scatter_add", &format!("{n}x{d}->{m}"), ALGOS, |a| {
+    let out = ctx.dispatch("scatter_add", &format!("{n}x{d}->{m}"), ALGOS, |a| {
         Ok(match a.name {
             "atomic_cas" => {
                 let out = cpu::atomic_zeros(m * d);
@@ -60,7 +60,9 @@ pub fn scatter_add(
             "sorted_segments" => sorted_segments(src, index, m, d),
             other => unreachable!("scatter_add implementation {other}"),
         })
-    })
+    })?;
+    ctx.record("scatter_add", &[src.into(), index.into()], (&out).into());
+    Ok(out)
 }
 
 fn sorted_segments(src: &[f32], index: &[i64], m: usize, d: usize) -> Vec<f32> {

@@ -16,16 +16,22 @@ pub const ALGOS: &[Algo] = &[Algo {
 /// Row-wise softmax of `x` (`rows × cols`).
 pub fn softmax(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
     super::check_len("softmax", "x", x.len(), rows * cols)?;
+    let mut y = ctx.scratch_f32(x.len());
     ctx.dispatch("softmax", &format!("{rows}x{cols}"), ALGOS, |a| {
-        Ok(match a.name {
-            "rowwise" => {
-                let mut y = x.to_vec();
-                y.par_chunks_mut(cols.max(1)).for_each(softmax_row);
-                y
-            }
+        match a.name {
+            "rowwise" => y
+                .par_chunks_mut(cols.max(1))
+                .zip(x.par_chunks(cols.max(1)))
+                .for_each(|(yr, xr)| {
+                    yr.copy_from_slice(xr);
+                    softmax_row(yr)
+                }),
             other => unreachable!("softmax implementation {other}"),
-        })
-    })
+        }
+        Ok(())
+    })?;
+    ctx.record("softmax", &[x.into()], (&y).into());
+    Ok(y)
 }
 
 /// Softmax of one row in place.

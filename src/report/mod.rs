@@ -32,6 +32,25 @@ pub struct Report {
     pub summary: Summary,
 }
 
+/// Ops used by cases that the `batch` variation broke, with those cases (and the
+/// implementation that ran): the ops that are not batch-invariant.
+pub fn batch_variant_ops(report: &Report) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for c in &report.cases {
+        if c.blame
+            .as_ref()
+            .is_some_and(|b| b.broken_by.contains(&crate::vary::Variation::Batch))
+        {
+            for (op, algo) in &c.algorithms {
+                out.entry(op.clone())
+                    .or_default()
+                    .push(format!("{} ({algo})", c.name));
+            }
+        }
+    }
+    out
+}
+
 impl Report {
     /// Builds a report and its summary.
     pub fn new(

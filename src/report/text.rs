@@ -58,6 +58,12 @@ pub fn render(report: &Report) -> String {
         if let Some(m) = &c.message {
             let _ = writeln!(o, "    {m}");
         }
+        if let Some(b) = &c.blame {
+            let _ = writeln!(o, "    blame: {}", b.explanation);
+        }
+        if let Some(d) = &c.divergence {
+            let _ = writeln!(o, "    localized: {}", d.explanation);
+        }
         if c.verdict == Verdict::Nondeterministic && !c.algorithms.is_empty() {
             let algos: Vec<String> = c
                 .algorithms
@@ -65,6 +71,16 @@ pub fn render(report: &Report) -> String {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             let _ = writeln!(o, "    algorithms: {}", algos.join(" "));
+        }
+    }
+    let not_invariant = super::batch_variant_ops(report);
+    if !not_invariant.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nnot batch-invariant (results change with batch composition):"
+        );
+        for (op, cases) in not_invariant {
+            let _ = writeln!(o, "  {op}: {}", cases.join(", "));
         }
     }
     if !report.cost.is_empty() {

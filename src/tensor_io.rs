@@ -1,0 +1,119 @@
+//! A small binary container for a run's outputs plus a JSON metadata string, used to bring
+//! results back from child processes (`--vary process`, `--isolate`).
+//!
+//! Layout: `b"BXOUT1\n"`, metadata length `u64` LE, metadata (UTF-8 JSON), tensor count `u64`,
+//! then per tensor: name length `u64`, name, dtype tag `u32`, rank `u64`, dims `u64` each,
+//! byte length `u64`, bytes. All little-endian.
+
+use crate::case::Outputs;
+use crate::tensor::{DType, Tensor};
+use anyhow::{bail, Context, Result};
+
+const MAGIC: &[u8] = b"BXOUT1\n";
+
+/// Encodes metadata and outputs.
+pub fn encode(meta: &str, outputs: &Outputs) -> Vec<u8> {
+    let mut o = MAGIC.to_vec();
+    let put = |o: &mut Vec<u8>, v: u64| o.extend_from_slice(&v.to_le_bytes());
+    put(&mut o, meta.len() as u64);
+    o.extend_from_slice(meta.as_bytes());
+    put(&mut o, outputs.len() as u64);
+    for (name, t) in outputs {
+        put(&mut o, name.len() as u64);
+        o.extend_from_slice(name.as_bytes());
+        o.extend_from_slice(&(t.dtype() as u32).to_le_bytes());
+        put(&mut o, t.shape().len() as u64);
+        t.shape().iter().for_each(|&d| put(&mut o, d as u64));
+        put(&mut o, t.bytes().len() as u64);
+        o.extend_from_slice(t.bytes());
+    }
+    o
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            bail!("outputs file truncated while reading {what}");
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8, what)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn len(&mut self, what: &str) -> Result<usize> {
+        let n = self.u64(what)?;
+        if n > self.0.len() as u64 {
+            bail!(
+                "outputs file truncated: {what} of {n} exceeds the {} bytes left",
+                self.0.len()
+            );
+        }
+        Ok(n as usize)
+    }
+}
+
+fn dtype(tag: u32) -> Result<DType> {
+    use DType::*;
+    [F32, F64, F16, BF16, I32, I64, U8, U32, Bool]
+        .into_iter()
+        .find(|d| *d as u32 == tag)
+        .with_context(|| format!("outputs file: unknown dtype tag {tag}"))
+}
+
+/// Decodes what [`encode`] wrote; errors name what is malformed.
+pub fn decode(bytes: &[u8]) -> Result<(String, Outputs)> {
+    let mut r = Reader(bytes);
+    if r.take(MAGIC.len(), "magic")? != MAGIC {
+        bail!("not a bitexact outputs file (bad magic)");
+    }
+    let n = r.len("metadata length")?;
+    let meta =
+        String::from_utf8(r.take(n, "metadata")?.to_vec()).context("metadata is not UTF-8")?;
+    let count = r.u64("tensor count")?;
+    let mut outputs = Outputs::new();
+    for _ in 0..count {
+        let n = r.len("name length")?;
+        let name =
+            String::from_utf8(r.take(n, "name")?.to_vec()).context("tensor name is not UTF-8")?;
+        let dt = dtype(u32::from_le_bytes(
+            r.take(4, "dtype")?.try_into().expect("4 bytes"),
+        ))?;
+        let rank = r.len("rank")?;
+        let shape = (0..rank)
+            .map(|_| r.u64("dimension").map(|d| d as usize))
+            .collect::<Result<Vec<_>>>()?;
+        let n = r.len("data length")?;
+        let t = Tensor::from_bytes(dt, &shape, r.take(n, "data")?.to_vec())
+            .with_context(|| format!("tensor {name}"))?;
+        outputs.insert(name, t);
+    }
+    Ok((meta, outputs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_truncation() {
+        let mut o = Outputs::new();
+        o.insert(
+            "a".into(),
+            Tensor::from_slice(&[2, 2], &[1.0f32, -0.0, f32::NAN, 4.0]),
+        );
+        o.insert("m".into(), Tensor::from_bools(&[3], &[true, false, true]));
+        let bytes = encode("{\"x\":1}", &o);
+        let (meta, back) = decode(&bytes).unwrap();
+        assert_eq!(meta, "{\"x\":1}");
+        assert_eq!(back, o);
+        let err = decode(&bytes[..bytes.len() - 3]).unwrap_err();
+        assert!(format!("{err:#}").contains("truncated"), "{err:#}");
+        assert!(decode(b"nope").is_err());
+    }
+}

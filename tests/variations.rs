@@ -1,0 +1,240 @@
+//! Variation injection, automatic blame, process isolation and first-divergence localization.
+
+use bitexact::case::{Case, Ctx, Outputs};
+use bitexact::harness::{check_case_with, check_suite, Options};
+use bitexact::vary::Variation;
+use bitexact::{ops, Backend, Controls, Tensor, Verdict};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+fn bitexact(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bitexact"))
+        .args(args)
+        .output()
+        .expect("run bitexact")
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+#[test]
+fn vary_all_passes_deterministic_cases_and_blames_each_planted_bug() {
+    let o = bitexact(&[
+        "report",
+        "--vary",
+        "all",
+        "--filter",
+        "kernel/*/small,planted/",
+        "--format",
+        "json",
+    ]);
+    let v = json(&o);
+    assert_eq!(o.status.code(), Some(0), "{v:#}");
+    let cases = v["cases"].as_array().unwrap();
+    for c in cases
+        .iter()
+        .filter(|c| c["name"].as_str().unwrap().starts_with("kernel/"))
+    {
+        assert_eq!(c["verdict"], "deterministic", "{c:#}");
+    }
+    for (name, variation) in [
+        ("planted/uninit_scratch", "poison"),
+        ("planted/hashmap_order", "process"),
+        ("planted/thread_split_sum", "threads"),
+        ("planted/batch_variant_matmul", "batch"),
+    ] {
+        let c = cases
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(c["verdict"], "caught", "{c:#}");
+        assert_eq!(
+            c["blame"]["broken_by"],
+            serde_json::json!([variation]),
+            "{name}: {c:#}"
+        );
+        assert!(
+            c["blame"]["reproducible_when_fixed"].as_bool().unwrap(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn planted_variation_bugs_are_skipped_without_their_variation() {
+    let o = bitexact(&["report", "--filter", "planted/", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    for c in json(&o)["cases"].as_array().unwrap() {
+        assert_eq!(c["verdict"], "skipped", "{c:#}");
+        assert!(c["message"].as_str().unwrap().contains("--vary"), "{c:#}");
+    }
+}
+
+#[test]
+fn isolation_reports_crashes_hangs_and_oom_and_completes() {
+    let o = bitexact(&[
+        "report",
+        "--isolate",
+        "--timeout",
+        "2",
+        "--filter",
+        "selftest,reduce_sum/small",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    let cases = v["cases"].as_array().unwrap();
+    let msg = |name: &str| {
+        let c = cases.iter().find(|c| c["name"] == name).unwrap();
+        assert_eq!(c["verdict"], "error", "{c:#}");
+        c["message"].as_str().unwrap().to_string()
+    };
+    assert!(msg("selftest/abort").contains("SIGABRT"));
+    assert!(msg("selftest/segfault").contains("SIGSEGV"));
+    assert!(msg("selftest/hang").contains("timed out after"));
+    assert!(msg("selftest/oom").contains("ran out of memory"));
+    let ok = cases
+        .iter()
+        .find(|c| c["name"] == "kernel/reduce_sum/small")
+        .unwrap();
+    assert_eq!(ok["verdict"], "deterministic");
+}
+
+#[test]
+fn selftests_are_hidden_and_skipped_without_isolation() {
+    let o = bitexact(&["list"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("selftest/"));
+    let o = bitexact(&["report", "--filter", "selftest", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(json(&o)["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["verdict"] == "skipped"));
+}
+
+#[test]
+fn trace_files_compare_across_processes() {
+    let dir = std::env::temp_dir().join(format!("bitexact-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    for (file, seed) in [("a.json", "0"), ("b.json", "0"), ("c.json", "5")] {
+        let o = bitexact(&[
+            "report",
+            "--filter",
+            "matmul/small",
+            "--seed",
+            seed,
+            "--trace",
+            &p(file),
+        ]);
+        assert_eq!(o.status.code(), Some(0));
+    }
+    let same = bitexact(&["diff-trace", &p("a.json"), &p("b.json")]);
+    assert_eq!(same.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&same.stdout).contains("identical traces"));
+    let other = bitexact(&["diff-trace", &p("a.json"), &p("c.json")]);
+    assert_eq!(other.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&other.stdout)
+        .contains("call 0 `matmul` already received different inputs"));
+    let bad = bitexact(&["diff-trace", &p("a.json"), &p("missing.json")]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.json"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// softmax (deterministic) feeding a matmul that is atomic when the switch is off.
+struct TwoOps;
+impl Case for TwoOps {
+    fn name(&self) -> String {
+        "test/two_ops".into()
+    }
+    fn run(&self, ctx: &mut Ctx) -> anyhow::Result<Outputs> {
+        let (m, k, n) = (128, 2048, 64);
+        let x = ctx.stream("x").uniform(m * k);
+        let p = ops::softmax::softmax(ctx, &x, m, k)?;
+        let w = ctx.stream("w").uniform(k * n);
+        let y = ops::matmul::matmul(ctx, &p, &w, m, k, n)?;
+        Ok(Outputs::from([(
+            "y".to_string(),
+            Tensor::from_slice(&[m, n], &y),
+        )]))
+    }
+}
+
+#[test]
+fn localization_names_the_first_nondeterministic_op() {
+    // Bounded retries: atomic accumulation order usually differs within 8 runs.
+    let controls = Controls {
+        deterministic: false,
+        threads: 4,
+        ..Controls::default()
+    };
+    for _ in 0..3 {
+        let r = check_case_with(&TwoOps, Backend::Cpu, &controls, &Options::runs(8));
+        if r.verdict == Verdict::Nondeterministic {
+            let d = r.divergence.expect("localized");
+            assert_eq!(
+                (d.op.as_str(), d.call, d.inputs_matched),
+                ("matmul", 1, true),
+                "{d:?}"
+            );
+            return;
+        }
+    }
+    panic!("split-K atomics never diverged in 3x8 runs");
+}
+
+static SHARED: AtomicU32 = AtomicU32::new(0);
+
+/// Leaves process-global state behind.
+struct Polluter;
+impl Case for Polluter {
+    fn name(&self) -> String {
+        "test/polluter".into()
+    }
+    fn run(&self, _ctx: &mut Ctx) -> anyhow::Result<Outputs> {
+        SHARED.store(1, Ordering::SeqCst);
+        Ok(Outputs::from([("x".to_string(), Tensor::scalar(1u32))]))
+    }
+}
+
+/// Reads process-global state and resets it.
+struct Victim;
+impl Case for Victim {
+    fn name(&self) -> String {
+        "test/victim".into()
+    }
+    fn run(&self, _ctx: &mut Ctx) -> anyhow::Result<Outputs> {
+        let v = SHARED.swap(0, Ordering::SeqCst);
+        Ok(Outputs::from([("seen".to_string(), Tensor::scalar(v))]))
+    }
+}
+
+#[test]
+fn order_variation_finds_state_leaking_between_cases() {
+    let cases: Vec<Box<dyn Case>> = vec![Box::new(Victim), Box::new(Polluter)];
+    let opts = Options {
+        vary: vec![Variation::Order],
+        ..Options::runs(2)
+    };
+    let reports = check_suite(&cases, &[Backend::Cpu], &Controls::default(), &opts, |_| {});
+    let victim = reports.iter().find(|r| r.name == "test/victim").unwrap();
+    assert_eq!(victim.verdict, Verdict::Nondeterministic, "{victim:?}");
+    assert_eq!(
+        victim.blame.as_ref().unwrap().broken_by,
+        vec![Variation::Order]
+    );
+    assert!(victim.message.as_ref().unwrap().contains("case order"));
+    assert_eq!(
+        reports
+            .iter()
+            .find(|r| r.name == "test/polluter")
+            .unwrap()
+            .verdict,
+        Verdict::Deterministic
+    );
+}
