@@ -524,8 +524,10 @@ fn explain_runs(a: &Run, i: usize, b: &Run, j: usize) -> Vec<TensorDiff> {
 /// Totals per verdict.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
-    /// Cases judged deterministic (planted bugs caught count here too).
+    /// Cases judged deterministic.
     pub deterministic: usize,
+    /// Planted bugs the harness caught, as it should.
+    pub caught: usize,
     /// Cases judged nondeterministic, snapshot mismatches, or planted bugs missed.
     pub nondeterministic: usize,
     /// Cases that errored.
@@ -540,7 +542,8 @@ impl Summary {
         let mut s = Summary::default();
         for r in reports {
             match r.verdict {
-                Verdict::Deterministic | Verdict::Caught => s.deterministic += 1,
+                Verdict::Deterministic => s.deterministic += 1,
+                Verdict::Caught => s.caught += 1,
                 Verdict::Nondeterministic | Verdict::SnapshotMismatch | Verdict::Missed => {
                     s.nondeterministic += 1
                 }

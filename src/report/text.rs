@@ -102,11 +102,16 @@ pub fn render(report: &Report) -> String {
     let s = &report.summary;
     let _ = writeln!(
         o,
-        "\n{} deterministic, {} nondeterministic, {} errors, {} skipped  ({} runs each; {})",
+        "\n{} deterministic, {} nondeterministic, {} errors, {} skipped{}  ({} runs each; {})",
         s.deterministic,
         s.nondeterministic,
         s.errors,
         s.skipped,
+        if s.caught > 0 {
+            format!(", {} planted bugs caught", s.caught)
+        } else {
+            String::new()
+        },
         report.runs,
         report.controls.summary()
     );
