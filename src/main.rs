@@ -5,11 +5,12 @@ use bitexact::backend::Backend;
 use bitexact::controls::{parse_switch, Controls};
 use bitexact::harness::{check_suite, Options};
 use bitexact::isolate::{self, ChildConfig};
-use bitexact::report::{json, text, Report};
+use bitexact::report::{json, junit, markdown, text, Report};
 use bitexact::trace::{self, CaseTraces, TraceFile};
 use bitexact::vary::Variation;
 use bitexact::{cases, cost};
 use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,6 +73,10 @@ enum BackendArg {
 enum Format {
     Text,
     Json,
+    /// JUnit XML, one testcase per case and backend.
+    Junit,
+    /// A Markdown table for a pull-request comment.
+    Markdown,
 }
 
 #[derive(clap::Args)]
@@ -261,7 +266,12 @@ fn report(a: ReportArgs) -> Result<u8> {
         children: Some(children),
         isolated: false,
     };
-    let reports = check_suite(&selected, &backends, &controls, &opts, |_| {});
+    let bar = progress_bar(&selected, &backends);
+    let reports = check_suite(&selected, &backends, &controls, &opts, |r| {
+        bar.set_message(format!("{} ({})", r.name, r.verdict.name()));
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
     if let Some(path) = &a.trace {
         let file = TraceFile {
             version: 1,
@@ -290,6 +300,8 @@ fn report(a: ReportArgs) -> Result<u8> {
     let rendered = match a.format {
         Format::Text => text::render(&report),
         Format::Json => json::render(&report),
+        Format::Junit => junit::render(&report),
+        Format::Markdown => markdown::render(&report),
     };
     match &a.out {
         Some(path) => write_atomically(path, rendered.as_bytes())?,
@@ -338,4 +350,22 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path)
         .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// A progress bar on standard error over every (case, backend) pair, drawn only on a terminal
+/// and never in CI (`CI` set), so logs and piped output stay clean.
+fn progress_bar(cases: &[Box<dyn bitexact::Case>], backends: &[Backend]) -> ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
+        return ProgressBar::hidden();
+    }
+    let total = backends
+        .iter()
+        .map(|b| cases.iter().filter(|c| c.backends().contains(b)).count())
+        .sum::<usize>();
+    let bar = ProgressBar::new(total as u64);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {wide_msg}") {
+        bar.set_style(style);
+    }
+    bar
 }

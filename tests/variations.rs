@@ -77,8 +77,9 @@ fn isolation_reports_crashes_hangs_and_oom_and_completes() {
     let o = bitexact(&[
         "report",
         "--isolate",
+        // Long enough for the OOM self-test on a loaded 2-core machine; the hang costs this.
         "--timeout",
-        "2",
+        "4",
         "--filter",
         "selftest,reduce_sum/small",
         "--format",

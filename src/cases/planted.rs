@@ -105,9 +105,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         Box::new(SelfTest {
             name: "selftest/oom",
             run: || {
-                // Simulates a machine with 1 GiB: limit this (isolated) process, then keep
+                // Simulates a machine with 256 MiB: limit this (isolated) process, then keep
                 // allocating and touching 64 MiB blocks until an allocation fails.
-                crate::isolate::limit_memory(1024)?;
+                crate::isolate::limit_memory(256)?;
                 let mut blocks: Vec<Vec<u8>> = Vec::new();
                 loop {
                     blocks.push(vec![1u8; 64 << 20]);

@@ -1,11 +1,13 @@
 //! Reports: the result of a `bitexact report` run and its output formats.
 
 pub mod json;
+pub mod junit;
+pub mod markdown;
 pub mod text;
 
 use crate::controls::Controls;
 use crate::cost::CostRow;
-use crate::harness::{CaseReport, Summary};
+use crate::harness::{CaseReport, Summary, Verdict};
 use crate::platform::Platform;
 use serde::Serialize;
 
@@ -79,5 +81,47 @@ impl Report {
         } else {
             0
         }
+    }
+}
+
+/// The explanation lines of one case, shared by every format: each differing tensor, the
+/// message (error, skip reason, planted bug), blame, localization, and the implementations
+/// that ran when the case was nondeterministic.
+pub fn details(c: &CaseReport) -> Vec<String> {
+    let mut out: Vec<String> = c.diff.iter().map(|d| d.summary()).collect();
+    out.extend(c.message.clone());
+    if let Some(b) = &c.blame {
+        out.push(format!("blame: {}", b.explanation));
+    }
+    if let Some(d) = &c.divergence {
+        out.push(format!("localized: {}", d.explanation));
+    }
+    if c.verdict == Verdict::Nondeterministic && !c.algorithms.is_empty() {
+        let algos: Vec<String> = c
+            .algorithms
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.push(format!("algorithms: {}", algos.join(" ")));
+    }
+    out
+}
+
+/// One line saying what the verdict means for this case, e.g. `nondeterministic: 3 distinct
+/// digests over 8 runs`.
+pub fn headline(c: &CaseReport) -> String {
+    match c.verdict {
+        Verdict::Nondeterministic | Verdict::Caught | Verdict::Missed if c.distinct_digests > 1 => {
+            format!(
+                "{}: {} distinct digests over {} runs",
+                c.verdict.name(),
+                c.distinct_digests,
+                c.runs
+            )
+        }
+        v => match &c.message {
+            Some(m) => format!("{}: {m}", v.name()),
+            None => v.name().to_string(),
+        },
     }
 }

@@ -2,7 +2,6 @@
 //! every difference, the cost of determinism when measured, and a summary line.
 
 use super::Report;
-use crate::harness::Verdict;
 use std::fmt::Write;
 
 /// Formats seconds as `850µs`, `12.3ms` or `1.24s`.
@@ -52,25 +51,8 @@ pub fn render(report: &Report) -> String {
             digest,
             seconds(c.seconds)
         );
-        for d in &c.diff {
-            let _ = writeln!(o, "    {}", d.summary());
-        }
-        if let Some(m) = &c.message {
-            let _ = writeln!(o, "    {m}");
-        }
-        if let Some(b) = &c.blame {
-            let _ = writeln!(o, "    blame: {}", b.explanation);
-        }
-        if let Some(d) = &c.divergence {
-            let _ = writeln!(o, "    localized: {}", d.explanation);
-        }
-        if c.verdict == Verdict::Nondeterministic && !c.algorithms.is_empty() {
-            let algos: Vec<String> = c
-                .algorithms
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            let _ = writeln!(o, "    algorithms: {}", algos.join(" "));
+        for line in super::details(c) {
+            let _ = writeln!(o, "    {line}");
         }
     }
     let not_invariant = super::batch_variant_ops(report);

@@ -1,0 +1,126 @@
+//! Markdown report, fit for a pull-request comment: a headline with the summary, a table (case,
+//! backend, verdict, runs, digest prefix, time), then the explanation of every case that did not
+//! pass in a collapsible block, and the cost of determinism when it was measured.
+
+use super::text::seconds;
+use super::{details, Report};
+use crate::harness::Verdict;
+use std::fmt::Write;
+
+/// The report as GitHub-flavoured Markdown.
+pub fn render(report: &Report) -> String {
+    let s = &report.summary;
+    let failed = report.exit_code() != 0;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "### bitexact: {} {} deterministic, {} nondeterministic, {} errors, {} skipped{}\n",
+        if failed { "❌" } else { "✅" },
+        s.deterministic,
+        s.nondeterministic,
+        s.errors,
+        s.skipped,
+        if s.caught > 0 {
+            format!(", {} planted bugs caught", s.caught)
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        o,
+        "{} runs per case · {} · `{}`\n",
+        report.runs,
+        cell(&report.controls.summary()),
+        cell(&report.platform.class)
+    );
+    o.push_str("| case | backend | verdict | runs | digest | time |\n");
+    o.push_str("|---|---|---|---:|---|---:|\n");
+    for c in &report.cases {
+        let runs = if c.distinct_digests > 1 {
+            format!("{} ({} distinct)", c.runs, c.distinct_digests)
+        } else {
+            c.runs.to_string()
+        };
+        let digest = c
+            .run_digests
+            .first()
+            .map(|d| format!("`{}`", &d[..12]))
+            .unwrap_or_else(|| "–".into());
+        let _ = writeln!(
+            o,
+            "| `{}` | {} | {} {} | {runs} | {digest} | {} |",
+            cell(&c.name),
+            c.backend.name(),
+            icon(c.verdict),
+            c.verdict.name(),
+            seconds(c.seconds)
+        );
+    }
+    let explained: Vec<_> = report
+        .cases
+        .iter()
+        .filter(|c| c.verdict != Verdict::Deterministic)
+        .filter(|c| !details(c).is_empty())
+        .collect();
+    if !explained.is_empty() {
+        o.push_str("\n<details><summary>Explanations</summary>\n\n");
+        for c in explained {
+            let _ = writeln!(
+                o,
+                "**`{}`** ({}, {})\n",
+                cell(&c.name),
+                c.backend.name(),
+                c.verdict.name()
+            );
+            o.push_str("```\n");
+            for line in details(c) {
+                let _ = writeln!(o, "{}", line.replace("```", "'''"));
+            }
+            o.push_str("```\n\n");
+        }
+        o.push_str("</details>\n");
+    }
+    if !report.cost.is_empty() {
+        o.push_str("\n| op | backend | deterministic | nondeterministic | cost |\n");
+        o.push_str("|---|---|---|---|---:|\n");
+        for r in &report.cost {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} {} | {} {} | {:.2}x |",
+                r.op,
+                r.backend.name(),
+                r.deterministic.0,
+                seconds(r.deterministic.1),
+                r.nondeterministic.0,
+                seconds(r.nondeterministic.1),
+                r.ratio
+            );
+        }
+    }
+    o
+}
+
+fn icon(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Deterministic | Verdict::Caught => "✅",
+        Verdict::Skipped => "⏭️",
+        _ => "❌",
+    }
+}
+
+/// Makes text safe inside a table cell: no pipes or newlines, no backticks breaking code spans.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+        .replace('`', "'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_cannot_break_the_table() {
+        assert_eq!(cell("a|b\nc`d"), "a\\|b c'd");
+    }
+}
