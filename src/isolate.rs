@@ -51,6 +51,8 @@ struct RunMeta {
     algorithms: BTreeMap<String, String>,
     trace: Option<Vec<TraceEntry>>,
     seconds: f64,
+    #[serde(default)]
+    findings: Vec<String>,
 }
 
 fn temp_path(tag: &str) -> PathBuf {
@@ -179,6 +181,8 @@ pub fn run_once(
         algorithms: meta.algorithms,
         trace: meta.trace,
         seconds: meta.seconds,
+        peak_bytes: None,
+        findings: meta.findings,
     })
 }
 
@@ -242,6 +246,7 @@ pub fn child_main(
                 algorithms: r.algorithms,
                 trace: r.trace,
                 seconds: r.seconds,
+                findings: r.findings,
             };
             tensor_io::encode(&serde_json::to_string(&meta)?, &r.outputs)
         }
