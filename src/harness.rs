@@ -316,6 +316,12 @@ fn skip_reason(case: &dyn Case, backend: Backend, opts: &Options) -> Option<Stri
                 .to_string(),
         );
     }
+    if case.needs_memory_counter() && opts.vary.contains(&Variation::Process) {
+        return Some(
+            "memory growth across runs cannot show when every run is a fresh process (--vary process)"
+                .to_string(),
+        );
+    }
     backend.unavailable_reason()
 }
 

@@ -53,6 +53,8 @@ struct RunMeta {
     seconds: f64,
     #[serde(default)]
     findings: Vec<String>,
+    #[serde(default)]
+    peak_bytes: Option<u64>,
 }
 
 fn temp_path(tag: &str) -> PathBuf {
@@ -181,7 +183,7 @@ pub fn run_once(
         algorithms: meta.algorithms,
         trace: meta.trace,
         seconds: meta.seconds,
-        peak_bytes: None,
+        peak_bytes: meta.peak_bytes,
         findings: meta.findings,
     })
 }
@@ -247,6 +249,7 @@ pub fn child_main(
                 trace: r.trace,
                 seconds: r.seconds,
                 findings: r.findings,
+                peak_bytes: r.peak_bytes,
             };
             tensor_io::encode(&serde_json::to_string(&meta)?, &r.outputs)
         }

@@ -8,7 +8,7 @@
 //! sha256 of the body          32 bytes
 //! ```
 //! The body is a sequence of fields in a fixed order: the step counter; the model dims;
-//! the optimizer (kind tag, lr, β1, β2, ε, weight decay, t, then each moment buffer); the
+//! dataset size, batch size and dropout probability; the optimizer (kind tag, lr, β1, β2, ε, weight decay, t, then each moment buffer); the
 //! parameters; the dropout RNG state (seed, stream, offset); the loader position (epoch,
 //! batch) and its worker streams. Vectors are a u64 count followed by the values. A short
 //! input names the field it was reading; a changed byte fails the checksum.

@@ -200,14 +200,20 @@ impl Loader {
             );
         }
         if let Some(s) = streams {
-            if s.len() != self.worker_streams.len() {
+            let stateless = self.cfg.augment == AugmentRng::PerSample;
+            if s.len() != self.worker_streams.len() && !stateless {
                 bail!(
                     "loader: {} worker streams saved, this loader has {} workers",
                     s.len(),
                     self.worker_streams.len()
                 );
             }
-            self.worker_streams = s;
+            if s.len() == self.worker_streams.len() {
+                self.worker_streams = s;
+            }
+            // Otherwise the per-sample loader's worker streams carry no state (they are derived
+            // from (seed, worker id) and never advanced): resuming with another worker count is
+            // fine and gives the same batches.
         }
         if self.order.is_empty() || pos.epoch != self.pos.epoch {
             self.order = self.permutation(pos.epoch);

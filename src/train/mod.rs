@@ -138,6 +138,9 @@ impl Trainer {
         for v in [d.input, d.hidden, d.classes] {
             w.u64(v as u64);
         }
+        w.u64(self.config.samples as u64);
+        w.u64(self.config.loader.batch as u64);
+        w.f32(self.config.dropout);
         let c = self.opt.config;
         w.u32(c.kind.tag());
         for v in [c.lr, c.beta1, c.beta2, c.eps, c.weight_decay] {
@@ -183,6 +186,15 @@ impl Trainer {
                 d.hidden,
                 d.classes
             );
+        }
+        let data = (r.u64("samples")?, r.u64("batch size")?, r.f32("dropout")?);
+        let want = (
+            config.samples as u64,
+            config.loader.batch as u64,
+            config.dropout,
+        );
+        if data != want {
+            bail!("checkpoint: (samples, batch size, dropout) = {data:?}, this run has {want:?}");
         }
         let kind = OptimKind::from_tag(r.u32("optimizer kind")?)?;
         let mut hp = [0f32; 5];
@@ -307,6 +319,34 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(8))]
+        /// Any split point and any worker counts before and after the checkpoint give the
+        /// uninterrupted run's bits.
+        #[test]
+        fn resume_anywhere_with_any_workers(
+            total in 1usize..9,
+            cut in 0usize..9,
+            w0 in 0usize..5,
+            w1 in 0usize..5,
+            seed in 0u64..1000,
+        ) {
+            let cut = cut.min(total);
+            let mut ctx = Ctx::new(Backend::Cpu, Controls::default());
+            let mut cfg = tiny(OptimConfig::adamw());
+            let mut full = Trainer::new(seed, cfg).unwrap();
+            let want = full.train(&mut ctx, total).unwrap();
+            cfg.loader.workers = w0;
+            let mut a = Trainer::new(seed, cfg).unwrap();
+            let mut got = a.train(&mut ctx, cut).unwrap();
+            cfg.loader.workers = w1;
+            let mut b = Trainer::restore(seed, cfg, &a.checkpoint(), false).unwrap();
+            got.extend(b.train(&mut ctx, total - cut).unwrap());
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(b.state_tensors(), full.state_tensors());
+        }
+    }
+
     #[test]
     fn restore_rejects_a_different_model() {
         let cfg = tiny(OptimConfig::sgd());
@@ -319,6 +359,10 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("optimizer"), "{e}");
+        let mut other = cfg;
+        other.loader.batch = 4;
+        let e = Trainer::restore(5, other, &bytes, false).err().unwrap();
+        assert!(e.to_string().contains("batch size"), "{e}");
         let e = Trainer::restore(5, cfg, &bytes[..bytes.len() / 2], false)
             .err()
             .unwrap();
