@@ -7,8 +7,9 @@
 //! process-wide).
 
 use bitexact::cases::registry;
-use bitexact::harness::check_case;
+use bitexact::harness::{check_case, check_case_with, Options};
 use bitexact::memory::CountingAlloc;
+use bitexact::vary::Variation;
 use bitexact::{Backend, Case, CaseReport, Controls, Verdict};
 use std::process::Command;
 use std::sync::Mutex;
@@ -70,6 +71,25 @@ fn training_cases_are_bit_exact_for_0_1_2_4_workers() {
             digests.windows(2).all(|w| w[0] == w[1]),
             "{}: outputs depend on the worker count: {digests:?}",
             case.name()
+        );
+    }
+}
+
+#[test]
+fn training_cases_survive_thread_and_worker_variations() {
+    let _g = serial();
+    let opts = Options {
+        vary: vec![Variation::Threads, Variation::Workers],
+        ..Options::runs(2)
+    };
+    for case in train_cases(false) {
+        let r = check_case_with(case.as_ref(), Backend::Cpu, &controls(0, true), &opts);
+        assert_eq!(
+            r.verdict,
+            Verdict::Deterministic,
+            "{}: {:?}",
+            r.name,
+            r.diff
         );
     }
 }

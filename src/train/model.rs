@@ -153,7 +153,7 @@ impl Mlp {
         }
         dz2.iter_mut().for_each(|v| *v /= b as f32);
         let dw2 = ops::matmul::matmul(ctx, &transpose(&c.d1, b, hidden), &dz2, hidden, b, classes)?;
-        let db2 = ops::col_sum::col_sum(ctx, &dz2, b, classes)?;
+        let db2 = bias_grad(ctx, &dz2, b, classes)?;
         let w2t = transpose(&self.params[2], hidden, classes);
         let dd1 = ops::matmul::matmul(ctx, &dz2, &w2t, b, classes, hidden)?;
         let scale = 1.0 / (1.0 - c.p);
@@ -164,8 +164,19 @@ impl Mlp {
             .map(|((&g, &keep), &z)| if keep && z > 0.0 { g * scale } else { 0.0 })
             .collect();
         let dw1 = ops::matmul::matmul(ctx, &transpose(&c.x, b, input), &dz1, input, b, hidden)?;
-        let db1 = ops::col_sum::col_sum(ctx, &dz1, b, hidden)?;
+        let db1 = bias_grad(ctx, &dz1, b, hidden)?;
         Ok(vec![dw1, db1, dw2, db2])
+    }
+}
+
+/// Bias gradient: the column sums of `dz` (`rows × cols`) by [`ops::col_sum`], or, on a
+/// backend with no `col_sum` implementation, as the product `ones[1 × rows] · dz` by
+/// [`ops::matmul`] (the usual GPU formulation), so the step runs wherever matmul does.
+fn bias_grad(ctx: &mut Ctx, dz: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
+    if ops::col_sum::ALGOS.iter().any(|a| a.backend == ctx.backend) {
+        ops::col_sum::col_sum(ctx, dz, rows, cols)
+    } else {
+        ops::matmul::matmul(ctx, &vec![1.0; rows], dz, 1, rows, cols)
     }
 }
 
@@ -241,6 +252,18 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn bias_grad_fallback_equals_col_sum() {
+        // The matmul formulation used where `col_sum` has no implementation gives the same
+        // values (exact on integers).
+        let (rows, cols) = (9, 6);
+        let dz: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 - 3.0).collect();
+        let mut ctx = Ctx::new(Backend::Cpu, Controls::default());
+        let ones = vec![1.0; rows];
+        let via_matmul = crate::ops::matmul::matmul(&mut ctx, &ones, &dz, 1, rows, cols).unwrap();
+        assert_eq!(bias_grad(&mut ctx, &dz, rows, cols).unwrap(), via_matmul);
     }
 
     #[test]
