@@ -348,6 +348,27 @@ mod tests {
     }
 
     #[test]
+    fn trained_weights_do_not_depend_on_workers_or_their_timing() {
+        let run = |workers: usize, jitter: bool| {
+            let mut cfg = tiny(OptimConfig::sgd());
+            cfg.loader.workers = workers;
+            cfg.loader.jitter = jitter;
+            let mut ctx = Ctx::new(Backend::Cpu, Controls::default());
+            let mut t = Trainer::new(11, cfg).unwrap();
+            let losses = t.train(&mut ctx, 7).unwrap();
+            assert!(ctx.findings.is_empty(), "{:?}", ctx.findings);
+            (losses, t.state_tensors())
+        };
+        let want = run(0, false);
+        for workers in [1, 2, 4] {
+            assert!(
+                run(workers, true) == want,
+                "{workers} workers with random sleeps"
+            );
+        }
+    }
+
+    #[test]
     fn restore_rejects_a_different_model() {
         let cfg = tiny(OptimConfig::sgd());
         let bytes = Trainer::new(5, cfg).unwrap().checkpoint();
