@@ -43,6 +43,11 @@ pub trait Case: Send + Sync {
     fn needs_isolation(&self) -> bool {
         false
     }
+    /// Whether the case can only be judged with heap accounting (a planted memory-growth bug):
+    /// it is skipped when [`crate::memory::CountingAlloc`] is not installed.
+    fn needs_memory_counter(&self) -> bool {
+        false
+    }
     /// Runs once under `ctx` and returns the outputs.
     fn run(&self, ctx: &mut Ctx) -> Result<Outputs>;
 }
@@ -82,6 +87,9 @@ pub struct Ctx {
     pub trace: Option<Vec<TraceEntry>>,
     /// Implementation chosen by the latest dispatch.
     pub last_algorithm: &'static str,
+    /// Defects found during the run (e.g. loader workers sharing one random stream), by name:
+    /// they make a planted bug `caught` and any other case an `error`.
+    pub findings: Vec<String>,
 }
 
 /// Autotune key: op, backend, shape, deterministic switch.
@@ -107,6 +115,7 @@ impl Ctx {
             batch_split: None,
             trace: None,
             last_algorithm: "",
+            findings: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ use crate::controls::Controls;
 use crate::diff::{self, TensorDiff};
 use crate::digest::{self, Digest};
 use crate::isolate::{self, ChildConfig};
+use crate::memory;
 use crate::trace::{first_divergence, Divergence, TraceEntry};
 use crate::vary::{Blame, RunSettings, Variation};
 use anyhow::{anyhow, bail, Result};
@@ -101,6 +102,21 @@ pub struct CaseReport {
     /// Op trace of each run (only with `Options::trace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traces: Vec<Vec<TraceEntry>>,
+    /// Peak heap bytes of each run above the live bytes at its start (empty when unknown: the
+    /// counting allocator of [`crate::memory`] is not installed).
+    #[serde(default)]
+    pub peak_bytes: Vec<u64>,
+    /// Heap bytes left live after each run, relative to before the first run (empty when
+    /// unknown).
+    #[serde(default)]
+    pub retained_bytes: Vec<u64>,
+    /// Set when the retained bytes grow from run to run (see [`crate::memory::growth`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_growth: Option<String>,
+    /// Defects the case found inside its runs (e.g. loader workers sharing one random stream),
+    /// deduplicated across runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
 }
 
 /// How the harness checks a case.
@@ -151,6 +167,10 @@ pub struct RunResult {
     pub trace: Option<Vec<TraceEntry>>,
     /// Wall time of `Case::run`.
     pub seconds: f64,
+    /// Peak heap bytes of the run above the live bytes at its start (`None`: unknown).
+    pub peak_bytes: Option<u64>,
+    /// Defects the case reported through [`Ctx::findings`].
+    pub findings: Vec<String>,
 }
 
 /// One completed run: outputs, their digests, the run digest.
@@ -213,6 +233,10 @@ pub fn empty_report(name: &str, backend: Backend) -> CaseReport {
         blame: None,
         divergence: None,
         traces: Vec::new(),
+        peak_bytes: Vec::new(),
+        retained_bytes: Vec::new(),
+        memory_growth: None,
+        findings: Vec::new(),
     }
 }
 
@@ -227,13 +251,19 @@ pub fn run_in_process(
     ctx.poison = settings.poison;
     ctx.batch_split = settings.batch_split;
     ctx.trace = settings.trace.then(Vec::new);
+    let before = memory::current();
+    memory::reset_peak();
     let t = Instant::now();
     let outputs = pool.install(|| run_once(case, &mut ctx))?;
+    let seconds = t.elapsed().as_secs_f64();
+    let peak_bytes = before.zip(memory::peak()).map(|(b, p)| p.saturating_sub(b));
     Ok(RunResult {
         outputs,
         algorithms: ctx.algorithms,
         trace: ctx.trace,
-        seconds: t.elapsed().as_secs_f64(),
+        seconds,
+        peak_bytes,
+        findings: ctx.findings,
     })
 }
 
@@ -280,6 +310,18 @@ fn skip_reason(case: &dyn Case, backend: Backend, opts: &Options) -> Option<Stri
     if case.needs_isolation() && opts.isolate.is_none() {
         return Some("brings its process down on purpose: runs only with --isolate".to_string());
     }
+    if case.needs_memory_counter() && !memory::installed() {
+        return Some(
+            "needs the counting allocator (bitexact::memory::CountingAlloc) to measure memory"
+                .to_string(),
+        );
+    }
+    if case.needs_memory_counter() && opts.vary.contains(&Variation::Process) {
+        return Some(
+            "memory growth across runs cannot show when every run is a fresh process (--vary process)"
+                .to_string(),
+        );
+    }
     backend.unavailable_reason()
 }
 
@@ -303,7 +345,16 @@ pub fn check_case_with(
     let mut first: Option<Run> = None;
     let mut differing: Option<(usize, Run)> = None;
     let mut distinct = BTreeSet::new();
+    let base = memory::current();
+    let retained = |report: &mut CaseReport| {
+        if let Some((b, now)) = base.zip(memory::current()) {
+            report.retained_bytes.push(now.saturating_sub(b));
+        }
+    };
     for i in 0..opts.runs.max(2) {
+        if i > 0 {
+            retained(&mut report);
+        }
         let settings = RunSettings::for_run(controls, &opts.vary, i, opts.trace);
         let out = match run_with(case, backend, &settings, opts) {
             Ok(o) => o,
@@ -313,6 +364,12 @@ pub fn check_case_with(
             }
         };
         report.run_seconds.push(out.seconds);
+        report.peak_bytes.extend(out.peak_bytes);
+        for f in out.findings {
+            if !report.findings.contains(&f) {
+                report.findings.push(f);
+            }
+        }
         let digests = digest::digest_all(&out.outputs);
         let run = Run {
             run_digest: digest::run_digest(&digests),
@@ -342,6 +399,8 @@ pub fn check_case_with(
             _ => {}
         }
     }
+    retained(&mut report);
+    report.memory_growth = memory::growth(&report.retained_bytes);
     report.seconds = t0.elapsed().as_secs_f64();
     report.distinct_digests = distinct.len();
     let first = first.expect("at least one run");
@@ -361,7 +420,9 @@ pub fn check_case_with(
         }
     };
     if let Some(bug) = case.planted_bug() {
-        let caught = report.verdict == Verdict::Nondeterministic;
+        let caught = report.verdict == Verdict::Nondeterministic
+            || !report.findings.is_empty()
+            || report.memory_growth.is_some();
         report.verdict = if caught {
             Verdict::Caught
         } else {
@@ -372,6 +433,12 @@ pub fn check_case_with(
         } else {
             format!("planted bug NOT caught over {} runs: {bug}", report.runs)
         });
+    } else if !report.findings.is_empty() && report.verdict == Verdict::Deterministic {
+        report.verdict = Verdict::Error;
+        report.message = Some(format!(
+            "defect found inside the runs: {}",
+            report.findings.join("; ")
+        ));
     }
     report
 }
@@ -602,6 +669,31 @@ mod tests {
         assert_eq!(diff.diff.len(), 1);
         assert_eq!(diff.diff[0].first_index, vec![1]);
         assert_eq!(diff.diff[0].runs, [0, 1]);
+    }
+
+    struct Finds;
+    impl Case for Finds {
+        fn name(&self) -> String {
+            "test/finds".into()
+        }
+        fn run(&self, ctx: &mut Ctx) -> Result<Outputs> {
+            ctx.findings.push("workers 0 and 1 share one stream".into());
+            Ok(Outputs::from([("x".to_string(), Tensor::scalar(1.0f32))]))
+        }
+    }
+
+    #[test]
+    fn findings_make_a_case_fail_and_are_deduplicated() {
+        let r = check_case(&Finds, Backend::Cpu, &Controls::default(), 3);
+        assert_eq!(r.verdict, Verdict::Error);
+        assert_eq!(
+            r.findings,
+            vec!["workers 0 and 1 share one stream".to_string()]
+        );
+        assert!(r.message.unwrap().contains("defect found inside the runs"));
+        // Without the counting allocator memory is unknown: no numbers, no growth flag.
+        assert!(r.peak_bytes.is_empty() && r.retained_bytes.is_empty());
+        assert_eq!(r.memory_growth, None);
     }
 
     #[test]

@@ -51,6 +51,10 @@ struct RunMeta {
     algorithms: BTreeMap<String, String>,
     trace: Option<Vec<TraceEntry>>,
     seconds: f64,
+    #[serde(default)]
+    findings: Vec<String>,
+    #[serde(default)]
+    peak_bytes: Option<u64>,
 }
 
 fn temp_path(tag: &str) -> PathBuf {
@@ -179,6 +183,8 @@ pub fn run_once(
         algorithms: meta.algorithms,
         trace: meta.trace,
         seconds: meta.seconds,
+        peak_bytes: meta.peak_bytes,
+        findings: meta.findings,
     })
 }
 
@@ -242,6 +248,8 @@ pub fn child_main(
                 algorithms: r.algorithms,
                 trace: r.trace,
                 seconds: r.seconds,
+                findings: r.findings,
+                peak_bytes: r.peak_bytes,
             };
             tensor_io::encode(&serde_json::to_string(&meta)?, &r.outputs)
         }

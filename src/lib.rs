@@ -13,6 +13,7 @@ pub mod diff;
 pub mod digest;
 pub mod harness;
 pub mod isolate;
+pub mod memory;
 pub mod ops;
 pub mod platform;
 pub mod report;
@@ -20,6 +21,7 @@ pub mod rng;
 pub mod tensor;
 pub mod tensor_io;
 pub mod trace;
+pub mod train;
 pub mod vary;
 
 pub use backend::Backend;

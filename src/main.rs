@@ -16,6 +16,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// Counts heap bytes so the report can show peak memory per run.
+#[global_allocator]
+static ALLOC: bitexact::memory::CountingAlloc = bitexact::memory::CountingAlloc;
+
 #[derive(Parser)]
 #[command(
     name = "bitexact",

@@ -2,6 +2,7 @@
 
 pub mod kernels;
 pub mod planted;
+pub mod train;
 
 use crate::case::Case;
 
@@ -10,6 +11,7 @@ pub fn registry() -> Vec<Box<dyn Case>> {
     let mut all: Vec<Box<dyn Case>> = Vec::new();
     all.extend(kernels::cases());
     all.extend(planted::cases());
+    all.extend(train::cases());
     all
 }
 

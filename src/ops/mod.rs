@@ -6,6 +6,7 @@
 //!
 //! [`Ctx::dispatch`]: crate::case::Ctx::dispatch
 
+pub mod col_sum;
 pub mod dropout;
 pub mod layer_norm;
 pub mod matmul;
@@ -24,6 +25,7 @@ pub fn catalog() -> Vec<(&'static str, &'static [Algo])> {
         ("softmax", softmax::ALGOS),
         ("layer_norm", layer_norm::ALGOS),
         ("dropout", dropout::ALGOS),
+        ("col_sum", col_sum::ALGOS),
     ]
 }
 

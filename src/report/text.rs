@@ -15,6 +15,15 @@ pub fn seconds(s: f64) -> String {
     }
 }
 
+/// The highest per-run peak heap use of a case (`-` when nothing ran, `?` when unknown).
+pub fn peak_memory(c: &crate::harness::CaseReport) -> String {
+    match c.peak_bytes.iter().max() {
+        Some(&b) => crate::memory::human(b),
+        None if c.runs == 0 => "-".into(),
+        None => "?".into(),
+    }
+}
+
 /// The report as a readable table.
 pub fn render(report: &Report) -> String {
     let mut o = String::new();
@@ -27,8 +36,8 @@ pub fn render(report: &Report) -> String {
         .max(4);
     let _ = writeln!(
         o,
-        "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}",
-        "case", "backend", "verdict", "runs", "digest", "time"
+        "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}  {:>10}",
+        "case", "backend", "verdict", "runs", "digest", "time", "peak mem"
     );
     for c in &report.cases {
         let runs = if c.distinct_digests > 1 {
@@ -43,13 +52,14 @@ pub fn render(report: &Report) -> String {
             .unwrap_or_else(|| "-".into());
         let _ = writeln!(
             o,
-            "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}",
+            "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}  {:>10}",
             c.name,
             c.backend.name(),
             c.verdict.name(),
             runs,
             digest,
-            seconds(c.seconds)
+            seconds(c.seconds),
+            peak_memory(c)
         );
         for line in super::details(c) {
             let _ = writeln!(o, "    {line}");

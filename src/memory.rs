@@ -1,0 +1,138 @@
+//! Heap accounting: a counting global allocator (live bytes and a resettable peak) and the
+//! growth check the harness applies across a case's repeated runs.
+//!
+//! Install [`CountingAlloc`] with `#[global_allocator]` in a binary (the `bitexact` binary and
+//! the `train` integration test do); without it [`current`] and [`peak`] return `None` and
+//! memory is reported as unknown, never as 0. The counters are process-wide: allocations made
+//! by any thread during a run (rayon workers, loader workers) count toward it, so measurements
+//! are only meaningful while one case runs at a time.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+static CURRENT: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// A [`GlobalAlloc`] over [`System`] that counts live heap bytes and their high-water mark.
+pub struct CountingAlloc;
+
+impl CountingAlloc {
+    fn grew(size: usize) {
+        INSTALLED.store(true, Ordering::Relaxed);
+        let now = CURRENT.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
+        PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+    fn shrank(size: usize) {
+        CURRENT.fetch_sub(size as u64, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; only counters are updated around it.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(layout);
+        if !p.is_null() {
+            Self::grew(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        Self::shrank(layout.size());
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            Self::shrank(layout.size());
+            Self::grew(new_size);
+        }
+        p
+    }
+}
+
+/// Whether [`CountingAlloc`] is this process's global allocator (it has counted an allocation).
+pub fn installed() -> bool {
+    INSTALLED.load(Ordering::Relaxed)
+}
+
+/// Live heap bytes now, or `None` when the counting allocator is not installed.
+pub fn current() -> Option<u64> {
+    installed().then(|| CURRENT.load(Ordering::Relaxed))
+}
+
+/// Highest live heap bytes since the last [`reset_peak`], or `None` when not installed.
+pub fn peak() -> Option<u64> {
+    installed().then(|| PEAK.load(Ordering::Relaxed))
+}
+
+/// Starts a new high-water mark at the current live bytes.
+pub fn reset_peak() {
+    PEAK.store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// `12.3 MiB`, `850.0 KiB` or `512 B`.
+pub fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= (1 << 20) as f64 {
+        format!("{:.1} MiB", b / (1 << 20) as f64)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// Retained bytes beyond which growth across runs is flagged (on top of the relative part).
+pub const GROWTH_MIN_BYTES: u64 = 1 << 20;
+
+/// Checks the heap bytes a case left live after each run (relative to before its first run):
+/// growth is flagged when every run retains more than the previous one and the total rise from
+/// the first run to the last exceeds [`GROWTH_MIN_BYTES`] plus 10 % of the first run's value.
+/// Returns the message, e.g. `memory grows across runs: 1.0 MiB → 3.0 MiB → 5.0 MiB live after
+/// each run ...`.
+pub fn growth(retained: &[u64]) -> Option<String> {
+    if retained.len() < 2 || !retained.windows(2).all(|w| w[1] > w[0]) {
+        return None;
+    }
+    let (first, last) = (retained[0], *retained.last().expect("non-empty"));
+    if last - first <= GROWTH_MIN_BYTES + first / 10 {
+        return None;
+    }
+    let steps: Vec<String> = retained.iter().map(|&b| human(b)).collect();
+    Some(format!(
+        "memory grows across runs: {} live after each run (state kept between runs, e.g. a loss history kept as a growing tensor?)",
+        steps.join(" → ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_needs_a_steady_rise_beyond_the_threshold() {
+        let mib = 1u64 << 20;
+        assert!(growth(&[mib, 3 * mib, 5 * mib])
+            .unwrap()
+            .contains("1.0 MiB → 3.0 MiB → 5.0 MiB"));
+        assert_eq!(growth(&[mib, mib + 1000, mib + 2000]), None); // below the threshold
+        assert_eq!(growth(&[mib, 5 * mib, 4 * mib]), None); // not steady
+        assert_eq!(growth(&[mib]), None);
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(3 << 19), "1.5 MiB");
+    }
+
+    #[test]
+    fn unknown_without_the_allocator() {
+        // Library unit tests run on the system allocator: memory is unknown, never 0.
+        assert_eq!((current(), peak()), (None, None));
+    }
+}
