@@ -101,6 +101,9 @@ pub struct CaseReport {
     /// Op trace of each run (only with `Options::trace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traces: Vec<Vec<TraceEntry>>,
+    /// Comparison with the committed snapshot (only when snapshots are checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 /// How the harness checks a case.
@@ -213,6 +216,7 @@ pub fn empty_report(name: &str, backend: Backend) -> CaseReport {
         blame: None,
         divergence: None,
         traces: Vec::new(),
+        snapshot: None,
     }
 }
 

@@ -58,6 +58,13 @@ pub fn render(report: &Report) -> String {
         if let Some(m) = &c.message {
             let _ = writeln!(o, "    {m}");
         }
+        if let Some(s) = c
+            .snapshot
+            .as_ref()
+            .filter(|s| *s != crate::snapshot::MATCHES)
+        {
+            let _ = writeln!(o, "    snapshot: {s}");
+        }
         if let Some(b) = &c.blame {
             let _ = writeln!(o, "    blame: {}", b.explanation);
         }
