@@ -3,7 +3,7 @@
 //!
 //! `cargo run --example user_case` prints the verdict; `cargo test` runs the tests below (the
 //! example is declared with `test = true` in `Cargo.toml`). The snapshot lives in
-//! `snapshots/cpu-<arch>/example__my_kernel@seed0-det.snap`; after an intended change to the
+//! `snapshots/cpu-<arch>/example.my_kernel@seed0-det.snap`; after an intended change to the
 //! arithmetic, accept the new digests with `cargo insta review` or
 //! `cargo run -- snapshot review --accept`.
 

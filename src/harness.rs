@@ -532,8 +532,10 @@ pub struct Summary {
     pub deterministic: usize,
     /// Planted bugs the harness caught, as it should.
     pub caught: usize,
-    /// Cases judged nondeterministic, snapshot mismatches, or planted bugs missed.
+    /// Cases judged nondeterministic, or planted bugs missed.
     pub nondeterministic: usize,
+    /// Cases whose runs agreed but differ from their committed snapshot.
+    pub snapshot_mismatches: usize,
     /// Cases that errored.
     pub errors: usize,
     /// Cases skipped.
@@ -548,9 +550,8 @@ impl Summary {
             match r.verdict {
                 Verdict::Deterministic => s.deterministic += 1,
                 Verdict::Caught => s.caught += 1,
-                Verdict::Nondeterministic | Verdict::SnapshotMismatch | Verdict::Missed => {
-                    s.nondeterministic += 1
-                }
+                Verdict::Nondeterministic | Verdict::Missed => s.nondeterministic += 1,
+                Verdict::SnapshotMismatch => s.snapshot_mismatches += 1,
                 Verdict::Error => s.errors += 1,
                 Verdict::Skipped => s.skipped += 1,
             }

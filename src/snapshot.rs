@@ -3,7 +3,7 @@
 //!
 //! **Layout.** `DIR/<class>/<case>@<controls>.snap`, where `<class>` is the platform class
 //! (`cpu-x86_64`, `cuda-sm90`, ...; see [`Platform::class_for`]), `<case>` is the case name with
-//! `/` replaced by `__` (`kernel__reduce_sum__small`), and `<controls>` names the controls that
+//! `/` replaced by `.` (`kernel.reduce_sum.small`), and `<controls>` names the controls that
 //! legitimately change the bits: `seed<S>-det` or `seed<S>-nondet`, plus `-bench` when the
 //! autotune switch is on ([`controls_suffix`]). Worker and thread counts are not in the name:
 //! a deterministic case must give the same bits for any of them (the harness checks that with
@@ -18,8 +18,8 @@
 //! **Metadata** (insta's `description` and `info`, never compared): the case, backend and
 //! controls, and the platform fingerprint of the machine that wrote it ([`Platform::fields`]).
 //! On a mismatch, [`explain`] names the tensors whose digests changed and what differs between
-//! the stored fingerprint and this machine's ("rustc 1.95.0 → 1.96.0: likely a toolchain
-//! change"), or says "same platform fingerprint: regression".
+//! the stored fingerprint and this machine's ("rustc changed (rustc 1.95.0 → rustc 1.96.0):
+//! likely a toolchain change"), or says "same platform fingerprint: regression".
 //!
 //! **Writing.** In `cargo test` ([`assert_matches`]) insta writes a new or changed snapshot as
 //! pending `.snap.new` (never in CI, where `CI` is set: a mismatch just fails), for
@@ -67,9 +67,11 @@ pub fn controls_suffix(controls: &Controls) -> String {
     )
 }
 
-/// The case part of a snapshot's name: `kernel/reduce_sum/small` → `kernel__reduce_sum__small`.
+/// The case part of a snapshot's name: `kernel/reduce_sum/small` → `kernel.reduce_sum.small`
+/// (dots rather than insta's `__`, which insta would read as a module prefix and show only
+/// `small` in `cargo insta review`).
 pub fn case_stem(case: &str) -> String {
-    case.replace(['/', '\\'], "__")
+    case.replace(['/', '\\'], ".")
 }
 
 /// `DIR/<class>/<case>@<controls>.snap`.
@@ -317,9 +319,9 @@ pub fn explain(case: &str, file: &Path, old: &Snapshot, new: &Snapshot) -> Optio
         }
         match old.info(k) {
             Some(o) if o == v => {}
-            Some(o) => platform.push(format!("{k} {o} → {v}: {}", cause(k))),
+            Some(o) => platform.push(format!("{k} changed ({o} → {v}): {}", cause(k))),
             None if !old.info.is_empty() => {
-                platform.push(format!("{k} (not recorded) → {v}: {}", cause(k)))
+                platform.push(format!("{k} not recorded before (now {v}): {}", cause(k)))
             }
             None => {}
         }
@@ -647,7 +649,7 @@ mod tests {
                 "kernel/reduce_sum/small",
                 &c
             ),
-            Path::new("snapshots/cpu-x86_64/kernel__reduce_sum__small@seed7-det-bench.snap")
+            Path::new("snapshots/cpu-x86_64/kernel.reduce_sum.small@seed7-det-bench.snap")
         );
     }
 
@@ -710,7 +712,8 @@ mod tests {
         }
         let e = explain("kernel/test/small", f, &older, &new).unwrap();
         assert!(
-            e.contains("rustc rustc 1.0.0 (old) → ") && e.contains("likely a toolchain change"),
+            e.contains("rustc changed (rustc 1.0.0 (old) → ")
+                && e.contains("likely a toolchain change"),
             "{e}"
         );
     }

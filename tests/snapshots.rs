@@ -150,8 +150,93 @@ fn a_changed_toolchain_is_named_as_the_likely_cause() {
         "{msg}"
     );
     assert!(
-        msg.contains("rustc rustc 0.9.0 (an older one) → rustc ")
+        msg.contains("rustc changed (rustc 0.9.0 (an older one) → rustc ")
             && msg.contains("likely a toolchain change"),
         "{msg}"
     );
+}
+
+fn bitexact(args: &[&str], ci: bool) -> (Option<i32>, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    cmd.args(args)
+        .env_remove("BITEXACT_SEED")
+        .env_remove("BITEXACT_DETERMINISTIC")
+        .env_remove("BITEXACT_BENCHMARK")
+        .env_remove("TF_BUILD");
+    if ci {
+        cmd.env("CI", "true");
+    } else {
+        cmd.env_remove("CI");
+    }
+    let o = cmd.output().expect("run bitexact");
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_update_report_and_ci_refusal() {
+    let dir = Scratch(std::env::temp_dir().join(format!("bitexact-cli-{}", std::process::id())));
+    let d = dir.0.to_str().unwrap();
+    let filter = ["--filter", "kernel/reduce_sum/small", "--backend", "cpu"];
+    let update = |ci: bool, extra: &[&str]| {
+        let mut args = vec!["snapshot", "update", "--snapshots", d];
+        args.extend(filter);
+        args.extend(extra);
+        bitexact(&args, ci)
+    };
+    let (code, out, err) = update(false, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.starts_with("written"), "{out}");
+    let (_, out, _) = update(false, &[]);
+    assert!(out.starts_with("unchanged"), "{out}");
+
+    let file = snapshot::path(
+        &dir.0,
+        &Platform::detect().class_for(Backend::Cpu),
+        "kernel/reduce_sum/small",
+        &bitexact::Controls::default(),
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let sum = Snapshot::load(&file).unwrap().tensors["sum"].clone();
+    std::fs::write(&file, text.replace(&sum, &"1".repeat(64))).unwrap();
+
+    let mut args = vec!["report", "--snapshots", d];
+    args.extend(filter);
+    let (code, out, err) = bitexact(&args, true);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("snapshot-mismatch"), "{out}");
+    assert!(
+        out.contains("snapshot mismatch for kernel/reduce_sum/small")
+            && out.contains("tensor `sum` 111111111111 → "),
+        "{out}"
+    );
+    args.extend(["--format", "json"]);
+    let (_, json, _) = bitexact(&args, true);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["cases"][0]["verdict"], "snapshot-mismatch", "{json}");
+    assert!(
+        v["cases"][0]["snapshot"]
+            .as_str()
+            .unwrap()
+            .contains("tensor `sum`"),
+        "{json}"
+    );
+
+    // In CI nothing is written unless forced.
+    let (code, _, err) = update(true, &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("refusing to write snapshots in CI"), "{err}");
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains(&"1".repeat(64)));
+    let (code, out, err) = update(true, &["--force"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.starts_with("updated") && out.contains("tensor `sum`"),
+        "{out}"
+    );
+    assert_eq!(Snapshot::load(&file).unwrap().tensors["sum"], sum);
 }
