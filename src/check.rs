@@ -32,7 +32,10 @@
 //! Defaults: 2 runs on the CPU under [`Controls::from_env`] (seed 0, deterministic on,
 //! benchmark off, overridable with `BITEXACT_*`). Snapshots go to `snapshots/` in the crate
 //! being tested (`$CARGO_MANIFEST_DIR/snapshots`, else `./snapshots`), laid out as described in
-//! [`crate::snapshot`]; review new or changed ones with `cargo insta review`.
+//! [`crate::snapshot`]; review new or changed ones with `cargo insta review`. insta's
+//! environment switches apply (`INSTA_UPDATE`, `INSTA_FORCE_PASS`, `CI`); its `insta.yaml`
+//! configuration file is looked up in bitexact's own workspace, not the caller's, because the
+//! assertion is made inside bitexact.
 
 use crate::backend::Backend;
 use crate::case::Case;

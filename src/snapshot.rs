@@ -602,13 +602,16 @@ pub fn assert_matches(dir: &Path, report: &CaseReport, controls: &Controls) {
             .cloned()
             .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
-        let pending = if in_ci() {
-            "CI: nothing written".to_string()
-        } else {
+        let new_file = pending_path(&file);
+        let pending = if new_file.exists() {
             format!(
                 "pending snapshot written to {} — review with `cargo insta review` or `bitexact snapshot review`",
-                pending_path(&file).display()
+                new_file.display()
             )
+        } else if in_ci() {
+            "CI: nothing written".to_string()
+        } else {
+            "no pending snapshot written (see INSTA_UPDATE)".to_string()
         };
         panic!(
             "{}\n{pending}\n(insta: {insta_msg})",

@@ -115,6 +115,22 @@ fn a_changed_digest_fails_naming_case_and_tensor() {
         pending.display()
     );
     if pending.exists() {
+        // What insta wrote is byte for byte what `bitexact snapshot update` writes, apart from
+        // insta's volatile `assertion_line` (which `cargo insta accept` drops too).
+        let insta_text: String = std::fs::read_to_string(&pending)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("assertion_line: "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let ours = Snapshot::of(
+            &bitexact::check(case.as_ref()).report(),
+            &bitexact::Controls::from_env().unwrap(),
+            &Platform::detect(),
+        )
+        .unwrap()
+        .file_text();
+        assert_eq!(insta_text, ours);
         let review = snapshot::review(&scratch.0, true).unwrap();
         assert!(
             review.contains("tensor `sum`") && review.contains("accepted"),
