@@ -30,12 +30,20 @@ impl GpuFingerprint {
     }
 }
 
-/// The GPU fingerprint of this machine, or `None` when no GPU is usable.
+/// The GPU fingerprint of this machine, or `None` when no GPU is usable; queried once per
+/// process (the query may create a CUDA context) and cached.
+pub fn gpu_fingerprint() -> Option<GpuFingerprint> {
+    static GPU: std::sync::OnceLock<Option<GpuFingerprint>> = std::sync::OnceLock::new();
+    GPU.get_or_init(query_gpu).clone()
+}
+
+/// Asks the CUDA backend for the device's name, compute capability, driver, CUDA and NVRTC
+/// versions.
 ///
 /// **Hook point:** this is the single place where the CUDA backend's device query plugs in
 /// (`crate::backend::cuda::device_info()` once it exists). Until then it returns `None`, and
 /// CUDA snapshots fall back to the class `cuda-unknown`.
-pub fn gpu_fingerprint() -> Option<GpuFingerprint> {
+fn query_gpu() -> Option<GpuFingerprint> {
     None
 }
 

@@ -203,9 +203,19 @@ fn cli_update_report_and_ci_refusal() {
         args.extend(extra);
         bitexact(&args, ci)
     };
+    let mut report = vec!["report", "--snapshots", d];
+    report.extend(filter);
+    // No snapshot yet: noted, not a failure.
+    let (code, out, err) = bitexact(&report, true);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("no committed snapshot at"), "{out}");
+
     let (code, out, err) = update(false, &[]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.starts_with("written"), "{out}");
+    let (code, out, err) = bitexact(&report, true);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains("snapshot"), "a match needs no note: {out}");
     let (_, out, _) = update(false, &[]);
     assert!(out.starts_with("unchanged"), "{out}");
 
@@ -219,8 +229,7 @@ fn cli_update_report_and_ci_refusal() {
     let sum = Snapshot::load(&file).unwrap().tensors["sum"].clone();
     std::fs::write(&file, text.replace(&sum, &"1".repeat(64))).unwrap();
 
-    let mut args = vec!["report", "--snapshots", d];
-    args.extend(filter);
+    let mut args = report.clone();
     let (code, out, err) = bitexact(&args, true);
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(out.contains("snapshot-mismatch"), "{out}");
