@@ -117,6 +117,9 @@ pub struct CaseReport {
     /// deduplicated across runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    /// Comparison with the committed snapshot (only when snapshots are checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 /// How the harness checks a case.
@@ -237,6 +240,7 @@ pub fn empty_report(name: &str, backend: Backend) -> CaseReport {
         retained_bytes: Vec::new(),
         memory_growth: None,
         findings: Vec::new(),
+        snapshot: None,
     }
 }
 
@@ -595,8 +599,10 @@ pub struct Summary {
     pub deterministic: usize,
     /// Planted bugs the harness caught, as it should.
     pub caught: usize,
-    /// Cases judged nondeterministic, snapshot mismatches, or planted bugs missed.
+    /// Cases judged nondeterministic, or planted bugs missed.
     pub nondeterministic: usize,
+    /// Cases whose runs agreed but differ from their committed snapshot.
+    pub snapshot_mismatches: usize,
     /// Cases that errored.
     pub errors: usize,
     /// Cases skipped.
@@ -611,9 +617,8 @@ impl Summary {
             match r.verdict {
                 Verdict::Deterministic => s.deterministic += 1,
                 Verdict::Caught => s.caught += 1,
-                Verdict::Nondeterministic | Verdict::SnapshotMismatch | Verdict::Missed => {
-                    s.nondeterministic += 1
-                }
+                Verdict::Nondeterministic | Verdict::Missed => s.nondeterministic += 1,
+                Verdict::SnapshotMismatch => s.snapshot_mismatches += 1,
                 Verdict::Error => s.errors += 1,
                 Verdict::Skipped => s.skipped += 1,
             }

@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod case;
 pub mod cases;
+pub mod check;
 pub mod controls;
 pub mod cost;
 pub mod diff;
@@ -18,6 +19,7 @@ pub mod ops;
 pub mod platform;
 pub mod report;
 pub mod rng;
+pub mod snapshot;
 pub mod tensor;
 pub mod tensor_io;
 pub mod trace;
@@ -26,6 +28,7 @@ pub mod vary;
 
 pub use backend::Backend;
 pub use case::{Algo, Case, Ctx, Outputs};
+pub use check::{check, Check};
 pub use controls::Controls;
 pub use digest::Digest;
 pub use harness::{check_case, CaseReport, Verdict};

@@ -1,4 +1,4 @@
-//! The `bitexact` command line: `report` and `list`.
+//! The `bitexact` command line: `report`, `list`, `snapshot update|review`, `diff-trace`.
 
 use anyhow::{bail, Context, Result};
 use bitexact::backend::Backend;
@@ -41,6 +41,11 @@ enum Command {
         #[arg(long)]
         filter: Option<String>,
     },
+    /// Write or review committed snapshots (see `bitexact snapshot --help`).
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
     /// Compare two trace files (from `report --trace FILE`) and name the first diverging op.
     DiffTrace {
         /// First trace file.
@@ -63,6 +68,50 @@ enum Command {
         #[arg(long)]
         memory_limit: Option<u64>,
     },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// Run the cases and write their snapshots (`DIR/<class>/<case>@<controls>.snap`).
+    /// Refuses in CI (`CI` set) unless --force.
+    Update(UpdateArgs),
+    /// List pending snapshots (`.snap.new`) with what changed; --accept moves them into place.
+    Review {
+        /// Snapshot directory.
+        #[arg(long, default_value = "snapshots")]
+        snapshots: PathBuf,
+        /// Accept every pending snapshot.
+        #[arg(long)]
+        accept: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct UpdateArgs {
+    /// Snapshot directory.
+    #[arg(long, default_value = "snapshots")]
+    snapshots: PathBuf,
+    /// Only cases whose name contains this (comma-separated; `*` globs).
+    #[arg(long)]
+    filter: Option<String>,
+    /// Backends to run on (default: cpu, plus cuda when a driver is present).
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
+    /// Runs per case (at least 2): only deterministic results are written.
+    #[arg(long, default_value_t = 2)]
+    runs: usize,
+    /// Base seed [env: BITEXACT_SEED].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Deterministic-algorithms switch, on or off [env: BITEXACT_DETERMINISTIC].
+    #[arg(long, value_parser = parse_switch)]
+    deterministic: Option<bool>,
+    /// Autotune switch, on or off [env: BITEXACT_BENCHMARK].
+    #[arg(long, value_parser = parse_switch)]
+    benchmark: Option<bool>,
+    /// Write even in CI.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -131,6 +180,10 @@ struct ReportArgs {
     /// Record the digest of every op's inputs and output and save the traces to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Compare every deterministic case with its committed snapshot under this directory
+    /// (a difference is `snapshot-mismatch`, with what changed and why).
+    #[arg(long)]
+    snapshots: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -138,6 +191,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Report(args) => report(args),
         Command::List { filter } => list(filter.as_deref()),
+        Command::Snapshot { command } => snapshot(command),
         Command::DiffTrace { a, b } => diff_trace(&a, &b),
         Command::Child {
             mode,
@@ -271,11 +325,14 @@ fn report(a: ReportArgs) -> Result<u8> {
         isolated: false,
     };
     let bar = progress_bar(&selected, &backends);
-    let reports = check_suite(&selected, &backends, &controls, &opts, |r| {
+    let mut reports = check_suite(&selected, &backends, &controls, &opts, |r| {
         bar.set_message(format!("{} ({})", r.name, r.verdict.name()));
         bar.inc(1);
     });
     bar.finish_and_clear();
+    if let Some(dir) = &a.snapshots {
+        bitexact::snapshot::check_reports(dir, &mut reports, &controls);
+    }
     if let Some(path) = &a.trace {
         let file = TraceFile {
             version: 1,
@@ -314,6 +371,68 @@ fn report(a: ReportArgs) -> Result<u8> {
             .context("writing the report")?,
     }
     Ok(report.exit_code() as u8)
+}
+
+fn backends_of(arg: Option<BackendArg>) -> Vec<Backend> {
+    match arg {
+        Some(BackendArg::Cpu) => vec![Backend::Cpu],
+        Some(BackendArg::Cuda) => vec![Backend::Cuda],
+        Some(BackendArg::All) => vec![Backend::Cpu, Backend::Cuda],
+        None if Backend::Cuda.unavailable_reason().is_none() => vec![Backend::Cpu, Backend::Cuda],
+        None => vec![Backend::Cpu],
+    }
+}
+
+fn snapshot(command: SnapshotCommand) -> Result<u8> {
+    use bitexact::snapshot::{self, Update};
+    let a = match command {
+        SnapshotCommand::Review { snapshots, accept } => {
+            print!("{}", snapshot::review(&snapshots, accept)?);
+            return Ok(0);
+        }
+        SnapshotCommand::Update(a) => a,
+    };
+    if a.runs < 2 {
+        return Err(usage(format!("--runs must be at least 2 (got {})", a.runs)));
+    }
+    if snapshot::in_ci() && !a.force {
+        bail!("refusing to write snapshots in CI (CI is set); pass --force to write them anyway");
+    }
+    let mut controls = Controls::from_env().map_err(|e| usage(format!("{e:#}")))?;
+    controls.seed = a.seed.unwrap_or(controls.seed);
+    controls.deterministic = a.deterministic.unwrap_or(controls.deterministic);
+    controls.benchmark = a.benchmark.unwrap_or(controls.benchmark);
+    controls.export_library_env();
+    // Planted bugs are nondeterministic on purpose: they have no snapshot.
+    let selected: Vec<_> = select(a.filter.as_deref())?
+        .into_iter()
+        .filter(|c| c.planted_bug().is_none())
+        .collect();
+    let reports = check_suite(
+        &selected,
+        &backends_of(a.backend),
+        &controls,
+        &Options::runs(a.runs),
+        |_| {},
+    );
+    let mut failed = false;
+    for (r, u) in reports.iter().zip(snapshot::update(
+        &a.snapshots,
+        &reports,
+        &controls,
+        a.force,
+    )?) {
+        match u {
+            Update::Written(p) => println!("written    {}", p.display()),
+            Update::Updated(p, why) => println!("updated    {}\n    {why}", p.display()),
+            Update::Unchanged(p) => println!("unchanged  {}", p.display()),
+            Update::NotWritten(why) => {
+                failed |= r.verdict.is_failure();
+                println!("not written: {why}");
+            }
+        }
+    }
+    Ok(u8::from(failed))
 }
 
 fn diff_trace(a: &std::path::Path, b: &std::path::Path) -> Result<u8> {

@@ -174,10 +174,10 @@ fn localization_names_the_first_nondeterministic_op() {
         threads: 4,
         ..Controls::default()
     };
-    for _ in 0..3 {
+    for _ in 0..10 {
         let r = check_case_with(&TwoOps, Backend::Cpu, &controls, &Options::runs(8));
-        if r.verdict == Verdict::Nondeterministic {
-            let d = r.divergence.expect("localized");
+        // Localization re-runs a bounded number of traced pairs, which may all agree: retry.
+        if let (Verdict::Nondeterministic, Some(d)) = (r.verdict, r.divergence) {
             assert_eq!(
                 (d.op.as_str(), d.call, d.inputs_matched),
                 ("matmul", 1, true),
@@ -186,7 +186,7 @@ fn localization_names_the_first_nondeterministic_op() {
             return;
         }
     }
-    panic!("split-K atomics never diverged in 3x8 runs");
+    panic!("split-K atomics never diverged (and localized) in 10x8 runs");
 }
 
 static SHARED: AtomicU32 = AtomicU32::new(0);

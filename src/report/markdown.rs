@@ -14,10 +14,15 @@ pub fn render(report: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "### bitexact: {} {} deterministic, {} nondeterministic, {} errors, {} skipped{}\n",
+        "### bitexact: {} {} deterministic, {} nondeterministic, {}{} errors, {} skipped{}\n",
         if failed { "❌" } else { "✅" },
         s.deterministic,
         s.nondeterministic,
+        if s.snapshot_mismatches > 0 {
+            format!("{} snapshot mismatches, ", s.snapshot_mismatches)
+        } else {
+            String::new()
+        },
         s.errors,
         s.skipped,
         if s.caught > 0 {

@@ -85,13 +85,20 @@ impl Report {
 }
 
 /// The explanation lines of one case, shared by every format: each differing tensor, the
-/// message (error, skip reason, planted bug), findings, memory growth, blame, localization, and the implementations
+/// message (error, skip reason, planted bug), findings, memory growth, snapshot comparison, blame, localization, and the implementations
 /// that ran when the case was nondeterministic.
 pub fn details(c: &CaseReport) -> Vec<String> {
     let mut out: Vec<String> = c.diff.iter().map(|d| d.summary()).collect();
     out.extend(c.message.clone());
     out.extend(c.findings.iter().map(|f| format!("found: {f}")));
     out.extend(c.memory_growth.iter().map(|g| format!("flag: {g}")));
+    if let Some(s) = c
+        .snapshot
+        .as_ref()
+        .filter(|s| *s != crate::snapshot::MATCHES)
+    {
+        out.push(format!("snapshot: {s}"));
+    }
     if let Some(b) = &c.blame {
         out.push(format!("blame: {}", b.explanation));
     }

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Formatting and lints (warnings are errors). Installs the components if the toolchain lacks them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
+if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
+cargo fmt --check
+cargo clippy --all-targets -- -D warnings
