@@ -197,4 +197,26 @@ fn cli_report_filter_train() {
         .unwrap()
         .iter()
         .all(|b| b.as_u64() > Some(0)));
+
+    // `--deterministic off`: the atomic kernels are caught and the exit code is 1 (bounded
+    // retries, as above).
+    let caught = (0..3).any(|_| {
+        let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
+            .args([
+                "report",
+                "--filter",
+                "train/mlp_steps",
+                "--deterministic",
+                "off",
+            ])
+            .args(["--runs", "8"])
+            .output()
+            .unwrap();
+        o.status.code() == Some(1)
+            && String::from_utf8_lossy(&o.stdout).contains("nondeterministic")
+    });
+    assert!(
+        caught,
+        "train/mlp_steps not caught under --deterministic off"
+    );
 }

@@ -8,20 +8,22 @@
 //!   probability ½) and a random crop (a circular shift by −2..=2). With [`AugmentRng::PerSample`]
 //!   (the correct loader) the draws come from the stream `(derive_seed(derive_seed(seed, AUG),
 //!   epoch), sample index)`, so they do not depend on which worker ran the sample or on the
-//!   worker count. Each worker also owns a stream derived from `(seed, worker id)` (it times the
-//!   test hook's random sleeps); [`AugmentRng::SharedWorkerSeed`] is the classic bug where every
-//!   worker augments from one copied stream.
-//! * **Workers**: batches are fetched in windows of `workers` batches; batch `j` of an epoch is
-//!   built by worker `j % workers` on its own thread, results come back over a channel in
-//!   completion order and are put back in batch order. 0 workers builds batches on the calling
-//!   thread. The position (epoch, next batch) counts consumed batches only, so a checkpoint
-//!   never depends on what was prefetched.
+//!   worker count. Each worker also has a stream derived from `(seed, worker id)`, which the
+//!   correct loader never augments from (the test hook's random sleeps are keyed by (worker
+//!   seed, batch)); [`AugmentRng::SharedWorkerSeed`] is the classic bug where every worker
+//!   augments from one copied stream.
+//! * **Workers**: `workers` persistent threads, each with its own job queue. The loader keeps
+//!   up to `2 × workers` batches of the current epoch in flight (batch `j` on worker
+//!   `j % workers`), results come back over one channel in completion order and are handed out
+//!   in batch order. 0 workers builds batches on the calling thread. The position (epoch, next
+//!   batch) and the saved worker streams count handed-out batches only, so a checkpoint never
+//!   depends on what was prefetched; a seek drops in-flight results by generation number.
 //! * **Checks**: the loader reports, by name, workers that share one random stream and samples
 //!   that received identical augmentation noise (see [`Loader::take_findings`]).
 
 use crate::rng::{derive_seed, Stream};
 use anyhow::{bail, Result};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{mpsc, Arc};
 
 /// Tags mixed into the seed for each use.
@@ -128,14 +130,101 @@ pub struct Position {
     pub batch: u64,
 }
 
-/// The data loader.
-pub struct Loader {
+/// What a worker thread needs to build batches.
+struct Shared {
     data: Arc<Dataset>,
     cfg: LoaderConfig,
     seed: u64,
+}
+
+/// A request to a worker: build batch `j` of `epoch` from `order`.
+struct Job {
+    generation: u64,
+    epoch: u64,
+    j: usize,
+    order: Arc<Vec<usize>>,
+    /// Stream to continue from (after a seek); `None` keeps the worker's own.
+    reset: Option<Stream>,
+}
+
+/// A built batch and the worker's stream after building it.
+struct Done {
+    generation: u64,
+    j: usize,
+    batch: Batch,
+    stream: Stream,
+}
+
+/// Persistent worker threads: one job queue each, one shared result queue.
+struct Pool {
+    jobs: Vec<mpsc::Sender<Job>>,
+    results: mpsc::Receiver<Done>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pool {
+    fn start(shared: &Arc<Shared>, streams: &[Stream]) -> Result<Pool> {
+        let (tx, results) = mpsc::channel();
+        let mut jobs = Vec::new();
+        let mut handles = Vec::new();
+        for (w, &start) in streams.iter().enumerate() {
+            let (job_tx, job_rx) = mpsc::channel::<Job>();
+            let (shared, tx) = (shared.clone(), tx.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("bitexact-loader-{w}"))
+                .spawn(move || {
+                    let mut stream = start;
+                    for job in job_rx {
+                        if let Some(s) = job.reset {
+                            stream = s;
+                        }
+                        let batch = shared.build(job.epoch, &job.order, job.j, w, &mut stream);
+                        let done = Done {
+                            generation: job.generation,
+                            j: job.j,
+                            batch,
+                            stream,
+                        };
+                        if tx.send(done).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .map_err(|e| anyhow::anyhow!("loader: cannot start worker {w}: {e}"))?;
+            jobs.push(job_tx);
+            handles.push(h);
+        }
+        Ok(Pool {
+            jobs,
+            results,
+            handles,
+        })
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.jobs.clear(); // closes the job queues: workers finish their job and exit
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The data loader.
+pub struct Loader {
+    shared: Arc<Shared>,
     pos: Position,
-    order: Vec<usize>,
-    ready: VecDeque<Batch>,
+    order: Arc<Vec<usize>>,
+    /// Next batch index of this epoch to hand to a worker.
+    issued: usize,
+    /// Built batches not yet handed out, by batch index.
+    ready: BTreeMap<usize, (Batch, Stream)>,
+    /// Bumped by every seek: results of older jobs are dropped.
+    generation: u64,
+    /// Workers whose next job must reset their stream (after a seek).
+    reset: Vec<bool>,
+    pool: Option<Pool>,
     worker_streams: Vec<Stream>,
     seen_noise: HashMap<u64, (usize, usize)>,
     noise_reported: bool,
@@ -143,7 +232,7 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// A loader at the start of epoch 0.
+    /// A loader at the start of epoch 0 (starting its worker threads).
     pub fn new(data: Arc<Dataset>, cfg: LoaderConfig, seed: u64) -> Result<Loader> {
         if cfg.batch == 0 || cfg.batch > data.len() {
             bail!(
@@ -152,19 +241,27 @@ impl Loader {
                 data.len()
             );
         }
-        let worker_streams = (0..cfg.workers.max(1))
+        let worker_streams: Vec<Stream> = (0..cfg.workers.max(1))
             .map(|w| match cfg.augment {
                 AugmentRng::PerSample => Stream::new(derive_seed(seed, w as u64), WORKER_STREAM),
                 AugmentRng::SharedWorkerSeed => Stream::new(seed, WORKER_STREAM), // BUG (planted)
             })
             .collect();
+        let shared = Arc::new(Shared { data, cfg, seed });
+        let pool = if cfg.workers > 0 {
+            Some(Pool::start(&shared, &worker_streams)?)
+        } else {
+            None
+        };
         let mut l = Loader {
-            data,
-            cfg,
-            seed,
+            shared,
             pos: Position { epoch: 0, batch: 0 },
-            order: Vec::new(),
-            ready: VecDeque::new(),
+            order: Arc::new(Vec::new()),
+            issued: 0,
+            ready: BTreeMap::new(),
+            generation: 0,
+            reset: vec![false; worker_streams.len()],
+            pool,
             worker_streams,
             seen_noise: HashMap::new(),
             noise_reported: false,
@@ -177,7 +274,7 @@ impl Loader {
 
     /// Batches per epoch.
     pub fn batches_per_epoch(&self) -> u64 {
-        (self.data.len() / self.cfg.batch) as u64
+        (self.shared.data.len() / self.shared.cfg.batch) as u64
     }
 
     /// The position of the next batch [`Loader::next_batch`] returns.
@@ -185,7 +282,8 @@ impl Loader {
         self.pos
     }
 
-    /// Each worker's stream (saved in checkpoints: the planted shared-seed loader advances them).
+    /// Each worker's stream as of the batches handed out so far (saved in checkpoints: the
+    /// planted shared-seed loader advances them).
     pub fn worker_streams(&self) -> &[Stream] {
         &self.worker_streams
     }
@@ -200,7 +298,7 @@ impl Loader {
             );
         }
         if let Some(s) = streams {
-            let stateless = self.cfg.augment == AugmentRng::PerSample;
+            let stateless = self.shared.cfg.augment == AugmentRng::PerSample;
             if s.len() != self.worker_streams.len() && !stateless {
                 bail!(
                     "loader: {} worker streams saved, this loader has {} workers",
@@ -216,11 +314,14 @@ impl Loader {
             // fine and gives the same batches.
         }
         if self.order.is_empty() || pos.epoch != self.pos.epoch {
-            self.order = self.permutation(pos.epoch);
+            self.order = Arc::new(self.permutation(pos.epoch));
             self.seen_noise.clear();
         }
         self.pos = pos;
+        self.issued = pos.batch as usize;
         self.ready.clear();
+        self.generation += 1;
+        self.reset.iter_mut().for_each(|r| *r = true);
         Ok(())
     }
 
@@ -230,8 +331,8 @@ impl Loader {
     }
 
     fn permutation(&self, epoch: u64) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.data.len()).collect();
-        let mut s = Stream::new(derive_seed(self.seed, SHUFFLE), epoch);
+        let mut order: Vec<usize> = (0..self.shared.data.len()).collect();
+        let mut s = Stream::new(derive_seed(self.shared.seed, SHUFFLE), epoch);
         for i in (1..order.len()).rev() {
             let j = s.below(i as u32 + 1) as usize;
             order.swap(i, j);
@@ -254,13 +355,16 @@ impl Loader {
 
     /// The next batch, in order whatever the workers' timing; epochs roll over.
     pub fn next_batch(&mut self) -> Result<Batch> {
-        if self.ready.is_empty() {
-            self.fetch_window()?;
-        }
-        let batch = self
-            .ready
-            .pop_front()
-            .expect("window fetched at least one batch");
+        let j = self.pos.batch as usize;
+        let (batch, stream) = match self.pool.is_some() {
+            false => {
+                let mut s = self.worker_streams[0];
+                let b = self.shared.build(self.pos.epoch, &self.order, j, 0, &mut s);
+                (b, s)
+            }
+            true => self.wait_for_workers(j)?,
+        };
+        self.worker_streams[batch.worker] = stream;
         self.note_noise(&batch);
         self.pos.batch += 1;
         if self.pos.batch == self.batches_per_epoch() {
@@ -268,11 +372,45 @@ impl Loader {
                 epoch: self.pos.epoch + 1,
                 batch: 0,
             };
-            self.order = self.permutation(next.epoch);
+            self.order = Arc::new(self.permutation(next.epoch));
             self.seen_noise.clear();
             self.pos = next;
+            self.issued = 0;
         }
         Ok(batch)
+    }
+
+    /// Keeps up to `2 × workers` batches of this epoch in flight (batch `j` on worker
+    /// `j % workers`, each worker's queue in batch order) and waits for batch `j`.
+    fn wait_for_workers(&mut self, j: usize) -> Result<(Batch, Stream)> {
+        let workers = self.shared.cfg.workers;
+        let ahead = (j + 2 * workers).min(self.batches_per_epoch() as usize);
+        let pool = self.pool.as_ref().expect("workers > 0");
+        while self.issued < ahead {
+            let w = self.issued % workers;
+            let reset = std::mem::take(&mut self.reset[w]).then_some(self.worker_streams[w]);
+            let job = Job {
+                generation: self.generation,
+                epoch: self.pos.epoch,
+                j: self.issued,
+                order: self.order.clone(),
+                reset,
+            };
+            if pool.jobs[w].send(job).is_err() {
+                bail!("loader: worker {w} has stopped");
+            }
+            self.issued += 1;
+        }
+        while !self.ready.contains_key(&j) {
+            let done = pool
+                .results
+                .recv()
+                .map_err(|_| anyhow::anyhow!("loader: every worker has stopped"))?;
+            if done.generation == self.generation {
+                self.ready.insert(done.j, (done.batch, done.stream));
+            }
+        }
+        Ok(self.ready.remove(&j).expect("just checked"))
     }
 
     fn note_noise(&mut self, b: &Batch) {
@@ -289,57 +427,20 @@ impl Loader {
             }
         }
     }
+}
 
-    /// Builds the next up-to-`workers` batches of this epoch (one per worker) and queues them
-    /// in batch order.
-    fn fetch_window(&mut self) -> Result<()> {
-        let first = self.pos.batch as usize;
-        let end = (first + self.cfg.workers.max(1)).min(self.batches_per_epoch() as usize);
-        let epoch = self.pos.epoch;
-        let mut slots: Vec<Option<Batch>> = vec![None; end - first];
-        if self.cfg.workers == 0 {
-            let mut s = self.worker_streams[0];
-            slots[0] = Some(self.build(epoch, first, 0, &mut s));
-            self.worker_streams[0] = s;
-        } else {
-            let (tx, rx) = mpsc::channel();
-            let this = &*self;
-            std::thread::scope(|scope| {
-                for j in first..end {
-                    let w = j % this.cfg.workers;
-                    let mut stream = this.worker_streams[w];
-                    let tx = tx.clone();
-                    scope.spawn(move || {
-                        let b = this.build(epoch, j, w, &mut stream);
-                        let _ = tx.send((j, w, b, stream));
-                    });
-                }
-            });
-            drop(tx);
-            for (j, w, b, stream) in rx {
-                self.worker_streams[w] = stream;
-                slots[j - first] = Some(b);
-            }
-        }
-        for (k, s) in slots.into_iter().enumerate() {
-            match s {
-                Some(b) => self.ready.push_back(b),
-                None => bail!("loader: worker for batch {} returned nothing", first + k),
-            }
-        }
-        Ok(())
-    }
-
-    /// Builds batch `j` of `epoch` on worker `w`, whose stream is `ws`.
-    fn build(&self, epoch: u64, j: usize, w: usize, ws: &mut Stream) -> Batch {
+impl Shared {
+    /// Builds batch `j` of `epoch` (rows `order[j·b..(j+1)·b]`) on worker `w`, whose stream
+    /// is `ws`.
+    fn build(&self, epoch: u64, order: &[usize], j: usize, w: usize, ws: &mut Stream) -> Batch {
         if self.cfg.jitter {
-            let mut own = Stream::new(derive_seed(self.seed, w as u64 + 1000), j as u64);
+            let mut own = Stream::new(derive_seed(self.seed, w as u64), j as u64);
             let us = own.below(2000) as u64;
             std::thread::sleep(std::time::Duration::from_micros(us));
         }
         let d = self.data.dim;
         let bsz = self.cfg.batch;
-        let indices: Vec<usize> = self.order[j * bsz..(j + 1) * bsz].to_vec();
+        let indices: Vec<usize> = order[j * bsz..(j + 1) * bsz].to_vec();
         let aug_seed = derive_seed(derive_seed(self.seed, AUG), epoch);
         let mut x = Vec::with_capacity(bsz * d);
         let mut noise_keys = Vec::with_capacity(bsz);
@@ -431,6 +532,23 @@ mod tests {
         assert_eq!(strip(b.next_batch().unwrap()), all[7]);
         let e = b.seek(Position { epoch: 0, batch: 6 }, None).unwrap_err();
         assert!(e.to_string().contains("past the 6 batches"), "{e}");
+    }
+
+    #[test]
+    fn saved_worker_streams_count_handed_out_batches_only() {
+        // The stateful (buggy) loader's streams are checkpointed as of the batches handed out,
+        // not of what the workers prefetched, so a resume continues exactly.
+        let mut a = loader(2, AugmentRng::SharedWorkerSeed, true);
+        let all: Vec<_> = (0..5).map(|_| strip(a.next_batch().unwrap())).collect();
+        let mut b = loader(2, AugmentRng::SharedWorkerSeed, true);
+        b.next_batch().unwrap();
+        b.next_batch().unwrap();
+        let (pos, streams) = (b.position(), b.worker_streams().to_vec());
+        drop(b);
+        let mut c = loader(2, AugmentRng::SharedWorkerSeed, false);
+        c.seek(pos, Some(streams)).unwrap();
+        let rest: Vec<_> = (0..3).map(|_| strip(c.next_batch().unwrap())).collect();
+        assert_eq!(rest, all[2..]);
     }
 
     #[test]
