@@ -447,8 +447,11 @@ pub fn check_case_with(
     report
 }
 
-/// Re-runs the settings of run 0 and run `j` with tracing (up to 3 pairs, until they differ)
-/// and names the first diverging op.
+/// Re-runs the settings of run 0 and run `j` alternately with tracing (up to
+/// [`LOCALIZE_RUNS`] runs), comparing each new trace with every earlier one of the other
+/// settings (or any earlier one when both settings are the same, i.e. no variation), and names
+/// the first diverging op of the first differing pair. A race that shows rarely gets many
+/// pairs out of few runs this way.
 fn localize(
     case: &dyn Case,
     backend: Backend,
@@ -456,22 +459,32 @@ fn localize(
     opts: &Options,
     j: usize,
 ) -> Option<Divergence> {
-    let (sa, sb) = (
+    let settings = [
         RunSettings::for_run(controls, &opts.vary, 0, true),
         RunSettings::for_run(controls, &opts.vary, j, true),
-    );
-    if sa.batch_split != sb.batch_split {
+    ];
+    if settings[0].batch_split != settings[1].batch_split {
         return None; // different batchings make different op calls: traces do not line up
     }
-    for _ in 0..3 {
-        let a = run_with(case, backend, &sa, opts).ok()?;
-        let b = run_with(case, backend, &sb, opts).ok()?;
-        if let Some(d) = first_divergence(a.trace.as_deref()?, b.trace.as_deref()?) {
-            return Some(d);
+    let same = settings[0] == settings[1];
+    let mut traces: Vec<(usize, Vec<TraceEntry>)> = Vec::new();
+    for i in 0..LOCALIZE_RUNS {
+        let side = i % 2;
+        let t = run_with(case, backend, &settings[side], opts).ok()?.trace?;
+        for (other, earlier) in &traces {
+            if same || *other != side {
+                if let Some(d) = first_divergence(earlier, &t) {
+                    return Some(d);
+                }
+            }
         }
+        traces.push((side, t));
     }
     None
 }
+
+/// Traced re-runs [`localize`] may spend to catch a difference again.
+const LOCALIZE_RUNS: usize = 16;
 
 /// The control (everything fixed), then each variation alone.
 fn blame(case: &dyn Case, backend: Backend, controls: &Controls, opts: &Options) -> Blame {

@@ -166,6 +166,39 @@ fn deterministic_off_is_caught_within_bounded_runs() {
 }
 
 #[test]
+fn localization_names_the_first_diverging_op_inside_a_training_step() {
+    let _g = serial();
+    // Planted divergence: the atomic kernels of `--deterministic off`. The harness re-runs
+    // traced and names the first op whose output differs while its inputs matched. Bounded:
+    // ATTEMPTS sets of 8 runs (in practice the first set diverges and is localized).
+    const ATTEMPTS: usize = 10;
+    let found = (0..ATTEMPTS).find_map(|_| {
+        let case = registry()
+            .into_iter()
+            .find(|c| c.name() == "train/mlp_steps")
+            .unwrap();
+        let r = check_case_with(
+            case.as_ref(),
+            Backend::Cpu,
+            &controls(2, false),
+            &Options::runs(8),
+        );
+        r.divergence
+            .filter(|_| r.verdict == Verdict::Nondeterministic)
+    });
+    let d = found.unwrap_or_else(|| panic!("no localized divergence in {ATTEMPTS}x8 runs"));
+    assert!(d.inputs_matched, "{d:?}");
+    assert!(
+        ["col_sum", "matmul", "scatter_add", "reduce_sum"].contains(&d.op.as_str()),
+        "{d:?}"
+    );
+    assert!(
+        d.explanation.contains("this op is nondeterministic"),
+        "{d:?}"
+    );
+}
+
+#[test]
 fn cli_report_filter_train() {
     let _g = serial();
     let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
