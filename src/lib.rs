@@ -9,6 +9,7 @@ pub mod case;
 pub mod cases;
 pub mod controls;
 pub mod cost;
+pub mod cross;
 pub mod diff;
 pub mod digest;
 pub mod harness;

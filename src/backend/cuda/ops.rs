@@ -1,0 +1,283 @@
+//! GPU implementations of the op families (kernels in `kernels/*.cu`). Each uploads its inputs,
+//! launches between CUDA events on the backend's stream, and downloads the result. Arguments are
+//! validated by the op functions in `src/ops/`, which call these from their dispatch.
+
+use super::gpu;
+use crate::rng::Stream;
+use anyhow::{anyhow, Result};
+use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
+
+/// Threads per block of the 1-D kernels.
+const BLOCK: u32 = 256;
+
+/// A 1-D launch of `blocks` blocks (at least 1) of `threads` threads.
+fn cfg1(blocks: u64, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks.clamp(1, 1 << 20) as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Enough 256-thread blocks for `n` elements (grid-stride kernels cover the rest).
+fn cover(n: u64) -> LaunchConfig {
+    cfg1(n.div_ceil(BLOCK as u64), BLOCK)
+}
+
+fn launch(args: &mut LaunchArgs<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
+    // SAFETY: every kernel's parameter list matches the arguments its caller pushes, and the
+    // buffers are as long as the sizes passed with them.
+    unsafe { args.launch(cfg) }
+        .map(|_| ())
+        .map_err(|e| anyhow!("launching {what}: {e:?}"))
+}
+
+/// `reduce_sum`: the CPU's chunked tree (`atomic` false) or per-block atomicAdd (`atomic` true).
+pub fn reduce_sum(x: &[f32], atomic: bool) -> Result<f32> {
+    if x.is_empty() {
+        return Ok(0.0);
+    }
+    let g = gpu()?;
+    let dx = g.upload(x)?;
+    let n = x.len() as u64;
+    let mut out = g.zeros::<f32>(1)?;
+    if atomic {
+        let f = g.function("reduce_sum.cu", "reduce_atomic")?;
+        g.timed(|s| {
+            let blocks = n.div_ceil(BLOCK as u64 * 16);
+            let mut b = s.launch_builder(&f);
+            b.arg(&dx).arg(&n).arg(&mut out);
+            launch(&mut b, cfg1(blocks, BLOCK), "reduce_atomic")
+        })?;
+    } else {
+        let chunks = n.div_ceil(crate::ops::reduce_sum::CHUNK as u64);
+        let chunks32 = u32::try_from(chunks).map_err(|_| anyhow!("reduce_sum: too many chunks"))?;
+        let mut partials = g.zeros::<f32>(chunks as usize)?;
+        let (fc, fp) = (
+            g.function("reduce_sum.cu", "reduce_chunks")?,
+            g.function("reduce_sum.cu", "reduce_partials")?,
+        );
+        g.timed(|s| {
+            let mut b = s.launch_builder(&fc);
+            b.arg(&dx).arg(&n).arg(&mut partials).arg(&chunks);
+            launch(&mut b, cfg1(chunks.div_ceil(32), 256), "reduce_chunks")?;
+            let mut b = s.launch_builder(&fp);
+            b.arg(&partials).arg(&chunks32).arg(&mut out);
+            launch(&mut b, cfg1(1, 1), "reduce_partials")
+        })?;
+    }
+    Ok(g.download(&out)?[0])
+}
+
+/// A matmul kernel configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// 16×16 tiles, no split (deterministic).
+    Tiled16,
+    /// 32×32 tiles, no split (deterministic).
+    Tiled32,
+    /// 16×16 tiles, `k` split into this many segments added with atomics (nondeterministic).
+    SplitKAtomic(u32),
+}
+
+fn dim32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| anyhow!("{what} = {v} is too large for the CUDA kernels"))
+}
+
+/// `C = A · B` (`m×k` by `k×n`) with kernel configuration `kernel`.
+pub fn matmul(
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+    kernel: MatmulKernel,
+) -> Result<Vec<f32>> {
+    if m * n == 0 {
+        return Ok(vec![0.0; m * n]);
+    }
+    let (m32, k32, n32) = (dim32(m, "m")?, dim32(k, "k")?, dim32(n, "n")?);
+    let g = gpu()?;
+    let (da, db) = (g.upload(a)?, g.upload(b)?);
+    let mut dc = g.zeros::<f32>(m * n)?;
+    let (name, tile, splits) = match kernel {
+        MatmulKernel::Tiled16 => ("matmul_tiled16", 16, 1),
+        MatmulKernel::Tiled32 => ("matmul_tiled32", 32, 1),
+        MatmulKernel::SplitKAtomic(s) => ("matmul_splitk_atomic", 16, s.max(1)),
+    };
+    let seg = k32.div_ceil(splits).max(1);
+    let f = g.function("matmul.cu", name)?;
+    let cfg = LaunchConfig {
+        grid_dim: (
+            n32.div_ceil(tile),
+            m32.div_ceil(tile),
+            k32.div_ceil(seg).max(1),
+        ),
+        block_dim: (tile, tile, 1),
+        shared_mem_bytes: 0,
+    };
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&da)
+            .arg(&db)
+            .arg(&mut dc)
+            .arg(&m32)
+            .arg(&k32)
+            .arg(&n32);
+        if let MatmulKernel::SplitKAtomic(_) = kernel {
+            l.arg(&seg);
+        }
+        launch(&mut l, cfg, name)
+    })?;
+    g.download(&dc)
+}
+
+/// `scatter_add` with one atomicAdd per source element (nondeterministic).
+pub fn scatter_add_atomic(src: &[f32], index: &[i64], m: usize, d: usize) -> Result<Vec<f32>> {
+    if m * d == 0 || index.is_empty() {
+        return Ok(vec![0.0; m * d]);
+    }
+    let g = gpu()?;
+    let (ds, di) = (g.upload(src)?, g.upload(index)?);
+    let mut out = g.zeros::<f32>(m * d)?;
+    let (n, d32) = (index.len() as u64, dim32(d, "d")?);
+    let f = g.function("scatter_add.cu", "scatter_atomic")?;
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&ds).arg(&di).arg(&mut out).arg(&n).arg(&d32);
+        launch(&mut l, cover(n * d as u64), "scatter_atomic")
+    })?;
+    g.download(&out)
+}
+
+/// `scatter_add` by segmented sums over the stable sort of source rows by index: output row
+/// `r` sums source rows `order[start[r]..start[r + 1]]` in that order (deterministic).
+pub fn scatter_add_sorted(
+    src: &[f32],
+    order: &[u64],
+    start: &[u64],
+    m: usize,
+    d: usize,
+) -> Result<Vec<f32>> {
+    if m * d == 0 {
+        return Ok(vec![0.0; m * d]);
+    }
+    let g = gpu()?;
+    let ds = g.upload(if src.is_empty() { &[0.0f32][..] } else { src })?;
+    let dorder = g.upload(if order.is_empty() { &[0u64][..] } else { order })?;
+    let dstart = g.upload(start)?;
+    let mut out = g.zeros::<f32>(m * d)?;
+    let (m32, d32) = (dim32(m, "m")?, dim32(d, "d")?);
+    let f = g.function("scatter_add.cu", "scatter_segments")?;
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&ds)
+            .arg(&dorder)
+            .arg(&dstart)
+            .arg(&mut out)
+            .arg(&m32)
+            .arg(&d32);
+        launch(&mut l, cover((m * d) as u64), "scatter_segments")
+    })?;
+    g.download(&out)
+}
+
+/// Row-wise softmax of `rows × cols`.
+pub fn softmax(x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
+    if rows * cols == 0 {
+        return Ok(Vec::new());
+    }
+    let g = gpu()?;
+    let dx = g.upload(x)?;
+    let mut dy = g.zeros::<f32>(x.len())?;
+    let (r32, c32) = (dim32(rows, "rows")?, dim32(cols, "cols")?);
+    let f = g.function("softmax.cu", "softmax_rows")?;
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&dx).arg(&mut dy).arg(&r32).arg(&c32);
+        launch(&mut l, cfg1(rows as u64, BLOCK), "softmax_rows")
+    })?;
+    g.download(&dy)
+}
+
+/// Row-wise layer norm of `rows × cols` with per-column `gamma`, `beta`.
+pub fn layer_norm(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    (rows, cols): (usize, usize),
+    eps: f32,
+) -> Result<Vec<f32>> {
+    if rows * cols == 0 {
+        return Ok(Vec::new());
+    }
+    let g = gpu()?;
+    let (dx, dg, db) = (g.upload(x)?, g.upload(gamma)?, g.upload(beta)?);
+    let mut dy = g.zeros::<f32>(x.len())?;
+    let (r32, c32) = (dim32(rows, "rows")?, dim32(cols, "cols")?);
+    let f = g.function("layer_norm.cu", "layer_norm_rows")?;
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&dx)
+            .arg(&dg)
+            .arg(&db)
+            .arg(&mut dy)
+            .arg(&r32)
+            .arg(&c32)
+            .arg(&eps);
+        launch(&mut l, cfg1(rows as u64, BLOCK), "layer_norm_rows")
+    })?;
+    g.download(&dy)
+}
+
+/// Dropout of `x` with the Philox words of `stream` from its offset: output and keep mask.
+pub fn dropout(x: &[f32], p: f32, scale: f32, stream: Stream) -> Result<(Vec<f32>, Vec<bool>)> {
+    if x.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let g = gpu()?;
+    let dx = g.upload(x)?;
+    let mut dy = g.zeros::<f32>(x.len())?;
+    let mut dm = g.zeros::<u8>(x.len())?;
+    let n = x.len() as u64;
+    let f = g.function("dropout.cu", "dropout_philox")?;
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&dx)
+            .arg(&mut dy)
+            .arg(&mut dm)
+            .arg(&n)
+            .arg(&stream.seed)
+            .arg(&stream.stream)
+            .arg(&stream.offset)
+            .arg(&p)
+            .arg(&scale);
+        launch(&mut l, cover(n), "dropout_philox")
+    })?;
+    let mask = g.download(&dm)?.into_iter().map(|b| b != 0).collect();
+    Ok((g.download(&dy)?, mask))
+}
+
+/// `n` words of `stream` from its offset, computed on the GPU with `blocks` blocks of 256
+/// threads (`None`: enough blocks for one Philox block per thread). Any grid gives the same words.
+pub fn philox_fill(stream: Stream, n: usize, blocks: Option<u32>) -> Result<Vec<u32>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let g = gpu()?;
+    let mut out = g.zeros::<u32>(n)?;
+    let n64 = n as u64;
+    let f = g.function("philox.cu", "philox_fill")?;
+    let cfg = match blocks {
+        Some(b) => cfg1(b as u64, BLOCK),
+        None => cover(n64.div_ceil(4) + 1),
+    };
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&mut out)
+            .arg(&n64)
+            .arg(&stream.seed)
+            .arg(&stream.stream)
+            .arg(&stream.offset);
+        launch(&mut l, cfg, "philox_fill")
+    })?;
+    g.download(&out)
+}
