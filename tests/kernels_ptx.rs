@@ -68,6 +68,7 @@ fn syntax_error_is_reported_with_file_and_log() {
     let e = kernels::compile_source("broken.cu", bad, kernels::DEFAULT_ARCH)
         .unwrap_err()
         .to_string();
+    eprintln!("{e}");
     assert!(e.contains("broken.cu"), "{e}");
     assert!(e.contains("NVRTC compilation failed"), "{e}");
     assert!(e.contains("expected a \";\""), "NVRTC log missing: {e}");
@@ -113,5 +114,21 @@ fn kernels_define_the_launched_entry_points() {
             !ptx.contains("fma.rn.f32"),
             "{file}: PTX contains fma.rn.f32"
         );
+    }
+}
+
+#[test]
+fn every_kernel_compiles_to_a_cubin_as_at_run_time() {
+    if !nvrtc_or_skip("every_kernel_compiles_to_a_cubin_as_at_run_time") {
+        return;
+    }
+    for arch in ["sm_80", "sm_90"] {
+        for (file, _) in kernels::SOURCES {
+            let cubin = kernels::compile_for(file, arch).unwrap_or_else(|e| panic!("{e:#}"));
+            assert!(
+                cubin.starts_with(b"\x7fELF"),
+                "{file} for {arch}: not an ELF image"
+            );
+        }
     }
 }

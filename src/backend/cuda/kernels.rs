@@ -2,9 +2,10 @@
 //! their NVRTC compilation to PTX, cached per process and per (file, architecture).
 //!
 //! Options: `--fmad=false` (no fused multiply-add, so products and sums round exactly as on the
-//! CPU), `--std=c++17`, and `--gpu-architecture=compute_XY`: the device's own compute
-//! capability at run time, [`DEFAULT_ARCH`] (`compute_80`, valid for every CUDA 12.x and 13.x
-//! NVRTC) when compiling without a GPU, as CI does. The headers (`philox.cuh`, `common.cuh`)
+//! CPU), `--std=c++17`, and `--gpu-architecture`: at run time the device's own `sm_XY`,
+//! producing a CUBIN (machine code: it loads on any driver of the same major CUDA version, where
+//! PTX from a newer NVRTC than the driver would be rejected); without a GPU, as CI does, PTX for
+//! [`DEFAULT_ARCH`] (`compute_80`, valid for every CUDA 12.x and 13.x NVRTC). The headers (`philox.cuh`, `common.cuh`)
 //! are handed to NVRTC as named headers, so messages name the file they are in.
 
 use super::nvrtc;
@@ -50,22 +51,30 @@ pub fn options(arch: &str) -> Vec<String> {
     ]
 }
 
-/// Compiles CUDA C++ `source`, called `name` in messages, with the kernel headers. Errors name
+/// Compiles CUDA C++ `source`, called `name` in messages, with the kernel headers, for `arch`:
+/// PTX for a virtual architecture (`compute_XY`), a CUBIN for a real one (`sm_XY`). Errors name
 /// the file and carry NVRTC's log.
-pub fn compile_source(name: &str, source: &str, arch: &str) -> Result<String> {
+pub fn compile_source(name: &str, source: &str, arch: &str) -> Result<Vec<u8>> {
     let nv = nvrtc::load().map_err(|e| anyhow!("cannot compile {name}: {e}"))?;
-    nv.compile(name, source, HEADERS, &options(arch))
-        .map_err(|e| anyhow!("kernels/{e}"))
+    nv.compile(
+        name,
+        source,
+        HEADERS,
+        &options(arch),
+        arch.starts_with("sm_"),
+    )
+    .map_err(|e| anyhow!("kernels/{e}"))
 }
 
 /// PTX of the kernel file `file` (e.g. `matmul.cu`) for [`DEFAULT_ARCH`]; works without a GPU.
 pub fn compile_ptx(file: &str) -> Result<String> {
-    compile_ptx_for(file, DEFAULT_ARCH)
+    String::from_utf8(compile_for(file, DEFAULT_ARCH)?)
+        .map_err(|_| anyhow!("kernels/{file}: NVRTC returned PTX that is not UTF-8"))
 }
 
-/// PTX of the kernel file `file` for `arch`, compiled once per process.
-pub fn compile_ptx_for(file: &str, arch: &str) -> Result<String> {
-    type Cache = Mutex<HashMap<(String, String), String>>;
+/// The kernel file `file` compiled for `arch` (see [`compile_source`]), once per process.
+pub fn compile_for(file: &str, arch: &str) -> Result<Vec<u8>> {
+    type Cache = Mutex<HashMap<(String, String), Vec<u8>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let key = (file.to_string(), arch.to_string());
     if let Some(p) = CACHE
@@ -79,14 +88,14 @@ pub fn compile_ptx_for(file: &str, arch: &str) -> Result<String> {
     let Some((_, src)) = SOURCES.iter().find(|(n, _)| *n == file) else {
         bail!("no kernel file kernels/{file}");
     };
-    let ptx = compile_source(file, src, arch)?;
+    let out = compile_source(file, src, arch)?;
     CACHE
         .get()
         .expect("initialised above")
         .lock()
         .unwrap()
-        .insert(key, ptx.clone());
-    Ok(ptx)
+        .insert(key, out.clone());
+    Ok(out)
 }
 
 #[cfg(test)]

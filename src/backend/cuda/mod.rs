@@ -7,6 +7,9 @@
 //! creates the context on device 0 inside `catch_unwind`, then opens NVRTC ([`nvrtc`]). Any
 //! failure becomes the reason every CUDA case is `skipped`.
 //!
+//! Kernels are compiled by NVRTC for the device's own architecture (`sm_XY`, a CUBIN), once
+//! per kernel file and process ([`kernels`]).
+//!
 //! Kernel timings: every op launch is bracketed by CUDA events; the elapsed device time is left
 //! for [`take_device_seconds`], which `Ctx::dispatch` uses instead of wall time (so benchmark
 //! mode picks among tile / split configurations by event time).
@@ -123,7 +126,7 @@ impl Gpu {
         Ok(Gpu {
             stream: ctx.default_stream(),
             ctx,
-            arch: format!("compute_{major}{minor}"),
+            arch: format!("sm_{major}{minor}"),
             modules: Mutex::new(HashMap::new()),
             info,
         })
@@ -141,15 +144,18 @@ impl Gpu {
 
     /// Kernel `name` of `file` (compiled and loaded once per process).
     pub fn function(&self, file: &'static str, name: &str) -> Result<CudaFunction> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| anyhow!("binding the CUDA context: {e:?}"))?;
         let module = {
             let mut mods = self.modules.lock().unwrap();
             match mods.get(file) {
                 Some(m) => m.clone(),
                 None => {
-                    let ptx = kernels::compile_ptx_for(file, &self.arch)?;
+                    let cubin = kernels::compile_for(file, &self.arch)?;
                     let m = self
                         .ctx
-                        .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+                        .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
                         .map_err(|e| anyhow!("loading kernels/{file} on the GPU: {e:?}"))?;
                     mods.insert(file, m.clone());
                     m

@@ -163,14 +163,16 @@ impl Nvrtc {
     }
 
     /// Compiles CUDA C++ `source` (called `name` in messages) with `headers` (include name,
-    /// text) and `options` to PTX. A compile error carries the file name and NVRTC's log.
+    /// text) and `options` to PTX text, or to a CUBIN image when `cubin` (options must then name
+    /// a real architecture, `sm_XY`). A compile error carries the file name and NVRTC's log.
     pub fn compile(
         &self,
         name: &str,
         source: &str,
         headers: &[(&str, &str)],
         options: &[String],
-    ) -> Result<String, String> {
+        cubin: bool,
+    ) -> Result<Vec<u8>, String> {
         let cstr = |s: &str| CString::new(s).map_err(|_| format!("{name}: contains a NUL byte"));
         let src = cstr(source)?;
         let cname = cstr(name)?;
@@ -189,8 +191,13 @@ impl Nvrtc {
         let compile = self.sym::<CompileProgram>("nvrtcCompileProgram")?;
         let log_size = self.sym::<GetSize>("nvrtcGetProgramLogSize")?;
         let log = self.sym::<GetText>("nvrtcGetProgramLog")?;
-        let ptx_size = self.sym::<GetSize>("nvrtcGetPTXSize")?;
-        let ptx = self.sym::<GetText>("nvrtcGetPTX")?;
+        let (out_size, out) = if cubin {
+            ("nvrtcGetCUBINSize", "nvrtcGetCUBIN")
+        } else {
+            ("nvrtcGetPTXSize", "nvrtcGetPTX")
+        };
+        let out_size = self.sym::<GetSize>(out_size)?;
+        let out = self.sym::<GetText>(out)?;
         let destroy = self.sym::<DestroyProgram>("nvrtcDestroyProgram")?;
         let mut prog: Prog = std::ptr::null_mut();
         // SAFETY: every pointer refers to a live NUL-terminated string or array of them whose
@@ -210,16 +217,16 @@ impl Nvrtc {
                     self.error_string(rc)
                 ));
             }
-            let read = |size: GetSize, text: GetText| -> String {
+            let read = |size: GetSize, text: GetText| -> Vec<u8> {
                 let mut n = 0usize;
                 if size(prog, &mut n) != 0 || n == 0 {
-                    return String::new();
+                    return Vec::new();
                 }
                 let mut buf = vec![0u8; n];
                 if text(prog, buf.as_mut_ptr() as *mut c_char) != 0 {
-                    return String::new();
+                    return Vec::new();
                 }
-                String::from_utf8_lossy(&buf[..n - 1]).into_owned()
+                buf
             };
             let rc = compile(prog, opts_p.len() as c_int, opts_p.as_ptr());
             let result = if rc != 0 {
@@ -227,10 +234,16 @@ impl Nvrtc {
                     "{name}: NVRTC compilation failed ({}) with options {}:\n{}",
                     self.error_string(rc),
                     options.join(" "),
-                    read(log_size, log).trim_end()
+                    String::from_utf8_lossy(&read(log_size, log))
+                        .trim_end_matches('\0')
+                        .trim_end()
                 ))
             } else {
-                Ok(read(ptx_size, ptx))
+                let mut bytes = read(out_size, out);
+                if !cubin && bytes.last() == Some(&0) {
+                    bytes.pop(); // PTX text comes NUL-terminated
+                }
+                Ok(bytes)
             };
             destroy(&mut prog);
             result
