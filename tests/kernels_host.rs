@@ -4,9 +4,11 @@
 //! `-ffp-contract=off` (the host side of NVRTC's `--fmad=false`). This checks, without a GPU,
 //! the kernels' indexing, synchronisation and summation orders: the deterministic kernels must
 //! give the CPU implementations' bits, the Philox kernel the CPU's stream for any grid.
-//! Launch configurations mirror `src/backend/cuda/ops.rs`. Without a C++20 compiler the tests
+//! Launch geometries come from `src/backend/cuda/ops.rs` (`geometry`). Without a C++20 compiler the tests
 //! print a skip message and pass.
 
+use bitexact::backend::cuda::ops::geometry::{self, Geometry};
+use bitexact::backend::cuda::ops::MatmulKernel;
 use bitexact::backend::Backend;
 use bitexact::case::Ctx;
 use bitexact::rng::Stream;
@@ -65,7 +67,7 @@ extern "C" fn trampoline(data: *mut c_void) {
 }
 
 /// Runs `body` (which calls one kernel) on every thread of `grid` × `block`.
-fn launch(lib: &Library, grid: (u32, u32, u32), block: (u32, u32, u32), body: Body<'_>) {
+fn launch(lib: &Library, (grid, block): Geometry, body: Body<'_>) {
     // SAFETY: `emu_launch` has the `Launch` signature (tests/emu/cuda_host.hpp).
     unsafe {
         let f = lib.get::<Launch>(b"emu_launch").unwrap();
@@ -142,15 +144,15 @@ fn philox_kernel_gives_the_cpu_stream_for_any_grid() {
             offset,
         }
         .fill_u32(&mut want);
-        for blocks in [1u32, 3, ((n as u32).div_ceil(4) + 1).div_ceil(256)] {
+        for blocks in [Some(1), Some(3), None] {
             let mut got = vec![0u32; n];
             let o = ptr(&mut got);
-            launch(lib, (blocks, 1, 1), (256, 1, 1), &move || unsafe {
+            launch(lib, geometry::philox(n as u64, blocks), &move || unsafe {
                 f(o.p(), n as u64, seed, 11, offset)
             });
             assert_eq!(
                 got, want,
-                "seed {seed} offset {offset} n {n} blocks {blocks}"
+                "seed {seed} offset {offset} n {n} blocks {blocks:?}"
             );
         }
     }
@@ -174,7 +176,7 @@ fn dropout_kernel_matches_the_cpu() {
     let (mut y, mut m) = (vec![0f32; x.len()], vec![0u8; x.len()]);
     let (xp, yp, mp) = (P(x.as_ptr() as *mut f32), ptr(&mut y), ptr(&mut m));
     let n = x.len() as u64;
-    launch(lib, (2, 1, 1), (256, 1, 1), &move || unsafe {
+    launch(lib, geometry::cover(n), &move || unsafe {
         f(xp.p(), yp.p(), mp.p(), n, 9, 4, 5, p, 1.0 / (1.0 - p))
     });
     assert_eq!(bits(&y), bits(&want_y));
@@ -201,18 +203,18 @@ fn reduce_kernels_match_the_cpu() {
         let mut partials = vec![0f32; chunks];
         let mut out = [0f32; 1];
         let (xp, pp, op) = (P(x.as_ptr() as *mut f32), ptr(&mut partials), ptr(&mut out));
-        let blocks = chunks.div_ceil(32) as u32;
-        launch(lib, (blocks, 1, 1), (256, 1, 1), &move || unsafe {
-            fc(xp.p(), n as u64, pp.p(), chunks as u64)
-        });
-        launch(lib, (1, 1, 1), (1, 1, 1), &move || unsafe {
+        launch(
+            lib,
+            geometry::reduce_chunks(chunks as u64),
+            &move || unsafe { fc(xp.p(), n as u64, pp.p(), chunks as u64) },
+        );
+        launch(lib, geometry::reduce_partials(), &move || unsafe {
             fp(pp.p(), chunks as u32, op.p())
         });
         assert_eq!(out[0].to_bits(), want.to_bits(), "n = {n}");
         let mut atomic = [0f32; 1];
         let ap = ptr(&mut atomic);
-        let blocks = (n as u64).div_ceil(256 * 16) as u32;
-        launch(lib, (blocks, 1, 1), (256, 1, 1), &move || unsafe {
+        launch(lib, geometry::reduce_atomic(n as u64), &move || unsafe {
             fa(xp.p(), n as u64, ap.p())
         });
         assert!(
@@ -234,22 +236,21 @@ fn matmul_kernels_match_the_cpu() {
     let want = ops::matmul::matmul(&mut cpu(), &a, &b, m, k, n).unwrap();
     let (ap, bp) = (P(a.as_ptr() as *mut f32), P(b.as_ptr() as *mut f32));
     let (m32, k32, n32) = (m as u32, k as u32, n as u32);
-    for (name, tile) in [("matmul_tiled16", 16u32), ("matmul_tiled32", 32)] {
+    for kind in [MatmulKernel::Tiled16, MatmulKernel::Tiled32] {
+        let (name, geo, _) = geometry::matmul(m32, k32, n32, kind);
         let f: Tiled = kernel(lib, name);
         let mut c = vec![0f32; m * n];
         let cp = ptr(&mut c);
-        let grid = (n32.div_ceil(tile), m32.div_ceil(tile), 1);
-        launch(lib, grid, (tile, tile, 1), &move || unsafe {
+        launch(lib, geo, &move || unsafe {
             f(ap.p(), bp.p(), cp.p(), m32, k32, n32)
         });
         assert_eq!(bits(&c), bits(&want), "{name}");
     }
-    let f: Split = kernel(lib, "matmul_splitk_atomic");
+    let (name, geo, seg) = geometry::matmul(m32, k32, n32, MatmulKernel::SplitKAtomic(4));
+    let f: Split = kernel(lib, name);
     let mut c = vec![0f32; m * n];
     let cp = ptr(&mut c);
-    let seg = k32.div_ceil(4);
-    let grid = (n32.div_ceil(16), m32.div_ceil(16), k32.div_ceil(seg));
-    launch(lib, grid, (16, 16, 1), &move || unsafe {
+    launch(lib, geo, &move || unsafe {
         f(ap.p(), bp.p(), cp.p(), m32, k32, n32, seg)
     });
     for (x, y) in c.iter().zip(&want) {
@@ -283,14 +284,14 @@ fn scatter_kernels_match_the_cpu() {
         P(start.as_ptr() as *mut u64),
         ptr(&mut out),
     );
-    launch(lib, (1, 1, 1), (256, 1, 1), &move || unsafe {
+    launch(lib, geometry::cover((m * d) as u64), &move || unsafe {
         f(sp.p(), op.p(), stp.p(), outp.p(), m as u32, d as u32)
     });
     assert_eq!(bits(&out), bits(&want));
     let f: Atomic = kernel(lib, "scatter_atomic");
     let mut out = vec![0f32; m * d];
     let (ip, outp) = (P(index.as_ptr() as *mut i64), ptr(&mut out));
-    launch(lib, (14, 1, 1), (256, 1, 1), &move || unsafe {
+    launch(lib, geometry::cover((n * d) as u64), &move || unsafe {
         f(sp.p(), ip.p(), outp.p(), n as u64, d as u32)
     });
     for (x, y) in out.iter().zip(&want) {
@@ -312,7 +313,7 @@ fn row_kernels_match_the_cpu() {
     let f: Soft = kernel(lib, "softmax_rows");
     let mut y = vec![0f32; x.len()];
     let yp = ptr(&mut y);
-    launch(lib, (rows as u32, 1, 1), (256, 1, 1), &move || unsafe {
+    launch(lib, geometry::rows(rows as u64), &move || unsafe {
         f(xp.p(), yp.p(), rows as u32, cols as u32)
     });
     let want = ops::softmax::softmax(&mut cpu(), &x, rows, cols).unwrap();
@@ -324,7 +325,7 @@ fn row_kernels_match_the_cpu() {
         P(b.as_ptr() as *mut f32),
         ptr(&mut y),
     );
-    launch(lib, (rows as u32, 1, 1), (256, 1, 1), &move || unsafe {
+    launch(lib, geometry::rows(rows as u64), &move || unsafe {
         f(
             xp.p(),
             gp.p(),

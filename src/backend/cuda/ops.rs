@@ -7,21 +7,80 @@ use crate::rng::Stream;
 use anyhow::{anyhow, Result};
 use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
 
-/// Threads per block of the 1-D kernels.
-const BLOCK: u32 = 256;
+/// Launch geometry of every kernel (grid and block dimensions), as pure functions so the host
+/// emulation test (`tests/kernels_host.rs`) launches the kernels exactly as this module does.
+pub mod geometry {
+    use super::MatmulKernel;
 
-/// A 1-D launch of `blocks` blocks (at least 1) of `threads` threads.
-fn cfg1(blocks: u64, threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (blocks.clamp(1, 1 << 20) as u32, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
+    /// `(x, y, z)` dimensions.
+    pub type Dims = (u32, u32, u32);
+    /// Grid and block dimensions of one launch.
+    pub type Geometry = (Dims, Dims);
+
+    /// Threads per block of the 1-D kernels.
+    pub const BLOCK: u32 = 256;
+
+    /// A 1-D launch of `blocks` blocks (clamped to `1..=2^20`; the kernels are grid-stride)
+    /// of `threads` threads.
+    pub fn blocks(blocks: u64, threads: u32) -> Geometry {
+        ((blocks.clamp(1, 1 << 20) as u32, 1, 1), (threads, 1, 1))
+    }
+
+    /// Enough 256-thread blocks for `n` elements (grid-stride kernels cover the rest).
+    pub fn cover(n: u64) -> Geometry {
+        blocks(n.div_ceil(BLOCK as u64), BLOCK)
+    }
+
+    /// `reduce_chunks`: 32 chunks (8 lanes each) per 256-thread block.
+    pub fn reduce_chunks(chunks: u64) -> Geometry {
+        blocks(chunks.div_ceil(32), 256)
+    }
+
+    /// `reduce_partials`: one thread.
+    pub fn reduce_partials() -> Geometry {
+        blocks(1, 1)
+    }
+
+    /// `reduce_atomic`: one block (one atomicAdd) per 4096 elements.
+    pub fn reduce_atomic(n: u64) -> Geometry {
+        blocks(n.div_ceil(BLOCK as u64 * 16), BLOCK)
+    }
+
+    /// The matmul kernels: tile × tile threads per block of `C`, and for split-K one grid layer
+    /// per `k` segment. Also returns the kernel name and the segment length.
+    pub fn matmul(m: u32, k: u32, n: u32, kernel: MatmulKernel) -> (&'static str, Geometry, u32) {
+        let (name, tile, splits) = match kernel {
+            MatmulKernel::Tiled16 => ("matmul_tiled16", 16, 1),
+            MatmulKernel::Tiled32 => ("matmul_tiled32", 32, 1),
+            MatmulKernel::SplitKAtomic(s) => ("matmul_splitk_atomic", 16, s.max(1)),
+        };
+        let seg = k.div_ceil(splits).max(1);
+        let grid = (n.div_ceil(tile), m.div_ceil(tile), k.div_ceil(seg).max(1));
+        (name, (grid, (tile, tile, 1)), seg)
+    }
+
+    /// The row kernels (softmax, layer_norm): one 256-thread block per row.
+    pub fn rows(rows: u64) -> Geometry {
+        blocks(rows, BLOCK)
+    }
+
+    /// `philox_fill` with `grid` blocks, or enough for one Philox block per thread.
+    pub fn philox(n: u64, grid: Option<u32>) -> Geometry {
+        match grid {
+            Some(b) => blocks(b as u64, BLOCK),
+            None => cover(n.div_ceil(4) + 1),
+        }
     }
 }
 
-/// Enough 256-thread blocks for `n` elements (grid-stride kernels cover the rest).
-fn cover(n: u64) -> LaunchConfig {
-    cfg1(n.div_ceil(BLOCK as u64), BLOCK)
+use geometry::{cover, Geometry};
+
+fn cfg((grid, block): Geometry) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: block,
+        shared_mem_bytes: 0,
+    }
 }
 
 fn launch(args: &mut LaunchArgs<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
@@ -44,10 +103,9 @@ pub fn reduce_sum(x: &[f32], atomic: bool) -> Result<f32> {
     if atomic {
         let f = g.function("reduce_sum.cu", "reduce_atomic")?;
         g.timed(|s| {
-            let blocks = n.div_ceil(BLOCK as u64 * 16);
             let mut b = s.launch_builder(&f);
             b.arg(&dx).arg(&n).arg(&mut out);
-            launch(&mut b, cfg1(blocks, BLOCK), "reduce_atomic")
+            launch(&mut b, cfg(geometry::reduce_atomic(n)), "reduce_atomic")
         })?;
     } else {
         let chunks = n.div_ceil(crate::ops::reduce_sum::CHUNK as u64);
@@ -60,10 +118,14 @@ pub fn reduce_sum(x: &[f32], atomic: bool) -> Result<f32> {
         g.timed(|s| {
             let mut b = s.launch_builder(&fc);
             b.arg(&dx).arg(&n).arg(&mut partials).arg(&chunks);
-            launch(&mut b, cfg1(chunks.div_ceil(32), 256), "reduce_chunks")?;
+            launch(
+                &mut b,
+                cfg(geometry::reduce_chunks(chunks)),
+                "reduce_chunks",
+            )?;
             let mut b = s.launch_builder(&fp);
             b.arg(&partials).arg(&chunks32).arg(&mut out);
-            launch(&mut b, cfg1(1, 1), "reduce_partials")
+            launch(&mut b, cfg(geometry::reduce_partials()), "reduce_partials")
         })?;
     }
     Ok(g.download(&out)?[0])
@@ -98,22 +160,8 @@ pub fn matmul(
     let g = gpu()?;
     let (da, db) = (g.upload(a)?, g.upload(b)?);
     let mut dc = g.zeros::<f32>(m * n)?;
-    let (name, tile, splits) = match kernel {
-        MatmulKernel::Tiled16 => ("matmul_tiled16", 16, 1),
-        MatmulKernel::Tiled32 => ("matmul_tiled32", 32, 1),
-        MatmulKernel::SplitKAtomic(s) => ("matmul_splitk_atomic", 16, s.max(1)),
-    };
-    let seg = k32.div_ceil(splits).max(1);
+    let (name, geo, seg) = geometry::matmul(m32, k32, n32, kernel);
     let f = g.function("matmul.cu", name)?;
-    let cfg = LaunchConfig {
-        grid_dim: (
-            n32.div_ceil(tile),
-            m32.div_ceil(tile),
-            k32.div_ceil(seg).max(1),
-        ),
-        block_dim: (tile, tile, 1),
-        shared_mem_bytes: 0,
-    };
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&da)
@@ -125,7 +173,7 @@ pub fn matmul(
         if let MatmulKernel::SplitKAtomic(_) = kernel {
             l.arg(&seg);
         }
-        launch(&mut l, cfg, name)
+        launch(&mut l, cfg(geo), name)
     })?;
     g.download(&dc)
 }
@@ -143,7 +191,7 @@ pub fn scatter_add_atomic(src: &[f32], index: &[i64], m: usize, d: usize) -> Res
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&ds).arg(&di).arg(&mut out).arg(&n).arg(&d32);
-        launch(&mut l, cover(n * d as u64), "scatter_atomic")
+        launch(&mut l, cfg(cover(n * d as u64)), "scatter_atomic")
     })?;
     g.download(&out)
 }
@@ -175,7 +223,7 @@ pub fn scatter_add_sorted(
             .arg(&mut out)
             .arg(&m32)
             .arg(&d32);
-        launch(&mut l, cover((m * d) as u64), "scatter_segments")
+        launch(&mut l, cfg(cover((m * d) as u64)), "scatter_segments")
     })?;
     g.download(&out)
 }
@@ -193,7 +241,7 @@ pub fn softmax(x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&dx).arg(&mut dy).arg(&r32).arg(&c32);
-        launch(&mut l, cfg1(rows as u64, BLOCK), "softmax_rows")
+        launch(&mut l, cfg(geometry::rows(rows as u64)), "softmax_rows")
     })?;
     g.download(&dy)
 }
@@ -223,7 +271,7 @@ pub fn layer_norm(
             .arg(&r32)
             .arg(&c32)
             .arg(&eps);
-        launch(&mut l, cfg1(rows as u64, BLOCK), "layer_norm_rows")
+        launch(&mut l, cfg(geometry::rows(rows as u64)), "layer_norm_rows")
     })?;
     g.download(&dy)
 }
@@ -250,7 +298,7 @@ pub fn dropout(x: &[f32], p: f32, scale: f32, stream: Stream) -> Result<(Vec<f32
             .arg(&stream.offset)
             .arg(&p)
             .arg(&scale);
-        launch(&mut l, cover(n), "dropout_philox")
+        launch(&mut l, cfg(cover(n)), "dropout_philox")
     })?;
     let mask = g.download(&dm)?.into_iter().map(|b| b != 0).collect();
     Ok((g.download(&dy)?, mask))
@@ -266,10 +314,7 @@ pub fn philox_fill(stream: Stream, n: usize, blocks: Option<u32>) -> Result<Vec<
     let mut out = g.zeros::<u32>(n)?;
     let n64 = n as u64;
     let f = g.function("philox.cu", "philox_fill")?;
-    let cfg = match blocks {
-        Some(b) => cfg1(b as u64, BLOCK),
-        None => cover(n64.div_ceil(4) + 1),
-    };
+    let geo = geometry::philox(n64, blocks);
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&mut out)
@@ -277,7 +322,7 @@ pub fn philox_fill(stream: Stream, n: usize, blocks: Option<u32>) -> Result<Vec<
             .arg(&stream.seed)
             .arg(&stream.stream)
             .arg(&stream.offset);
-        launch(&mut l, cfg, "philox_fill")
+        launch(&mut l, cfg(geo), "philox_fill")
     })?;
     g.download(&out)
 }
