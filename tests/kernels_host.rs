@@ -230,7 +230,7 @@ fn matmul_kernels_match_the_cpu() {
         return;
     };
     type Tiled = unsafe extern "C" fn(*const f32, *const f32, *mut f32, u32, u32, u32);
-    type Split = unsafe extern "C" fn(*const f32, *const f32, *mut f32, u32, u32, u32, u32);
+    type Split = unsafe extern "C" fn(*const f32, *const f32, *mut f32, u32, u32, u32, u32, u32);
     let (m, k, n) = (37usize, 150usize, 21usize);
     let (a, b) = (inputs(2, m * k), inputs(3, k * n));
     let want = ops::matmul::matmul(&mut cpu(), &a, &b, m, k, n).unwrap();
@@ -246,12 +246,12 @@ fn matmul_kernels_match_the_cpu() {
         });
         assert_eq!(bits(&c), bits(&want), "{name}");
     }
-    let (name, geo, seg) = geometry::matmul(m32, k32, n32, MatmulKernel::SplitKAtomic(4));
+    let (name, geo, (seg, splits)) = geometry::matmul(m32, k32, n32, MatmulKernel::SplitKAtomic(4));
     let f: Split = kernel(lib, name);
     let mut c = vec![0f32; m * n];
     let cp = ptr(&mut c);
     launch(lib, geo, &move || unsafe {
-        f(ap.p(), bp.p(), cp.p(), m32, k32, n32, seg)
+        f(ap.p(), bp.p(), cp.p(), m32, k32, n32, seg, splits)
     });
     for (x, y) in c.iter().zip(&want) {
         assert!(

@@ -46,17 +46,23 @@ pub mod geometry {
         blocks(n.div_ceil(BLOCK as u64 * 16), BLOCK)
     }
 
-    /// The matmul kernels: tile × tile threads per block of `C`, and for split-K one grid layer
-    /// per `k` segment. Also returns the kernel name and the segment length.
-    pub fn matmul(m: u32, k: u32, n: u32, kernel: MatmulKernel) -> (&'static str, Geometry, u32) {
+    /// The matmul kernels: tile × tile threads per block of `C`; for split-K, `splits`
+    /// neighbouring blocks per tile (`blockIdx.x = tile column * splits + segment`). Returns the
+    /// kernel name, the geometry, and the segment length and count (split-K's extra arguments).
+    pub fn matmul(
+        m: u32,
+        k: u32,
+        n: u32,
+        kernel: MatmulKernel,
+    ) -> (&'static str, Geometry, (u32, u32)) {
         let (name, tile, splits) = match kernel {
             MatmulKernel::Tiled16 => ("matmul_tiled16", 16, 1),
             MatmulKernel::Tiled32 => ("matmul_tiled32", 32, 1),
             MatmulKernel::SplitKAtomic(s) => ("matmul_splitk_atomic", 16, s.max(1)),
         };
         let seg = k.div_ceil(splits).max(1);
-        let grid = (n.div_ceil(tile), m.div_ceil(tile), k.div_ceil(seg).max(1));
-        (name, (grid, (tile, tile, 1)), seg)
+        let grid = (n.div_ceil(tile) * splits, m.div_ceil(tile), 1);
+        (name, (grid, (tile, tile, 1)), (seg, splits))
     }
 
     /// The row kernels (softmax, layer_norm): one 256-thread block per row.
@@ -160,7 +166,7 @@ pub fn matmul(
     let g = gpu()?;
     let (da, db) = (g.upload(a)?, g.upload(b)?);
     let mut dc = g.zeros::<f32>(m * n)?;
-    let (name, geo, seg) = geometry::matmul(m32, k32, n32, kernel);
+    let (name, geo, (seg, splits)) = geometry::matmul(m32, k32, n32, kernel);
     let f = g.function("matmul.cu", name)?;
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
@@ -171,7 +177,7 @@ pub fn matmul(
             .arg(&k32)
             .arg(&n32);
         if let MatmulKernel::SplitKAtomic(_) = kernel {
-            l.arg(&seg);
+            l.arg(&seg).arg(&splits);
         }
         launch(&mut l, cfg(geo), name)
     })?;
