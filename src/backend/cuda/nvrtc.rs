@@ -250,3 +250,22 @@ impl Nvrtc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_follow_the_wheel_layout() {
+        let dir = std::env::temp_dir().join(format!("bitexact-nvrtc-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        let lib = dir.join("lib/libnvrtc.so.12");
+        std::fs::write(&lib, b"not a library").unwrap();
+        let want = vec![lib.display().to_string()];
+        assert_eq!(candidates_in(&dir), want, "wheel directory");
+        assert_eq!(candidates_in(&dir.join("lib")), want, "lib directory");
+        assert_eq!(candidates_in(&lib), want, "the file itself");
+        assert!(candidates_in(&dir.join("missing")).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
