@@ -236,6 +236,21 @@ fn cross_device_comparison_of_small_cases() {
     }
 }
 
+#[test]
+fn device_digests_equal_cpu_digests() {
+    if !gpu_or_skip("device_digests_equal_cpu_digests") {
+        return;
+    }
+    for n in [10usize, (1 << 18) + 3, 3 << 20] {
+        let t = bitexact::Tensor::from_slice(&[n], &inputs(n as u64, n));
+        assert_eq!(
+            gpu_ops::tensor_digest(&t).unwrap(),
+            bitexact::digest::tensor_digest(&t),
+            "{n} elements"
+        );
+    }
+}
+
 fn bitexact(args: &[&str]) -> (Option<i32>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
         .args(args)

@@ -339,3 +339,54 @@ fn row_kernels_match_the_cpu() {
     let want = ops::layer_norm::layer_norm(&mut cpu(), &x, &g, &b, rows, cols, 1e-5).unwrap();
     assert_eq!(bits(&y), bits(&want), "layer_norm");
 }
+
+#[test]
+fn sha256_kernel_matches_sha2_and_the_tensor_digest() {
+    let Some(lib) = skip("sha256_kernel_matches_sha2_and_the_tensor_digest") else {
+        return;
+    };
+    use sha2::{Digest as _, Sha256};
+    type F = unsafe extern "C" fn(*const u8, u64, u64, *mut u8);
+    let f: F = kernel(lib, "sha256_chunks");
+    let hash = |data: &[u8], chunk: usize| -> Vec<[u8; 32]> {
+        let chunks = data.len().div_ceil(chunk);
+        let mut out = vec![0u8; 32 * chunks];
+        let (dp, op) = (P(data.as_ptr() as *mut u8), ptr(&mut out));
+        let (len, cb) = (data.len() as u64, chunk as u64);
+        launch(lib, geometry::sha256(chunks as u64), &move || unsafe {
+            f(dp.p(), len, cb, op.p())
+        });
+        out.chunks_exact(32)
+            .map(|c| c.try_into().unwrap())
+            .collect()
+    };
+    let mut s = Stream::new(3, 3);
+    let mut words = vec![0u32; (1 << 19) + 16];
+    s.fill_u32(&mut words);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    // Tails around the padding boundaries: 0, 55, 56, 63, 64 and 119 bytes after full blocks.
+    for (len, chunk) in [
+        (1, 1),
+        (55, 64),
+        (56, 64),
+        (63, 64),
+        (64, 64),
+        (64 * 9 + 119, 1000),
+    ] {
+        let data = &bytes[..len];
+        let want: Vec<[u8; 32]> = data
+            .chunks(chunk)
+            .map(|c| Sha256::digest(c).into())
+            .collect();
+        assert_eq!(hash(data, chunk), want, "len {len} chunk {chunk}");
+    }
+    // A tensor of 2 MiB + 12 bytes: three chunks combined as the CPU digest does.
+    let n = (bitexact::digest::CHUNK_BYTES * 2 + 12) / 4;
+    let t = bitexact::Tensor::from_slice(&[n], &words[..n]);
+    let chunks = hash(t.bytes(), bitexact::digest::CHUNK_BYTES);
+    assert_eq!(chunks.len(), 3);
+    assert_eq!(
+        bitexact::digest::from_chunk_digests(&t, &chunks),
+        bitexact::digest::tensor_digest(&t)
+    );
+}

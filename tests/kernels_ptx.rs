@@ -92,6 +92,7 @@ fn kernels_define_the_launched_entry_points() {
         ("layer_norm.cu", "layer_norm_rows"),
         ("dropout.cu", "dropout_philox"),
         ("philox.cu", "philox_fill"),
+        ("sha256.cu", "sha256_chunks"),
     ];
     for (file, entry) in want {
         let ptx = kernels::compile_ptx(file).unwrap();

@@ -23,6 +23,7 @@ inline std::barrier<>* emu_barrier = nullptr;
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+#define __constant__
 
 inline void __syncthreads() { emu_barrier->arrive_and_wait(); }
 inline unsigned __umulhi(unsigned a, unsigned b) {

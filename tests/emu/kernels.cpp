@@ -7,4 +7,5 @@
 #include "../../kernels/philox.cu"
 #include "../../kernels/reduce_sum.cu"
 #include "../../kernels/scatter_add.cu"
+#include "../../kernels/sha256.cu"
 #include "../../kernels/softmax.cu"

@@ -34,6 +34,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ),
     ("dropout.cu", include_str!("../../../kernels/dropout.cu")),
     ("philox.cu", include_str!("../../../kernels/philox.cu")),
+    ("sha256.cu", include_str!("../../../kernels/sha256.cu")),
 ];
 
 /// Headers the kernels include (`#include "philox.cuh"`): name and text.

@@ -70,6 +70,11 @@ pub mod geometry {
         blocks(rows, BLOCK)
     }
 
+    /// `sha256_chunks`: one thread per chunk, 32 threads per block (so many SMs share the work).
+    pub fn sha256(chunks: u64) -> Geometry {
+        blocks(chunks.div_ceil(32), 32)
+    }
+
     /// `philox_fill` with `grid` blocks, or enough for one Philox block per thread.
     pub fn philox(n: u64, grid: Option<u32>) -> Geometry {
         match grid {
@@ -331,4 +336,41 @@ pub fn philox_fill(stream: Stream, n: usize, blocks: Option<u32>) -> Result<Vec<
         launch(&mut l, cfg(geo), "philox_fill")
     })?;
     g.download(&out)
+}
+
+/// SHA-256 of each `chunk_bytes` chunk of `data` (the last may be shorter), computed on the GPU.
+pub fn sha256_chunks(data: &[u8], chunk_bytes: usize) -> Result<Vec<[u8; 32]>> {
+    if data.is_empty() || chunk_bytes == 0 {
+        return Err(anyhow!("sha256_chunks: empty data or chunk size"));
+    }
+    let g = gpu()?;
+    let dd = g.upload(data)?;
+    let chunks = data.len().div_ceil(chunk_bytes);
+    let mut out = g.zeros::<u8>(32 * chunks)?;
+    let (len, cb) = (data.len() as u64, chunk_bytes as u64);
+    let f = g.function("sha256.cu", "sha256_chunks")?;
+    g.timed(|s| {
+        let mut l = s.launch_builder(&f);
+        l.arg(&dd).arg(&len).arg(&cb).arg(&mut out);
+        launch(
+            &mut l,
+            cfg(geometry::sha256(chunks as u64)),
+            "sha256_chunks",
+        )
+    })?;
+    Ok(g.download(&out)?
+        .chunks_exact(32)
+        .map(|c| c.try_into().expect("32 bytes"))
+        .collect())
+}
+
+/// The canonical digest of `t` ([`crate::digest::tensor_digest`]) with the chunks of a large
+/// tensor hashed on the GPU; tensors of at most one chunk are hashed on the host.
+pub fn tensor_digest(t: &crate::tensor::Tensor) -> Result<crate::digest::Digest> {
+    use crate::digest::{self, CHUNK_BYTES};
+    if t.bytes().len() <= CHUNK_BYTES {
+        return Ok(digest::tensor_digest(t));
+    }
+    let chunks = sha256_chunks(t.bytes(), CHUNK_BYTES)?;
+    Ok(digest::from_chunk_digests(t, &chunks))
 }
