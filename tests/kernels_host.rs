@@ -390,3 +390,53 @@ fn sha256_kernel_matches_sha2_and_the_tensor_digest() {
         bitexact::digest::tensor_digest(&t)
     );
 }
+
+#[test]
+fn philox_normal_device_math_matches_the_cpu() {
+    let Some(lib) = skip("philox_normal_device_math_matches_the_cpu") else {
+        return;
+    };
+    let normal: unsafe extern "C" fn(u32, u32) -> f32 = kernel(lib, "emu_philox_normal");
+    let ln: unsafe extern "C" fn(f64) -> f64 = kernel(lib, "emu_det_ln");
+    let cos: unsafe extern "C" fn(f64) -> f64 = kernel(lib, "emu_det_cos_2pi");
+    let mut words = vec![0u32; 400_000];
+    Stream::new(5, 6).fill_u32(&mut words);
+    words.extend([
+        0,
+        0,
+        0xff,
+        0xffff_ffff,
+        0xffff_ffff,
+        0x100,
+        0x8000_0000,
+        0x4000_0000,
+    ]);
+    for p in words.chunks_exact(2) {
+        let want = bitexact::rng::normal_from_words(p[0], p[1]);
+        // SAFETY: plain functions of their arguments.
+        let got = unsafe { normal(p[0], p[1]) };
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "words {:#x} {:#x}",
+            p[0],
+            p[1]
+        );
+    }
+    for i in 0..10_000u32 {
+        let u = i as f64 / 10_000.0;
+        let x = (i as f64 + 1.0) / 7_777.0;
+        unsafe {
+            assert_eq!(
+                cos(u).to_bits(),
+                bitexact::rng::det_cos_2pi(u).to_bits(),
+                "cos {u}"
+            );
+            assert_eq!(
+                ln(x).to_bits(),
+                bitexact::rng::det_ln(x).to_bits(),
+                "ln {x}"
+            );
+        }
+    }
+}
