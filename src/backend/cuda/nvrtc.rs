@@ -10,7 +10,9 @@
 //! 3. the pip wheels `nvidia-cuda-nvrtc` / `nvidia-cuda-nvrtc-cu12` of `python3` on `PATH`
 //!    (`site-packages/nvidia/cuda_nvrtc/lib/` or `site-packages/nvidia/cu13/lib/`).
 //!
-//! Every failure becomes an error string; the library is opened once per process.
+//! When NVRTC is opened from a directory, the `libnvrtc-builtins.so.*` beside it is opened
+//! first (CUDA 13 wheels lack the RUNPATH NVRTC needs to find it). Every failure becomes an
+//! error string; the library is opened once per process.
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -36,6 +38,9 @@ type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 /// An opened NVRTC library.
 pub struct Nvrtc {
     lib: Library,
+    /// `libnvrtc-builtins` opened first from the same directory (kept loaded): NVRTC opens it
+    /// by name at compile time, and some wheels lack the RUNPATH that would find it.
+    _builtins: Vec<Library>,
     /// Where it was opened from (a path or a library name).
     pub origin: String,
 }
@@ -52,10 +57,12 @@ pub fn load() -> Result<&'static Nvrtc, String> {
 fn open() -> Result<Nvrtc, String> {
     let mut tried = Vec::new();
     let mut attempt = |candidate: String| -> Option<Nvrtc> {
+        let builtins = builtins_beside(Path::new(&candidate));
         // SAFETY: loading NVRTC runs only its (side-effect free) initialisers.
         match unsafe { Library::new(&candidate) } {
             Ok(lib) => Some(Nvrtc {
                 lib,
+                _builtins: builtins,
                 origin: candidate,
             }),
             Err(e) => {
@@ -92,6 +99,26 @@ fn open() -> Result<Nvrtc, String> {
         "no NVRTC found (set BITEXACT_NVRTC to libnvrtc.so.12/.13 or its directory, or `pip install nvidia-cuda-nvrtc-cu12`; tried {})",
         tried.join("; ")
     ))
+}
+
+/// `libnvrtc-builtins.so.*` beside the library at `path` (a path with a directory), opened.
+fn builtins_beside(path: &Path) -> Vec<Library> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
+        })
+        // SAFETY: the NVRTC builtins library has no initialisers with side effects.
+        .filter_map(|p| unsafe { Library::new(&p) }.ok())
+        .collect()
 }
 
 /// Library paths to try for `p`: the file itself, or the known names in `p` and `p/lib`.
