@@ -184,11 +184,16 @@ impl Gpu {
             .map_err(|e| anyhow!("GPU allocation of {n} elements: {e:?}"))
     }
 
-    /// Copies `d` back to the host (synchronises the stream).
+    /// Copies `d` back to the host and waits for the copy.
     pub fn download<T: DeviceRepr + Default + Clone>(&self, d: &CudaSlice<T>) -> Result<Vec<T>> {
-        self.stream
+        let v = self
+            .stream
             .clone_dtoh(d)
-            .map_err(|e| anyhow!("copy from GPU: {e:?}"))
+            .map_err(|e| anyhow!("copy from GPU: {e:?}"))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| anyhow!("waiting for the GPU: {e:?}"))?;
+        Ok(v)
     }
 
     /// Runs `launch` (kernel launches on [`Gpu::stream`]) between two CUDA events, waits for it,

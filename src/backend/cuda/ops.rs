@@ -164,8 +164,8 @@ pub fn matmul(
     (m, k, n): (usize, usize, usize),
     kernel: MatmulKernel,
 ) -> Result<Vec<f32>> {
-    if m * n == 0 {
-        return Ok(vec![0.0; m * n]);
+    if m * n == 0 || k == 0 {
+        return Ok(vec![0.0; m * n]); // empty sums (no zero-length device buffers)
     }
     let (m32, k32, n32) = (dim32(m, "m")?, dim32(k, "k")?, dim32(n, "n")?);
     let g = gpu()?;
