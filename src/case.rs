@@ -101,6 +101,13 @@ fn autotune_cache() -> &'static Mutex<HashMap<TuneKey, &'static str>> {
     CACHE.get_or_init(Default::default)
 }
 
+/// Seconds an implementation took: the CUDA-event time of the kernels it launched when it ran
+/// on the GPU, else the wall time since `t0`.
+fn op_time(t0: Instant) -> f64 {
+    let wall = t0.elapsed().as_secs_f64();
+    crate::backend::cuda::take_device_seconds().unwrap_or(wall)
+}
+
 impl Ctx {
     /// A context for `backend` under `controls`, as run 0.
     pub fn new(backend: Backend, controls: Controls) -> Ctx {
@@ -169,7 +176,8 @@ impl Ctx {
     /// * forced by name (see [`Ctx::forced`]) → that one (an error if it is nondeterministic
     ///   while the deterministic switch is on);
     /// * deterministic on → only deterministic candidates, else an error naming op and backend;
-    /// * benchmark on → every candidate is timed once per `(op, backend, shape)` in this process,
+    /// * benchmark on → every candidate is timed once per `(op, backend, shape)` in this process
+    ///   (CUDA candidates by CUDA events, others by wall time),
     ///   the fastest is kept and reused (like `cudnn.benchmark`);
     /// * benchmark off → the first candidate in `algos` order (the documented fixed choice).
     ///
@@ -215,16 +223,18 @@ impl Ctx {
                     .find(|a| a.name == name)
                     .expect("cached candidate");
                 let t0 = Instant::now();
+                crate::backend::cuda::take_device_seconds();
                 let out = run(a)?;
-                *self.op_seconds.entry(op.to_string()).or_default() += t0.elapsed().as_secs_f64();
+                *self.op_seconds.entry(op.to_string()).or_default() += op_time(t0);
                 (a.name, out)
             }
             None => {
                 let mut best: Option<(f64, &'static str, T)> = None;
                 for a in &candidates {
                     let t0 = Instant::now();
+                    crate::backend::cuda::take_device_seconds();
                     let out = run(a)?;
-                    let dt = t0.elapsed().as_secs_f64();
+                    let dt = op_time(t0);
                     if best.as_ref().is_none_or(|b| dt < b.0) {
                         best = Some((dt, a.name, out));
                     }

@@ -82,12 +82,21 @@ pub fn tensor_digest(t: &Tensor) -> Digest {
             .par_chunks(CHUNK_BYTES)
             .map(|c| Sha256::digest(c).into())
             .collect();
-        h.update(b"chunked");
-        h.update((CHUNK_BYTES as u64).to_le_bytes());
-        h.update((chunks.len() as u64).to_le_bytes());
-        for c in &chunks {
-            h.update(c);
-        }
+        return from_chunk_digests(t, &chunks);
+    }
+    Digest(h.finalize().into())
+}
+
+/// Digest of a tensor larger than [`CHUNK_BYTES`] from the SHA-256 of each of its
+/// [`CHUNK_BYTES`] chunks, in order (computed anywhere, e.g. on a GPU).
+pub fn from_chunk_digests(t: &Tensor, chunks: &[[u8; 32]]) -> Digest {
+    let mut h = Sha256::new();
+    h.update(header(t));
+    h.update(b"chunked");
+    h.update((CHUNK_BYTES as u64).to_le_bytes());
+    h.update((chunks.len() as u64).to_le_bytes());
+    for c in chunks {
+        h.update(c);
     }
     Digest(h.finalize().into())
 }

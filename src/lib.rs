@@ -10,6 +10,7 @@ pub mod cases;
 pub mod check;
 pub mod controls;
 pub mod cost;
+pub mod cross;
 pub mod diff;
 pub mod digest;
 pub mod harness;

@@ -134,7 +134,8 @@ enum Format {
 
 #[derive(clap::Args)]
 struct ReportArgs {
-    /// Backends to run on (default: cpu, plus cuda when a driver is present).
+    /// Backends to run on (default: cpu, plus cuda when a driver is present); `all` runs both
+    /// (CUDA cases are skipped with the reason when there is no GPU) and compares them.
     #[arg(long, value_enum)]
     backend: Option<BackendArg>,
     /// Only cases whose name contains this (comma-separated; `*` globs).
@@ -357,7 +358,10 @@ fn report(a: ReportArgs) -> Result<u8> {
             }
         }
     }
-    let report = Report::new(controls, a.runs, reports, cost);
+    let mut report = Report::new(controls.clone(), a.runs, reports, cost);
+    if a.backend == Some(BackendArg::All) {
+        report.cross_device = bitexact::cross::compare(&selected, &report.cases, &controls);
+    }
     let rendered = match a.format {
         Format::Text => text::render(&report),
         Format::Json => json::render(&report),

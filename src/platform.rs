@@ -40,11 +40,26 @@ pub fn gpu_fingerprint() -> Option<GpuFingerprint> {
 /// Asks the CUDA backend for the device's name, compute capability, driver, CUDA and NVRTC
 /// versions.
 ///
-/// **Hook point:** this is the single place where the CUDA backend's device query plugs in
-/// (`crate::backend::cuda::device_info()` once it exists). Until then it returns `None`, and
-/// CUDA snapshots fall back to the class `cuda-unknown`.
+/// The CUDA backend's device query ([`crate::backend::cuda::device_info`]); `None` without a
+/// usable GPU (CUDA snapshots then fall back to the class `cuda-unknown`).
 fn query_gpu() -> Option<GpuFingerprint> {
-    None
+    let info = crate::backend::cuda::device_info()?;
+    Some(GpuFingerprint {
+        name: info.name,
+        compute_capability: sm_to_major_minor(&info.compute_capability),
+        driver: info.driver_version,
+        cuda: info.cuda_version,
+        nvrtc: info.nvrtc_version,
+    })
+}
+
+/// `sm90` → `9.0`, `sm100` → `10.0` (the last digit is the minor version).
+fn sm_to_major_minor(sm: &str) -> String {
+    let digits = sm.trim_start_matches("sm");
+    match digits.len() {
+        0 | 1 => digits.to_string(),
+        n => format!("{}.{}", &digits[..n - 1], &digits[n - 1..]),
+    }
 }
 
 /// Facts about the machine and build a report was made on.
@@ -188,6 +203,20 @@ fn libc_version() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compute_capability_from_sm_names() {
+        assert_eq!(sm_to_major_minor("sm90"), "9.0");
+        assert_eq!(sm_to_major_minor("sm100"), "10.0");
+        let gpu = GpuFingerprint {
+            name: "x".into(),
+            compute_capability: sm_to_major_minor("sm80"),
+            driver: "d".into(),
+            cuda: "c".into(),
+            nvrtc: "n".into(),
+        };
+        assert_eq!(gpu.class(), "cuda-sm80");
+    }
 
     #[test]
     fn classes() {

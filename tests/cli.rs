@@ -40,7 +40,7 @@ fn report_small_cases_is_deterministic_and_exits_0() {
         assert!(line.contains("deterministic"), "{line}");
     }
     assert!(
-        out.contains("6 deterministic, 0 nondeterministic, 0 errors, 0 skipped"),
+        out.contains("7 deterministic, 0 nondeterministic, 0 errors, 0 skipped"),
         "{out}"
     );
 }

@@ -53,13 +53,14 @@ impl Case for KernelCase {
 
 /// Every kernel case.
 pub fn cases() -> Vec<Box<dyn Case>> {
-    let table: [(&'static str, KernelFn); 6] = [
+    let table: [(&'static str, KernelFn); 7] = [
         ("reduce_sum", reduce_sum),
         ("matmul", matmul),
         ("scatter_add", scatter_add),
         ("softmax", softmax),
         ("layer_norm", layer_norm),
         ("dropout", dropout),
+        ("philox", philox),
     ];
     table
         .into_iter()
@@ -154,4 +155,13 @@ fn dropout(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
         ("y", Tensor::from_slice(&[n], &y)),
         ("mask", Tensor::from_bools(&[n], &mask)),
     ]))
+}
+
+/// Words of a Philox stream from an unaligned offset (so partial Philox blocks are covered).
+fn philox(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
+    let n = if size == Size::Small { 1000 } else { LARGE };
+    let mut s = ctx.stream("kernel/philox/words");
+    s.offset = 3;
+    let w = ops::philox::random_words(ctx, &mut s, n)?;
+    Ok(out(vec![("words", Tensor::from_slice(&[n], &w))]))
 }

@@ -5,9 +5,12 @@
 //! float atomics from rayon tasks of [`ATOMIC_ROWS`] rows, in whatever order the tasks run —
 //! what a GPU kernel with one thread block per few rows and `atomicAdd` does) and `fixed_rows`
 //! (deterministic: columns in parallel blocks, each column summed over rows in ascending order).
-//! No CUDA implementation yet: on CUDA dispatch reports that `col_sum` has none.
+//!
+//! CUDA implementations (`kernels/col_sum.cu`): `cuda_atomic` (row pairs added with
+//! `atomicAdd`) and `cuda_fixed` (one thread per column, rows in ascending order: bit-identical
+//! to `fixed_rows`).
 
-use crate::backend::{cpu, Backend};
+use crate::backend::{cpu, cuda, Backend};
 use crate::case::{Algo, Ctx};
 use anyhow::Result;
 use rayon::prelude::*;
@@ -22,6 +25,16 @@ pub const ALGOS: &[Algo] = &[
     Algo {
         name: "fixed_rows",
         backend: Backend::Cpu,
+        deterministic: true,
+    },
+    Algo {
+        name: "cuda_atomic",
+        backend: Backend::Cuda,
+        deterministic: false,
+    },
+    Algo {
+        name: "cuda_fixed",
+        backend: Backend::Cuda,
         deterministic: true,
     },
 ];
@@ -49,6 +62,8 @@ pub fn col_sum(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec
                 cpu::atomic_into_f32(out)
             }
             "fixed_rows" => fixed_rows(x, rows, cols),
+            "cuda_atomic" => cuda::ops::col_sum(x, rows, cols, true)?,
+            "cuda_fixed" => cuda::ops::col_sum(x, rows, cols, false)?,
             other => unreachable!("col_sum implementation {other}"),
         })
     })?;

@@ -1,19 +1,27 @@
 //! `dropout`: element `i` is kept when the Philox uniform at word `offset + i` of the stream is
 //! `>= p`, and kept values are scaled by `1 / (1 - p)`. The mask is a pure function of the
-//! element index, so it is the same for any thread count and on any device.
+//! element index, so it is the same for any thread count and on any device: `cuda_philox`
+//! (`kernels/dropout.cu`, `kernels/philox.cuh`) computes the same mask and values bit for bit.
 
-use crate::backend::Backend;
+use crate::backend::{cuda, Backend};
 use crate::case::{Algo, Ctx};
 use crate::rng::Stream;
 use anyhow::{bail, Result};
 use rayon::prelude::*;
 
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[Algo {
-    name: "philox",
-    backend: Backend::Cpu,
-    deterministic: true,
-}];
+pub const ALGOS: &[Algo] = &[
+    Algo {
+        name: "philox",
+        backend: Backend::Cpu,
+        deterministic: true,
+    },
+    Algo {
+        name: "cuda_philox",
+        backend: Backend::Cuda,
+        deterministic: true,
+    },
+];
 
 /// Applies dropout with drop probability `p`, drawing from `stream` (advanced by `x.len()`).
 /// Returns the output and the keep mask.
@@ -42,6 +50,7 @@ pub fn dropout(
                     .collect();
                 (y, mask)
             }
+            "cuda_philox" => cuda::ops::dropout(x, p, 1.0 / (1.0 - p), start)?,
             other => unreachable!("dropout implementation {other}"),
         })
     })?;

@@ -1,17 +1,25 @@
 //! `layer_norm` over the last axis of a `[rows, cols]` f32 buffer with per-column `gamma` and
 //! `beta`: mean and variance by fixed-order sums, `y = (x - mean) / sqrt(var + eps) * gamma + beta`.
+//! `cuda_rowwise` (`kernels/layer_norm.cu`) uses the same order without FMA: bit-identical.
 
-use crate::backend::{cpu, Backend};
+use crate::backend::{cpu, cuda, Backend};
 use crate::case::{Algo, Ctx};
 use anyhow::Result;
 use rayon::prelude::*;
 
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[Algo {
-    name: "rowwise",
-    backend: Backend::Cpu,
-    deterministic: true,
-}];
+pub const ALGOS: &[Algo] = &[
+    Algo {
+        name: "rowwise",
+        backend: Backend::Cpu,
+        deterministic: true,
+    },
+    Algo {
+        name: "cuda_rowwise",
+        backend: Backend::Cuda,
+        deterministic: true,
+    },
+];
 
 /// Layer normalisation of `x` (`rows × cols`).
 pub fn layer_norm(
@@ -43,6 +51,7 @@ pub fn layer_norm(
                         }
                     });
             }
+            "cuda_rowwise" => y = cuda::ops::layer_norm(x, gamma, beta, (rows, cols), eps)?,
             other => unreachable!("layer_norm implementation {other}"),
         }
         Ok(())

@@ -9,7 +9,13 @@
 //! for small batches, like shape-dependent library heuristics), otherwise it runs `tiled_r32`;
 //! so a row's bits depend on the batch it is computed in. Benchmark mode times all allowed
 //! candidates per shape.
+//!
+//! CUDA implementations (`kernels/matmul.cu`): `cuda_splitk4_atomic` / `cuda_splitk16_atomic`
+//! (nondeterministic: split-K with `atomicAdd`) and `cuda_tiled16` / `cuda_tiled32`
+//! (deterministic, shared-memory tiles, `k` ascending without FMA: bit-identical to the CPU's
+//! tiled kernels). Benchmark mode times them with CUDA events.
 
+use crate::backend::cuda::{self, ops::MatmulKernel};
 use crate::backend::{cpu, Backend};
 use crate::case::{Algo, Ctx};
 use anyhow::Result;
@@ -43,6 +49,26 @@ pub const ALGOS: &[Algo] = &[
         backend: Backend::Cpu,
         deterministic: true,
     },
+    Algo {
+        name: "cuda_splitk4_atomic",
+        backend: Backend::Cuda,
+        deterministic: false,
+    },
+    Algo {
+        name: "cuda_splitk16_atomic",
+        backend: Backend::Cuda,
+        deterministic: false,
+    },
+    Algo {
+        name: "cuda_tiled16",
+        backend: Backend::Cuda,
+        deterministic: true,
+    },
+    Algo {
+        name: "cuda_tiled32",
+        backend: Backend::Cuda,
+        deterministic: true,
+    },
 ];
 
 /// Depth of the `k` blocks of the tiled kernel (keeps a block of `B` in cache).
@@ -67,6 +93,14 @@ pub fn matmul(
             "split_k16_atomic" => split_k(a, b, m, k, n, 16),
             "adaptive_split" if m < 64 => split_k_fixed(a, b, m, k, n, 4),
             "adaptive_split" => tiled(a, b, m, k, n, 32),
+            "cuda_tiled16" => cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::Tiled16)?,
+            "cuda_tiled32" => cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::Tiled32)?,
+            "cuda_splitk4_atomic" => {
+                cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::SplitKAtomic(4))?
+            }
+            "cuda_splitk16_atomic" => {
+                cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::SplitKAtomic(16))?
+            }
             other => unreachable!("matmul implementation {other}"),
         })
     })?;

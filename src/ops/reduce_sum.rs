@@ -4,8 +4,12 @@
 //! added into one float with compare-and-swap, in whatever order the threads finish),
 //! `rayon_sum` (nondeterministic: `par_iter().sum()`, whose split follows work stealing), and
 //! `chunked_tree` (deterministic: the same chunk partials combined by a fixed pairwise tree).
+//!
+//! CUDA implementations (`kernels/reduce_sum.cu`): `cuda_atomic` (nondeterministic: per-block
+//! tree sums added with `atomicAdd`) and `cuda_tree` (deterministic: `chunked_tree`'s exact
+//! order on the GPU, so bit-identical to the CPU).
 
-use crate::backend::{cpu, Backend};
+use crate::backend::{cpu, cuda, Backend};
 use crate::case::{Algo, Ctx};
 use anyhow::Result;
 use rayon::prelude::*;
@@ -30,6 +34,16 @@ pub const ALGOS: &[Algo] = &[
         backend: Backend::Cpu,
         deterministic: true,
     },
+    Algo {
+        name: "cuda_atomic",
+        backend: Backend::Cuda,
+        deterministic: false,
+    },
+    Algo {
+        name: "cuda_tree",
+        backend: Backend::Cuda,
+        deterministic: true,
+    },
 ];
 
 /// Sum of `x` by the implementation the controls pick.
@@ -48,6 +62,8 @@ pub fn reduce_sum(ctx: &mut Ctx, x: &[f32]) -> Result<f32> {
                 let partials: Vec<f32> = x.par_chunks(CHUNK).map(cpu::chunk_sum).collect();
                 cpu::pairwise_sum(&partials)
             }
+            "cuda_atomic" => cuda::ops::reduce_sum(x, true)?,
+            "cuda_tree" => cuda::ops::reduce_sum(x, false)?,
             other => unreachable!("reduce_sum implementation {other}"),
         })
     })?;

@@ -4,8 +4,13 @@
 //! CPU implementations: `atomic_cas` (nondeterministic: rows added with float atomics from
 //! rayon tasks) and `sorted_segments` (deterministic: a stable counting sort by index, then each
 //! output row sums its source rows in ascending source order).
+//!
+//! CUDA implementations (`kernels/scatter_add.cu`): `cuda_atomic` (nondeterministic:
+//! `atomicAdd` per element) and `cuda_sorted` (deterministic: the same stable sort of the integer
+//! indices, done on the host, then segmented sums on the GPU in ascending source order:
+//! bit-identical to `sorted_segments`).
 
-use crate::backend::{cpu, Backend};
+use crate::backend::{cpu, cuda, Backend};
 use crate::case::{Algo, Ctx};
 use anyhow::{bail, Result};
 use rayon::prelude::*;
@@ -20,6 +25,16 @@ pub const ALGOS: &[Algo] = &[
     Algo {
         name: "sorted_segments",
         backend: Backend::Cpu,
+        deterministic: true,
+    },
+    Algo {
+        name: "cuda_atomic",
+        backend: Backend::Cuda,
+        deterministic: false,
+    },
+    Algo {
+        name: "cuda_sorted",
+        backend: Backend::Cuda,
         deterministic: true,
     },
 ];
@@ -58,6 +73,12 @@ pub fn scatter_add(
                 cpu::atomic_into_f32(out)
             }
             "sorted_segments" => sorted_segments(src, index, m, d),
+            "cuda_atomic" => cuda::ops::scatter_add_atomic(src, index, m, d)?,
+            "cuda_sorted" => {
+                let (start, order) = sort_by_index(index, m);
+                let as64 = |v: Vec<usize>| v.into_iter().map(|x| x as u64).collect::<Vec<u64>>();
+                cuda::ops::scatter_add_sorted(src, &as64(order), &as64(start), m, d)?
+            }
             other => unreachable!("scatter_add implementation {other}"),
         })
     })?;
@@ -65,7 +86,9 @@ pub fn scatter_add(
     Ok(out)
 }
 
-fn sorted_segments(src: &[f32], index: &[i64], m: usize, d: usize) -> Vec<f32> {
+/// Stable counting sort of source rows by index: `(start, order)` where output row `r`'s
+/// source rows, ascending, are `order[start[r]..start[r + 1]]`.
+pub fn sort_by_index(index: &[i64], m: usize) -> (Vec<usize>, Vec<usize>) {
     let mut start = vec![0usize; m + 1];
     for &i in index {
         start[i as usize + 1] += 1;
@@ -79,6 +102,11 @@ fn sorted_segments(src: &[f32], index: &[i64], m: usize, d: usize) -> Vec<f32> {
         order[next[i as usize]] = pos;
         next[i as usize] += 1;
     }
+    (start, order)
+}
+
+fn sorted_segments(src: &[f32], index: &[i64], m: usize, d: usize) -> Vec<f32> {
+    let (start, order) = sort_by_index(index, m);
     let mut out = vec![0.0f32; m * d];
     out.par_chunks_mut(d.max(1))
         .enumerate()

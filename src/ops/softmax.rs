@@ -1,17 +1,25 @@
 //! `softmax` over the last axis of a `[rows, cols]` f32 buffer, row by row in fixed order
-//! (max, then `exp(x - max)`, then a fixed-order sum, then division).
+//! (max, then `exp(x - max)`, then a fixed-order sum, then division). `cuda_rowwise`
+//! (`kernels/softmax.cu`) follows the same order; only `expf` may differ from the CPU's libm.
 
-use crate::backend::{cpu, Backend};
+use crate::backend::{cpu, cuda, Backend};
 use crate::case::{Algo, Ctx};
 use anyhow::Result;
 use rayon::prelude::*;
 
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[Algo {
-    name: "rowwise",
-    backend: Backend::Cpu,
-    deterministic: true,
-}];
+pub const ALGOS: &[Algo] = &[
+    Algo {
+        name: "rowwise",
+        backend: Backend::Cpu,
+        deterministic: true,
+    },
+    Algo {
+        name: "cuda_rowwise",
+        backend: Backend::Cuda,
+        deterministic: true,
+    },
+];
 
 /// Row-wise softmax of `x` (`rows × cols`).
 pub fn softmax(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
@@ -26,6 +34,7 @@ pub fn softmax(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec
                     yr.copy_from_slice(xr);
                     softmax_row(yr)
                 }),
+            "cuda_rowwise" => y = cuda::ops::softmax(x, rows, cols)?,
             other => unreachable!("softmax implementation {other}"),
         }
         Ok(())

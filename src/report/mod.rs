@@ -32,6 +32,9 @@ pub struct Report {
     pub cost: Vec<CostRow>,
     /// Totals per verdict.
     pub summary: Summary,
+    /// CPU-vs-CUDA comparison per case (`--backend all`; see [`crate::cross`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cross_device: Vec<crate::cross::CrossDevice>,
 }
 
 /// Ops used by cases that the `batch` variation broke, with those cases (and the
@@ -70,13 +73,18 @@ impl Report {
             cases,
             cost,
             summary,
+            cross_device: Vec::new(),
         }
     }
 
     /// Process exit code: 0 when every case that ran is deterministic (or a caught planted
-    /// bug), 1 otherwise.
+    /// bug) and no cross-device comparison is a mismatch, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
-        if self.cases.iter().any(|c| c.verdict.is_failure()) {
+        let mismatch = self
+            .cross_device
+            .iter()
+            .any(|c| c.verdict == crate::cross::CrossVerdict::Mismatch);
+        if mismatch || self.cases.iter().any(|c| c.verdict.is_failure()) {
             1
         } else {
             0

@@ -91,6 +91,18 @@ pub fn render(report: &Report) -> String {
             );
         }
     }
+    if !report.cross_device.is_empty() {
+        let _ = writeln!(o, "\ncross-device (cpu vs cuda):");
+        for c in &report.cross_device {
+            let _ = writeln!(o, "  {:w$}  {}", c.case, c.verdict.name());
+            for line in c.details() {
+                let _ = writeln!(o, "      {line}");
+            }
+            if let Some(m) = &c.message {
+                let _ = writeln!(o, "      {m}");
+            }
+        }
+    }
     let s = &report.summary;
     let _ = writeln!(
         o,

@@ -169,15 +169,9 @@ impl Mlp {
     }
 }
 
-/// Bias gradient: the column sums of `dz` (`rows × cols`) by [`ops::col_sum`], or, on a
-/// backend with no `col_sum` implementation, as the product `ones[1 × rows] · dz` by
-/// [`ops::matmul`] (the usual GPU formulation), so the step runs wherever matmul does.
+/// Bias gradient: the column sums of `dz` (`rows × cols`) by [`ops::col_sum`].
 fn bias_grad(ctx: &mut Ctx, dz: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
-    if ops::col_sum::ALGOS.iter().any(|a| a.backend == ctx.backend) {
-        ops::col_sum::col_sum(ctx, dz, rows, cols)
-    } else {
-        ops::matmul::matmul(ctx, &vec![1.0; rows], dz, 1, rows, cols)
-    }
+    ops::col_sum::col_sum(ctx, dz, rows, cols)
 }
 
 /// Adds `bias` to every row of `x`.
@@ -252,18 +246,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn bias_grad_fallback_equals_col_sum() {
-        // The matmul formulation used where `col_sum` has no implementation gives the same
-        // values (exact on integers).
-        let (rows, cols) = (9, 6);
-        let dz: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 - 3.0).collect();
-        let mut ctx = Ctx::new(Backend::Cpu, Controls::default());
-        let ones = vec![1.0; rows];
-        let via_matmul = crate::ops::matmul::matmul(&mut ctx, &ones, &dz, 1, rows, cols).unwrap();
-        assert_eq!(bias_grad(&mut ctx, &dz, rows, cols).unwrap(), via_matmul);
     }
 
     #[test]

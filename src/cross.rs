@@ -1,0 +1,281 @@
+//! Cross-device comparison (`bitexact report --backend all`): the same case's outputs on CPU
+//! and CUDA, tensor by tensor.
+//!
+//! Which outputs must be identical across devices: every non-float tensor (integers, `bool`
+//! masks, random words — dropout masks and Philox streams are pure functions of the element
+//! index, so any difference is a bug). Float tensors may legitimately differ in the last bits
+//! (e.g. `expf` is not correctly rounded on either device); for them the comparison reports the
+//! number of differing elements and the max ULP distance, which is information, not a failure.
+//! A `mismatch` (an exact tensor differs, or names / dtypes / shapes differ) makes the report fail.
+//!
+//! When both devices' digests agree no extra run is made; when they differ, the case runs once
+//! more on each device (run-0 settings) to get the tensors and explain the difference.
+
+use crate::backend::Backend;
+use crate::case::{Case, Outputs};
+use crate::controls::Controls;
+use crate::diff::{self, TensorDiff};
+use crate::harness::{run_in_process, CaseReport, Verdict};
+use crate::vary::RunSettings;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// Outcome of comparing one case across devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CrossVerdict {
+    /// Every output is bit-identical on both devices.
+    Identical,
+    /// Only float outputs differ (see their max ULP distance).
+    FloatDifference,
+    /// An output that must be identical differs, or the outputs do not line up.
+    Mismatch,
+    /// Not compared (no CUDA, or a run was not deterministic); the message says why.
+    Skipped,
+}
+
+impl CrossVerdict {
+    /// Name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            CrossVerdict::Identical => "identical",
+            CrossVerdict::FloatDifference => "float-difference",
+            CrossVerdict::Mismatch => "mismatch",
+            CrossVerdict::Skipped => "skipped",
+        }
+    }
+}
+
+/// One output tensor compared across devices.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CrossTensor {
+    /// Output name.
+    pub tensor: String,
+    /// Whether this output must be bit-identical across devices (non-float dtype); known when
+    /// the tensors were compared element by element (`None` when the digests already agreed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact_required: Option<bool>,
+    /// Whether it is bit-identical.
+    pub identical: bool,
+    /// How CUDA's value differs from the CPU's (first run of each), when it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<TensorDiff>,
+}
+
+/// One case compared across devices.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CrossDevice {
+    /// Case name.
+    pub case: String,
+    /// Outcome.
+    pub verdict: CrossVerdict,
+    /// Per output, in name order (empty when skipped).
+    pub tensors: Vec<CrossTensor>,
+    /// Why it was skipped, or what failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl CrossDevice {
+    fn skipped(case: &str, why: String) -> CrossDevice {
+        CrossDevice {
+            case: case.to_string(),
+            verdict: CrossVerdict::Skipped,
+            tensors: Vec::new(),
+            message: Some(why),
+        }
+    }
+
+    /// One line per differing tensor: `y: 17/4096 elements differ, max 2 ULP (must be identical)`.
+    pub fn details(&self) -> Vec<String> {
+        self.tensors
+            .iter()
+            .filter_map(|t| {
+                let d = t.diff.as_ref()?;
+                let what = match &d.note {
+                    Some(n) => n.clone(),
+                    None => format!(
+                        "{}/{} elements differ, first at {:?} (cpu {} vs cuda {}), max |Δ| {:.3e}{}",
+                        d.elements_differing,
+                        d.elements,
+                        d.first_index,
+                        d.first_values[0],
+                        d.first_values[1],
+                        d.max_abs,
+                        d.max_ulp
+                            .map(|u| format!(", max {u} ULP"))
+                            .unwrap_or_default()
+                    ),
+                };
+                let must = if t.exact_required == Some(true) {
+                    " (must be identical)"
+                } else {
+                    ""
+                };
+                Some(format!("{}: {what}{must}", t.tensor))
+            })
+            .collect()
+    }
+}
+
+/// Compares CPU outputs `cpu` with CUDA outputs `cuda` of one case.
+pub fn compare_outputs(case: &str, cpu: &Outputs, cuda: &Outputs) -> CrossDevice {
+    let names: BTreeSet<&String> = cpu.keys().chain(cuda.keys()).collect();
+    let mut tensors = Vec::new();
+    let mut verdict = CrossVerdict::Identical;
+    for n in names {
+        let t = match (cpu.get(n), cuda.get(n)) {
+            (Some(a), Some(b)) => {
+                let exact = !a.dtype().is_float();
+                let same =
+                    a.dtype() == b.dtype() && a.shape() == b.shape() && a.bytes() == b.bytes();
+                let diff = (!same).then(|| diff::explain(n, [0, 0], a, b));
+                let lined_up = diff.as_ref().is_none_or(|d| d.note.is_none());
+                if !same {
+                    verdict = if exact || !lined_up {
+                        CrossVerdict::Mismatch
+                    } else if verdict == CrossVerdict::Identical {
+                        CrossVerdict::FloatDifference
+                    } else {
+                        verdict
+                    };
+                }
+                CrossTensor {
+                    tensor: n.clone(),
+                    exact_required: Some(exact),
+                    identical: same,
+                    diff,
+                }
+            }
+            (a, _) => {
+                verdict = CrossVerdict::Mismatch;
+                let mut d = diff::missing(n, [0, 0], a.is_some());
+                d.note = Some(if a.is_some() {
+                    "output only on cpu".into()
+                } else {
+                    "output only on cuda".into()
+                });
+                CrossTensor {
+                    tensor: n.clone(),
+                    exact_required: Some(true),
+                    identical: false,
+                    diff: Some(d),
+                }
+            }
+        };
+        tensors.push(t);
+    }
+    CrossDevice {
+        case: case.to_string(),
+        verdict,
+        tensors,
+        message: None,
+    }
+}
+
+/// Compares every case of `cases` that ran on both CPU and CUDA in `reports`.
+pub fn compare(
+    cases: &[Box<dyn Case>],
+    reports: &[CaseReport],
+    controls: &Controls,
+) -> Vec<CrossDevice> {
+    let find = |name: &str, b: Backend| reports.iter().find(|r| r.name == name && r.backend == b);
+    let mut out = Vec::new();
+    for case in cases {
+        let name = case.name();
+        let (Some(cpu), Some(cuda)) = (find(&name, Backend::Cpu), find(&name, Backend::Cuda))
+        else {
+            continue;
+        };
+        if let Some(r) = [cpu, cuda]
+            .into_iter()
+            .find(|r| r.verdict == Verdict::Skipped)
+        {
+            let why = r.message.clone().unwrap_or_else(|| "skipped".into());
+            out.push(CrossDevice::skipped(&name, format!("{}: {why}", r.backend)));
+            continue;
+        }
+        if let Some(r) = [cpu, cuda]
+            .into_iter()
+            .find(|r| r.verdict != Verdict::Deterministic)
+        {
+            out.push(CrossDevice::skipped(
+                &name,
+                format!(
+                    "{} run was {}: only deterministic results are compared across devices",
+                    r.backend,
+                    r.verdict.name()
+                ),
+            ));
+            continue;
+        }
+        if cpu.digests == cuda.digests {
+            out.push(CrossDevice {
+                case: name.clone(),
+                verdict: CrossVerdict::Identical,
+                tensors: cpu
+                    .digests
+                    .keys()
+                    .map(|t| CrossTensor {
+                        tensor: t.clone(),
+                        exact_required: None,
+                        identical: true,
+                        diff: None,
+                    })
+                    .collect(),
+                message: None,
+            });
+            continue;
+        }
+        let settings = RunSettings::for_run(controls, &[], 0, false);
+        let run = |b| run_in_process(case.as_ref(), b, &settings).map(|r| r.outputs);
+        out.push(match (run(Backend::Cpu), run(Backend::Cuda)) {
+            (Ok(a), Ok(b)) => compare_outputs(&name, &a, &b),
+            (Err(e), _) | (_, Err(e)) => CrossDevice {
+                case: name.clone(),
+                verdict: CrossVerdict::Mismatch,
+                tensors: Vec::new(),
+                message: Some(format!("re-run to explain the difference failed: {e:#}")),
+            },
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    fn outs(pairs: Vec<(&str, Tensor)>) -> Outputs {
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    #[test]
+    fn identical_float_difference_and_mismatch() {
+        let a = outs(vec![
+            ("mask", Tensor::from_bools(&[3], &[true, false, true])),
+            ("y", Tensor::from_slice(&[2], &[1.0f32, 2.0])),
+        ]);
+        assert_eq!(
+            compare_outputs("c", &a, &a).verdict,
+            CrossVerdict::Identical
+        );
+        let mut b = a.clone();
+        let y2 = f32::from_bits(2.0f32.to_bits() + 2);
+        b.insert("y".into(), Tensor::from_slice(&[2], &[1.0f32, y2]));
+        let c = compare_outputs("c", &a, &b);
+        assert_eq!(c.verdict, CrossVerdict::FloatDifference);
+        let y = c.tensors.iter().find(|t| t.tensor == "y").unwrap();
+        assert_eq!(y.diff.as_ref().unwrap().max_ulp, Some(2));
+        assert!(c.details()[0].contains("max 2 ULP"), "{:?}", c.details());
+        b.insert("mask".into(), Tensor::from_bools(&[3], &[true, true, true]));
+        let c = compare_outputs("c", &a, &b);
+        assert_eq!(c.verdict, CrossVerdict::Mismatch);
+        assert!(c.details().iter().any(|l| l.contains("must be identical")));
+        b.remove("mask");
+        let c = compare_outputs("c", &a, &b);
+        assert_eq!(c.verdict, CrossVerdict::Mismatch);
+        assert!(c.details()[0].contains("only on cpu"), "{:?}", c.details());
+    }
+}
