@@ -86,6 +86,44 @@ enum SnapshotCommand {
     },
 }
 
+/// The controls a run is made under; flags win over the environment.
+#[derive(clap::Args)]
+struct ControlArgs {
+    /// Base seed of every random stream [env: BITEXACT_SEED].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Deterministic-algorithms switch, on or off [env: BITEXACT_DETERMINISTIC].
+    #[arg(long, value_parser = parse_switch)]
+    deterministic: Option<bool>,
+    /// Autotune switch, on or off [env: BITEXACT_BENCHMARK].
+    #[arg(long, value_parser = parse_switch)]
+    benchmark: Option<bool>,
+    /// Data-loader worker threads [env: BITEXACT_WORKERS].
+    #[arg(long)]
+    workers: Option<usize>,
+    /// CPU thread-pool size [env: BITEXACT_THREADS].
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+impl ControlArgs {
+    /// The environment's controls with these flags applied, exported to the libraries that
+    /// read their own variables (e.g. `CUBLAS_WORKSPACE_CONFIG`).
+    fn controls(&self) -> Result<Controls> {
+        let mut c = Controls::from_env().map_err(|e| usage(format!("{e:#}")))?;
+        c.seed = self.seed.unwrap_or(c.seed);
+        c.deterministic = self.deterministic.unwrap_or(c.deterministic);
+        c.benchmark = self.benchmark.unwrap_or(c.benchmark);
+        c.workers = self.workers.unwrap_or(c.workers);
+        if self.threads == Some(0) {
+            return Err(usage("--threads must be at least 1"));
+        }
+        c.threads = self.threads.unwrap_or(c.threads);
+        c.export_library_env();
+        Ok(c)
+    }
+}
+
 #[derive(clap::Args)]
 struct UpdateArgs {
     /// Snapshot directory.
@@ -100,15 +138,8 @@ struct UpdateArgs {
     /// Runs per case (at least 2): only deterministic results are written.
     #[arg(long, default_value_t = 2)]
     runs: usize,
-    /// Base seed [env: BITEXACT_SEED].
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Deterministic-algorithms switch, on or off [env: BITEXACT_DETERMINISTIC].
-    #[arg(long, value_parser = parse_switch)]
-    deterministic: Option<bool>,
-    /// Autotune switch, on or off [env: BITEXACT_BENCHMARK].
-    #[arg(long, value_parser = parse_switch)]
-    benchmark: Option<bool>,
+    #[command(flatten)]
+    controls: ControlArgs,
     /// Write even in CI.
     #[arg(long)]
     force: bool,
@@ -144,21 +175,8 @@ struct ReportArgs {
     /// Runs per case (at least 2).
     #[arg(long, default_value_t = 2)]
     runs: usize,
-    /// Base seed of every random stream [env: BITEXACT_SEED].
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Deterministic-algorithms switch, on or off [env: BITEXACT_DETERMINISTIC].
-    #[arg(long, value_parser = parse_switch)]
-    deterministic: Option<bool>,
-    /// Autotune switch, on or off [env: BITEXACT_BENCHMARK].
-    #[arg(long, value_parser = parse_switch)]
-    benchmark: Option<bool>,
-    /// Data-loader worker threads [env: BITEXACT_WORKERS].
-    #[arg(long)]
-    workers: Option<usize>,
-    /// CPU thread-pool size [env: BITEXACT_THREADS].
-    #[arg(long)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    controls: ControlArgs,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
@@ -277,26 +295,7 @@ fn report(a: ReportArgs) -> Result<u8> {
     if a.runs < 2 {
         return Err(usage(format!("--runs must be at least 2 (got {})", a.runs)));
     }
-    let mut controls = Controls::from_env().map_err(|e| usage(format!("{e:#}")))?;
-    if let Some(s) = a.seed {
-        controls.seed = s;
-    }
-    if let Some(d) = a.deterministic {
-        controls.deterministic = d;
-    }
-    if let Some(b) = a.benchmark {
-        controls.benchmark = b;
-    }
-    if let Some(w) = a.workers {
-        controls.workers = w;
-    }
-    if let Some(t) = a.threads {
-        if t == 0 {
-            return Err(usage("--threads must be at least 1"));
-        }
-        controls.threads = t;
-    }
-    controls.export_library_env();
+    let controls = a.controls.controls()?;
     let selected = select(a.filter.as_deref())?;
     let backends = match a.backend {
         Some(BackendArg::Cpu) => vec![Backend::Cpu],
@@ -402,11 +401,7 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
     if snapshot::in_ci() && !a.force {
         bail!("refusing to write snapshots in CI (CI is set); pass --force to write them anyway");
     }
-    let mut controls = Controls::from_env().map_err(|e| usage(format!("{e:#}")))?;
-    controls.seed = a.seed.unwrap_or(controls.seed);
-    controls.deterministic = a.deterministic.unwrap_or(controls.deterministic);
-    controls.benchmark = a.benchmark.unwrap_or(controls.benchmark);
-    controls.export_library_env();
+    let controls = a.controls.controls()?;
     // Planted bugs are nondeterministic on purpose: they have no snapshot.
     let selected: Vec<_> = select(a.filter.as_deref())?
         .into_iter()

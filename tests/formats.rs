@@ -120,3 +120,27 @@ fn markdown_is_a_table_with_explanations() {
     assert!(md.contains("elements differ"));
     assert!(md.contains("| op | backend | deterministic | nondeterministic | cost |"));
 }
+
+#[test]
+fn markdown_shows_skipped_cuda_and_the_cross_device_section() {
+    let o = bitexact(&[
+        "report",
+        "--filter",
+        "kernel/philox/small",
+        "--backend",
+        "all",
+        "--format",
+        "markdown",
+    ]);
+    let md = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(md.contains("**Cross-device (cpu vs cuda)**"), "{md}");
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| `kernel/philox/small` | cuda |"))
+        .expect("a cuda row");
+    // Without a GPU the CUDA run is skipped with the reason; with one it must pass.
+    assert!(
+        row.contains("⏭️ skipped") || row.contains("✅ deterministic"),
+        "{row}"
+    );
+}

@@ -9,27 +9,13 @@ use std::fmt::Write;
 
 /// The report as GitHub-flavoured Markdown.
 pub fn render(report: &Report) -> String {
-    let s = &report.summary;
     let failed = report.exit_code() != 0;
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "### bitexact: {} {} deterministic, {} nondeterministic, {}{} errors, {} skipped{}\n",
+        "### bitexact: {} {}\n",
         if failed { "❌" } else { "✅" },
-        s.deterministic,
-        s.nondeterministic,
-        if s.snapshot_mismatches > 0 {
-            format!("{} snapshot mismatches, ", s.snapshot_mismatches)
-        } else {
-            String::new()
-        },
-        s.errors,
-        s.skipped,
-        if s.caught > 0 {
-            format!(", {} planted bugs caught", s.caught)
-        } else {
-            String::new()
-        }
+        super::counts(&report.summary)
     );
     let _ = writeln!(
         o,
@@ -99,6 +85,23 @@ pub fn render(report: &Report) -> String {
                 r.nondeterministic.0,
                 seconds(r.nondeterministic.1),
                 r.ratio
+            );
+        }
+    }
+    if !report.cross_device.is_empty() {
+        o.push_str(
+            "\n**Cross-device (cpu vs cuda)**\n\n| case | verdict | details |\n|---|---|---|\n",
+        );
+        for c in &report.cross_device {
+            let mut lines = c.details();
+            lines.extend(c.message.clone());
+            let lines: Vec<String> = lines.iter().map(|l| cell(l)).collect();
+            let _ = writeln!(
+                o,
+                "| `{}` | {} | {} |",
+                cell(&c.case),
+                c.verdict.name(),
+                lines.join("<br>")
             );
         }
     }

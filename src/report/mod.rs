@@ -142,3 +142,20 @@ pub fn headline(c: &CaseReport) -> String {
         },
     }
 }
+
+/// The verdict counts as one line: `12 deterministic, 1 nondeterministic, 0 errors, 2 skipped`,
+/// with snapshot mismatches and caught planted bugs named when there are any.
+pub fn counts(s: &Summary) -> String {
+    let mut line = format!(
+        "{} deterministic, {} nondeterministic, ",
+        s.deterministic, s.nondeterministic
+    );
+    if s.snapshot_mismatches > 0 {
+        line.push_str(&format!("{} snapshot mismatches, ", s.snapshot_mismatches));
+    }
+    line.push_str(&format!("{} errors, {} skipped", s.errors, s.skipped));
+    if s.caught > 0 {
+        line.push_str(&format!(", {} planted bugs caught", s.caught));
+    }
+    line
+}

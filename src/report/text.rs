@@ -103,24 +103,10 @@ pub fn render(report: &Report) -> String {
             }
         }
     }
-    let s = &report.summary;
     let _ = writeln!(
         o,
-        "\n{} deterministic, {} nondeterministic, {}{} errors, {} skipped{}  ({} runs each; {})",
-        s.deterministic,
-        s.nondeterministic,
-        if s.snapshot_mismatches > 0 {
-            format!("{} snapshot mismatches, ", s.snapshot_mismatches)
-        } else {
-            String::new()
-        },
-        s.errors,
-        s.skipped,
-        if s.caught > 0 {
-            format!(", {} planted bugs caught", s.caught)
-        } else {
-            String::new()
-        },
+        "\n{}  ({} runs each; {})",
+        super::counts(&report.summary),
         report.runs,
         report.controls.summary()
     );
