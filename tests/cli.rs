@@ -29,9 +29,11 @@ fn report_small_cases_is_deterministic_and_exits_0() {
         "reduce_sum",
         "matmul",
         "scatter_add",
+        "col_sum",
         "softmax",
         "layer_norm",
         "dropout",
+        "philox",
     ] {
         let line = out
             .lines()
@@ -40,7 +42,7 @@ fn report_small_cases_is_deterministic_and_exits_0() {
         assert!(line.contains("deterministic"), "{line}");
     }
     assert!(
-        out.contains("7 deterministic, 0 nondeterministic, 0 errors, 0 skipped"),
+        out.contains("8 deterministic, 0 nondeterministic, 0 errors, 0 skipped"),
         "{out}"
     );
 }

@@ -53,10 +53,11 @@ impl Case for KernelCase {
 
 /// Every kernel case.
 pub fn cases() -> Vec<Box<dyn Case>> {
-    let table: [(&'static str, KernelFn); 7] = [
+    let table: [(&'static str, KernelFn); 8] = [
         ("reduce_sum", reduce_sum),
         ("matmul", matmul),
         ("scatter_add", scatter_add),
+        ("col_sum", col_sum),
         ("softmax", softmax),
         ("layer_norm", layer_norm),
         ("dropout", dropout),
@@ -116,6 +117,19 @@ fn scatter_add(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
     let index: Vec<i64> = (0..n).map(|_| s.below(m as u32) as i64).collect();
     let y = ops::scatter_add::scatter_add(ctx, &src, &index, m, d)?;
     Ok(out(vec![("out", Tensor::from_slice(&[m, d], &y))]))
+}
+
+/// Column sums (a bias gradient): 32×100, or 4096×1024. Not batch-capable: the sum runs over
+/// the rows.
+fn col_sum(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
+    let (r, c) = if size == Size::Small {
+        (32, 100)
+    } else {
+        (4096, 1024)
+    };
+    let x = inputs(ctx, "kernel/col_sum/x", r * c, 1.0);
+    let y = ops::col_sum::col_sum(ctx, &x, r, c)?;
+    Ok(out(vec![("sums", Tensor::from_slice(&[c], &y))]))
 }
 
 fn softmax(ctx: &mut Ctx, size: Size) -> Result<Outputs> {
