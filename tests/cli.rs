@@ -1,19 +1,8 @@
 //! End-to-end tests of the `bitexact` binary: exit codes, formats, filters.
 
-use std::process::{Command, Output};
-
-fn bitexact(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bitexact"))
-        .args(args)
-        .env_remove("BITEXACT_DETERMINISTIC")
-        .env_remove("BITEXACT_SEED")
-        .output()
-        .expect("run bitexact")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+mod common;
+use common::{bitexact, stdout};
+use std::process::Command;
 
 #[test]
 fn report_small_cases_is_deterministic_and_exits_0() {

@@ -10,7 +10,6 @@ use bitexact::cross::{self, CrossVerdict};
 use bitexact::harness::{check_case, check_suite, Options, Verdict};
 use bitexact::rng::Stream;
 use bitexact::{cases, ops, Controls};
-use std::process::Command;
 
 fn bits(v: Vec<f32>) -> Vec<u32> {
     v.into_iter().map(f32::to_bits).collect()
@@ -251,16 +250,11 @@ fn device_digests_equal_cpu_digests() {
     }
 }
 
+mod common;
+
 fn bitexact(args: &[&str]) -> (Option<i32>, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
-        .args(args)
-        .env_remove("BITEXACT_DETERMINISTIC")
-        .output()
-        .expect("run bitexact");
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-    )
+    let o = common::bitexact(args);
+    (o.status.code(), common::stdout(&o))
 }
 
 #[test]

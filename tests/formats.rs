@@ -1,15 +1,7 @@
 //! The CI formats of `bitexact report`: JUnit XML (parsed and checked as XML) and Markdown.
 
-use std::process::{Command, Output};
-
-fn bitexact(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bitexact"))
-        .args(args)
-        .env_remove("BITEXACT_DETERMINISTIC")
-        .env_remove("BITEXACT_SEED")
-        .output()
-        .expect("run bitexact")
-}
+mod common;
+use common::{bitexact, stdout};
 
 /// Runs the atomic `scatter_add/large` case with the deterministic switch off until it is
 /// caught (at most 3 attempts of 8 runs, like `tests/cli.rs`), plus the deterministic `softmax/small`.
@@ -29,7 +21,7 @@ fn caught_report(format: &str) -> String {
             "--format",
             format,
         ]);
-        last = String::from_utf8_lossy(&o.stdout).into_owned();
+        last = stdout(&o);
         if o.status.code() == Some(1) {
             return last;
         }
@@ -88,7 +80,7 @@ fn junit_reports_skipped_cuda_cases_with_the_reason() {
         "--format",
         "junit",
     ]);
-    let xml = String::from_utf8_lossy(&o.stdout).into_owned();
+    let xml = stdout(&o);
     let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
     let cuda = doc
         .descendants()
@@ -132,7 +124,7 @@ fn markdown_shows_skipped_cuda_and_the_cross_device_section() {
         "--format",
         "markdown",
     ]);
-    let md = String::from_utf8_lossy(&o.stdout).into_owned();
+    let md = stdout(&o);
     assert!(md.contains("**Cross-device (cpu vs cuda)**"), "{md}");
     let row = md
         .lines()

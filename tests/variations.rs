@@ -4,20 +4,10 @@ use bitexact::case::{Case, Ctx, Outputs};
 use bitexact::harness::{check_case_with, check_suite, Options};
 use bitexact::vary::Variation;
 use bitexact::{ops, Backend, Controls, Tensor, Verdict};
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-fn bitexact(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bitexact"))
-        .args(args)
-        .output()
-        .expect("run bitexact")
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
-}
+mod common;
+use common::{bitexact, json};
 
 #[test]
 fn vary_all_passes_deterministic_cases_and_blames_each_planted_bug() {

@@ -1,0 +1,25 @@
+//! Helpers shared by the integration tests that run the `bitexact` binary.
+#![allow(dead_code)] // each test crate uses a different subset
+
+use std::process::{Command, Output};
+
+/// Runs the `bitexact` binary with `args`, with the control variables of the environment
+/// (`BITEXACT_SEED`, ...) removed so only the flags count.
+pub fn bitexact(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    cmd.args(args);
+    for var in ["SEED", "DETERMINISTIC", "BENCHMARK", "WORKERS", "THREADS"] {
+        cmd.env_remove(format!("BITEXACT_{var}"));
+    }
+    cmd.output().expect("run bitexact")
+}
+
+/// Standard output as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Standard output parsed as JSON (the panic shows the output).
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
