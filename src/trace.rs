@@ -19,6 +19,8 @@ pub enum TraceArg<'a> {
     I64(&'a [i64]),
     /// Booleans (masks).
     Bool(&'a [bool]),
+    /// u32 values (random words).
+    U32(&'a [u32]),
     /// One f32.
     Scalar(f32),
 }
@@ -66,6 +68,7 @@ pub fn trace_digest(v: TraceArg) -> String {
         TraceArg::F32(x) => feed(&mut h, x, f32::to_le_bytes),
         TraceArg::I64(x) => feed(&mut h, x, i64::to_le_bytes),
         TraceArg::Bool(x) => feed(&mut h, x, |b| [b as u8]),
+        TraceArg::U32(x) => feed(&mut h, x, u32::to_le_bytes),
         TraceArg::Scalar(x) => h.update(x.to_le_bytes()),
     }
     h.finalize()[..16]

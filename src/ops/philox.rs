@@ -6,6 +6,7 @@
 use crate::backend::{cuda, Backend};
 use crate::case::{Algo, Ctx};
 use crate::rng::Stream;
+use crate::trace::TraceArg;
 use anyhow::Result;
 
 /// Implementations in fixed-choice order.
@@ -38,5 +39,8 @@ pub fn random_words(ctx: &mut Ctx, stream: &mut Stream, n: usize) -> Result<Vec<
             other => unreachable!("philox implementation {other}"),
         })
     })?;
-    Ok(w) // not in op traces: they hold f32 / i64 / bool arguments only
+    // Traced with the stream address (seed, stream, offset; bits as i64) as its input.
+    let address = [start.seed, start.stream, start.offset].map(|v| v as i64);
+    ctx.record("philox", &[TraceArg::I64(&address)], TraceArg::U32(&w));
+    Ok(w)
 }
