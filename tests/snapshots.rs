@@ -25,6 +25,15 @@ fn snapshot_cases() -> Vec<Box<dyn Case>> {
         .collect()
 }
 
+/// The failure message of `assert_snapshot` for `case` against `dir`, or `None` when it passes.
+fn snapshot_failure(case: &dyn Case, dir: &Path) -> Option<String> {
+    catch_unwind(AssertUnwindSafe(|| {
+        bitexact::check(case).snapshot_dir(dir).assert_snapshot();
+    }))
+    .err()
+    .map(panic_text)
+}
+
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<String>()
         .cloned()
@@ -43,15 +52,7 @@ fn builtin_cpu_cases_match_their_snapshots() {
     // Check every case before failing, so one run writes every pending snapshot.
     let failures: Vec<String> = cases
         .iter()
-        .filter_map(|c| {
-            catch_unwind(AssertUnwindSafe(|| {
-                bitexact::check(c.as_ref())
-                    .snapshot_dir(committed())
-                    .assert_snapshot();
-            }))
-            .err()
-            .map(panic_text)
-        })
+        .filter_map(|c| snapshot_failure(c.as_ref(), &committed()))
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
@@ -89,14 +90,7 @@ fn a_changed_digest_fails_naming_case_and_tensor() {
     let (scratch, file) = perturbed(case.as_ref(), "regression", |s| {
         s.tensors.insert("sum".into(), "0".repeat(64));
     });
-    let msg = panic_text(
-        catch_unwind(AssertUnwindSafe(|| {
-            bitexact::check(case.as_ref())
-                .snapshot_dir(&scratch.0)
-                .assert_snapshot();
-        }))
-        .unwrap_err(),
-    );
+    let msg = snapshot_failure(case.as_ref(), &scratch.0).expect("a mismatch");
     assert!(
         msg.contains("snapshot mismatch for kernel/reduce_sum/small"),
         "{msg}"
@@ -153,14 +147,7 @@ fn a_changed_toolchain_is_named_as_the_likely_cause() {
             }
         }
     });
-    let msg = panic_text(
-        catch_unwind(AssertUnwindSafe(|| {
-            bitexact::check(case.as_ref())
-                .snapshot_dir(&scratch.0)
-                .assert_snapshot();
-        }))
-        .unwrap_err(),
-    );
+    let msg = snapshot_failure(case.as_ref(), &scratch.0).expect("a mismatch");
     assert!(
         msg.contains("kernel/softmax/small") && msg.contains("tensor `y`"),
         "{msg}"

@@ -157,10 +157,7 @@ pub fn col_sum(x: &[f32], rows: usize, cols: usize, atomic: bool) -> Result<Vec<
     }
     let g = gpu()?;
     let dx = g.upload(x)?;
-    let (r, c) = (
-        u32::try_from(rows).map_err(|_| anyhow!("col_sum: too many rows"))?,
-        u32::try_from(cols).map_err(|_| anyhow!("col_sum: too many columns"))?,
-    );
+    let (r, c) = (dim32(rows, "rows")?, dim32(cols, "cols")?);
     let mut out = g.zeros::<f32>(cols)?;
     let name = if atomic {
         "col_sum_atomic"
