@@ -4,7 +4,6 @@
 use crate::backend::Backend;
 use crate::controls::Controls;
 use crate::rng::Stream;
-use crate::tensor::Tensor;
 use crate::trace::{trace_digest, TraceArg, TraceEntry};
 use crate::vary::Variation;
 use anyhow::{bail, Result};
@@ -12,8 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-/// Named output tensors of one run, in name order.
-pub type Outputs = BTreeMap<String, Tensor>;
+pub use crate::outputs::Outputs;
 
 /// One unit of work (a kernel launch, or one or more training steps) whose outputs must be
 /// bit-identical from run to run.
@@ -90,6 +88,8 @@ pub struct Ctx {
     /// Defects found during the run (e.g. loader workers sharing one random stream), by name:
     /// they make a planted bug `caught` and any other case an `error`.
     pub findings: Vec<String>,
+    /// Op calls recorded by [`Ctx::record`] in this run, traced or not.
+    pub recorded_ops: usize,
 }
 
 /// Autotune key: op, backend, shape, deterministic switch.
@@ -123,6 +123,7 @@ impl Ctx {
             trace: None,
             last_algorithm: "",
             findings: Vec::new(),
+            recorded_ops: 0,
         }
     }
 
@@ -155,6 +156,7 @@ impl Ctx {
     /// Records an op call in the trace (when tracing): digests of its inputs and output and the
     /// implementation the latest dispatch chose.
     pub fn record(&mut self, op: &str, inputs: &[TraceArg], output: TraceArg) {
+        self.recorded_ops += 1;
         if let Some(trace) = self.trace.as_mut() {
             trace.push(TraceEntry {
                 call: trace.len(),

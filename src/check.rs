@@ -1,7 +1,7 @@
 //! The library API for users' own tests: a few lines per case.
 //!
 //! ```no_run
-//! use bitexact::{Case, Ctx, Outputs, Tensor};
+//! use bitexact::{Case, Ctx, Outputs, Result, Tensor};
 //!
 //! struct MyCase;
 //! impl Case for MyCase {
@@ -11,10 +11,10 @@
 //!     fn backends(&self) -> Vec<bitexact::Backend> {
 //!         vec![bitexact::Backend::Cpu]
 //!     }
-//!     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<Outputs> {
+//!     fn run(&self, ctx: &mut Ctx) -> Result<Outputs> {
 //!         let x = ctx.stream("x").uniform(1000);
 //!         let s: f32 = x.iter().sum();
-//!         Ok(Outputs::from([("sum".to_string(), Tensor::scalar(s))]))
+//!         Ok(Outputs::new().with("sum", Tensor::scalar(s)))
 //!     }
 //! }
 //!
@@ -29,6 +29,14 @@
 //! }
 //! ```
 //!
+//! **Variations and child processes.** `.vary(&[Variation::Process])` runs every run in a
+//! fresh process, `.isolate()` the whole check (a crash or hang becomes an `error`, not a dead
+//! test binary). A child is the caller's own test binary re-run for the one test that is
+//! calling (`--exact NAME`, found from libtest's thread name, or given with
+//! [`Check::test_name`]), as rusty-fork does: the test runs again up to this `check`, which
+//! serves the parent's request and exits the child. Code before the `check` call therefore
+//! runs once more in each child.
+//!
 //! Defaults: 2 runs on the CPU under [`Controls::from_env`] (seed 0, deterministic on,
 //! benchmark off, overridable with `BITEXACT_*`). Snapshots go to `snapshots/` in the crate
 //! being tested (`$CARGO_MANIFEST_DIR/snapshots`, else `./snapshots`), laid out as described in
@@ -40,8 +48,13 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::harness::{check_case, CaseReport, Verdict};
+use crate::harness::{CaseReport, Verdict};
+use crate::isolate::{self, ChildConfig, Launcher};
+use crate::suite::{self, SuiteConfig};
+use crate::vary::{Kind, Variation};
+use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Checks `case`: configure with the builder methods, then [`Check::assert_deterministic`],
 /// [`Check::assert_snapshot`] or [`Check::report`].
@@ -52,6 +65,10 @@ pub fn check(case: &dyn Case) -> Check<'_> {
         controls: None,
         backend: Backend::Cpu,
         snapshots: None,
+        vary: Vec::new(),
+        isolate: false,
+        timeout: None,
+        test_name: None,
     }
 }
 
@@ -62,6 +79,10 @@ pub struct Check<'a> {
     controls: Option<Controls>,
     backend: Backend,
     snapshots: Option<PathBuf>,
+    vary: Vec<Variation>,
+    isolate: bool,
+    timeout: Option<Duration>,
+    test_name: Option<String>,
 }
 
 impl Check<'_> {
@@ -97,6 +118,46 @@ impl Check<'_> {
         self
     }
 
+    /// Varies these conditions between runs; on a difference, blame names the one that breaks
+    /// the case. Variations that apply only to programs (e.g. `hashseed`) are ignored.
+    pub fn vary(mut self, variations: &[Variation]) -> Self {
+        self.vary = variations
+            .iter()
+            .copied()
+            .filter(|v| v.applies_to(Kind::Case))
+            .collect();
+        self.vary.sort();
+        self.vary.dedup();
+        self
+    }
+
+    /// Varies every condition that applies to Rust cases.
+    pub fn vary_all(self) -> Self {
+        let all: Vec<Variation> = Variation::all().collect();
+        self.vary(&all)
+    }
+
+    /// Runs the whole check in a child process: a crash, hang or out-of-memory becomes an
+    /// `error` verdict instead of bringing the test binary down.
+    pub fn isolate(mut self) -> Self {
+        self.isolate = true;
+        self
+    }
+
+    /// Kills a child process (isolated check or `process` variation run) after this long;
+    /// default for an isolated check: [`isolate::DEFAULT_ISOLATE_TIMEOUT`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The full name of the calling test (`module::test`), when libtest's thread name does not
+    /// give it (e.g. a custom test harness). Needed only for child processes.
+    pub fn test_name(mut self, name: impl Into<String>) -> Self {
+        self.test_name = Some(name.into());
+        self
+    }
+
     fn current_controls(&self) -> Controls {
         self.controls.clone().unwrap_or_else(|| {
             Controls::from_env().unwrap_or_else(|e| panic!("bitexact controls: {e:#}"))
@@ -113,17 +174,69 @@ impl Check<'_> {
         })
     }
 
-    /// Runs the case K times and returns the harness's report, whatever the verdict.
+    /// How to start children: this test binary, re-run for the calling test.
+    fn children(&self) -> Result<ChildConfig, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("locating the test binary: {e}"))?;
+        let test = match &self.test_name {
+            Some(t) => t.clone(),
+            None => match std::thread::current().name() {
+                Some(n) if n != "main" => n.to_string(),
+                _ => {
+                    return Err(
+                        "child processes re-run the calling test, but this thread is not a libtest test; name it with .test_name(\"module::test\")"
+                            .to_string(),
+                    )
+                }
+            },
+        };
+        let mut cfg = ChildConfig::new(Launcher::TestBinary { exe, test });
+        cfg.timeout = self.timeout;
+        Ok(cfg)
+    }
+
+    /// Runs the case K times (and its variations, blame and diagnoses) and returns the
+    /// harness's report, whatever the verdict. Inside a child process started by a check, it
+    /// serves the parent's request for this case and exits the process instead.
     pub fn report(&self) -> CaseReport {
-        check_case(self.case, self.backend, &self.current_controls(), self.runs)
+        serve_if_child(self.case);
+        let controls = self.current_controls();
+        let mut config = SuiteConfig::new(vec![self.backend], controls, self.runs);
+        config.options.vary = self.vary.clone();
+        let needs_children = self.isolate || self.vary.contains(&Variation::Process);
+        if needs_children {
+            match self.children() {
+                Ok(cfg) => {
+                    config.options.isolate = self.isolate.then(|| cfg.clone());
+                    config.options.children = Some(cfg);
+                }
+                Err(why) => {
+                    let mut r = CaseReport::new(&self.case.name(), self.backend);
+                    r.evidence.error = Some(why);
+                    return r.judge();
+                }
+            }
+        }
+        match suite::run(&[self.case], &config, &mut |_| {}) {
+            Ok(mut report) => report.cases.remove(0),
+            Err(e) => {
+                let mut r = CaseReport::new(&self.case.name(), self.backend);
+                r.evidence.error = Some(format!("{e:#}"));
+                r.judge()
+            }
+        }
     }
 
     /// Runs the case K times and panics unless every run gave bit-identical outputs; the panic
     /// message names the case and explains each differing tensor. A case that cannot run on
-    /// the backend here (`skipped`) passes, with a note on standard error.
+    /// the backend here (`skipped`) passes, with a `SKIPPED` line written straight to the
+    /// terminal (past libtest's output capture), so the skip stays visible in `cargo test`.
     pub fn assert_deterministic(&self) -> CaseReport {
         let r = self.report();
-        assert_ok(&r);
+        if r.verdict == Verdict::Skipped {
+            skip_notice(&r.name, &r.message.clone().unwrap_or_default());
+            return r;
+        }
+        r.assert_passed();
         r
     }
 
@@ -140,40 +253,32 @@ impl Check<'_> {
     }
 }
 
-/// Panics with the report's explanation unless it is deterministic (or skipped).
-fn assert_ok(r: &CaseReport) {
-    match r.verdict {
-        Verdict::Deterministic => {}
-        Verdict::Skipped => eprintln!(
-            "bitexact: {} skipped on {}: {}",
-            r.name,
-            r.backend,
-            r.message.as_deref().unwrap_or("")
-        ),
-        v => {
-            let mut msg = format!(
-                "{} on {} is {} over {} runs ({} distinct digests)",
-                r.name,
-                r.backend,
-                v.name(),
-                r.runs,
-                r.distinct_digests
-            );
-            for d in &r.diff {
-                msg.push_str("\n  ");
-                msg.push_str(&d.summary());
+/// In a child process started for `case`: serves the request and exits the process.
+fn serve_if_child(case: &dyn Case) {
+    let Some(request) = isolate::request() else {
+        return;
+    };
+    let code = match request {
+        Ok(req) if req.case != case.name() => return,
+        Ok(req) => match isolate::serve(&req, case) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("bitexact child: {e:#}");
+                1
             }
-            if let Some(m) = &r.message {
-                msg.push_str("\n  ");
-                msg.push_str(m);
-            }
-            if let Some(d) = &r.divergence {
-                msg.push_str("\n  localized: ");
-                msg.push_str(&d.explanation);
-            }
-            panic!("{msg}");
+        },
+        Err(e) => {
+            eprintln!("bitexact child: {e:#}");
+            2
         }
-    }
+    };
+    std::process::exit(code);
+}
+
+/// Writes `SKIPPED what: why` straight to standard error, past libtest's output capture (which
+/// only catches `print!`/`eprint!`), so a test that could not run does not pass silently.
+pub fn skip_notice(what: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "bitexact: SKIPPED {what}: {why}");
 }
 
 #[cfg(test)]
@@ -190,10 +295,7 @@ mod tests {
         }
         fn run(&self, _ctx: &mut Ctx) -> anyhow::Result<Outputs> {
             let n = self.0.fetch_add(1, Ordering::SeqCst) as f32;
-            Ok(Outputs::from([(
-                "w".to_string(),
-                Tensor::from_slice(&[2], &[1.0f32, n]),
-            )]))
+            Ok(Outputs::new().with("w", Tensor::from_slice(&[2], &[1.0f32, n])))
         }
     }
 

@@ -31,6 +31,15 @@ impl Default for Controls {
     }
 }
 
+/// The environment variables that override controls.
+pub const ENV_VARS: [&str; 5] = [
+    "BITEXACT_SEED",
+    "BITEXACT_DETERMINISTIC",
+    "BITEXACT_BENCHMARK",
+    "BITEXACT_WORKERS",
+    "BITEXACT_THREADS",
+];
+
 /// Parses `on/off`, `true/false`, `1/0`, `yes/no` (case-insensitive).
 pub fn parse_switch(s: &str) -> Result<bool> {
     match s.to_ascii_lowercase().as_str() {
@@ -44,7 +53,21 @@ impl Controls {
     /// Defaults overridden by `BITEXACT_SEED`, `BITEXACT_DETERMINISTIC`, `BITEXACT_BENCHMARK`,
     /// `BITEXACT_WORKERS`, `BITEXACT_THREADS`; a malformed value is an error naming the variable.
     pub fn from_env() -> Result<Controls> {
-        Controls::default().with_env(|k| std::env::var(k).ok())
+        Controls::from_env_where(|_| true)
+    }
+
+    /// Like [`Controls::from_env`], reading only the variables `read` accepts (the CLI skips
+    /// those its flags override, so a flag wins over a bad value). A value that is not UTF-8
+    /// is an error naming the variable, never silently ignored.
+    pub fn from_env_where(read: impl Fn(&str) -> bool) -> Result<Controls> {
+        for k in ENV_VARS.iter().filter(|k| read(k)) {
+            if let Some(v) = std::env::var_os(k) {
+                if v.to_str().is_none() {
+                    bail!("{k}={v:?}: not valid UTF-8");
+                }
+            }
+        }
+        Controls::default().with_env(|k| if read(k) { std::env::var(k).ok() } else { None })
     }
 
     /// Applies overrides read through `get` (testable without touching the process environment).

@@ -175,7 +175,7 @@ pub fn compare_outputs(case: &str, cpu: &Outputs, cuda: &Outputs) -> CrossDevice
 
 /// Compares every case of `cases` that ran on both CPU and CUDA in `reports`.
 pub fn compare(
-    cases: &[Box<dyn Case>],
+    cases: &[&dyn Case],
     reports: &[CaseReport],
     controls: &Controls,
 ) -> Vec<CrossDevice> {
@@ -228,7 +228,7 @@ pub fn compare(
             continue;
         }
         let settings = RunSettings::for_run(controls, &[], 0, false);
-        let run = |b| run_in_process(case.as_ref(), b, &settings).map(|r| r.outputs);
+        let run = |b| run_in_process(*case, b, &settings).map(|r| r.outputs);
         out.push(match (run(Backend::Cpu), run(Backend::Cuda)) {
             (Ok(a), Ok(b)) => compare_outputs(&name, &a, &b),
             (Err(e), _) | (_, Err(e)) => CrossDevice {

@@ -1,48 +1,128 @@
-//! Child processes of the `bitexact` binary: one run in a fresh process (`--vary process`) or a
-//! whole case in its own process (`--isolate`), so that a crash (abort, segfault), a hang
-//! (`--timeout`) or running out of memory (`--memory-limit`) becomes that case's `error` with
-//! its cause, and the report still completes.
+//! Child processes: one run in a fresh process (`--vary process`) or a whole case in its own
+//! process (`--isolate`), so that a crash (abort, segfault), a hang (`--timeout`) or running
+//! out of memory (`--memory-limit`) becomes that case's `error` with its cause, and the report
+//! still completes.
 //!
-//! Protocol: the parent runs `bitexact __child run|check --case NAME --backend B --json JSON
-//! --out FILE [--memory-limit MB]`. `run` writes one run's outputs (see [`crate::tensor_io`])
-//! with its algorithms and trace as metadata; `check` writes the case's `CaseReport` as JSON.
-//! Results travel through FILE, never stdout, so a case that prints cannot corrupt them.
-//! Cases are found by name in the built-in registry, so this works for built-in cases only.
+//! **Finding the case.** The harness never looks cases up itself: the caller says how to start
+//! a child that knows the case ([`Launcher`]), and the child side ([`serve`]) is handed the
+//! case by whoever owns it.
+//! - [`Launcher::Binary`]: the `bitexact` binary, `EXE __child`; its `main` finds the case in
+//!   the built-in registry and calls [`serve`].
+//! - [`Launcher::TestBinary`]: a user's own `cargo test` binary, re-run for one test
+//!   (`EXE --exact TEST --nocapture --test-threads=1`), the way rusty-fork does. The test runs
+//!   again up to its `bitexact::check(&case)`, which sees the request ([`request`]), serves it
+//!   and exits the child process.
+//!
+//! **Protocol.** The request (mode, case name, backend, settings or options, output file,
+//! memory limit) travels as JSON in the `BITEXACT_CHILD` environment variable; the result comes
+//! back through the output file, never stdout, so a case that prints cannot corrupt it. `run`
+//! writes one run's outputs ([`crate::tensor_io`]) with its algorithms and trace as metadata;
+//! `check` writes the case's `CaseReport` as JSON.
+//!
+//! **Hygiene.** Every child runs in its own process group, which is killed as a whole on
+//! timeout (grandchildren included), and receives SIGKILL when its parent dies
+//! (`PR_SET_PDEATHSIG`). An isolated case without `--timeout` is limited to
+//! [`DEFAULT_ISOLATE_TIMEOUT`].
 
 use crate::backend::Backend;
+use crate::case::Case;
+use crate::controls::Controls;
 use crate::harness::{self, CaseReport, Options, RunResult};
 use crate::tensor_io;
 use crate::trace::TraceEntry;
 use crate::vary::RunSettings;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// How to start children: the binary, a per-child time limit and an address-space limit.
+/// Environment variable carrying a child's request.
+pub const REQUEST_ENV: &str = "BITEXACT_CHILD";
+
+/// Time limit of an isolated case when none is given (`--isolate` without `--timeout`).
+pub const DEFAULT_ISOLATE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How to start a child process that knows the case.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Launcher {
+    /// The `bitexact` binary at this path (`EXE __child`).
+    Binary(PathBuf),
+    /// A libtest test binary, re-run for the one test named here.
+    TestBinary {
+        /// Path of the test binary.
+        exe: PathBuf,
+        /// Full name of the test (`module::test_name`), as libtest names its thread.
+        test: String,
+    },
+}
+
+impl Launcher {
+    /// The command that starts a child, before the request is attached.
+    fn command(&self) -> Command {
+        match self {
+            Launcher::Binary(exe) => {
+                let mut c = Command::new(exe);
+                c.arg("__child");
+                c
+            }
+            Launcher::TestBinary { exe, test } => {
+                let mut c = Command::new(exe);
+                c.args(["--exact", test, "--nocapture", "--test-threads=1", "-q"]);
+                c
+            }
+        }
+    }
+}
+
+/// How to start children: the launcher, a per-child time limit and an address-space limit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChildConfig {
-    /// Path of the `bitexact` binary.
-    pub exe: PathBuf,
-    /// Kill the child after this long.
+    /// How to start a child.
+    pub launcher: Launcher,
+    /// Kill the child (and its process group) after this long.
     pub timeout: Option<Duration>,
     /// Address-space limit of the child in MiB (`setrlimit(RLIMIT_AS)`).
     pub memory_limit_mb: Option<u64>,
 }
 
 impl ChildConfig {
-    /// Children of the running binary, no limits.
-    pub fn current() -> Result<ChildConfig> {
-        Ok(ChildConfig {
-            exe: std::env::current_exe().context("locating the bitexact binary")?,
+    /// Children started by `launcher`, no limits.
+    pub fn new(launcher: Launcher) -> ChildConfig {
+        ChildConfig {
+            launcher,
             timeout: None,
             memory_limit_mb: None,
-        })
+        }
     }
+}
+
+/// What a child is asked to do.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Mode {
+    /// One run under these settings.
+    Run(RunSettings),
+    /// The whole check under these controls and options.
+    Check(Controls, Options),
+}
+
+/// A child's request, read from [`REQUEST_ENV`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Request {
+    /// What to do.
+    pub mode: Mode,
+    /// The case, by name.
+    pub case: String,
+    /// The backend.
+    pub backend: Backend,
+    /// Where to write the result.
+    pub out: PathBuf,
+    /// Address-space limit to apply first, in MiB.
+    pub memory_limit_mb: Option<u64>,
 }
 
 /// Metadata of a run made in a child.
@@ -50,6 +130,8 @@ impl ChildConfig {
 struct RunMeta {
     algorithms: BTreeMap<String, String>,
     trace: Option<Vec<TraceEntry>>,
+    #[serde(default)]
+    recorded_ops: usize,
     seconds: f64,
     #[serde(default)]
     findings: Vec<String>,
@@ -67,7 +149,7 @@ fn temp_path(tag: &str) -> PathBuf {
 }
 
 /// Names a signal for messages.
-fn signal_name(sig: i32) -> &'static str {
+pub fn signal_name(sig: i32) -> &'static str {
     match sig {
         4 => "SIGILL",
         6 => "SIGABRT",
@@ -75,6 +157,7 @@ fn signal_name(sig: i32) -> &'static str {
         8 => "SIGFPE",
         9 => "SIGKILL",
         11 => "SIGSEGV",
+        13 => "SIGPIPE",
         15 => "SIGTERM",
         _ => "signal",
     }
@@ -110,25 +193,55 @@ fn failure_cause(status: std::process::ExitStatus, stderr: &str) -> String {
     }
 }
 
-/// Runs the binary with `args` plus `--out FILE`, enforcing the timeout; returns FILE's bytes.
-fn run_child(cfg: &ChildConfig, args: &[String]) -> Result<Vec<u8>> {
-    let out = temp_path("child");
-    let mut cmd = Command::new(&cfg.exe);
-    cmd.arg("__child").args(args).arg("--out").arg(&out);
-    if let Some(mb) = cfg.memory_limit_mb {
-        cmd.arg("--memory-limit").arg(mb.to_string());
+/// Puts a command's process in its own process group, tied to the parent's life: it gets
+/// SIGKILL when the parent dies, so no child outlives bitexact.
+pub fn contain(cmd: &mut Command) {
+    cmd.process_group(0);
+    // SAFETY: prctl is async-signal-safe; the closure touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
+}
+
+/// Kills the whole process group led by `child` and reaps `child`.
+pub fn kill_group(child: &mut std::process::Child) {
+    // SAFETY: kill with a negative pid signals the group the child leads (see `contain`).
+    unsafe {
+        libc::kill(-(child.id() as i32), libc::SIGKILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Starts a child for `request`, enforcing the timeout; returns the output file's bytes.
+fn run_child(cfg: &ChildConfig, mode: Mode, case: &str, backend: Backend) -> Result<Vec<u8>> {
+    let out = temp_path("child");
+    let request = Request {
+        mode,
+        case: case.to_string(),
+        backend,
+        out: out.clone(),
+        memory_limit_mb: cfg.memory_limit_mb,
+    };
+    let mut cmd = cfg.launcher.command();
+    cmd.env(REQUEST_ENV, serde_json::to_string(&request)?);
+    contain(&mut cmd);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {}", cfg.exe.display()))?;
+        .with_context(|| format!("starting a child process ({:?})", cfg.launcher))?;
     let mut stderr_pipe = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr_pipe.read_to_string(&mut s);
-        s
+        let mut s = Vec::new();
+        let _ = stderr_pipe.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
     });
     let t0 = Instant::now();
     let status = loop {
@@ -136,35 +249,29 @@ fn run_child(cfg: &ChildConfig, args: &[String]) -> Result<Vec<u8>> {
             break st;
         }
         if cfg.timeout.is_some_and(|t| t0.elapsed() > t) {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_group(&mut child);
             let _ = std::fs::remove_file(&out);
             bail!(
-                "timed out after {:.1}s (--timeout) and was killed",
+                "timed out after {:.1}s (--timeout) and was killed with its process group",
                 t0.elapsed().as_secs_f64()
             );
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    // The child is gone; anything it left in its group (a grandchild holding stderr) goes too.
+    kill_group(&mut child);
     let stderr = reader.join().unwrap_or_default();
     let bytes = std::fs::read(&out);
     let _ = std::fs::remove_file(&out);
     if !status.success() {
         bail!("{}", failure_cause(status, &stderr));
     }
-    bytes.with_context(|| format!("child wrote no result ({})", out.display()))
-}
-
-fn case_args(mode: &str, case: &str, backend: Backend, json: String) -> Vec<String> {
-    vec![
-        mode.into(),
-        "--case".into(),
-        case.into(),
-        "--backend".into(),
-        backend.name().into(),
-        "--json".into(),
-        json,
-    ]
+    bytes.with_context(|| match &cfg.launcher {
+        Launcher::TestBinary { test, .. } => format!(
+            "the child wrote no result: test {test:?} did not reach bitexact::check for this case"
+        ),
+        Launcher::Binary(_) => "the child wrote no result".to_string(),
+    })
 }
 
 /// One run of `case` in a fresh child process.
@@ -174,100 +281,91 @@ pub fn run_once(
     backend: Backend,
     settings: &RunSettings,
 ) -> Result<RunResult> {
-    let json = serde_json::to_string(settings)?;
-    let bytes = run_child(cfg, &case_args("run", case, backend, json))?;
+    let bytes = run_child(cfg, Mode::Run(settings.clone()), case, backend)?;
     let (meta, outputs) = tensor_io::decode(&bytes)?;
     let meta: RunMeta = serde_json::from_str(&meta).context("child run metadata")?;
     Ok(RunResult {
         outputs,
         algorithms: meta.algorithms,
         trace: meta.trace,
+        recorded_ops: meta.recorded_ops,
         seconds: meta.seconds,
         peak_bytes: meta.peak_bytes,
         findings: meta.findings,
     })
 }
 
-/// The whole check of `case` in a child process; a crash, hang or OOM becomes an `error` report.
+/// The whole check of a case in a child process, as `report` (nothing run yet) describes it:
+/// the child's report, or `report` with the child's failure (crash, hang, OOM) as evidence.
 pub fn check(
     cfg: &ChildConfig,
-    case: &str,
-    backend: Backend,
-    controls: &crate::Controls,
+    mut report: CaseReport,
+    controls: &Controls,
     opts: &Options,
 ) -> CaseReport {
     let t0 = Instant::now();
-    let json = serde_json::to_string(&(controls, opts)).expect("options serialise");
-    let result = run_child(cfg, &case_args("check", case, backend, json))
+    let mut cfg = cfg.clone();
+    cfg.timeout = cfg.timeout.or(Some(DEFAULT_ISOLATE_TIMEOUT));
+    let mode = Mode::Check(controls.clone(), opts.clone());
+    let result = run_child(&cfg, mode, &report.name, report.backend)
         .and_then(|b| serde_json::from_slice::<CaseReport>(&b).context("child report"));
     result.unwrap_or_else(|e| {
-        let mut r = harness::empty_report(case, backend);
-        r.verdict = crate::Verdict::Error;
-        r.message = Some(format!("isolated process {e:#}"));
-        r.seconds = t0.elapsed().as_secs_f64();
-        r
+        report.evidence.error = Some(format!("isolated process {e:#}"));
+        report.seconds = t0.elapsed().as_secs_f64();
+        report
     })
 }
 
-/// Applies an address-space limit to this process (child side of `--memory-limit`).
-pub fn limit_memory(mb: u64) -> Result<()> {
-    let bytes = mb.saturating_mul(1 << 20);
-    let lim = libc::rlimit {
-        rlim_cur: bytes as libc::rlim_t,
-        rlim_max: bytes as libc::rlim_t,
-    };
-    // SAFETY: setrlimit only reads the struct we pass.
-    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) } != 0 {
-        bail!(
-            "setrlimit(RLIMIT_AS, {mb} MiB) failed: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+/// The request this process was started with, when it is a child.
+pub fn request() -> Option<Result<Request>> {
+    let json = std::env::var_os(REQUEST_ENV)?;
+    let json = json.to_string_lossy();
+    Some(serde_json::from_str(&json).with_context(|| format!("{REQUEST_ENV}: malformed request")))
 }
 
-/// The child side: `mode` is `run` or `check`; writes the result to `out`.
-pub fn child_main(
-    mode: &str,
-    case: &str,
-    backend: Backend,
-    json: &str,
-    out: &Path,
-    memory_limit_mb: Option<u64>,
-) -> Result<()> {
-    if let Some(mb) = memory_limit_mb {
-        limit_memory(mb)?;
+/// The child side: applies the memory limit, runs `case` as `request` asks and writes the
+/// result file.
+pub fn serve(request: &Request, case: &dyn Case) -> Result<()> {
+    if let Some(mb) = request.memory_limit_mb {
+        crate::memory::limit_address_space(mb)?;
     }
-    let c = crate::cases::find(case).ok_or_else(|| anyhow!("no case named {case:?}"))?;
-    let bytes = match mode {
-        "run" => {
-            let settings: RunSettings =
-                serde_json::from_str(json).context("--json run settings")?;
-            let r = harness::run_in_process(c.as_ref(), backend, &settings)?;
+    let bytes = match &request.mode {
+        Mode::Run(settings) => {
+            let r = harness::run_in_process(case, request.backend, settings)?;
             let meta = RunMeta {
                 algorithms: r.algorithms,
                 trace: r.trace,
+                recorded_ops: r.recorded_ops,
                 seconds: r.seconds,
                 findings: r.findings,
                 peak_bytes: r.peak_bytes,
             };
             tensor_io::encode(&serde_json::to_string(&meta)?, &r.outputs)
         }
-        "check" => {
-            let (controls, mut opts): (crate::Controls, Options) =
-                serde_json::from_str(json).context("--json options")?;
+        Mode::Check(controls, opts) => {
+            let mut opts = opts.clone();
             opts.isolated = true;
-            serde_json::to_vec(&harness::check_case_with(
-                c.as_ref(),
-                backend,
-                &controls,
-                &opts,
-            ))?
+            let r = harness::check_case_with(case, request.backend, controls, &opts);
+            serde_json::to_vec(&r)?
         }
-        other => bail!("unknown child mode {other:?}"),
     };
+    write_result(&request.out, &bytes)
+}
+
+fn write_result(out: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = out.with_extension("partial");
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))?;
-    Ok(())
+    std::fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))
+}
+
+/// The child side for a case found through `lookup` (the `bitexact` binary's `__child`).
+pub fn child_main(lookup: &dyn Fn(&str) -> Option<Box<dyn Case>>) -> Result<()> {
+    let request = match request() {
+        Some(r) => r?,
+        None => bail!("__child is internal: it needs {REQUEST_ENV}"),
+    };
+    let Some(case) = lookup(&request.case) else {
+        bail!("no case named {:?}", request.case);
+    };
+    serve(&request, case.as_ref())
 }

@@ -113,6 +113,24 @@ pub fn growth(retained: &[u64]) -> Option<String> {
     ))
 }
 
+/// Limits this process's address space to `mb` MiB (`setrlimit(RLIMIT_AS)`): the child side
+/// of `--memory-limit`, and the OOM self-test.
+pub fn limit_address_space(mb: u64) -> anyhow::Result<()> {
+    let bytes = mb.saturating_mul(1 << 20);
+    let lim = libc::rlimit {
+        rlim_cur: bytes as libc::rlim_t,
+        rlim_max: bytes as libc::rlim_t,
+    };
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) } != 0 {
+        anyhow::bail!(
+            "setrlimit(RLIMIT_AS, {mb} MiB) failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

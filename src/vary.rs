@@ -1,17 +1,21 @@
 //! Variation injection: conditions that change between runs so that bugs two identical runs
-//! miss are found (the reprotest idea applied to kernels and training steps).
+//! miss are found (the reprotest idea applied to kernels, training steps and programs).
+//!
+//! Every variation is one row of [`TABLE`]: its name, what even and odd runs get, what it
+//! catches, and whether it applies to built-in/user cases, to programs (`bitexact run`), or
+//! both. Parsing, `--help` text, error messages and reports all read that table. Without
+//! variations, fresh scratch buffers are zero-filled, one thread count and one worker count
+//! are used, and runs share the process.
 //!
 //! | variation | even runs | odd runs | catches |
 //! |---|---|---|---|
 //! | `threads` | 1 CPU thread | 4 CPU threads | work splits that follow the thread count |
 //! | `workers` | 0 loader workers | 3 loader workers | loaders whose output depends on worker count |
-//! | `poison`  | scratch filled with `0xFF` bytes (NaN) | scratch filled with `0x5A` bytes | reads of uninitialised memory |
+//! | `poison`  | scratch / fresh heap filled with `0xFF` | filled with `0x5A` | reads of uninitialised memory |
 //! | `process` | every run in a fresh child process | (same) | process-global state such as `HashMap` order |
-//! | `batch`   | rows in one batch | rows in sub-batches of 7 | ops that are not batch-invariant |
 //! | `order`   | — | — | the suite runs again in reverse order; a case whose result changes depends on what ran before it |
-//!
-//! Without variations, fresh scratch buffers are zero-filled, one thread count and one worker
-//! count are used, and runs share the process.
+//! | `batch`   | rows in one batch | rows in sub-batches of 7 | ops that are not batch-invariant |
+//! | `hashseed` | `PYTHONHASHSEED` = run index | (same) | programs whose result follows Python's string hashing (set order) |
 
 use crate::controls::Controls;
 use anyhow::{bail, Result};
@@ -26,7 +30,7 @@ pub enum Variation {
     Threads,
     /// Data-loader worker count: 0 vs 3.
     Workers,
-    /// Fresh scratch buffers filled with different byte patterns per run.
+    /// Fresh scratch buffers (programs: fresh heap memory) filled with different bytes per run.
     Poison,
     /// Every run in a fresh child process.
     Process,
@@ -34,43 +38,178 @@ pub enum Variation {
     Order,
     /// Rows computed in sub-batches of a different size.
     Batch,
+    /// Python's string-hash seed (`PYTHONHASHSEED`) differs per run.
+    Hashseed,
 }
+
+/// What kind of case a variation applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Built-in and users' Rust cases.
+    Case,
+    /// External programs (`bitexact run`).
+    Program,
+}
+
+/// One row of the variation table.
+#[derive(Clone, Copy, Debug)]
+pub struct Info {
+    /// The variation.
+    pub variation: Variation,
+    /// Name on the command line.
+    pub name: &'static str,
+    /// What it changes between runs.
+    pub changes: &'static str,
+    /// What it catches.
+    pub catches: &'static str,
+    /// Applies to Rust cases.
+    pub cases: bool,
+    /// Applies to programs.
+    pub programs: bool,
+}
+
+/// Every variation, in blame order.
+pub const TABLE: &[Info] = &[
+    Info {
+        variation: Variation::Threads,
+        name: "threads",
+        changes: "CPU threads 1 vs 4",
+        catches: "reductions split by thread count",
+        cases: true,
+        programs: true,
+    },
+    Info {
+        variation: Variation::Workers,
+        name: "workers",
+        changes: "data-loader workers 0 vs 3",
+        catches: "loaders whose output depends on the worker count",
+        cases: true,
+        programs: true,
+    },
+    Info {
+        variation: Variation::Poison,
+        name: "poison",
+        changes: "fresh memory filled with 0xFF vs 0x5A (programs: MALLOC_PERTURB_, BITEXACT_POISON)",
+        catches: "reads of uninitialised memory",
+        cases: true,
+        programs: true,
+    },
+    Info {
+        variation: Variation::Process,
+        name: "process",
+        changes: "every run in a fresh process",
+        catches: "process-global state such as HashMap order",
+        cases: true,
+        programs: false,
+    },
+    Info {
+        variation: Variation::Order,
+        name: "order",
+        changes: "the suite runs again in reverse order",
+        catches: "results that depend on what ran before",
+        cases: true,
+        programs: false,
+    },
+    Info {
+        variation: Variation::Batch,
+        name: "batch",
+        changes: "rows in one batch vs sub-batches of 7",
+        catches: "ops that are not batch-invariant",
+        cases: true,
+        programs: false,
+    },
+    Info {
+        variation: Variation::Hashseed,
+        name: "hashseed",
+        changes: "PYTHONHASHSEED differs per run",
+        catches: "results that follow Python's string hashing (set order)",
+        cases: false,
+        programs: true,
+    },
+];
 
 impl Variation {
     /// Every variation, in blame order.
-    pub const ALL: [Variation; 6] = [
-        Variation::Threads,
-        Variation::Workers,
-        Variation::Poison,
-        Variation::Process,
-        Variation::Order,
-        Variation::Batch,
-    ];
+    pub fn all() -> impl Iterator<Item = Variation> {
+        TABLE.iter().map(|i| i.variation)
+    }
+
+    /// Its row of [`TABLE`].
+    pub fn info(self) -> &'static Info {
+        TABLE
+            .iter()
+            .find(|i| i.variation == self)
+            .expect("every variation has a row in TABLE")
+    }
 
     /// Lower-case name as on the command line.
     pub fn name(self) -> &'static str {
-        match self {
-            Variation::Threads => "threads",
-            Variation::Workers => "workers",
-            Variation::Poison => "poison",
-            Variation::Process => "process",
-            Variation::Order => "order",
-            Variation::Batch => "batch",
+        self.info().name
+    }
+
+    /// Whether it applies to `kind`.
+    pub fn applies_to(self, kind: Kind) -> bool {
+        let i = self.info();
+        match kind {
+            Kind::Case => i.cases,
+            Kind::Program => i.programs,
         }
     }
 
-    /// Parses `all` or a comma-separated list; an unknown name is an error naming it.
-    pub fn parse_list(s: &str) -> Result<Vec<Variation>> {
+    /// Whether blame can try it alone on a case (the order variation is a suite pass).
+    pub fn blamable(self) -> bool {
+        self != Variation::Order
+    }
+
+    /// The names that apply to `kind`, comma-separated.
+    pub fn names(kind: Kind) -> String {
+        let names: Vec<&str> = TABLE
+            .iter()
+            .filter(|i| i.variation.applies_to(kind))
+            .map(|i| i.name)
+            .collect();
+        names.join(", ")
+    }
+
+    /// `--vary` help text for `kind`, one line per variation.
+    pub fn help(kind: Kind) -> String {
+        let mut s = String::from(
+            "Vary conditions between runs and blame the ones that break a case: `all` or a comma-separated list of:",
+        );
+        for i in TABLE.iter().filter(|i| i.variation.applies_to(kind)) {
+            s.push_str(&format!("\n  {}: {} (catches {})", i.name, i.changes, i.catches));
+        }
+        s
+    }
+
+    /// Parses `all` or a comma-separated list for `kind`. An unknown or empty name, or one that
+    /// does not apply to `kind`, is an error naming it.
+    pub fn parse_list(s: &str, kind: Kind) -> Result<Vec<Variation>> {
         let mut out = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for part in s.split(',').map(str::trim) {
+            if part.is_empty() {
+                bail!(
+                    "empty variation name in {s:?}; expected all or a list of {}",
+                    Variation::names(kind)
+                );
+            }
             if part == "all" {
-                out.extend(Variation::ALL);
+                out.extend(Variation::all().filter(|v| v.applies_to(kind)));
                 continue;
             }
-            match Variation::ALL.iter().find(|v| v.name() == part) {
-                Some(v) => out.push(*v),
+            match TABLE.iter().find(|i| i.name == part) {
+                Some(i) if i.variation.applies_to(kind) => out.push(i.variation),
+                Some(_) => bail!(
+                    "variation {part:?} does not apply to {}; expected all or a list of {}",
+                    match kind {
+                        Kind::Case => "built-in cases",
+                        Kind::Program => "programs (bitexact run)",
+                    },
+                    Variation::names(kind)
+                ),
                 None => bail!(
-                    "unknown variation {part:?}; expected all or a list of threads, workers, poison, process, order, batch"
+                    "unknown variation {part:?}; expected all or a list of {}",
+                    Variation::names(kind)
                 ),
             }
         }
@@ -122,7 +261,7 @@ impl RunSettings {
                 Variation::Poison => s.poison = Some(if odd { 0x5A } else { 0xFF }),
                 Variation::Process => s.fresh_process = true,
                 Variation::Batch => s.batch_split = odd.then_some(BATCH_SPLIT),
-                Variation::Order => {}
+                Variation::Order | Variation::Hashseed => {}
             }
         }
         s
@@ -168,14 +307,29 @@ mod tests {
     #[test]
     fn parses_lists_and_rejects_unknown_names() {
         assert_eq!(
-            Variation::parse_list("all").unwrap(),
-            Variation::ALL.to_vec()
+            Variation::parse_list("all", Kind::Case).unwrap(),
+            Variation::all()
+                .filter(|v| v.applies_to(Kind::Case))
+                .collect::<Vec<_>>()
         );
+        for bad in ["", "threads,", ",", "hashseed"] {
+            assert!(Variation::parse_list(bad, Kind::Case).is_err(), "{bad:?}");
+        }
         assert_eq!(
-            Variation::parse_list("poison, threads,poison").unwrap(),
+            Variation::parse_list("all", Kind::Program).unwrap(),
+            vec![
+                Variation::Threads,
+                Variation::Workers,
+                Variation::Poison,
+                Variation::Hashseed
+            ]
+        );
+        assert!(Variation::help(Kind::Case).contains("batch: rows"));
+        assert_eq!(
+            Variation::parse_list("poison, threads,poison", Kind::Case).unwrap(),
             vec![Variation::Threads, Variation::Poison]
         );
-        assert!(Variation::parse_list("threads,colour")
+        assert!(Variation::parse_list("threads,colour", Kind::Case)
             .unwrap_err()
             .to_string()
             .contains("\"colour\""));
@@ -184,7 +338,7 @@ mod tests {
     #[test]
     fn runs_alternate_settings() {
         let base = Controls::default();
-        let all = Variation::ALL;
+        let all: Vec<Variation> = Variation::all().collect();
         let (a, b) = (
             RunSettings::for_run(&base, &all, 0, false),
             RunSettings::for_run(&base, &all, 1, false),

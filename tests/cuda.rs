@@ -7,7 +7,8 @@ use bitexact::backend::cuda::{ops as gpu_ops, Gpu};
 use bitexact::backend::Backend;
 use bitexact::case::Ctx;
 use bitexact::cross::{self, CrossVerdict};
-use bitexact::harness::{check_case, check_suite, Options, Verdict};
+use bitexact::harness::{check_case, Verdict};
+use bitexact::suite::{self, SuiteConfig};
 use bitexact::rng::Stream;
 use bitexact::{cases, ops, Controls};
 
@@ -207,13 +208,9 @@ fn cross_device_comparison_of_small_cases() {
     }
     let selected = cases::select(Some("kernel/*/small"));
     let controls = Controls::default();
-    let reports = check_suite(
-        &selected,
-        &[Backend::Cpu, Backend::Cuda],
-        &controls,
-        &Options::runs(2),
-        |_| {},
-    );
+    let selected: Vec<&dyn bitexact::Case> = selected.iter().map(|c| c.as_ref()).collect();
+    let config = SuiteConfig::new(vec![Backend::Cpu, Backend::Cuda], controls.clone(), 2);
+    let reports = suite::run(&selected, &config, &mut |_| {}).unwrap().cases;
     let cmp = cross::compare(&selected, &reports, &controls);
     assert_eq!(cmp.len(), selected.len());
     for c in &cmp {

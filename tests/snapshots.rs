@@ -192,17 +192,23 @@ fn cli_update_report_and_ci_refusal() {
     };
     let mut report = vec!["report", "--snapshots", d];
     report.extend(filter);
-    // No snapshot yet: noted, not a failure.
+    // A snapshot directory that does not exist is bad usage, found before any case runs.
+    let (code, _, err) = bitexact(&report, true);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(d), "{err}");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    // No snapshot yet: noted per case and counted, not a failure.
     let (code, out, err) = bitexact(&report, true);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("no committed snapshot at"), "{out}");
+    assert!(out.contains("snapshot missing: no committed snapshot at"), "{out}");
+    assert!(out.contains("1 snapshots missing"), "{out}");
 
     let (code, out, err) = update(false, &[]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.starts_with("written"), "{out}");
     let (code, out, err) = bitexact(&report, true);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(!out.contains("snapshot"), "a match needs no note: {out}");
+    assert!(out.contains("snapshot: matched"), "a match is shown: {out}");
     let (_, out, _) = update(false, &[]);
     assert!(out.starts_with("unchanged"), "{out}");
 
@@ -239,7 +245,7 @@ fn cli_update_report_and_ci_refusal() {
 
     // In CI nothing is written unless forced.
     let (code, _, err) = update(true, &[]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2));
     assert!(err.contains("refusing to write snapshots in CI"), "{err}");
     assert!(std::fs::read_to_string(&file)
         .unwrap()

@@ -1,7 +1,8 @@
 //! Variation injection, automatic blame, process isolation and first-divergence localization.
 
 use bitexact::case::{Case, Ctx, Outputs};
-use bitexact::harness::{check_case_with, check_suite, Options};
+use bitexact::harness::{check_case_with, Options};
+use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::Variation;
 use bitexact::{ops, Backend, Controls, Tensor, Verdict};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -214,7 +215,10 @@ fn order_variation_finds_state_leaking_between_cases() {
         vary: vec![Variation::Order],
         ..Options::runs(2)
     };
-    let reports = check_suite(&cases, &[Backend::Cpu], &Controls::default(), &opts, |_| {});
+    let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
+    config.options = opts;
+    let cases: Vec<&dyn Case> = cases.iter().map(|c| c.as_ref()).collect();
+    let reports = suite::run(&cases, &config, &mut |_| {}).unwrap().cases;
     let victim = reports.iter().find(|r| r.name == "test/victim").unwrap();
     assert_eq!(victim.verdict, Verdict::Nondeterministic, "{victim:?}");
     assert_eq!(

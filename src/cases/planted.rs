@@ -107,7 +107,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             run: || {
                 // Simulates a machine with 256 MiB: limit this (isolated) process, then keep
                 // allocating and touching 64 MiB blocks until an allocation fails.
-                crate::isolate::limit_memory(256)?;
+                crate::memory::limit_address_space(256)?;
                 let mut blocks: Vec<Vec<u8>> = Vec::new();
                 loop {
                     blocks.push(vec![1u8; 64 << 20]);

@@ -94,7 +94,7 @@ impl Case for TrainCase {
                 let (b, d) = (s.batch.y.len(), t.config.dims.input);
                 out.insert("batch/x".into(), Tensor::from_slice(&[b, d], &s.batch.x));
                 out.insert("batch/y".into(), Tensor::from_slice(&[b], &s.batch.y));
-                Ok(out)
+                Ok(out.into())
             }
             Kind::Steps => {
                 let mut t = Trainer::new(seed, TrainConfig::small(OptimConfig::sgd(), workers))?;
@@ -143,7 +143,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     .collect()
 }
 
-fn with_losses(mut out: Outputs, losses: &[f32]) -> Outputs {
+fn with_losses(out: impl Into<Outputs>, losses: &[f32]) -> Outputs {
+    let mut out = out.into();
     out.insert("losses".into(), Tensor::from_slice(&[losses.len()], losses));
     out
 }

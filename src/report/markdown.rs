@@ -24,6 +24,9 @@ pub fn render(report: &Report) -> String {
         cell(&report.controls.summary()),
         cell(&report.platform.class)
     );
+    for note in super::notes(report) {
+        let _ = writeln!(o, "{}\n", cell(&note));
+    }
     o.push_str("| case | backend | verdict | runs | digest | time |\n");
     o.push_str("|---|---|---|---:|---|---:|\n");
     for c in &report.cases {
@@ -77,14 +80,15 @@ pub fn render(report: &Report) -> String {
         for r in &report.cost {
             let _ = writeln!(
                 o,
-                "| {} | {} | {} {} | {} {} | {:.2}x |",
+                "| {} | {} | {} {} | {} {} | {:.2}x ({}) |",
                 r.op,
                 r.backend.name(),
                 r.deterministic.0,
                 seconds(r.deterministic.1),
                 r.nondeterministic.0,
                 seconds(r.nondeterministic.1),
-                r.ratio
+                r.ratio,
+                super::cost_words(r.ratio)
             );
         }
     }

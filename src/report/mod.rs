@@ -1,4 +1,5 @@
-//! Reports: the result of a `bitexact report` run and its output formats.
+//! Reports: the result of a suite run and its output formats. Every format goes through
+//! [`render`]; adding one touches its own file and [`Format`] here.
 
 pub mod json;
 pub mod junit;
@@ -7,12 +8,59 @@ pub mod text;
 
 use crate::controls::Controls;
 use crate::cost::CostRow;
-use crate::harness::{CaseReport, Summary, Verdict};
+use crate::backend::Backend;
+use crate::harness::{CaseReport, SnapshotStatus, Summary, Verdict};
+use crate::vary::Variation;
 use crate::platform::Platform;
 use serde::Serialize;
 
-/// Version of the JSON report format.
+/// Version of the JSON report format. Fields are only ever added within a version.
 pub const REPORT_VERSION: u32 = 1;
+
+/// A report output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A readable table with explanations.
+    Text,
+    /// One JSON object (see `README.md`, "JSON report").
+    Json,
+    /// JUnit XML, one testcase per case and backend.
+    Junit,
+    /// A Markdown table for a pull-request comment.
+    Markdown,
+}
+
+impl Format {
+    /// Every format with its name.
+    pub const ALL: [(Format, &'static str); 4] = [
+        (Format::Text, "text"),
+        (Format::Json, "json"),
+        (Format::Junit, "junit"),
+        (Format::Markdown, "markdown"),
+    ];
+
+    /// Parses a format name; the error lists the names.
+    pub fn parse(s: &str) -> Result<Format, String> {
+        Format::ALL
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(f, _)| *f)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Format::ALL.iter().map(|(_, n)| *n).collect();
+                format!("unknown format {s:?}; expected one of {}", names.join(", "))
+            })
+    }
+}
+
+/// The report rendered in `format`.
+pub fn render(format: Format, report: &Report) -> String {
+    match format {
+        Format::Text => text::render(report),
+        Format::Json => json::render(report),
+        Format::Junit => junit::render(report),
+        Format::Markdown => markdown::render(report),
+    }
+}
 
 /// Everything a report run found.
 #[derive(Clone, Debug, Serialize)]
@@ -23,6 +71,12 @@ pub struct Report {
     pub controls: Controls,
     /// Runs per case.
     pub runs: usize,
+    /// Variations applied between runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variations: Vec<Variation>,
+    /// Backends the suite ran on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<Backend>,
     /// Where it ran.
     pub platform: Platform,
     /// One entry per case and backend.
@@ -69,6 +123,8 @@ impl Report {
             version: REPORT_VERSION,
             controls,
             runs,
+            variations: Vec::new(),
+            backends: Vec::new(),
             platform: Platform::detect(),
             cases,
             cost,
@@ -90,6 +146,33 @@ impl Report {
             0
         }
     }
+
+    /// Whether nothing ran because every case was skipped (e.g. `--backend cuda` without a
+    /// GPU). The exit code is still 0; reports say so in their summary.
+    pub fn nothing_ran(&self) -> bool {
+        !self.cases.is_empty() && self.summary.ran() == 0
+    }
+
+    /// Panics with every failing case's explanation unless the report passed (exit code 0).
+    pub fn assert_passed(&self) {
+        if self.exit_code() == 0 {
+            return;
+        }
+        let mut msg = format!("bitexact: {}", counts(&self.summary));
+        for c in self.cases.iter().filter(|c| c.verdict.is_failure()) {
+            msg.push_str(&format!("\n{} [{}]: {}", c.name, c.backend, headline(c)));
+            for line in details(c) {
+                msg.push_str("\n    ");
+                msg.push_str(&line);
+            }
+        }
+        for c in &self.cross_device {
+            if c.verdict == crate::cross::CrossVerdict::Mismatch {
+                msg.push_str(&format!("\n{} [cpu vs cuda]: mismatch", c.case));
+            }
+        }
+        panic!("{msg}");
+    }
 }
 
 /// The explanation lines of one case, shared by every format: each differing tensor, the
@@ -100,12 +183,10 @@ pub fn details(c: &CaseReport) -> Vec<String> {
     out.extend(c.message.clone());
     out.extend(c.findings.iter().map(|f| format!("found: {f}")));
     out.extend(c.memory_growth.iter().map(|g| format!("flag: {g}")));
-    if let Some(s) = c
-        .snapshot
-        .as_ref()
-        .filter(|s| *s != crate::snapshot::MATCHES)
-    {
-        out.push(format!("snapshot: {s}"));
+    match (c.evidence.snapshot, &c.snapshot) {
+        (Some(SnapshotStatus::Matched), _) => out.push("snapshot: matched".into()),
+        (Some(status), Some(s)) => out.push(format!("snapshot {}: {s}", status.name())),
+        _ => {}
     }
     if let Some(b) = &c.blame {
         out.push(format!("blame: {}", b.explanation));
@@ -157,5 +238,39 @@ pub fn counts(s: &Summary) -> String {
     if s.caught > 0 {
         line.push_str(&format!(", {} planted bugs caught", s.caught));
     }
+    if s.snapshots_missing > 0 {
+        line.push_str(&format!(", {} snapshots missing", s.snapshots_missing));
+    }
     line
+}
+
+/// The cost of determinism in words: `deterministic is 1.15x slower`, `… 33.3x faster`, or
+/// `… as fast` within 1 %.
+pub fn cost_words(ratio: f64) -> String {
+    if !ratio.is_finite() || ratio <= 0.0 {
+        "not measurable".to_string()
+    } else if (ratio - 1.0).abs() < 0.01 {
+        "deterministic is as fast".to_string()
+    } else if ratio > 1.0 {
+        format!("deterministic is {ratio:.2}x slower")
+    } else {
+        format!("deterministic is {:.2}x faster", 1.0 / ratio)
+    }
+}
+
+/// Notes for the end of a report: the variations that were active, and a warning when
+/// nothing ran.
+pub fn notes(report: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    if !report.variations.is_empty() {
+        let names: Vec<&str> = report.variations.iter().map(|v| v.name()).collect();
+        out.push(format!("variations: {}", names.join(", ")));
+    }
+    if report.nothing_ran() {
+        out.push(format!(
+            "nothing ran: all {} cases were skipped (see each reason); exit code 0 because nothing failed",
+            report.cases.len()
+        ));
+    }
+    out
 }

@@ -80,14 +80,15 @@ pub fn render(report: &Report) -> String {
         for r in &report.cost {
             let _ = writeln!(
                 o,
-                "  {:12} {:5} {:>18} {:>9}  vs {:>18} {:>9}  = {:.2}x",
+                "  {:12} {:5} {:>18} {:>9}  vs {:>18} {:>9}  {:.2}x: {}",
                 r.op,
                 r.backend.name(),
                 r.deterministic.0,
                 seconds(r.deterministic.1),
                 r.nondeterministic.0,
                 seconds(r.nondeterministic.1),
-                r.ratio
+                r.ratio,
+                super::cost_words(r.ratio)
             );
         }
     }
@@ -103,9 +104,13 @@ pub fn render(report: &Report) -> String {
             }
         }
     }
+    o.push('\n');
+    for note in super::notes(report) {
+        let _ = writeln!(o, "{note}");
+    }
     let _ = writeln!(
         o,
-        "\n{}  ({} runs each; {})",
+        "{}  ({} runs each; {})",
         super::counts(&report.summary),
         report.runs,
         report.controls.summary()
