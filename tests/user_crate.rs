@@ -1,0 +1,80 @@
+//! A user's crate, built as a user would build it: `examples/user_crate` (bitexact as its only
+//! dev-dependency) plus the README's "Use it in your own tests" example extracted verbatim.
+//! Its tests prove the example compiles and passes, that a process-global `HashMap` bug in the
+//! user's crate is caught through `check(..).vary(&[Variation::Process])`, and that a crashing
+//! case becomes an error. The crate is copied to a scratch directory and built with its own
+//! target directory there (kept between runs, so repeats are cheap).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The first ```rust block of the README section `## Use it in your own tests`.
+fn readme_example() -> String {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("## Use it in your own tests")
+        .nth(1)
+        .expect("README has the section");
+    let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
+    let end = start + section[start..].find("```").expect("the block ends");
+    section[start..end].to_string()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if name == "target" || name == "Cargo.lock" {
+            continue;
+        }
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(&name));
+        } else {
+            std::fs::copy(e.path(), to.join(&name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn readme_example_and_user_crate_build_and_catch_the_hashmap_bug() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("user_crate");
+    let _ = std::fs::remove_dir_all(scratch.join("src"));
+    let _ = std::fs::remove_dir_all(scratch.join("tests"));
+    copy_dir(&root.join("examples/user_crate"), &scratch);
+    let manifest = std::fs::read_to_string(scratch.join("Cargo.toml"))
+        .unwrap()
+        .replace("path = \"../..\"", &format!("path = {:?}", root.display().to_string()));
+    std::fs::write(scratch.join("Cargo.toml"), manifest).unwrap();
+    // The same dependency versions as bitexact itself, so no resolution is needed.
+    if !scratch.join("Cargo.lock").exists() {
+        std::fs::copy(root.join("Cargo.lock"), scratch.join("Cargo.lock")).unwrap();
+    }
+    std::fs::write(scratch.join("tests/readme.rs"), readme_example()).unwrap();
+    let snaps = scratch.join("snapshots");
+    let _ = std::fs::remove_dir_all(&snaps);
+
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(&scratch)
+        .args(["test", "--quiet", "--", "--nocapture", "--skip", "snapshot"])
+        .env("CARGO_TARGET_DIR", scratch.join("target"))
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET_DIR");
+    for var in ["SEED", "DETERMINISTIC", "BENCHMARK", "WORKERS", "THREADS"] {
+        cmd.env_remove(format!("BITEXACT_{var}"));
+    }
+    let o = cmd.output().expect("run cargo test in the user crate");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "user crate tests failed:\n{out}");
+    assert!(out.contains("CAUGHT user_crate/weighted_total: breaks when varying: process"), "{out}");
+    assert!(out.contains("ISOLATED user_crate/crashes"), "{out}");
+    // readme.rs (2 of its 3 tests; the snapshot one is skipped) and hashmap.rs (3).
+    let passed: usize = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("test result: ok. "))
+        .filter_map(|l| l.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    assert_eq!(passed, 5, "{out}");
+}
