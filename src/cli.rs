@@ -270,10 +270,13 @@ impl ReportArgs {
         let mut config = SuiteConfig::new(backends(self.backend), controls, runs(self.runs)?);
         let o = &mut config.options;
         if let Some(v) = &self.vary {
-            o.vary = Variation::parse_list(v, Kind::Case).map_err(|e| usage(format!("--vary: {e}")))?;
+            o.vary =
+                Variation::parse_list(v, Kind::Case).map_err(|e| usage(format!("--vary: {e}")))?;
         }
         if self.memory_limit.is_some() && !self.isolate {
-            return Err(usage("--memory-limit applies to isolated cases only: add --isolate"));
+            return Err(usage(
+                "--memory-limit applies to isolated cases only: add --isolate",
+            ));
         }
         if self.memory_limit.is_some_and(|mb| mb < 64) {
             return Err(usage("--memory-limit must be at least 64 MiB (a smaller limit cannot even start the runtime)"));

@@ -70,6 +70,6 @@ pub use digest::Digest;
 pub use harness::{check_case, CaseReport, Verdict};
 pub use outputs::Outputs;
 pub use report::{Format, Report};
-pub use suite::{SuiteConfig, Event};
+pub use suite::{Event, SuiteConfig};
 pub use tensor::{DType, Tensor};
 pub use vary::Variation;

@@ -34,7 +34,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
+            let code = if e.downcast_ref::<UsageError>().is_some() {
+                2
+            } else {
+                1
+            };
             eprintln!("error: {e:#}");
             ExitCode::from(code)
         }
@@ -47,7 +51,12 @@ fn list(filter: Option<&str>) -> Result<u8> {
     let mut out = String::new();
     for c in &selected {
         let backends: Vec<&str> = c.backends().iter().map(|b| b.name()).collect();
-        let mut line = format!("{:w$}  {:9}  {}", c.name(), backends.join(","), c.ops().join(","));
+        let mut line = format!(
+            "{:w$}  {:9}  {}",
+            c.name(),
+            backends.join(","),
+            c.ops().join(",")
+        );
         if let Some(bug) = c.planted_bug() {
             line.push_str(&format!("  [planted bug: {bug}]"));
         }
@@ -98,7 +107,8 @@ fn run_with_progress(cases: &[&dyn Case], config: &SuiteConfig) -> Result<report
             .map(|b| cases.iter().filter(|c| c.backends().contains(b)).count())
             .sum::<usize>();
         let bar = ProgressBar::new(total as u64);
-        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {wide_msg}") {
+        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {wide_msg}")
+        {
             bar.set_style(style);
         }
         bar
@@ -127,9 +137,16 @@ fn check_writable(path: &Path) -> Result<()> {
     if path.is_dir() {
         anyhow::bail!("{}: is a directory", path.display());
     }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        anyhow::bail!("{}: directory {} does not exist", path.display(), dir.display());
+        anyhow::bail!(
+            "{}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -152,7 +169,11 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
         ));
     }
     let controls = a.controls.controls()?;
-    let config = SuiteConfig::new(cli::backends(a.backend), controls.clone(), cli::runs(a.runs)?);
+    let config = SuiteConfig::new(
+        cli::backends(a.backend),
+        controls.clone(),
+        cli::runs(a.runs)?,
+    );
     // Planted bugs are nondeterministic on purpose: they have no snapshot.
     let selected: Vec<_> = cli::select(a.filter.as_deref())?
         .into_iter()

@@ -125,13 +125,18 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
             });
         }
         let inputs_matched = x.inputs == y.inputs;
-        let explanation = if inputs_matched {
+        let explanation = if inputs_matched && x.algorithm != y.algorithm {
+            format!(
+                "first divergence at call {} `{}`: same inputs, algorithm changed ({} vs {})",
+                x.call, x.op, x.algorithm, y.algorithm
+            )
+        } else if inputs_matched {
             format!(
                 "first divergence at call {} `{}` ({} vs {}): same inputs, different output — this op is nondeterministic",
                 x.call, x.op, x.algorithm, y.algorithm
             )
         } else {
-            let which: Vec<String> = x
+            let mut which: Vec<String> = x
                 .inputs
                 .iter()
                 .zip(&y.inputs)
@@ -139,6 +144,9 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
                 .filter(|(_, (p, q))| p != q)
                 .map(|(i, _)| format!("input {i}"))
                 .collect();
+            if x.inputs.len() != y.inputs.len() {
+                which.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
+            }
             format!(
                 "call {} `{}` already received different inputs ({}) although every earlier traced output matched: \
                  the divergence comes from code between traced ops",
@@ -196,6 +204,25 @@ mod tests {
             (0, "matmul", true)
         );
         assert!(first_divergence(&a, &a).is_none());
+    }
+
+    #[test]
+    fn a_changed_algorithm_is_named_as_such() {
+        let a = vec![e(0, "matmul", &["a", "b"], "c")];
+        let mut b = a.clone();
+        b[0].algorithm = "tiled32".into();
+        b[0].output = "c2".into();
+        let d = first_divergence(&a, &b).unwrap();
+        assert!(
+            d.explanation.contains("algorithm changed (x vs tiled32)"),
+            "{}",
+            d.explanation
+        );
+        assert!(!d.explanation.contains("nondeterministic"));
+        let mut c = a.clone();
+        c[0].inputs.push("extra".into());
+        let d = first_divergence(&a, &c).unwrap();
+        assert!(d.explanation.contains("2 vs 3 inputs"), "{}", d.explanation);
     }
 
     #[test]

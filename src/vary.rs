@@ -89,7 +89,8 @@ pub const TABLE: &[Info] = &[
     Info {
         variation: Variation::Poison,
         name: "poison",
-        changes: "fresh memory filled with 0xFF vs 0x5A (programs: MALLOC_PERTURB_, BITEXACT_POISON)",
+        changes:
+            "fresh memory filled with 0xFF vs 0x5A (programs: MALLOC_PERTURB_, BITEXACT_POISON)",
         catches: "reads of uninitialised memory",
         cases: true,
         programs: true,
@@ -177,7 +178,10 @@ impl Variation {
             "Vary conditions between runs and blame the ones that break a case: `all` or a comma-separated list of:",
         );
         for i in TABLE.iter().filter(|i| i.variation.applies_to(kind)) {
-            s.push_str(&format!("\n  {}: {} (catches {})", i.name, i.changes, i.catches));
+            s.push_str(&format!(
+                "\n  {}: {} (catches {})",
+                i.name, i.changes, i.catches
+            ));
         }
         s
     }

@@ -8,8 +8,8 @@ use bitexact::backend::Backend;
 use bitexact::case::Ctx;
 use bitexact::cross::{self, CrossVerdict};
 use bitexact::harness::{check_case, Verdict};
-use bitexact::suite::{self, SuiteConfig};
 use bitexact::rng::Stream;
+use bitexact::suite::{self, SuiteConfig};
 use bitexact::{cases, ops, Controls};
 
 fn bits(v: Vec<f32>) -> Vec<u32> {

@@ -200,7 +200,10 @@ fn cli_update_report_and_ci_refusal() {
     // No snapshot yet: noted per case and counted, not a failure.
     let (code, out, err) = bitexact(&report, true);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("snapshot missing: no committed snapshot at"), "{out}");
+    assert!(
+        out.contains("snapshot missing: no committed snapshot at"),
+        "{out}"
+    );
     assert!(out.contains("1 snapshots missing"), "{out}");
 
     let (code, out, err) = update(false, &[]);

@@ -46,7 +46,10 @@ fn readme_example_and_user_crate_build_and_catch_the_hashmap_bug() {
     copy_dir(&root.join("examples/user_crate"), &scratch);
     let manifest = std::fs::read_to_string(scratch.join("Cargo.toml"))
         .unwrap()
-        .replace("path = \"../..\"", &format!("path = {:?}", root.display().to_string()));
+        .replace(
+            "path = \"../..\"",
+            &format!("path = {:?}", root.display().to_string()),
+        );
     std::fs::write(scratch.join("Cargo.toml"), manifest).unwrap();
     // The same dependency versions as bitexact itself, so no resolution is needed.
     if !scratch.join("Cargo.lock").exists() {
@@ -68,7 +71,10 @@ fn readme_example_and_user_crate_build_and_catch_the_hashmap_bug() {
     let o = cmd.output().expect("run cargo test in the user crate");
     let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "user crate tests failed:\n{out}");
-    assert!(out.contains("CAUGHT user_crate/weighted_total: breaks when varying: process"), "{out}");
+    assert!(
+        out.contains("CAUGHT user_crate/weighted_total: breaks when varying: process"),
+        "{out}"
+    );
     assert!(out.contains("ISOLATED user_crate/crashes"), "{out}");
     // readme.rs (2 of its 3 tests; the snapshot one is skipped) and hashmap.rs (3).
     let passed: usize = out

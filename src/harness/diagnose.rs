@@ -71,7 +71,12 @@ pub(super) fn localize(
 }
 
 /// The control (everything fixed), then each variation alone.
-pub(super) fn blame(case: &dyn Case, backend: Backend, controls: &Controls, opts: &Options) -> Blame {
+pub(super) fn blame(
+    case: &dyn Case,
+    backend: Backend,
+    controls: &Controls,
+    opts: &Options,
+) -> Blame {
     let quiet = |vary: Vec<Variation>| Options {
         vary,
         trace: false,

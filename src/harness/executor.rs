@@ -46,6 +46,40 @@ pub(super) struct Run {
     pub trace: Option<Vec<TraceEntry>>,
 }
 
+/// Findings of all runs, one entry per kind (the text before the first `": "`): the first
+/// message of each kind and how many runs reported it, so a defect whose numbers change from
+/// run to run is one line, not one per run.
+#[derive(Default)]
+pub struct Findings(Vec<(String, String, BTreeSet<usize>)>);
+
+impl Findings {
+    fn kind(msg: &str) -> &str {
+        msg.split(": ").next().unwrap_or(msg)
+    }
+
+    /// Records `msg`, reported by the run with index `run`.
+    pub fn add_in(&mut self, run: usize, msg: String) {
+        let kind = Findings::kind(&msg).to_string();
+        match self.0.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some((_, _, runs)) => {
+                runs.insert(run);
+            }
+            None => self.0.push((kind, msg, BTreeSet::from([run]))),
+        }
+    }
+
+    /// One line per kind; `(reported in N of K runs; first shown)` when several runs did.
+    pub fn lines(self, runs: usize) -> Vec<String> {
+        self.0
+            .into_iter()
+            .map(|(_, msg, r)| match r.len() {
+                1 => msg,
+                n => format!("{msg} (reported in {n} of {runs} runs; first shown)"),
+            })
+            .collect()
+    }
+}
+
 /// Runs `case` once in `ctx`, turning a panic into an error carrying its message.
 pub fn run_once(case: &dyn Case, ctx: &mut Ctx) -> Result<Outputs> {
     match catch_unwind(AssertUnwindSafe(|| case.run(ctx))) {
@@ -121,9 +155,9 @@ pub(super) fn run_with(
     }
     match &opts.children {
         Some(cfg) => isolate::run_once(cfg, &case.name(), backend, settings),
-        None => bail!(
-            "the process variation needs a way to start child processes (Options::children)"
-        ),
+        None => {
+            bail!("the process variation needs a way to start child processes (Options::children)")
+        }
     }
 }
 
@@ -189,6 +223,7 @@ pub fn check_case_with(
     let mut differing: Option<(usize, Run)> = None;
     let mut distinct = BTreeSet::new();
     let mut recorded_ops = 0;
+    let mut findings = Findings::default();
     let base = memory::current();
     let retained = |report: &mut CaseReport| {
         if let Some((b, now)) = base.zip(memory::current()) {
@@ -212,9 +247,7 @@ pub fn check_case_with(
         report.run_seconds.push(out.seconds);
         report.peak_bytes.extend(out.peak_bytes);
         for f in out.findings {
-            if !report.findings.contains(&f) {
-                report.findings.push(f);
-            }
+            findings.add_in(i, f);
         }
         let digests = digest::digest_all(&out.outputs);
         let run = Run {
@@ -246,6 +279,7 @@ pub fn check_case_with(
         }
     }
     retained(&mut report);
+    report.findings = findings.lines(report.runs);
     report.memory_growth = memory::growth(&report.retained_bytes);
     report.seconds = t0.elapsed().as_secs_f64();
     report.distinct_digests = distinct.len();

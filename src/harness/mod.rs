@@ -88,6 +88,15 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_untraced_nondeterministic_case_costs_no_extra_runs() {
+        let case = Counter(AtomicUsize::new(0), true);
+        let r = check_case(&case, Backend::Cpu, &Controls::default(), 2);
+        assert_eq!(r.verdict, Verdict::Nondeterministic);
+        assert_eq!(case.0.load(Ordering::SeqCst), 2, "no localization re-runs");
+        assert!(r.divergence.is_none());
+    }
+
     struct Panics;
     impl Case for Panics {
         fn name(&self) -> String {
@@ -133,7 +142,10 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Error);
         assert_eq!(
             r.findings,
-            vec!["workers 0 and 1 share one stream".to_string()]
+            vec![
+                "workers 0 and 1 share one stream (reported in 3 of 3 runs; first shown)"
+                    .to_string()
+            ]
         );
         assert!(r.message.unwrap().contains("defect found inside the runs"));
         // Without the counting allocator memory is unknown: no numbers, no growth flag.

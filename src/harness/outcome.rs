@@ -360,10 +360,7 @@ mod tests {
         assert_eq!(report(2).judge().verdict, Verdict::Nondeterministic);
         let mut r = report(2);
         r.evidence.error = Some("run 1: boom".into());
-        assert_eq!(
-            judge(&r),
-            (Verdict::Error, Some("run 1: boom".to_string()))
-        );
+        assert_eq!(judge(&r), (Verdict::Error, Some("run 1: boom".to_string())));
         r.evidence.skipped = Some("no GPU".into());
         assert_eq!(judge(&r).0, Verdict::Skipped);
     }

@@ -6,12 +6,12 @@ pub mod junit;
 pub mod markdown;
 pub mod text;
 
+use crate::backend::Backend;
 use crate::controls::Controls;
 use crate::cost::CostRow;
-use crate::backend::Backend;
 use crate::harness::{CaseReport, SnapshotStatus, Summary, Verdict};
-use crate::vary::Variation;
 use crate::platform::Platform;
+use crate::vary::Variation;
 use serde::Serialize;
 
 /// Version of the JSON report format. Fields are only ever added within a version.
