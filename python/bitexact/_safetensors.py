@@ -73,9 +73,9 @@ def _encode_torch(t):
         raise TypeError("bitexact.dump: torch dtype %s has no safetensors equivalent" % t.dtype)
     st_dtype, _ = _TORCH[name]
     t = t.detach()
-    if t.is_conj():
+    if getattr(t, "is_conj", None) and t.is_conj():  # torch >= 1.10
         t = t.resolve_conj()
-    if t.is_neg():
+    if getattr(t, "is_neg", None) and t.is_neg():  # torch >= 1.11: lazy negation views
         t = t.resolve_neg()
     if getattr(t, "is_sparse", False):
         t = t.to_dense()
