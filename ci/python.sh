@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The Python helper (python/) and its examples (examples/python/): installs numpy, safetensors,
+# pytest and ./python into a venv at ${BITEXACT_PY_VENV:-~/.cache/bitexact/venv} (created once,
+# then reused), tries to add torch, and runs `pytest python/tests`.
+#
+# - No venv module (Debian without python3-venv): the packages go to "<venv>-target" with
+#   `pip install --target`, and "<venv>-python" is a wrapper script that runs python3 with them
+#   on PYTHONPATH (the same fallback as ci/ptx.sh).
+# - torch: `pip install torch` (PyPI's wheel brings the CUDA libraries, ~3 GB, about a minute
+#   and a half here; BITEXACT_TORCH_INDEX=https://download.pytorch.org/whl/cpu for the small CPU
+#   build; BITEXACT_SKIP_TORCH=1 to not try). When it cannot be installed the script prints
+#   "skipped: torch could not be installed (<reason>)" and the torch tests skip.
+# - The python with everything installed is printed and written to
+#   ~/.cache/bitexact/python-path, for other scripts: "$(cat ~/.cache/bitexact/python-path)".
+# - pytest exit status 5 (no tests collected) fails the script: python/tests always has tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cache="$HOME/.cache/bitexact"
+venv="${BITEXACT_PY_VENV:-$cache/venv}"
+mkdir -p "$cache"
+pipq=(--quiet --disable-pip-version-check)
+export PIP_ROOT_USER_ACTION=ignore  # CI containers run as root; older pips ignore the variable
+
+if { "$venv/bin/python" -m pip --version >/dev/null 2>&1; } ||
+    { rm -rf "$venv" && python3 -m venv "$venv" >/dev/null 2>&1 &&
+        "$venv/bin/python" -m pip --version >/dev/null 2>&1; }; then
+    py="$venv/bin/python"
+    install() { "$py" -m pip install "${pipq[@]}" "$@"; }
+else
+    rm -rf "$venv"  # a half-made venv (created without pip)
+    target="$venv-target"
+    mkdir -p "$target"
+    py="$venv-python"  # not inside $target: pip --target --upgrade replaces its bin/
+    printf '#!/bin/sh\nPYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}" exec %s "$@"\n' \
+        "$target" "$(command -v python3)" >"$py"
+    chmod +x "$py"
+    install() { python3 -m pip install "${pipq[@]}" --upgrade --target "$target" "$@"; }
+    echo "ci/python.sh: no usable venv module; installing with pip --target into $target"
+fi
+
+if ! "$py" -c 'import numpy, safetensors, pytest' 2>/dev/null; then
+    install numpy safetensors pytest
+fi
+# The helper itself, from this checkout (reinstalled every time: it is what is being tested).
+# pip's isolated build fetches setuptools; offline, fall back to the setuptools already there.
+install --no-deps --force-reinstall ./python 2>/dev/null ||
+    install --no-deps --force-reinstall --no-build-isolation ./python
+rm -rf python/build python/bitexact.egg-info  # setuptools' in-tree build leftovers
+
+if "$py" -c 'import torch' 2>/dev/null; then
+    echo "ci/python.sh: torch $("$py" -c 'import torch; print(torch.__version__)') (already installed)"
+elif [ -n "${BITEXACT_SKIP_TORCH:-}" ]; then
+    echo "skipped: torch could not be installed (BITEXACT_SKIP_TORCH is set)"
+else
+    log="$(mktemp)"
+    index=()
+    if [ -n "${BITEXACT_TORCH_INDEX:-}" ]; then index=(--index-url "$BITEXACT_TORCH_INDEX"); fi
+    if install "${index[@]}" torch >"$log" 2>&1 && "$py" -c 'import torch' 2>>"$log"; then
+        echo "ci/python.sh: torch $("$py" -c 'import torch; print(torch.__version__)') installed"
+    else
+        reason="$(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-200)"
+        echo "skipped: torch could not be installed (${reason:-pip failed})"
+    fi
+    rm -f "$log"
+fi
+
+echo "$py" >"$cache/python-path"
+echo "ci/python.sh: python=$py (also in $cache/python-path)"
+
+status=0
+"$py" -m pytest -q -p no:cacheprovider python/tests || status=$?
+if [ "$status" -eq 5 ]; then
+    echo "ci/python.sh: pytest collected no tests in python/tests" >&2
+fi
+exit "$status"

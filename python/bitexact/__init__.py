@@ -1,0 +1,405 @@
+"""bitexact: the Python side of ``bitexact run -- CMD ARGS...``.
+
+``bitexact run`` runs a command K >= 2 times, each run with a fresh empty ``$BITEXACT_OUT``,
+and compares every file the runs write there (``*.safetensors``, ``*.npy``, ``*.npz`` as
+tensors; other files byte for byte; files named ``.bitexact-*`` are metadata, never compared).
+This module is what a training script calls:
+
+* :func:`seed_everything` -- seed ``random``, numpy and torch from ``BITEXACT_SEED`` and apply
+  the determinism controls (``BITEXACT_DETERMINISTIC``, ``BITEXACT_BENCHMARK``,
+  ``BITEXACT_THREADS``);
+* :func:`worker_init_fn` / :func:`worker_seed` / :func:`pool_initializer` -- per-worker seeds
+  for ``torch.utils.data.DataLoader`` workers and ``multiprocessing`` pools;
+* :func:`dump` / :func:`step` -- write tensors as safetensors into ``$BITEXACT_OUT`` (written
+  by hand: no safetensors package needed); :func:`step` also records memory per step;
+* :func:`write_platform` -- ``.bitexact-platform.json`` (python/numpy/torch/CUDA versions);
+* :func:`active` -- whether the script runs under bitexact.
+
+Outside bitexact (``BITEXACT_OUT`` unset) :func:`dump` and :func:`step` do nothing, while
+:func:`seed_everything` still seeds, so a script behaves the same when run plainly.
+No dependency is required: numpy and torch are used when present.
+"""
+
+import hashlib
+import importlib
+import json
+import os
+import platform as _platform
+import random
+import struct
+import sys
+
+from . import _safetensors
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "active",
+    "dump",
+    "out_dir",
+    "pool_initializer",
+    "seed_everything",
+    "step",
+    "worker_init_fn",
+    "worker_seed",
+    "write_platform",
+]
+
+MEMORY_FILE = ".bitexact-memory.jsonl"
+PLATFORM_FILE = ".bitexact-platform.json"
+_MASK64 = (1 << 64) - 1
+
+# The seed of the last seed_everything() call in this process (inherited by forked workers).
+_seed = None
+_platform_written = False
+
+
+# ----------------------------------------------------------------------------- environment
+
+def _env_int(name, default):
+    """Integer value of environment variable ``name``, or ``default`` when unset or empty."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw, 10)
+    except ValueError:
+        raise ValueError("bitexact: %s=%r is not a decimal integer" % (name, raw)) from None
+
+
+def _env_flag(name, default):
+    """Boolean value of environment variable ``name`` (``1``/``0``, also true/false/on/off)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ValueError("bitexact: %s=%r is not 1 or 0" % (name, raw))
+
+
+def active():
+    """Whether this process runs under ``bitexact run`` (``BITEXACT_OUT`` is set)."""
+    return bool(os.environ.get("BITEXACT_OUT"))
+
+
+def out_dir():
+    """The run's output directory (``$BITEXACT_OUT``), or ``None`` outside bitexact."""
+    return os.environ.get("BITEXACT_OUT") or None
+
+
+def _import(name):
+    """Imports module ``name`` if it is installed, else returns ``None``."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+# ----------------------------------------------------------------------------- seeding
+
+def _base_seed():
+    """The seed set by :func:`seed_everything` in this process, else ``$BITEXACT_SEED``
+    (default 0)."""
+    if _seed is not None:
+        return _seed
+    return _env_int("BITEXACT_SEED", 0)
+
+
+def _seed_libraries(seed, use_torch):
+    """Seeds ``random``, numpy's global RNG and torch (CPU and every CUDA device) with ``seed``
+    (masked to 64 bits; numpy gets it as two 32-bit words)."""
+    seed &= _MASK64
+    random.seed(seed)
+    np = sys.modules.get("numpy") or _import("numpy")
+    if np is not None:
+        np.random.seed([seed & 0xFFFFFFFF, seed >> 32])
+    torch = sys.modules.get("torch")
+    if torch is None and use_torch is not False:
+        torch = _import("torch")
+    if torch is not None and use_torch is not False:
+        torch.manual_seed(seed)  # CPU and, lazily, every CUDA device
+        if hasattr(torch, "cuda"):
+            torch.cuda.manual_seed_all(seed)  # lazy: does not initialise CUDA
+
+
+def seed_everything(seed=None, torch=None):
+    """Seeds every RNG and applies bitexact's determinism controls; returns the seed.
+
+    * ``seed``: default ``$BITEXACT_SEED``, or 0 when unset (so a plain run is seeded too).
+      Seeds ``random.seed(seed)``, ``numpy.random.seed`` (if numpy is installed; the 64-bit seed
+      as two 32-bit words), ``torch.manual_seed`` and ``torch.cuda.manual_seed_all``.
+    * ``torch``: ``None`` (default) uses torch when it is installed, ``False`` never imports it
+      (saves the import time in numpy-only scripts), ``True`` requires it.
+    * ``BITEXACT_DETERMINISTIC`` (default 1): when 1, sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8``
+      if unset, ``torch.use_deterministic_algorithms(True)``,
+      ``torch.backends.cudnn.deterministic = True`` and
+      ``torch.utils.deterministic.fill_uninitialized_memory = True`` (torch >= 2.1); when 0,
+      turns the first two off.
+    * ``BITEXACT_BENCHMARK`` (default 0) -> ``torch.backends.cudnn.benchmark``.
+    * ``BITEXACT_THREADS`` (when set) -> ``torch.set_num_threads``. numpy's BLAS threads follow
+      ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS``, which bitexact sets
+      before the process starts.
+
+    The seed is remembered for :func:`worker_init_fn` in this process and forked children.
+    """
+    global _seed
+    if seed is None:
+        seed = _env_int("BITEXACT_SEED", 0)
+    seed = int(seed) & _MASK64
+    _seed = seed
+    deterministic = _env_flag("BITEXACT_DETERMINISTIC", True)
+    benchmark = _env_flag("BITEXACT_BENCHMARK", False)
+    threads = _env_int("BITEXACT_THREADS", None)
+    if deterministic and not os.environ.get("CUBLAS_WORKSPACE_CONFIG"):
+        # Must be set before cuBLAS creates its first handle.
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    if torch is True:
+        import torch as _torch  # noqa: F401  (raises ImportError when missing)
+    _seed_libraries(seed, torch)
+    t = sys.modules.get("torch") if torch is not False else None
+    if t is not None:
+        t.use_deterministic_algorithms(deterministic)
+        t.backends.cudnn.deterministic = deterministic
+        t.backends.cudnn.benchmark = benchmark
+        if deterministic:
+            det = _import("torch.utils.deterministic")
+            if det is not None and hasattr(det, "fill_uninitialized_memory"):
+                det.fill_uninitialized_memory = True
+        if threads is not None and threads > 0:
+            t.set_num_threads(threads)
+    return seed
+
+
+def worker_seed(worker_id, seed=None, salt=0):
+    """The 64-bit seed of worker ``worker_id``: a documented mix of (seed, worker id, salt).
+
+    ``seed`` defaults to the seed of :func:`seed_everything` in this process (inherited by forked
+    workers), else ``$BITEXACT_SEED`` (default 0). The mixing function is::
+
+        int.from_bytes(sha256(b"bitexact-worker" + pack("<QQQ", seed, worker_id, salt))
+                       .digest()[:8], "little")
+
+    with every input masked to 64 bits, so distinct workers (or salts) get unrelated streams
+    and the same inputs give the same seed in every language. Use it directly for
+    per-task streams, e.g. ``numpy.random.default_rng(bitexact.worker_seed(batch_index))``:
+    a pool hands tasks to whichever worker is free, so per-task seeds are what keeps results
+    independent of scheduling and of the number of workers.
+    """
+    if seed is None:
+        seed = _base_seed()
+    words = struct.pack("<QQQ", int(seed) & _MASK64, int(worker_id) & _MASK64, int(salt) & _MASK64)
+    return int.from_bytes(hashlib.sha256(b"bitexact-worker" + words).digest()[:8], "little")
+
+
+def worker_init_fn(worker_id):
+    """Seeds ``random``, numpy and torch in a worker; returns the worker's seed.
+
+    For ``torch.utils.data.DataLoader(..., worker_init_fn=bitexact.worker_init_fn)``: the
+    worker's seed is ``worker_seed(worker_id, salt=torch.initial_seed())``. Inside a DataLoader
+    worker ``torch.initial_seed()`` is the loader's base seed + worker id, drawn from the
+    loader's ``generator`` at every new iterator, so each epoch gets fresh (and, with a seeded
+    generator, reproducible) streams. Outside a DataLoader worker the salt is 0.
+    Also usable for any worker with a stable integer id (see :func:`pool_initializer`).
+    """
+    salt = 0
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            from torch.utils.data import get_worker_info
+
+            if get_worker_info() is not None:
+                salt = torch.initial_seed()
+        except ImportError:
+            pass
+    s = worker_seed(worker_id, salt=salt)
+    _seed_libraries(s, torch is not None)
+    return s
+
+
+def pool_initializer(seed=None):
+    """``multiprocessing.Pool(initializer=bitexact.pool_initializer)``: seeds the global RNGs of
+    each pool worker from (seed, the worker's 1-based pool index), so forked workers do not all
+    continue the parent's RNG state. Returns the worker's seed.
+
+    Note: a pool gives tasks to whichever worker is free, so global-RNG draws inside tasks are
+    still scheduling-dependent; for reproducible augmentation draw from a per-task generator,
+    ``numpy.random.default_rng(bitexact.worker_seed(task_index))``.
+    """
+    import multiprocessing
+
+    identity = multiprocessing.current_process()._identity
+    index = identity[-1] if identity else 0
+    s = worker_seed(index, seed=seed)
+    _seed_libraries(s, sys.modules.get("torch") is not None)
+    return s
+
+
+# ----------------------------------------------------------------------------- outputs
+
+def _resolve(name, suffix=".safetensors"):
+    """Absolute output path of ``name`` under ``$BITEXACT_OUT``; refuses paths that escape it."""
+    root = os.environ["BITEXACT_OUT"]
+    name = os.fspath(name)
+    if not name.endswith(suffix):
+        name += suffix
+    if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
+        raise ValueError("bitexact.dump: name %r must be a relative path inside $BITEXACT_OUT" % name)
+    base = os.path.basename(name)
+    if base.startswith(".bitexact-"):
+        raise ValueError("bitexact.dump: names starting with '.bitexact-' are reserved")
+    return os.path.join(root, name)
+
+
+def _atomic_write(path, data, mode="wb"):
+    """Writes ``data`` to ``path`` through a temporary file and a rename."""
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, mode) as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def dump(name, /, **tensors):
+    """Writes ``$BITEXACT_OUT/<name>.safetensors`` holding ``tensors``; returns its path.
+
+    ``name`` may contain subdirectories (created); ``.safetensors`` is appended unless present.
+    Values: numpy arrays (bool and every integer/float dtype; big-endian arrays are stored
+    little-endian), torch tensors (moved to CPU, made contiguous, bits kept: bf16 stays bf16,
+    f16 stays f16), Python scalars and nested lists (bool -> BOOL, int -> I64, float -> F64),
+    anything with ``__array__``. Names with dots work via a dict: ``dump("w", **{"fc1.weight":
+    w})``. Tensors are stored in sorted name order. Writes ``.bitexact-platform.json`` on first
+    use. A no-op returning ``None`` when ``BITEXACT_OUT`` is unset.
+    """
+    if not active():
+        return None
+    path = _resolve(name)
+    blob = _safetensors.serialize(tensors)
+    _atomic_write(path, blob)
+    _ensure_platform()
+    return path
+
+
+def _rss_bytes():
+    """Current resident set size in bytes: ``/proc/self/statm``, else ``resource``'s peak RSS
+    (the best available without /proc), else ``None``."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+    except (ImportError, OSError):
+        return None
+
+
+def _cuda_allocated():
+    """``torch.cuda.memory_allocated()`` when torch has initialised CUDA, else ``None``."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "cuda"):
+        return None
+    try:
+        if torch.cuda.is_initialized():
+            return int(torch.cuda.memory_allocated())
+    except Exception:  # a broken CUDA setup must not break the training script
+        return None
+    return None
+
+
+def step(i, /, **tensors):
+    """``dump(f"step_{i:04d}", **tensors)`` plus a line in ``$BITEXACT_OUT/.bitexact-memory.jsonl``:
+    ``{"step": i, "rss_bytes": ..., "torch_cuda_allocated": bytes or null}`` that bitexact checks
+    for growth step over step. Returns the safetensors path; a no-op outside bitexact."""
+    if not active():
+        return None
+    i = int(i)
+    path = dump("step_%04d" % i, **tensors)
+    line = json.dumps(
+        {"step": i, "rss_bytes": _rss_bytes(), "torch_cuda_allocated": _cuda_allocated()},
+        separators=(", ", ": "),
+    )
+    with open(os.path.join(os.environ["BITEXACT_OUT"], MEMORY_FILE), "a") as f:
+        f.write(line + "\n")
+    return path
+
+
+# ----------------------------------------------------------------------------- platform
+
+def _version(module_name, dist_name):
+    """Version of an imported module, else of its installed distribution, else ``None``
+    (never imports the module: importing torch just to report it would cost seconds)."""
+    mod = sys.modules.get(module_name)
+    if mod is not None and getattr(mod, "__version__", None):
+        return str(mod.__version__)
+    try:
+        from importlib import metadata
+    except ImportError:  # Python 3.7
+        return None
+    try:
+        return metadata.version(dist_name)
+    except Exception:
+        return None
+
+
+def platform_info(probe_cuda=False):
+    """The dict written to ``.bitexact-platform.json``.
+
+    Keys: ``python``, ``python_implementation``, ``os``, ``machine``, ``numpy``, ``torch``
+    (versions or null), and when torch is imported: ``torch_num_threads``, ``cuda`` (torch's
+    CUDA version), ``cudnn``, ``cuda_available``, ``gpu`` (device 0's name), ``gpu_capability``.
+    The GPU is queried only when torch has already initialised CUDA, or when ``probe_cuda`` is
+    true (querying it earlier would initialise CUDA in the parent of forked loader workers).
+    """
+    info = {
+        "python": _platform.python_version(),
+        "python_implementation": _platform.python_implementation(),
+        "os": _platform.system(),
+        "machine": _platform.machine(),
+        "numpy": _version("numpy", "numpy"),
+        "torch": _version("torch", "torch"),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch_num_threads"] = torch.get_num_threads()
+        info["cuda"] = getattr(torch.version, "cuda", None)
+        try:
+            v = torch.backends.cudnn.version()
+        except Exception:
+            v = None
+        info["cudnn"] = v
+        try:
+            if torch.cuda.is_initialized() or probe_cuda:
+                info["cuda_available"] = bool(torch.cuda.is_available())
+                if info["cuda_available"]:
+                    info["gpu"] = torch.cuda.get_device_name(0)
+                    info["gpu_capability"] = list(torch.cuda.get_device_capability(0))
+        except Exception:
+            pass
+    return info
+
+
+def write_platform(probe_cuda=False):
+    """Writes ``$BITEXACT_OUT/.bitexact-platform.json`` (see :func:`platform_info`); returns its
+    path. :func:`dump` and :func:`step` call it on first use; call it yourself (after moving the
+    model to the GPU, or with ``probe_cuda=True``) to record the GPU. ``None`` outside bitexact."""
+    global _platform_written
+    if not active():
+        return None
+    path = os.path.join(os.environ["BITEXACT_OUT"], PLATFORM_FILE)
+    text = json.dumps(platform_info(probe_cuda), indent=2, sort_keys=True) + "\n"
+    _atomic_write(path, text.encode("utf-8"))
+    _platform_written = True
+    return path
+
+
+def _ensure_platform():
+    if not _platform_written:
+        write_platform()
