@@ -113,6 +113,31 @@ pub fn growth(retained: &[u64]) -> Option<String> {
     ))
 }
 
+/// Checks per-step memory (`(step, bytes)` in step order) for the PyTorch FAQ's
+/// "accumulating history" leak: flagged when memory rises in at least 3 of every 4 steps and
+/// the rise from the first step to the last exceeds 16 MiB plus 10 % of the first step's value.
+/// Returns the message with the figures.
+pub fn step_growth(steps: &[(u64, u64)]) -> Option<String> {
+    if steps.len() < 4 {
+        return None;
+    }
+    let rises = steps.windows(2).filter(|w| w[1].1 > w[0].1).count();
+    let (first, last) = (steps[0], steps[steps.len() - 1]);
+    if rises * 4 < (steps.len() - 1) * 3 || last.1 <= first.1 + (16 << 20) + first.1 / 10 {
+        return None;
+    }
+    Some(format!(
+        "memory grows step over step: {} after step {} → {} after step {} ({} of {} steps grew; \
+         history kept across the training loop, e.g. `total_loss += loss` without `.item()`?)",
+        human(first.1),
+        first.0,
+        human(last.1),
+        last.0,
+        rises,
+        steps.len() - 1
+    ))
+}
+
 /// Limits this process's address space to `mb` MiB (`setrlimit(RLIMIT_AS)`): the child side
 /// of `--memory-limit`, and the OOM self-test.
 pub fn limit_address_space(mb: u64) -> anyhow::Result<()> {
@@ -134,6 +159,17 @@ pub fn limit_address_space(mb: u64) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_growth_needs_a_steady_rise() {
+        let mib = |n: u64| n << 20;
+        let flat: Vec<(u64, u64)> = (0..10).map(|i| (i, mib(100) + (i % 2) * mib(1))).collect();
+        assert_eq!(step_growth(&flat), None);
+        let leak: Vec<(u64, u64)> = (0..10).map(|i| (i, mib(100) + i * mib(8))).collect();
+        let msg = step_growth(&leak).unwrap();
+        assert!(msg.contains("100.0 MiB after step 0"), "{msg}");
+        assert_eq!(step_growth(&leak[..3]), None);
+    }
 
     #[test]
     fn growth_needs_a_steady_rise_beyond_the_threshold() {

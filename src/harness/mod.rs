@@ -13,7 +13,10 @@ pub mod outcome;
 pub use executor::{
     check_case, check_case_with, panic_message, pool, run_in_process, run_once, RunResult,
 };
-pub use outcome::{judge, CaseReport, Evidence, SnapshotStatus, Summary, Verdict};
+pub use outcome::{
+    judge, CaseReport, Evidence, ProgramInfo, ProgramRun, SnapshotStatus, StepMemory, Summary,
+    Verdict,
+};
 
 use crate::isolate::ChildConfig;
 use crate::vary::Variation;

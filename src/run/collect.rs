@@ -1,0 +1,197 @@
+//! What a finished run left behind: the digest of every output under its `$BITEXACT_OUT`
+//! (tensor files parsed, other files as raw bytes, in natural order of names), its standard
+//! output when compared, and the Python helper's metadata (`.bitexact-platform.json`,
+//! `.bitexact-memory.jsonl`). Then how two runs differ: the first diverging output and an
+//! element-level explanation of each differing tensor.
+
+use crate::diff::{self, TensorDiff};
+use crate::harness::StepMemory;
+use crate::digest::{self, Digest};
+use crate::tensor::Tensor;
+use crate::tensor_files::{self, natural_cmp};
+use crate::trace::Divergence;
+use anyhow::{anyhow, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The output name standard output is compared under (`--stdout`); no file can have it.
+pub const STDOUT_NAME: &str = "<stdout>";
+
+/// Outputs at most this large (bytes of the file holding them) are loaded to explain a
+/// difference element by element; larger ones are named with their digests only, so
+/// bitexact's memory stays bounded by the largest file.
+pub const EXPLAIN_MAX_BYTES: u64 = 256 << 20;
+
+/// At most this many differing outputs are explained element by element (the rest are counted).
+pub const EXPLAIN_MAX_OUTPUTS: usize = 8;
+
+
+/// What one run left behind.
+pub struct Collected {
+    /// `(name, digest)` of every output, in natural order of names.
+    pub digests: Vec<(String, Digest)>,
+    /// `.bitexact-platform.json`, when the program wrote one.
+    pub platform: Option<serde_json::Value>,
+    /// `.bitexact-memory.jsonl`, in step order.
+    pub steps: Vec<StepMemory>,
+}
+
+/// Collects the outputs under `out` (and `stdout`, when compared). A malformed tensor file is
+/// an error naming it.
+pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<Collected> {
+    let mut digests = tensor_files::digest_dir(out)?;
+    if let Some(path) = stdout {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let t = Tensor::from_slice(&[bytes.len()], &bytes);
+        digests.push((STDOUT_NAME.to_string(), digest::tensor_digest(&t)));
+    }
+    let mut platform = None;
+    let mut steps = Vec::new();
+    for f in tensor_files::metadata_files(out)? {
+        if f.name.ends_with(".bitexact-platform.json") {
+            let text = std::fs::read_to_string(&f.path)?;
+            platform = Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
+            );
+        } else if f.name.ends_with(".bitexact-memory.jsonl") {
+            for (i, line) in std::fs::read_to_string(&f.path)?.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let s: StepMemory = serde_json::from_str(line)
+                    .map_err(|e| anyhow!("{} line {}: {e}", f.name, i + 1))?;
+                steps.push(s);
+            }
+        }
+    }
+    steps.sort_by_key(|s| s.step);
+    Ok(Collected {
+        digests,
+        platform,
+        steps,
+    })
+}
+
+/// The first output, in natural order of names, whose digest differs between two runs or that
+/// only one of them wrote; every output before it is identical.
+pub fn first_divergence(a: &[(String, Digest)], b: &[(String, Digest)]) -> Option<Divergence> {
+    let mut names: Vec<&String> = a.iter().chain(b).map(|(n, _)| n).collect();
+    names.sort_by(|x, y| natural_cmp(x, y));
+    names.dedup();
+    let get = |v: &[(String, Digest)], n: &str| v.iter().find(|(k, _)| k == n).map(|(_, d)| *d);
+    names.into_iter().enumerate().find_map(|(i, n)| {
+        let (x, y) = (get(a, n), get(b, n));
+        (x != y).then(|| Divergence {
+            call: i,
+            op: n.clone(),
+            inputs_matched: true,
+            explanation: format!(
+                "first divergence: {n}{} (every earlier output identical)",
+                match (x, y) {
+                    (Some(_), None) => " (missing in the later run)",
+                    (None, Some(_)) => " (missing in the earlier run)",
+                    _ => "",
+                }
+            ),
+        })
+    })
+}
+
+/// A run's output directory and captured standard output, for explanations.
+pub struct RunFiles<'a> {
+    /// The run's index.
+    pub index: usize,
+    /// Its `$BITEXACT_OUT`.
+    pub out: &'a Path,
+    /// Its captured standard output, when compared.
+    pub stdout: Option<PathBuf>,
+}
+
+/// Explains each output that differs between runs `a` and `b` (at most
+/// [`EXPLAIN_MAX_OUTPUTS`], in natural order).
+pub fn explain(
+    a: (&RunFiles, &[(String, Digest)]),
+    b: (&RunFiles, &[(String, Digest)]),
+) -> Vec<TensorDiff> {
+    let runs = [a.0.index, b.0.index];
+    let mut names: Vec<&String> = a.1.iter().chain(b.1).map(|(n, _)| n).collect();
+    names.sort_by(|x, y| natural_cmp(x, y));
+    names.dedup();
+    let get = |v: &[(String, Digest)], n: &str| v.iter().find(|(k, _)| k == n).map(|(_, d)| *d);
+    let differing: Vec<&String> = names
+        .into_iter()
+        .filter(|n| get(a.1, n) != get(b.1, n))
+        .collect();
+    let mut out: Vec<TensorDiff> = differing
+        .iter()
+        .take(EXPLAIN_MAX_OUTPUTS)
+        .map(|n| match (get(a.1, n), get(b.1, n)) {
+            (Some(_), None) => diff::missing(n, runs, true),
+            (None, Some(_)) => diff::missing(n, runs, false),
+            _ => match (load(a.0, n), load(b.0, n)) {
+                (Ok(x), Ok(y)) => diff::explain(n, runs, &x, &y),
+                (Err(e), _) | (_, Err(e)) => {
+                    let mut d = diff::missing(n, runs, true);
+                    d.note = Some(format!("digests differ; not explained element by element: {e:#}"));
+                    d
+                }
+            },
+        })
+        .collect();
+    if differing.len() > EXPLAIN_MAX_OUTPUTS {
+        let mut d = diff::missing("…", runs, true);
+        d.note = Some(format!(
+            "{} more differing outputs not shown",
+            differing.len() - EXPLAIN_MAX_OUTPUTS
+        ));
+        out.push(d);
+    }
+    out
+}
+
+/// Loads output `name` of a run, unless its file is too large to load.
+fn load(run: &RunFiles, name: &str) -> Result<Tensor> {
+    if name == STDOUT_NAME {
+        let path = run.stdout.as_ref().ok_or_else(|| anyhow!("no stdout"))?;
+        let bytes = std::fs::read(path)?;
+        return Ok(Tensor::from_slice(&[bytes.len()], &bytes));
+    }
+    let files = tensor_files::scan(run.out)?;
+    let file = files
+        .iter()
+        .find(|f| name == f.name || name.strip_prefix(f.name.as_str()).is_some_and(|k| k.starts_with(':')))
+        .ok_or_else(|| anyhow!("{name}: file not found"))?;
+    if file.len > EXPLAIN_MAX_BYTES {
+        return Err(anyhow!(
+            "{} is {} bytes, over the {} MiB explained in memory",
+            file.name,
+            file.len,
+            EXPLAIN_MAX_BYTES >> 20
+        ));
+    }
+    tensor_files::load(file, name)
+}
+
+/// The first line where two captured standard outputs differ, in words.
+pub fn first_differing_line(a: &Path, b: &Path) -> Option<String> {
+    let (x, y) = (std::fs::read(a).ok()?, std::fs::read(b).ok()?);
+    let (x, y) = (String::from_utf8_lossy(&x), String::from_utf8_lossy(&y));
+    let (mut lx, mut ly) = (x.lines(), y.lines());
+    for n in 1.. {
+        match (lx.next(), ly.next()) {
+            (None, None) => return None,
+            (p, q) if p == q => continue,
+            (p, q) => {
+                let cap = |s: Option<&str>| match s {
+                    None => "(no line)".to_string(),
+                    Some(s) if s.chars().count() > 120 => {
+                        format!("{:?}…", s.chars().take(120).collect::<String>())
+                    }
+                    Some(s) => format!("{s:?}"),
+                };
+                return Some(format!("stdout: first differing line {n}: {} vs {}", cap(p), cap(q)));
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,185 @@
+//! One run of an external program: the environment contract, its own process group (killed as
+//! a whole on timeout, tied to bitexact's life), an optional address-space limit, standard
+//! output captured to a file when compared, the tail of standard error kept for messages, and
+//! the peak resident set size from `wait4`.
+
+use crate::isolate;
+use anyhow::{anyhow, Context, Result};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bytes of standard error kept for messages (the end of it).
+const STDERR_TAIL: usize = 16 * 1024;
+
+/// How to start one run.
+pub struct Spawn<'a> {
+    /// Program and arguments.
+    pub command: &'a [OsString],
+    /// Variables set for this run (on top of bitexact's own environment).
+    pub env: &'a BTreeMap<String, String>,
+    /// Capture standard output into this file (else it goes to /dev/null).
+    pub stdout: Option<&'a Path>,
+    /// Kill the run's process group after this long.
+    pub timeout: Option<Duration>,
+    /// Address-space limit in MiB (`RLIMIT_AS`).
+    pub memory_limit_mb: Option<u64>,
+}
+
+/// How one run ended.
+pub struct Ended {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Wall time.
+    pub seconds: f64,
+    /// Peak resident set size of the program (and the children it waited for), bytes.
+    pub peak_rss_bytes: Option<u64>,
+    /// The last lines of standard error.
+    pub stderr_tail: String,
+    /// Whether it was killed for exceeding the timeout.
+    pub timed_out: bool,
+}
+
+/// Whether `program` can be started: a path that exists, or a name found on `PATH`. Returns
+/// what would run, so a missing program is reported before any work (exit 2).
+pub fn resolve(program: &OsString) -> Result<PathBuf> {
+    let p = Path::new(program);
+    if p.components().count() > 1 {
+        return match std::fs::metadata(p) {
+            Ok(m) if m.is_file() => Ok(p.to_path_buf()),
+            Ok(_) => Err(anyhow!("{}: not a file", p.display())),
+            Err(e) => Err(anyhow!("{}: {e}", p.display())),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| std::fs::metadata(c).is_ok_and(|m| m.is_file()))
+        .ok_or_else(|| anyhow!("{}: command not found on PATH", p.display()))
+}
+
+/// Starts the run and waits for it (or its timeout).
+pub fn run(s: &Spawn) -> Result<Ended> {
+    let (program, args) = s
+        .command
+        .split_first()
+        .ok_or_else(|| anyhow!("no command to run"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args).envs(s.env).stdin(Stdio::null());
+    cmd.stdout(match s.stdout {
+        Some(path) => Stdio::from(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ),
+        None => Stdio::null(),
+    });
+    cmd.stderr(Stdio::piped());
+    isolate::contain(&mut cmd);
+    if let Some(mb) = s.memory_limit_mb {
+        // SAFETY: setrlimit is async-signal-safe and touches only the struct built here.
+        unsafe {
+            cmd.pre_exec(move || {
+                let bytes = mb.saturating_mul(1 << 20) as libc::rlim_t;
+                let lim = libc::rlimit {
+                    rlim_cur: bytes,
+                    rlim_max: bytes,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let t0 = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", program.to_string_lossy()))?;
+    let mut pipe = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut tail: Vec<u8> = Vec::new();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 2 * STDERR_TAIL {
+                tail.drain(..tail.len() - STDERR_TAIL);
+            }
+        }
+        String::from_utf8_lossy(&tail[tail.len().saturating_sub(STDERR_TAIL)..]).into_owned()
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut timed_out = false;
+    let mut nap = Duration::from_micros(200);
+    let (status, rusage) = loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 on our own child, with pointers to live locals.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if r == pid {
+            break (ExitStatus::from_raw(status), Some(ru));
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(anyhow!("waiting for the program: {e}"));
+        }
+        if !timed_out && s.timeout.is_some_and(|t| t0.elapsed() > t) {
+            timed_out = true;
+            // SAFETY: signals the process group the child leads (see `isolate::contain`).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(10));
+    };
+    let seconds = t0.elapsed().as_secs_f64();
+    // The program is gone; anything it left running in its group goes too (no orphans).
+    // SAFETY: as above; the group may already be empty.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let stderr_tail = reader.join().unwrap_or_default();
+    Ok(Ended {
+        status,
+        seconds,
+        peak_rss_bytes: rusage.map(|r| (r.ru_maxrss.max(0) as u64) * 1024),
+        stderr_tail,
+        timed_out,
+    })
+}
+
+/// Why a run failed, in words: exit status or signal, and the last lines of standard error.
+pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
+    if e.timed_out {
+        return Some(format!(
+            "timed out after {:.1}s (--timeout {:.1}); its process group was killed",
+            e.seconds,
+            timeout.map_or(0.0, |t| t.as_secs_f64())
+        ));
+    }
+    if e.status.success() {
+        return None;
+    }
+    let what = match (e.status.code(), e.status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("killed by signal {s} ({})", isolate::signal_name(s)),
+        _ => "failed".to_string(),
+    };
+    let lines: Vec<&str> = e
+        .stderr_tail
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let tail = lines[lines.len().saturating_sub(5)..].join("\n      ");
+    Some(if tail.is_empty() {
+        format!("{what} (nothing on stderr)")
+    } else {
+        format!("{what}; last lines of stderr:\n      {tail}")
+    })
+}
