@@ -1,4 +1,10 @@
-//! Records the rustc version for the platform fingerprint.
+//! Records the rustc version for the platform fingerprint, and embeds every `kernels/*.cu` and
+//! `kernels/*.cuh` file: writes `$OUT_DIR/kernel_sources.rs` with `SOURCES` and `HEADERS`
+//! (name and `include_str!` of each file, sorted by name), included by
+//! `src/backend/cuda/kernels.rs`.
+use std::fmt::Write as _;
+use std::path::Path;
+
 fn main() {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let version = std::process::Command::new(rustc)
@@ -9,4 +15,39 @@ fn main() {
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=BITEXACT_RUSTC_VERSION={}", version.trim());
     println!("cargo:rerun-if-changed=build.rs");
+    embed_kernels();
+}
+
+/// Writes `$OUT_DIR/kernel_sources.rs` from the files of `kernels/`.
+fn embed_kernels() {
+    let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"))
+        .join("kernels");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut files: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.expect("kernels/ entry").path())
+        .filter_map(|p| Some((p.file_name()?.to_str()?.to_string(), p)))
+        .filter(|(n, _)| n.ends_with(".cu") || n.ends_with(".cuh"))
+        .collect();
+    files.sort();
+    let table = |ext: &str| {
+        let mut t = String::new();
+        for (name, path) in files.iter().filter(|(n, _)| n.ends_with(ext)) {
+            println!("cargo:rerun-if-changed={}", path.display());
+            let path = path.to_str().expect("kernel path is UTF-8");
+            writeln!(t, "    ({name:?}, include_str!({path:?})),").unwrap();
+        }
+        t
+    };
+    let out = format!(
+        "/// Kernel files (`kernels/*.cu`, found by `build.rs`): name and text, sorted by name.\n\
+         pub const SOURCES: &[(&str, &str)] = &[\n{}];\n\n\
+         /// Headers the kernels include (`kernels/*.cuh`, e.g. `#include \"philox.cuh\"`): name \
+         and text, sorted by name.\n\
+         pub const HEADERS: &[(&str, &str)] = &[\n{}];\n",
+        table(".cu"),
+        table(".cuh"),
+    );
+    let dest = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("kernel_sources.rs");
+    std::fs::write(&dest, out).unwrap_or_else(|e| panic!("writing {}: {e}", dest.display()));
 }

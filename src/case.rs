@@ -50,7 +50,8 @@ pub trait Case: Send + Sync {
     fn run(&self, ctx: &mut Ctx) -> Result<Outputs>;
 }
 
-/// One implementation of an op family on one backend.
+/// What one implementation of an op family is (the metadata view of an [`Impl`], used by
+/// `bitexact list`, the cost-of-determinism table and tests through [`crate::ops::catalog`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Algo {
     /// Implementation name, e.g. `atomic_cas`.
@@ -59,6 +60,32 @@ pub struct Algo {
     pub backend: Backend,
     /// Whether it gives bit-identical results from run to run.
     pub deterministic: bool,
+}
+
+/// One implementation of an op family: its name, backend and deterministic flag, and `run`, the
+/// function that computes it (`F` is the op's function type, e.g. `fn(&[f32]) -> Result<f32>`).
+/// Each op keeps a table of these in fixed-choice order for [`Ctx::dispatch`].
+#[derive(Clone, Copy, Debug)]
+pub struct Impl<F> {
+    /// Implementation name, e.g. `atomic_cas` (shown in reports, traces and the cost table).
+    pub name: &'static str,
+    /// Backend it runs on.
+    pub backend: Backend,
+    /// Whether it gives bit-identical results from run to run.
+    pub deterministic: bool,
+    /// The function that runs it.
+    pub run: F,
+}
+
+impl<F> Impl<F> {
+    /// The metadata of this implementation.
+    pub const fn algo(&self) -> Algo {
+        Algo {
+            name: self.name,
+            backend: self.backend,
+            deterministic: self.deterministic,
+        }
+    }
 }
 
 /// What a case sees while it runs: backend, controls, random streams, and op dispatch.
@@ -173,7 +200,8 @@ impl Ctx {
         Stream::named(self.controls.seed, name)
     }
 
-    /// Picks an implementation of `op` for this backend and runs it with `run`.
+    /// Picks an implementation of `op` for this backend from `impls` and calls `call` with its
+    /// function (`call` supplies the op's arguments, e.g. `|f| f(x)`).
     ///
     /// * forced by name (see [`Ctx::forced`]) → that one (an error if it is nondeterministic
     ///   while the deterministic switch is on);
@@ -181,19 +209,19 @@ impl Ctx {
     /// * benchmark on → every candidate is timed once per `(op, backend, shape)` in this process
     ///   (CUDA candidates by CUDA events, others by wall time),
     ///   the fastest is kept and reused (like `cudnn.benchmark`);
-    /// * benchmark off → the first candidate in `algos` order (the documented fixed choice).
+    /// * benchmark off → the first candidate in `impls` order (the documented fixed choice).
     ///
     /// The choice is recorded in [`Ctx::algorithms`].
-    pub fn dispatch<T>(
+    pub fn dispatch<F, T>(
         &mut self,
         op: &str,
         shape: &str,
-        algos: &[Algo],
-        mut run: impl FnMut(&Algo) -> Result<T>,
+        impls: &[Impl<F>],
+        mut call: impl FnMut(&F) -> Result<T>,
     ) -> Result<T> {
         let backend = self.backend;
         let det = self.controls.deterministic;
-        let mut candidates: Vec<&Algo> = algos.iter().filter(|a| a.backend == backend).collect();
+        let mut candidates: Vec<&Impl<F>> = impls.iter().filter(|a| a.backend == backend).collect();
         if candidates.is_empty() {
             bail!("`{op}` has no implementation on {backend}");
         }
@@ -226,7 +254,7 @@ impl Ctx {
                     .expect("cached candidate");
                 let t0 = Instant::now();
                 crate::backend::cuda::take_device_seconds();
-                let out = run(a)?;
+                let out = call(&a.run)?;
                 *self.op_seconds.entry(op.to_string()).or_default() += op_time(t0);
                 (a.name, out)
             }
@@ -235,7 +263,7 @@ impl Ctx {
                 for a in &candidates {
                     let t0 = Instant::now();
                     crate::backend::cuda::take_device_seconds();
-                    let out = run(a)?;
+                    let out = call(&a.run)?;
                     let dt = op_time(t0);
                     if best.as_ref().is_none_or(|b| dt < b.0) {
                         best = Some((dt, a.name, out));
@@ -263,21 +291,25 @@ impl Ctx {
 mod tests {
     use super::*;
 
-    const ALGOS: &[Algo] = &[
-        Algo {
+    /// Test implementations whose function is their own name.
+    const IMPLS: &[Impl<&str>] = &[
+        Impl {
             name: "fast",
             backend: Backend::Cpu,
             deterministic: false,
+            run: "fast",
         },
-        Algo {
+        Impl {
             name: "exact",
             backend: Backend::Cpu,
             deterministic: true,
+            run: "exact",
         },
-        Algo {
+        Impl {
             name: "gpu_only",
             backend: Backend::Cuda,
             deterministic: false,
+            run: "gpu_only",
         },
     ];
 
@@ -293,14 +325,11 @@ mod tests {
     #[test]
     fn deterministic_switch_picks_deterministic_or_errors() {
         let mut c = ctx(true, false, Backend::Cpu);
-        assert_eq!(
-            c.dispatch("op", "s", ALGOS, |a| Ok(a.name)).unwrap(),
-            "exact"
-        );
+        assert_eq!(c.dispatch("op", "s", IMPLS, |f| Ok(*f)).unwrap(), "exact");
         assert_eq!(c.algorithms["op"], "exact");
         let mut g = ctx(true, false, Backend::Cuda);
         let e = g
-            .dispatch("scatter_add", "s", ALGOS, |a| Ok(a.name))
+            .dispatch("scatter_add", "s", IMPLS, |f| Ok(*f))
             .unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -311,29 +340,26 @@ mod tests {
     #[test]
     fn fixed_choice_without_benchmark() {
         let mut c = ctx(false, false, Backend::Cpu);
-        assert_eq!(
-            c.dispatch("op", "s", ALGOS, |a| Ok(a.name)).unwrap(),
-            "fast"
-        );
+        assert_eq!(c.dispatch("op", "s", IMPLS, |f| Ok(*f)).unwrap(), "fast");
     }
 
     #[test]
     fn benchmark_keeps_fastest_and_caches_it() {
         let mut c = ctx(false, true, Backend::Cpu);
-        let slow_first = |a: &Algo| {
-            if a.name == "fast" {
+        let slow_first = |f: &&'static str| {
+            if *f == "fast" {
                 std::thread::sleep(std::time::Duration::from_millis(30));
             }
-            Ok(a.name)
+            Ok(*f)
         };
         assert_eq!(
-            c.dispatch("bench_op", "shape1", ALGOS, slow_first).unwrap(),
+            c.dispatch("bench_op", "shape1", IMPLS, slow_first).unwrap(),
             "exact"
         );
         let mut calls = 0;
-        let again = c.dispatch("bench_op", "shape1", ALGOS, |a| {
+        let again = c.dispatch("bench_op", "shape1", IMPLS, |f| {
             calls += 1;
-            Ok(a.name)
+            Ok(*f)
         });
         assert_eq!((again.unwrap(), calls), ("exact", 1));
     }
@@ -343,15 +369,12 @@ mod tests {
         let mut c = ctx(true, false, Backend::Cpu);
         c.forced.insert("op".into(), "fast".into());
         assert!(c
-            .dispatch("op", "s", ALGOS, |a| Ok(a.name))
+            .dispatch("op", "s", IMPLS, |f| Ok(*f))
             .unwrap_err()
             .to_string()
             .contains("nondeterministic"));
         let mut c = ctx(false, false, Backend::Cpu);
         c.forced.insert("op".into(), "exact".into());
-        assert_eq!(
-            c.dispatch("op", "s", ALGOS, |a| Ok(a.name)).unwrap(),
-            "exact"
-        );
+        assert_eq!(c.dispatch("op", "s", IMPLS, |f| Ok(*f)).unwrap(), "exact");
     }
 }

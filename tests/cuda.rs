@@ -159,16 +159,22 @@ fn deterministic_kernels_repeat_bit_for_bit_and_match_the_cpu() {
             assert!(ulp <= 16, "{op}: {ulp} ULP from the CPU");
         }
     }
-    // Every tile configuration gives the same bits (k ascending without FMA).
-    for kernel in [
-        gpu_ops::MatmulKernel::Tiled16,
-        gpu_ops::MatmulKernel::Tiled32,
-    ] {
-        let c = gpu_ops::matmul(&a, &b, (m, k, n), kernel).unwrap();
-        assert!(
-            bits(c) == cases[1].1(&mut ctx(Backend::Cpu, true)),
-            "{kernel:?}"
-        );
+    // Every deterministic CUDA matmul (each tile configuration) gives the CPU's bits
+    // (k ascending without FMA).
+    let cpu_bits = cases[1].1(&mut ctx(Backend::Cpu, true));
+    let matmul = ops::catalog()
+        .into_iter()
+        .find(|(op, _)| *op == "matmul")
+        .unwrap();
+    for a in matmul
+        .1
+        .iter()
+        .filter(|a| a.backend == Backend::Cuda && a.deterministic)
+    {
+        let mut g = ctx(Backend::Cuda, true);
+        g.forced.insert("matmul".into(), a.name.into());
+        assert!(cases[1].1(&mut g) == cpu_bits, "{}", a.name);
+        assert_eq!(g.algorithms["matmul"], a.name);
     }
 }
 
@@ -184,12 +190,18 @@ fn atomic_variants_are_caught() {
         deterministic: false,
         ..Controls::default()
     };
-    for name in [
-        "kernel/reduce_sum/large",
-        "kernel/scatter_add/large",
-        "kernel/matmul/large",
-    ] {
-        let case = cases::find(name).unwrap();
+    // Every op with a nondeterministic CUDA implementation: its large case is caught with it.
+    for (op, algos) in ops::catalog() {
+        let atomic: Vec<&str> = algos
+            .iter()
+            .filter(|a| a.backend == Backend::Cuda && !a.deterministic)
+            .map(|a| a.name)
+            .collect();
+        if atomic.is_empty() {
+            continue;
+        }
+        let name = format!("kernel/{op}/large");
+        let case = cases::find(&name).unwrap();
         let r = check_case(case.as_ref(), Backend::Cuda, &controls, K);
         assert_eq!(
             r.verdict,
@@ -197,7 +209,9 @@ fn atomic_variants_are_caught() {
             "{name} with {:?} over {K} runs",
             r.algorithms
         );
-        assert!(r.algorithms.values().any(|a| a.contains("atomic")));
+        assert!(atomic
+            .iter()
+            .any(|a| r.algorithms[op].split(',').any(|n| n == *a)));
     }
 }
 

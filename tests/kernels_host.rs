@@ -4,11 +4,13 @@
 //! `-ffp-contract=off` (the host side of NVRTC's `--fmad=false`). This checks, without a GPU,
 //! the kernels' indexing, synchronisation and summation orders: the deterministic kernels must
 //! give the CPU implementations' bits, the Philox kernel the CPU's stream for any grid.
-//! Launch geometries come from `src/backend/cuda/ops.rs` (`geometry`). Without a C++20 compiler the tests
-//! print a skip message and pass.
+//! The kernel files are the library's (`kernels::SOURCES`), all included in one generated
+//! translation unit with `tests/emu/kernels.cpp`. Launch geometries come from
+//! `src/backend/cuda/geometry.rs`. Without a C++20 compiler the tests print a skip message and
+//! pass.
 
-use bitexact::backend::cuda::ops::geometry::{self, Geometry};
-use bitexact::backend::cuda::ops::MatmulKernel;
+use bitexact::backend::cuda::geometry::{self, Geometry};
+use bitexact::backend::cuda::{kernels, ops::TILED16, ops::TILED32};
 use bitexact::backend::Backend;
 use bitexact::case::Ctx;
 use bitexact::rng::Stream;
@@ -26,14 +28,24 @@ type Launch =
 fn emu() -> Result<&'static Library, String> {
     static LIB: OnceLock<Result<Library, String>> = OnceLock::new();
     LIB.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/emu");
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libbitexact_emu.so");
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let out = tmp.join("libbitexact_emu.so");
+        // One translation unit: the emulation header, every kernel file, then the extras.
+        let include = |p: PathBuf| format!("#include \"{}\"\n", p.display());
+        let mut unit = include(root.join("tests/emu/cuda_host.hpp"));
+        for (file, _) in kernels::SOURCES {
+            unit += &include(root.join("kernels").join(file));
+        }
+        unit += &include(root.join("tests/emu/kernels.cpp"));
+        let cpp = tmp.join("bitexact_emu_kernels.cpp");
+        std::fs::write(&cpp, unit).map_err(|e| format!("writing {}: {e}", cpp.display()))?;
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
         let o = std::process::Command::new(&cxx)
             .args(["-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared"])
             .args(["-pthread", "-o"])
             .arg(&out)
-            .arg(dir.join("kernels.cpp"))
+            .arg(&cpp)
             .output()
             .map_err(|e| format!("no C++ compiler `{cxx}`: {e}"))?;
         if !o.status.success() {
@@ -238,13 +250,13 @@ fn col_sum_kernels_match_the_cpu() {
         let (r, c) = (rows as u32, cols as u32);
         let mut fixed = vec![0f32; cols];
         let fp = ptr(&mut fixed);
-        launch(lib, geometry::col_sum(r, c, false), &move || unsafe {
+        launch(lib, geometry::col_sum_fixed(c), &move || unsafe {
             ff(xp.p(), r, c, fp.p())
         });
         assert_eq!(bits(&fixed), bits(&want), "{rows}x{cols}");
         let mut atomic = vec![0f32; cols];
         let ap = ptr(&mut atomic);
-        launch(lib, geometry::col_sum(r, c, true), &move || unsafe {
+        launch(lib, geometry::col_sum_atomic(r, c), &move || unsafe {
             fa(xp.p(), r, c, ap.p())
         });
         for (a, w) in atomic.iter().zip(&want) {
@@ -268,8 +280,8 @@ fn matmul_kernels_match_the_cpu() {
     let want = ops::matmul::matmul(&mut cpu(), &a, &b, m, k, n).unwrap();
     let (ap, bp) = (P(a.as_ptr() as *mut f32), P(b.as_ptr() as *mut f32));
     let (m32, k32, n32) = (m as u32, k as u32, n as u32);
-    for kind in [MatmulKernel::Tiled16, MatmulKernel::Tiled32] {
-        let (name, geo, _) = geometry::matmul(m32, k32, n32, kind);
+    for kind in [TILED16, TILED32] {
+        let (name, geo) = (kind.entry, geometry::matmul_tiled(m32, n32, kind.tile));
         let f: Tiled = kernel(lib, name);
         let mut c = vec![0f32; m * n];
         let cp = ptr(&mut c);
@@ -278,8 +290,8 @@ fn matmul_kernels_match_the_cpu() {
         });
         assert_eq!(bits(&c), bits(&want), "{name}");
     }
-    let (name, geo, (seg, splits)) = geometry::matmul(m32, k32, n32, MatmulKernel::SplitKAtomic(4));
-    let f: Split = kernel(lib, name);
+    let (geo, (seg, splits)) = geometry::matmul_splitk(m32, k32, n32, 4);
+    let f: Split = kernel(lib, "matmul_splitk_atomic");
     let mut c = vec![0f32; m * n];
     let cp = ptr(&mut c);
     launch(lib, geo, &move || unsafe {

@@ -53,7 +53,7 @@ impl Case for KernelCase {
 
 /// Every kernel case.
 pub fn cases() -> Vec<Box<dyn Case>> {
-    let table: [(&'static str, KernelFn); 8] = [
+    let table: &[(&'static str, KernelFn)] = &[
         ("reduce_sum", reduce_sum),
         ("matmul", matmul),
         ("scatter_add", scatter_add),
@@ -64,8 +64,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         ("philox", philox),
     ];
     table
-        .into_iter()
-        .flat_map(|(op, run)| [Size::Small, Size::Large].map(|size| KernelCase { op, size, run }))
+        .iter()
+        .flat_map(|&(op, run)| [Size::Small, Size::Large].map(|size| KernelCase { op, size, run }))
         .map(|c| Box::new(c) as Box<dyn Case>)
         .collect()
 }

@@ -11,31 +11,38 @@
 //! to `fixed_rows`).
 
 use crate::backend::{cpu, cuda, Backend};
-use crate::case::{Algo, Ctx};
+use crate::case::{Ctx, Impl};
 use anyhow::Result;
 use rayon::prelude::*;
 
+/// An implementation: the column sums of `x` (`rows × cols`).
+pub type ColSumFn = fn(x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>>;
+
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[
-    Algo {
+pub const IMPLS: &[Impl<ColSumFn>] = &[
+    Impl {
         name: "atomic_rows",
         backend: Backend::Cpu,
         deterministic: false,
+        run: atomic_rows,
     },
-    Algo {
+    Impl {
         name: "fixed_rows",
         backend: Backend::Cpu,
         deterministic: true,
+        run: |x, rows, cols| Ok(fixed_rows(x, rows, cols)),
     },
-    Algo {
+    Impl {
         name: "cuda_atomic",
         backend: Backend::Cuda,
         deterministic: false,
+        run: cuda::ops::col_sum_atomic,
     },
-    Algo {
+    Impl {
         name: "cuda_fixed",
         backend: Backend::Cuda,
         deterministic: true,
+        run: cuda::ops::col_sum_fixed,
     },
 ];
 
@@ -48,27 +55,23 @@ const COL_BLOCK: usize = 64;
 /// Column sums of `x` (`rows × cols`).
 pub fn col_sum(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
     super::check_len("col_sum", "x", x.len(), rows * cols)?;
-    let out = ctx.dispatch("col_sum", &format!("{rows}x{cols}"), ALGOS, |a| {
-        Ok(match a.name {
-            "atomic_rows" => {
-                let out = cpu::atomic_zeros(cols);
-                x.par_chunks(ATOMIC_ROWS * cols.max(1)).for_each(|blk| {
-                    for row in blk.chunks(cols.max(1)) {
-                        for (cell, v) in out.iter().zip(row) {
-                            cpu::atomic_add_f32(cell, *v);
-                        }
-                    }
-                });
-                cpu::atomic_into_f32(out)
-            }
-            "fixed_rows" => fixed_rows(x, rows, cols),
-            "cuda_atomic" => cuda::ops::col_sum(x, rows, cols, true)?,
-            "cuda_fixed" => cuda::ops::col_sum(x, rows, cols, false)?,
-            other => unreachable!("col_sum implementation {other}"),
-        })
-    })?;
+    let shape = format!("{rows}x{cols}");
+    let out = ctx.dispatch("col_sum", &shape, IMPLS, |f| f(x, rows, cols))?;
     ctx.record("col_sum", &[x.into()], (&out).into());
     Ok(out)
+}
+
+/// Rows added into the output with float atomics, [`ATOMIC_ROWS`] rows per rayon task.
+fn atomic_rows(x: &[f32], _rows: usize, cols: usize) -> Result<Vec<f32>> {
+    let out = cpu::atomic_zeros(cols);
+    x.par_chunks(ATOMIC_ROWS * cols.max(1)).for_each(|blk| {
+        for row in blk.chunks(cols.max(1)) {
+            for (cell, v) in out.iter().zip(row) {
+                cpu::atomic_add_f32(cell, *v);
+            }
+        }
+    });
+    Ok(cpu::atomic_into_f32(out))
 }
 
 fn fixed_rows(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {

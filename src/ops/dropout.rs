@@ -4,22 +4,28 @@
 //! (`kernels/dropout.cu`, `kernels/philox.cuh`) computes the same mask and values bit for bit.
 
 use crate::backend::{cuda, Backend};
-use crate::case::{Algo, Ctx};
+use crate::case::{Ctx, Impl};
 use crate::rng::Stream;
 use anyhow::{bail, Result};
 use rayon::prelude::*;
 
+/// An implementation: output and keep mask of dropout with probability `p` (in `[0, 1)`) drawing
+/// from `start` (the stream is not advanced).
+pub type DropoutFn = fn(x: &[f32], p: f32, start: Stream) -> Result<(Vec<f32>, Vec<bool>)>;
+
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[
-    Algo {
+pub const IMPLS: &[Impl<DropoutFn>] = &[
+    Impl {
         name: "philox",
         backend: Backend::Cpu,
         deterministic: true,
+        run: philox,
     },
-    Algo {
+    Impl {
         name: "cuda_philox",
         backend: Backend::Cuda,
         deterministic: true,
+        run: |x, p, start| cuda::ops::dropout(x, p, 1.0 / (1.0 - p), start),
     },
 ];
 
@@ -36,24 +42,22 @@ pub fn dropout(
     }
     let start = *stream;
     stream.offset += x.len() as u64;
-    let (y, mask) = ctx.dispatch("dropout", &x.len().to_string(), ALGOS, |a| {
-        Ok(match a.name {
-            "philox" => {
-                let mut s = start;
-                let u = s.uniform(x.len());
-                let scale = 1.0 / (1.0 - p);
-                let mask: Vec<bool> = u.par_iter().map(|&u| u >= p).collect();
-                let y: Vec<f32> = x
-                    .par_iter()
-                    .zip(&mask)
-                    .map(|(&v, &k)| if k { v * scale } else { 0.0 })
-                    .collect();
-                (y, mask)
-            }
-            "cuda_philox" => cuda::ops::dropout(x, p, 1.0 / (1.0 - p), start)?,
-            other => unreachable!("dropout implementation {other}"),
-        })
-    })?;
+    let shape = x.len().to_string();
+    let (y, mask) = ctx.dispatch("dropout", &shape, IMPLS, |f| f(x, p, start))?;
     ctx.record("dropout", &[x.into()], (&y).into());
+    Ok((y, mask))
+}
+
+/// The mask from the stream's uniforms on the CPU.
+fn philox(x: &[f32], p: f32, start: Stream) -> Result<(Vec<f32>, Vec<bool>)> {
+    let mut s = start;
+    let u = s.uniform(x.len());
+    let scale = 1.0 / (1.0 - p);
+    let mask: Vec<bool> = u.par_iter().map(|&u| u >= p).collect();
+    let y: Vec<f32> = x
+        .par_iter()
+        .zip(&mask)
+        .map(|(&v, &k)| if k { v * scale } else { 0.0 })
+        .collect();
     Ok((y, mask))
 }

@@ -15,59 +15,71 @@
 //! (deterministic, shared-memory tiles, `k` ascending without FMA: bit-identical to the CPU's
 //! tiled kernels). Benchmark mode times them with CUDA events.
 
-use crate::backend::cuda::{self, ops::MatmulKernel};
+use crate::backend::cuda::ops::{self as gpu, TILED16, TILED32};
 use crate::backend::{cpu, Backend};
-use crate::case::{Algo, Ctx};
+use crate::case::{Ctx, Impl};
 use anyhow::Result;
 use rayon::prelude::*;
 use std::ops::Range;
 
+/// An implementation: `A · B` for `dims = (m, k, n)`.
+pub type MatmulFn = fn(a: &[f32], b: &[f32], dims: (usize, usize, usize)) -> Result<Vec<f32>>;
+
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[
-    Algo {
+pub const IMPLS: &[Impl<MatmulFn>] = &[
+    Impl {
         name: "split_k4_atomic",
         backend: Backend::Cpu,
         deterministic: false,
+        run: |a, b, (m, k, n)| Ok(split_k(a, b, m, k, n, 4)),
     },
-    Algo {
+    Impl {
         name: "split_k16_atomic",
         backend: Backend::Cpu,
         deterministic: false,
+        run: |a, b, (m, k, n)| Ok(split_k(a, b, m, k, n, 16)),
     },
-    Algo {
+    Impl {
         name: "tiled_r8",
         backend: Backend::Cpu,
         deterministic: true,
+        run: |a, b, (m, k, n)| Ok(tiled(a, b, m, k, n, 8)),
     },
-    Algo {
+    Impl {
         name: "tiled_r32",
         backend: Backend::Cpu,
         deterministic: true,
+        run: |a, b, (m, k, n)| Ok(tiled(a, b, m, k, n, 32)),
     },
-    Algo {
+    Impl {
         name: "adaptive_split",
         backend: Backend::Cpu,
         deterministic: true,
+        run: adaptive_split,
     },
-    Algo {
+    Impl {
         name: "cuda_splitk4_atomic",
         backend: Backend::Cuda,
         deterministic: false,
+        run: |a, b, dims| gpu::matmul_splitk_atomic(a, b, dims, 4),
     },
-    Algo {
+    Impl {
         name: "cuda_splitk16_atomic",
         backend: Backend::Cuda,
         deterministic: false,
+        run: |a, b, dims| gpu::matmul_splitk_atomic(a, b, dims, 16),
     },
-    Algo {
+    Impl {
         name: "cuda_tiled16",
         backend: Backend::Cuda,
         deterministic: true,
+        run: |a, b, dims| gpu::matmul_tiled(a, b, dims, TILED16),
     },
-    Algo {
+    Impl {
         name: "cuda_tiled32",
         backend: Backend::Cuda,
         deterministic: true,
+        run: |a, b, dims| gpu::matmul_tiled(a, b, dims, TILED32),
     },
 ];
 
@@ -85,27 +97,19 @@ pub fn matmul(
 ) -> Result<Vec<f32>> {
     super::check_len("matmul", "a", a.len(), m * k)?;
     super::check_len("matmul", "b", b.len(), k * n)?;
-    let c = ctx.dispatch("matmul", &format!("{m}x{k}x{n}"), ALGOS, |alg| {
-        Ok(match alg.name {
-            "tiled_r8" => tiled(a, b, m, k, n, 8),
-            "tiled_r32" => tiled(a, b, m, k, n, 32),
-            "split_k4_atomic" => split_k(a, b, m, k, n, 4),
-            "split_k16_atomic" => split_k(a, b, m, k, n, 16),
-            "adaptive_split" if m < 64 => split_k_fixed(a, b, m, k, n, 4),
-            "adaptive_split" => tiled(a, b, m, k, n, 32),
-            "cuda_tiled16" => cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::Tiled16)?,
-            "cuda_tiled32" => cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::Tiled32)?,
-            "cuda_splitk4_atomic" => {
-                cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::SplitKAtomic(4))?
-            }
-            "cuda_splitk16_atomic" => {
-                cuda::ops::matmul(a, b, (m, k, n), MatmulKernel::SplitKAtomic(16))?
-            }
-            other => unreachable!("matmul implementation {other}"),
-        })
-    })?;
+    let shape = format!("{m}x{k}x{n}");
+    let c = ctx.dispatch("matmul", &shape, IMPLS, |f| f(a, b, (m, k, n)))?;
     ctx.record("matmul", &[a.into(), b.into()], (&c).into());
     Ok(c)
+}
+
+/// Split-K in a fixed order below 64 rows, else `tiled_r32`: deterministic, not batch-invariant.
+fn adaptive_split(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Result<Vec<f32>> {
+    Ok(if m < 64 {
+        split_k_fixed(a, b, m, k, n, 4)
+    } else {
+        tiled(a, b, m, k, n, 32)
+    })
 }
 
 /// Accumulates rows `rows` of `A[:, ks] · B[ks, :]` into `c` (rows × n), `k` ascending.

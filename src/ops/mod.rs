@@ -1,6 +1,10 @@
 //! Op families: one semantics, several implementations per backend, picked by [`Ctx::dispatch`].
 //!
-//! Implementation lists are in fixed-choice order: with the benchmark switch off, the first
+//! Each op module has an `IMPLS` table of [`Impl`] values (name, backend, deterministic flag and
+//! the function that runs it, of the op's own function type) and the op function that dispatches
+//! over it. [`catalog`] is the registry: every op family with the metadata of its table.
+//!
+//! Implementation tables are in fixed-choice order: with the benchmark switch off, the first
 //! candidate allowed by the deterministic switch runs. The fast nondeterministic variants come
 //! first (so `--deterministic off` behaves like a framework's default), deterministic ones after.
 //!
@@ -15,20 +19,26 @@ pub mod reduce_sum;
 pub mod scatter_add;
 pub mod softmax;
 
-use crate::case::Algo;
+use crate::case::{Algo, Impl};
 
-/// Every op family with its implementations, for `bitexact list` and the cost table.
-pub fn catalog() -> Vec<(&'static str, &'static [Algo])> {
+/// Every op family with the metadata of its implementations (in fixed-choice order), for
+/// `bitexact list`, the cost-of-determinism table and tests.
+pub fn catalog() -> Vec<(&'static str, Vec<Algo>)> {
     vec![
-        ("reduce_sum", reduce_sum::ALGOS),
-        ("matmul", matmul::ALGOS),
-        ("scatter_add", scatter_add::ALGOS),
-        ("softmax", softmax::ALGOS),
-        ("layer_norm", layer_norm::ALGOS),
-        ("dropout", dropout::ALGOS),
-        ("col_sum", col_sum::ALGOS),
-        ("philox", philox::ALGOS),
+        ("reduce_sum", algos(reduce_sum::IMPLS)),
+        ("matmul", algos(matmul::IMPLS)),
+        ("scatter_add", algos(scatter_add::IMPLS)),
+        ("softmax", algos(softmax::IMPLS)),
+        ("layer_norm", algos(layer_norm::IMPLS)),
+        ("dropout", algos(dropout::IMPLS)),
+        ("col_sum", algos(col_sum::IMPLS)),
+        ("philox", algos(philox::IMPLS)),
     ]
+}
+
+/// The metadata of an implementation table.
+pub fn algos<F>(impls: &[Impl<F>]) -> Vec<Algo> {
+    impls.iter().map(Impl::algo).collect()
 }
 
 /// Checks that a buffer has the length its shape implies; the error names op and argument.

@@ -4,22 +4,27 @@
 //! across devices.
 
 use crate::backend::{cuda, Backend};
-use crate::case::{Algo, Ctx};
+use crate::case::{Ctx, Impl};
 use crate::rng::Stream;
 use crate::trace::TraceArg;
 use anyhow::Result;
 
+/// An implementation: the `n` words of a stream from its offset (the stream is not advanced).
+pub type WordsFn = fn(start: Stream, n: usize) -> Result<Vec<u32>>;
+
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[
-    Algo {
+pub const IMPLS: &[Impl<WordsFn>] = &[
+    Impl {
         name: "counter",
         backend: Backend::Cpu,
         deterministic: true,
+        run: counter,
     },
-    Algo {
+    Impl {
         name: "cuda_counter",
         backend: Backend::Cuda,
         deterministic: true,
+        run: |start, n| cuda::ops::philox_fill(start, n, None),
     },
 ];
 
@@ -27,20 +32,17 @@ pub const ALGOS: &[Algo] = &[
 pub fn random_words(ctx: &mut Ctx, stream: &mut Stream, n: usize) -> Result<Vec<u32>> {
     let start = *stream;
     stream.offset += n as u64;
-    let w = ctx.dispatch("philox", &n.to_string(), ALGOS, |a| {
-        Ok(match a.name {
-            "counter" => {
-                let mut s = start;
-                let mut w = vec![0u32; n];
-                s.fill_u32(&mut w);
-                w
-            }
-            "cuda_counter" => cuda::ops::philox_fill(start, n, None)?,
-            other => unreachable!("philox implementation {other}"),
-        })
-    })?;
+    let w = ctx.dispatch("philox", &n.to_string(), IMPLS, |f| f(start, n))?;
     // Traced with the stream address (seed, stream, offset; bits as i64) as its input.
     let address = [start.seed, start.stream, start.offset].map(|v| v as i64);
     ctx.record("philox", &[TraceArg::I64(&address)], TraceArg::U32(&w));
+    Ok(w)
+}
+
+/// The words on the CPU, Philox block by block.
+fn counter(start: Stream, n: usize) -> Result<Vec<u32>> {
+    let mut s = start;
+    let mut w = vec![0u32; n];
+    s.fill_u32(&mut w);
     Ok(w)
 }

@@ -11,31 +11,38 @@
 //! bit-identical to `sorted_segments`).
 
 use crate::backend::{cpu, cuda, Backend};
-use crate::case::{Algo, Ctx};
+use crate::case::{Ctx, Impl};
 use anyhow::{bail, Result};
 use rayon::prelude::*;
 
+/// An implementation: `m × d` output rows, `out[index[i], :] += src[i, :]` (indices checked).
+pub type ScatterFn = fn(src: &[f32], index: &[i64], m: usize, d: usize) -> Result<Vec<f32>>;
+
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[
-    Algo {
+pub const IMPLS: &[Impl<ScatterFn>] = &[
+    Impl {
         name: "atomic_cas",
         backend: Backend::Cpu,
         deterministic: false,
+        run: atomic_cas,
     },
-    Algo {
+    Impl {
         name: "sorted_segments",
         backend: Backend::Cpu,
         deterministic: true,
+        run: |src, index, m, d| Ok(sorted_segments(src, index, m, d)),
     },
-    Algo {
+    Impl {
         name: "cuda_atomic",
         backend: Backend::Cuda,
         deterministic: false,
+        run: cuda::ops::scatter_add_atomic,
     },
-    Algo {
+    Impl {
         name: "cuda_sorted",
         backend: Backend::Cuda,
         deterministic: true,
+        run: cuda_sorted,
     },
 ];
 
@@ -56,34 +63,33 @@ pub fn scatter_add(
     {
         bail!("`scatter_add`: index[{pos}] = {bad} is outside 0..{m}");
     }
-    let out = ctx.dispatch("scatter_add", &format!("{n}x{d}->{m}"), ALGOS, |a| {
-        Ok(match a.name {
-            "atomic_cas" => {
-                let out = cpu::atomic_zeros(m * d);
-                src.par_chunks(d.max(1) * 64)
-                    .enumerate()
-                    .for_each(|(blk, rows)| {
-                        for (r, row) in rows.chunks(d.max(1)).enumerate() {
-                            let dst = index[blk * 64 + r] as usize * d;
-                            for (j, v) in row.iter().enumerate() {
-                                cpu::atomic_add_f32(&out[dst + j], *v);
-                            }
-                        }
-                    });
-                cpu::atomic_into_f32(out)
-            }
-            "sorted_segments" => sorted_segments(src, index, m, d),
-            "cuda_atomic" => cuda::ops::scatter_add_atomic(src, index, m, d)?,
-            "cuda_sorted" => {
-                let (start, order) = sort_by_index(index, m);
-                let as64 = |v: Vec<usize>| v.into_iter().map(|x| x as u64).collect::<Vec<u64>>();
-                cuda::ops::scatter_add_sorted(src, &as64(order), &as64(start), m, d)?
-            }
-            other => unreachable!("scatter_add implementation {other}"),
-        })
-    })?;
+    let shape = format!("{n}x{d}->{m}");
+    let out = ctx.dispatch("scatter_add", &shape, IMPLS, |f| f(src, index, m, d))?;
     ctx.record("scatter_add", &[src.into(), index.into()], (&out).into());
     Ok(out)
+}
+
+/// Rows added with float atomics from rayon tasks of 64 rows.
+fn atomic_cas(src: &[f32], index: &[i64], m: usize, d: usize) -> Result<Vec<f32>> {
+    let out = cpu::atomic_zeros(m * d);
+    src.par_chunks(d.max(1) * 64)
+        .enumerate()
+        .for_each(|(blk, rows)| {
+            for (r, row) in rows.chunks(d.max(1)).enumerate() {
+                let dst = index[blk * 64 + r] as usize * d;
+                for (j, v) in row.iter().enumerate() {
+                    cpu::atomic_add_f32(&out[dst + j], *v);
+                }
+            }
+        });
+    Ok(cpu::atomic_into_f32(out))
+}
+
+/// The stable sort on the host, then segmented sums on the GPU.
+fn cuda_sorted(src: &[f32], index: &[i64], m: usize, d: usize) -> Result<Vec<f32>> {
+    let (start, order) = sort_by_index(index, m);
+    let as64 = |v: Vec<usize>| v.into_iter().map(|x| x as u64).collect::<Vec<u64>>();
+    cuda::ops::scatter_add_sorted(src, &as64(order), &as64(start), m, d)
 }
 
 /// Stable counting sort of source rows by index: `(start, order)` where output row `r`'s

@@ -3,21 +3,30 @@
 //! (`kernels/softmax.cu`) follows the same order; only `expf` may differ from the CPU's libm.
 
 use crate::backend::{cpu, cuda, Backend};
-use crate::case::{Algo, Ctx};
+use crate::case::{Ctx, Impl};
 use anyhow::Result;
 use rayon::prelude::*;
 
+/// An implementation: writes the row-wise softmax of `x` (`rows × cols`) into `y`, a scratch
+/// buffer of `x.len()` elements (see [`Ctx::scratch_f32`]) that it may also replace.
+pub type SoftmaxFn = fn(x: &[f32], rows: usize, cols: usize, y: &mut Vec<f32>) -> Result<()>;
+
 /// Implementations in fixed-choice order.
-pub const ALGOS: &[Algo] = &[
-    Algo {
+pub const IMPLS: &[Impl<SoftmaxFn>] = &[
+    Impl {
         name: "rowwise",
         backend: Backend::Cpu,
         deterministic: true,
+        run: |x, rows, cols, y| rowwise(x, rows, cols, y),
     },
-    Algo {
+    Impl {
         name: "cuda_rowwise",
         backend: Backend::Cuda,
         deterministic: true,
+        run: |x, rows, cols, y| {
+            *y = cuda::ops::softmax(x, rows, cols)?;
+            Ok(())
+        },
     },
 ];
 
@@ -25,22 +34,21 @@ pub const ALGOS: &[Algo] = &[
 pub fn softmax(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
     super::check_len("softmax", "x", x.len(), rows * cols)?;
     let mut y = ctx.scratch_f32(x.len());
-    ctx.dispatch("softmax", &format!("{rows}x{cols}"), ALGOS, |a| {
-        match a.name {
-            "rowwise" => y
-                .par_chunks_mut(cols.max(1))
-                .zip(x.par_chunks(cols.max(1)))
-                .for_each(|(yr, xr)| {
-                    yr.copy_from_slice(xr);
-                    softmax_row(yr)
-                }),
-            "cuda_rowwise" => y = cuda::ops::softmax(x, rows, cols)?,
-            other => unreachable!("softmax implementation {other}"),
-        }
-        Ok(())
-    })?;
+    let shape = format!("{rows}x{cols}");
+    ctx.dispatch("softmax", &shape, IMPLS, |f| f(x, rows, cols, &mut y))?;
     ctx.record("softmax", &[x.into()], (&y).into());
     Ok(y)
+}
+
+/// Rows in parallel, each by [`softmax_row`].
+fn rowwise(x: &[f32], _rows: usize, cols: usize, y: &mut [f32]) -> Result<()> {
+    y.par_chunks_mut(cols.max(1))
+        .zip(x.par_chunks(cols.max(1)))
+        .for_each(|(yr, xr)| {
+            yr.copy_from_slice(xr);
+            softmax_row(yr)
+        });
+    Ok(())
 }
 
 /// Softmax of one row in place.

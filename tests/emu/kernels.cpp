@@ -1,15 +1,7 @@
-// Every kernel of kernels/*.cu compiled for the host emulation (see cuda_host.hpp).
+// Host-emulation extras, compiled after cuda_host.hpp and every kernels/*.cu: tests/kernels_host.rs
+// generates the translation unit that includes them all, from the library's list of kernel files.
 #include "cuda_host.hpp"
-
-#include "../../kernels/col_sum.cu"
-#include "../../kernels/dropout.cu"
-#include "../../kernels/layer_norm.cu"
-#include "../../kernels/matmul.cu"
-#include "../../kernels/philox.cu"
-#include "../../kernels/reduce_sum.cu"
-#include "../../kernels/scatter_add.cu"
-#include "../../kernels/sha256.cu"
-#include "../../kernels/softmax.cu"
+#include "../../kernels/philox.cuh"
 
 // Device functions of philox.cuh exported for direct comparison with src/rng.rs.
 extern "C" float emu_philox_normal(u32 w0, u32 w1) { return philox_normal(w0, w1); }

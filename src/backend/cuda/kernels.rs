@@ -1,4 +1,5 @@
-//! The CUDA C++ sources of `kernels/` (embedded in the binary, so it runs from any directory) and
+//! The CUDA C++ sources of `kernels/` (embedded in the binary by `build.rs`, which lists the
+//! directory, so it runs from any directory and a new kernel file needs no Rust change) and
 //! their NVRTC compilation to PTX, cached per process and per (file, architecture).
 //!
 //! Options: `--fmad=false` (no fused multiply-add, so products and sums round exactly as on the
@@ -16,33 +17,8 @@ use std::sync::{Mutex, OnceLock};
 /// Architecture used when no GPU says otherwise.
 pub const DEFAULT_ARCH: &str = "compute_80";
 
-/// Kernel files (`kernels/*.cu`): name and text.
-pub const SOURCES: &[(&str, &str)] = &[
-    (
-        "reduce_sum.cu",
-        include_str!("../../../kernels/reduce_sum.cu"),
-    ),
-    ("matmul.cu", include_str!("../../../kernels/matmul.cu")),
-    ("col_sum.cu", include_str!("../../../kernels/col_sum.cu")),
-    (
-        "scatter_add.cu",
-        include_str!("../../../kernels/scatter_add.cu"),
-    ),
-    ("softmax.cu", include_str!("../../../kernels/softmax.cu")),
-    (
-        "layer_norm.cu",
-        include_str!("../../../kernels/layer_norm.cu"),
-    ),
-    ("dropout.cu", include_str!("../../../kernels/dropout.cu")),
-    ("philox.cu", include_str!("../../../kernels/philox.cu")),
-    ("sha256.cu", include_str!("../../../kernels/sha256.cu")),
-];
-
-/// Headers the kernels include (`#include "philox.cuh"`): name and text.
-pub const HEADERS: &[(&str, &str)] = &[
-    ("philox.cuh", include_str!("../../../kernels/philox.cuh")),
-    ("common.cuh", include_str!("../../../kernels/common.cuh")),
-];
+// `SOURCES` and `HEADERS`: every `kernels/*.cu` and `kernels/*.cuh`, listed by `build.rs`.
+include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
 /// The NVRTC options for `arch` (e.g. `compute_90`).
 pub fn options(arch: &str) -> Vec<String> {
@@ -66,6 +42,15 @@ pub fn compile_source(name: &str, source: &str, arch: &str) -> Result<Vec<u8>> {
         arch.starts_with("sm_"),
     )
     .map_err(|e| anyhow!("kernels/{e}"))
+}
+
+/// The kernel entry points (`__global__` functions) defined in the CUDA C++ `source`, in order.
+pub fn entry_points(source: &str) -> Vec<&str> {
+    source
+        .split("__global__")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next()?.split_whitespace().last())
+        .collect()
 }
 
 /// PTX of the kernel file `file` (e.g. `matmul.cu`) for [`DEFAULT_ARCH`]; works without a GPU.
@@ -120,6 +105,15 @@ mod tests {
             .collect();
         embedded.sort();
         assert_eq!(on_disk, embedded);
+    }
+
+    #[test]
+    fn entry_points_are_read_from_the_source() {
+        let src = "extern \"C\" __global__ void a(int* x) {}\n__global__ void\nb (float y) {}";
+        assert_eq!(entry_points(src), ["a", "b"]);
+        for (file, src) in SOURCES {
+            assert!(!entry_points(src).is_empty(), "{file} defines no kernel");
+        }
     }
 
     #[test]

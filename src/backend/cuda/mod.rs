@@ -7,6 +7,10 @@
 //! creates the context on device 0 inside `catch_unwind`, then opens NVRTC ([`nvrtc`]). Any
 //! failure becomes the reason every CUDA case is `skipped`.
 //!
+//! Kernel files are embedded by `build.rs` ([`kernels::SOURCES`]); launch geometries are pure
+//! functions ([`geometry`]); [`launch`] and [`dim32`] are the helpers every wrapper in [`ops`]
+//! (or an op file's own wrapper) uses.
+//!
 //! Kernels are compiled by NVRTC for the device's own architecture (`sm_XY`, a CUBIN), once
 //! per kernel file and process ([`kernels`]).
 //!
@@ -14,12 +18,16 @@
 //! for [`take_device_seconds`], which `Ctx::dispatch` uses instead of wall time (so benchmark
 //! mode picks among tile / split configurations by event time).
 
+pub mod geometry;
 pub mod kernels;
 pub mod nvrtc;
 pub mod ops;
 
 use anyhow::{anyhow, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchArgs,
+    LaunchConfig,
+};
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -215,6 +223,28 @@ impl Gpu {
 /// The GPU, as an error naming the reason when there is none.
 pub fn gpu() -> Result<Arc<Gpu>> {
     Gpu::get().map_err(|e| anyhow!("CUDA backend unavailable: {e}"))
+}
+
+/// Launches the kernel of `args` (built with [`CudaStream::launch_builder`]) with geometry `geo`;
+/// errors name the kernel (`what`). Callers must push exactly the kernel's parameters, with
+/// buffers as long as the sizes passed beside them.
+pub fn launch(args: &mut LaunchArgs<'_>, geo: geometry::Geometry, what: &str) -> Result<()> {
+    let (grid_dim, block_dim) = geo;
+    let cfg = LaunchConfig {
+        grid_dim,
+        block_dim,
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: every kernel's parameter list matches the arguments its caller pushes, and the
+    // buffers are as long as the sizes passed with them (the documented contract).
+    unsafe { args.launch(cfg) }
+        .map(|_| ())
+        .map_err(|e| anyhow!("launching {what}: {e:?}"))
+}
+
+/// `v` as a kernel's `u32` size argument, or an error naming it (`what`) when it does not fit.
+pub fn dim32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| anyhow!("{what} = {v} is too large for the CUDA kernels"))
 }
 
 #[cfg(test)]

@@ -1,116 +1,16 @@
-//! GPU implementations of the op families (kernels in `kernels/*.cu`). Each uploads its inputs,
-//! launches between CUDA events on the backend's stream, and downloads the result. Arguments are
-//! validated by the op functions in `src/ops/`, which call these from their dispatch.
+//! GPU implementations of the op families (kernels in `kernels/*.cu`), one function per kernel
+//! configuration. Each uploads its inputs, launches between CUDA events on the backend's stream,
+//! and downloads the result. Arguments are validated by the op functions in `src/ops/`, whose
+//! implementation tables name these functions.
 
-use super::gpu;
+use super::geometry::{self, cover};
+use super::{dim32, gpu, launch};
 use crate::rng::Stream;
 use anyhow::{anyhow, Result};
-use cudarc::driver::{LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 
-/// Launch geometry of every kernel (grid and block dimensions), as pure functions so the host
-/// emulation test (`tests/kernels_host.rs`) launches the kernels exactly as this module does.
-pub mod geometry {
-    use super::MatmulKernel;
-
-    /// `(x, y, z)` dimensions.
-    pub type Dims = (u32, u32, u32);
-    /// Grid and block dimensions of one launch.
-    pub type Geometry = (Dims, Dims);
-
-    /// Threads per block of the 1-D kernels.
-    pub const BLOCK: u32 = 256;
-
-    /// A 1-D launch of `blocks` blocks (clamped to `1..=2^20`; the kernels are grid-stride)
-    /// of `threads` threads.
-    pub fn blocks(blocks: u64, threads: u32) -> Geometry {
-        ((blocks.clamp(1, 1 << 20) as u32, 1, 1), (threads, 1, 1))
-    }
-
-    /// Enough 256-thread blocks for `n` elements (grid-stride kernels cover the rest).
-    pub fn cover(n: u64) -> Geometry {
-        blocks(n.div_ceil(BLOCK as u64), BLOCK)
-    }
-
-    /// `reduce_chunks`: 32 chunks (8 lanes each) per 256-thread block.
-    pub fn reduce_chunks(chunks: u64) -> Geometry {
-        blocks(chunks.div_ceil(32), 256)
-    }
-
-    /// `reduce_partials`: one thread.
-    pub fn reduce_partials() -> Geometry {
-        blocks(1, 1)
-    }
-
-    /// `reduce_atomic`: one block (one atomicAdd) per 4096 elements.
-    pub fn reduce_atomic(n: u64) -> Geometry {
-        blocks(n.div_ceil(BLOCK as u64 * 16), BLOCK)
-    }
-
-    /// The matmul kernels: tile × tile threads per block of `C`; for split-K, `splits`
-    /// neighbouring blocks per tile (`blockIdx.x = tile column * splits + segment`). Returns the
-    /// kernel name, the geometry, and the segment length and count (split-K's extra arguments).
-    pub fn matmul(
-        m: u32,
-        k: u32,
-        n: u32,
-        kernel: MatmulKernel,
-    ) -> (&'static str, Geometry, (u32, u32)) {
-        let (name, tile, splits) = match kernel {
-            MatmulKernel::Tiled16 => ("matmul_tiled16", 16, 1),
-            MatmulKernel::Tiled32 => ("matmul_tiled32", 32, 1),
-            MatmulKernel::SplitKAtomic(s) => ("matmul_splitk_atomic", 16, s.max(1)),
-        };
-        let seg = k.div_ceil(splits).max(1);
-        let grid = (n.div_ceil(tile) * splits, m.div_ceil(tile), 1);
-        (name, (grid, (tile, tile, 1)), (seg, splits))
-    }
-
-    /// `col_sum_fixed`: one thread per column. `col_sum_atomic`: the same, times one grid row
-    /// per 2 input rows (`blockIdx.y`).
-    pub fn col_sum(rows: u32, cols: u32, atomic: bool) -> Geometry {
-        let y = if atomic { rows.div_ceil(2).max(1) } else { 1 };
-        ((cols.div_ceil(BLOCK).max(1), y, 1), (BLOCK, 1, 1))
-    }
-
-    /// The row kernels (softmax, layer_norm): one 256-thread block per row.
-    pub fn rows(rows: u64) -> Geometry {
-        blocks(rows, BLOCK)
-    }
-
-    /// `sha256_chunks`: one thread per chunk, 32 threads per block (so many SMs share the work).
-    pub fn sha256(chunks: u64) -> Geometry {
-        blocks(chunks.div_ceil(32), 32)
-    }
-
-    /// `philox_fill` with `grid` blocks, or enough for one Philox block per thread.
-    pub fn philox(n: u64, grid: Option<u32>) -> Geometry {
-        match grid {
-            Some(b) => blocks(b as u64, BLOCK),
-            None => cover(n.div_ceil(4) + 1),
-        }
-    }
-}
-
-use geometry::{cover, Geometry};
-
-fn cfg((grid, block): Geometry) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: grid,
-        block_dim: block,
-        shared_mem_bytes: 0,
-    }
-}
-
-fn launch(args: &mut LaunchArgs<'_>, cfg: LaunchConfig, what: &str) -> Result<()> {
-    // SAFETY: every kernel's parameter list matches the arguments its caller pushes, and the
-    // buffers are as long as the sizes passed with them.
-    unsafe { args.launch(cfg) }
-        .map(|_| ())
-        .map_err(|e| anyhow!("launching {what}: {e:?}"))
-}
-
-/// `reduce_sum`: the CPU's chunked tree (`atomic` false) or per-block atomicAdd (`atomic` true).
-pub fn reduce_sum(x: &[f32], atomic: bool) -> Result<f32> {
+/// `reduce_sum` by per-block tree sums added with atomicAdd (nondeterministic).
+pub fn reduce_sum_atomic(x: &[f32]) -> Result<f32> {
     if x.is_empty() {
         return Ok(0.0);
     }
@@ -118,40 +18,63 @@ pub fn reduce_sum(x: &[f32], atomic: bool) -> Result<f32> {
     let dx = g.upload(x)?;
     let n = x.len() as u64;
     let mut out = g.zeros::<f32>(1)?;
-    if atomic {
-        let f = g.function("reduce_sum.cu", "reduce_atomic")?;
-        g.timed(|s| {
-            let mut b = s.launch_builder(&f);
-            b.arg(&dx).arg(&n).arg(&mut out);
-            launch(&mut b, cfg(geometry::reduce_atomic(n)), "reduce_atomic")
-        })?;
-    } else {
-        let chunks = n.div_ceil(crate::ops::reduce_sum::CHUNK as u64);
-        let chunks32 = u32::try_from(chunks).map_err(|_| anyhow!("reduce_sum: too many chunks"))?;
-        let mut partials = g.zeros::<f32>(chunks as usize)?;
-        let (fc, fp) = (
-            g.function("reduce_sum.cu", "reduce_chunks")?,
-            g.function("reduce_sum.cu", "reduce_partials")?,
-        );
-        g.timed(|s| {
-            let mut b = s.launch_builder(&fc);
-            b.arg(&dx).arg(&n).arg(&mut partials).arg(&chunks);
-            launch(
-                &mut b,
-                cfg(geometry::reduce_chunks(chunks)),
-                "reduce_chunks",
-            )?;
-            let mut b = s.launch_builder(&fp);
-            b.arg(&partials).arg(&chunks32).arg(&mut out);
-            launch(&mut b, cfg(geometry::reduce_partials()), "reduce_partials")
-        })?;
-    }
+    let f = g.function("reduce_sum.cu", "reduce_atomic")?;
+    g.timed(|s| {
+        let mut b = s.launch_builder(&f);
+        b.arg(&dx).arg(&n).arg(&mut out);
+        launch(&mut b, geometry::reduce_atomic(n), "reduce_atomic")
+    })?;
     Ok(g.download(&out)?[0])
 }
 
-/// `col_sum`: one thread per column in ascending row order, the CPU's `fixed_rows` exactly
-/// (`atomic` false), or row pairs added with atomicAdd (`atomic` true).
-pub fn col_sum(x: &[f32], rows: usize, cols: usize, atomic: bool) -> Result<Vec<f32>> {
+/// `reduce_sum` in the CPU's `chunked_tree` order: chunk sums, then a fixed pairwise tree.
+pub fn reduce_sum_tree(x: &[f32]) -> Result<f32> {
+    if x.is_empty() {
+        return Ok(0.0);
+    }
+    let g = gpu()?;
+    let dx = g.upload(x)?;
+    let n = x.len() as u64;
+    let mut out = g.zeros::<f32>(1)?;
+    let chunks = n.div_ceil(crate::ops::reduce_sum::CHUNK as u64);
+    let chunks32 = u32::try_from(chunks).map_err(|_| anyhow!("reduce_sum: too many chunks"))?;
+    let mut partials = g.zeros::<f32>(chunks as usize)?;
+    let (fc, fp) = (
+        g.function("reduce_sum.cu", "reduce_chunks")?,
+        g.function("reduce_sum.cu", "reduce_partials")?,
+    );
+    g.timed(|s| {
+        let mut b = s.launch_builder(&fc);
+        b.arg(&dx).arg(&n).arg(&mut partials).arg(&chunks);
+        launch(&mut b, geometry::reduce_chunks(chunks), "reduce_chunks")?;
+        let mut b = s.launch_builder(&fp);
+        b.arg(&partials).arg(&chunks32).arg(&mut out);
+        launch(&mut b, geometry::reduce_partials(), "reduce_partials")
+    })?;
+    Ok(g.download(&out)?[0])
+}
+
+/// `col_sum` with one thread per column summing rows in ascending order: the CPU's
+/// `fixed_rows` exactly (deterministic).
+pub fn col_sum_fixed(x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
+    col_sum_launch(x, (rows, cols), "col_sum_fixed", |_, c| {
+        geometry::col_sum_fixed(c)
+    })
+}
+
+/// `col_sum` with row pairs added into the output with atomicAdd (nondeterministic).
+pub fn col_sum_atomic(x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
+    col_sum_launch(x, (rows, cols), "col_sum_atomic", geometry::col_sum_atomic)
+}
+
+/// Launches the `col_sum.cu` kernel `entry` (both take `x, rows, cols, out`) with the geometry
+/// `geo(rows, cols)`.
+fn col_sum_launch(
+    x: &[f32],
+    (rows, cols): (usize, usize),
+    entry: &str,
+    geo: fn(u32, u32) -> geometry::Geometry,
+) -> Result<Vec<f32>> {
     if cols == 0 {
         return Ok(Vec::new());
     }
@@ -159,41 +82,71 @@ pub fn col_sum(x: &[f32], rows: usize, cols: usize, atomic: bool) -> Result<Vec<
     let dx = g.upload(x)?;
     let (r, c) = (dim32(rows, "rows")?, dim32(cols, "cols")?);
     let mut out = g.zeros::<f32>(cols)?;
-    let name = if atomic {
-        "col_sum_atomic"
-    } else {
-        "col_sum_fixed"
-    };
-    let f = g.function("col_sum.cu", name)?;
+    let f = g.function("col_sum.cu", entry)?;
     g.timed(|s| {
         let mut b = s.launch_builder(&f);
         b.arg(&dx).arg(&r).arg(&c).arg(&mut out);
-        launch(&mut b, cfg(geometry::col_sum(r, c, atomic)), name)
+        launch(&mut b, geo(r, c), entry)
     })?;
     g.download(&out)
 }
 
-/// A matmul kernel configuration.
+/// A tiled matmul kernel of `kernels/matmul.cu`: its entry point and tile edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MatmulKernel {
-    /// 16×16 tiles, no split (deterministic).
-    Tiled16,
-    /// 32×32 tiles, no split (deterministic).
-    Tiled32,
-    /// 16×16 tiles, `k` split into this many segments added with atomics (nondeterministic).
-    SplitKAtomic(u32),
+pub struct TiledKernel {
+    /// Kernel entry point, e.g. `matmul_tiled16`.
+    pub entry: &'static str,
+    /// Tile edge (threads per block side and rows/columns of `C` per block).
+    pub tile: u32,
 }
 
-fn dim32(v: usize, what: &str) -> Result<u32> {
-    u32::try_from(v).map_err(|_| anyhow!("{what} = {v} is too large for the CUDA kernels"))
+/// 16×16 tiles, no split (deterministic).
+pub const TILED16: TiledKernel = TiledKernel {
+    entry: "matmul_tiled16",
+    tile: 16,
+};
+
+/// 32×32 tiles, no split (deterministic).
+pub const TILED32: TiledKernel = TiledKernel {
+    entry: "matmul_tiled32",
+    tile: 32,
+};
+
+/// `C = A · B` (`m×k` by `k×n`) with the tiled kernel `kernel`: `k` ascending, no split
+/// (deterministic; every tile size gives the CPU's tiled bits).
+pub fn matmul_tiled(
+    a: &[f32],
+    b: &[f32],
+    dims: (usize, usize, usize),
+    kernel: TiledKernel,
+) -> Result<Vec<f32>> {
+    matmul_launch(a, b, dims, kernel.entry, |m, _, n| {
+        (geometry::matmul_tiled(m, n, kernel.tile), None)
+    })
 }
 
-/// `C = A · B` (`m×k` by `k×n`) with kernel configuration `kernel`.
-pub fn matmul(
+/// `C = A · B` with `k` split into `splits` segments whose partial products are added with
+/// atomicAdd (`matmul_splitk_atomic`; nondeterministic).
+pub fn matmul_splitk_atomic(
+    a: &[f32],
+    b: &[f32],
+    dims: (usize, usize, usize),
+    splits: u32,
+) -> Result<Vec<f32>> {
+    matmul_launch(a, b, dims, "matmul_splitk_atomic", |m, k, n| {
+        let (geo, extra) = geometry::matmul_splitk(m, k, n, splits);
+        (geo, Some(extra))
+    })
+}
+
+/// Launches the `matmul.cu` kernel `entry` on `A, B, C, m, k, n` with the geometry and extra
+/// arguments (split-K's segment length and count) that `geo(m, k, n)` gives.
+fn matmul_launch(
     a: &[f32],
     b: &[f32],
     (m, k, n): (usize, usize, usize),
-    kernel: MatmulKernel,
+    entry: &str,
+    geo: impl FnOnce(u32, u32, u32) -> (geometry::Geometry, Option<(u32, u32)>),
 ) -> Result<Vec<f32>> {
     if m * n == 0 || k == 0 {
         return Ok(vec![0.0; m * n]); // empty sums (no zero-length device buffers)
@@ -202,8 +155,8 @@ pub fn matmul(
     let g = gpu()?;
     let (da, db) = (g.upload(a)?, g.upload(b)?);
     let mut dc = g.zeros::<f32>(m * n)?;
-    let (name, geo, (seg, splits)) = geometry::matmul(m32, k32, n32, kernel);
-    let f = g.function("matmul.cu", name)?;
+    let (geo, extra) = geo(m32, k32, n32);
+    let f = g.function("matmul.cu", entry)?;
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&da)
@@ -212,10 +165,10 @@ pub fn matmul(
             .arg(&m32)
             .arg(&k32)
             .arg(&n32);
-        if let MatmulKernel::SplitKAtomic(_) = kernel {
-            l.arg(&seg).arg(&splits);
+        if let Some((seg, splits)) = &extra {
+            l.arg(seg).arg(splits);
         }
-        launch(&mut l, cfg(geo), name)
+        launch(&mut l, geo, entry)
     })?;
     g.download(&dc)
 }
@@ -233,7 +186,7 @@ pub fn scatter_add_atomic(src: &[f32], index: &[i64], m: usize, d: usize) -> Res
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&ds).arg(&di).arg(&mut out).arg(&n).arg(&d32);
-        launch(&mut l, cfg(cover(n * d as u64)), "scatter_atomic")
+        launch(&mut l, cover(n * d as u64), "scatter_atomic")
     })?;
     g.download(&out)
 }
@@ -265,7 +218,7 @@ pub fn scatter_add_sorted(
             .arg(&mut out)
             .arg(&m32)
             .arg(&d32);
-        launch(&mut l, cfg(cover((m * d) as u64)), "scatter_segments")
+        launch(&mut l, cover((m * d) as u64), "scatter_segments")
     })?;
     g.download(&out)
 }
@@ -283,7 +236,7 @@ pub fn softmax(x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&dx).arg(&mut dy).arg(&r32).arg(&c32);
-        launch(&mut l, cfg(geometry::rows(rows as u64)), "softmax_rows")
+        launch(&mut l, geometry::rows(rows as u64), "softmax_rows")
     })?;
     g.download(&dy)
 }
@@ -313,7 +266,7 @@ pub fn layer_norm(
             .arg(&r32)
             .arg(&c32)
             .arg(&eps);
-        launch(&mut l, cfg(geometry::rows(rows as u64)), "layer_norm_rows")
+        launch(&mut l, geometry::rows(rows as u64), "layer_norm_rows")
     })?;
     g.download(&dy)
 }
@@ -340,7 +293,7 @@ pub fn dropout(x: &[f32], p: f32, scale: f32, stream: Stream) -> Result<(Vec<f32
             .arg(&stream.offset)
             .arg(&p)
             .arg(&scale);
-        launch(&mut l, cfg(cover(n)), "dropout_philox")
+        launch(&mut l, cover(n), "dropout_philox")
     })?;
     let mask = g.download(&dm)?.into_iter().map(|b| b != 0).collect();
     Ok((g.download(&dy)?, mask))
@@ -364,7 +317,7 @@ pub fn philox_fill(stream: Stream, n: usize, blocks: Option<u32>) -> Result<Vec<
             .arg(&stream.seed)
             .arg(&stream.stream)
             .arg(&stream.offset);
-        launch(&mut l, cfg(geo), "philox_fill")
+        launch(&mut l, geo, "philox_fill")
     })?;
     g.download(&out)
 }
@@ -383,11 +336,7 @@ pub fn sha256_chunks(data: &[u8], chunk_bytes: usize) -> Result<Vec<[u8; 32]>> {
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
         l.arg(&dd).arg(&len).arg(&cb).arg(&mut out);
-        launch(
-            &mut l,
-            cfg(geometry::sha256(chunks as u64)),
-            "sha256_chunks",
-        )
+        launch(&mut l, geometry::sha256(chunks as u64), "sha256_chunks")
     })?;
     Ok(g.download(&out)?
         .chunks_exact(32)
