@@ -23,7 +23,7 @@ fn gpu_or_skip(test: &str) -> bool {
             true
         }
         Err(reason) => {
-            eprintln!("{test}: skipped: {reason}");
+            bitexact::check::skip_notice(test, &reason.to_string());
             false
         }
     }

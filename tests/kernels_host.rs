@@ -66,7 +66,7 @@ fn skip(test: &str) -> Option<&'static Library> {
     match emu() {
         Ok(l) => Some(l),
         Err(e) => {
-            eprintln!("{test}: skipped: {e}");
+            bitexact::check::skip_notice(test, &e.to_string());
             None
         }
     }

@@ -23,7 +23,7 @@ fn nvrtc_or_skip(test: &str) -> bool {
             panic!("{test}: BITEXACT_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}")
         }
         Err(e) => {
-            eprintln!("{test}: skipped: {e}");
+            bitexact::check::skip_notice(test, &e.to_string());
             false
         }
     }
