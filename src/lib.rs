@@ -22,6 +22,7 @@ pub mod report;
 pub mod rng;
 pub mod snapshot;
 pub mod tensor;
+pub mod tensor_files;
 pub mod tensor_io;
 pub mod trace;
 pub mod train;
@@ -32,5 +33,7 @@ pub use case::{Algo, Case, Ctx, Outputs};
 pub use check::{check, Check};
 pub use controls::Controls;
 pub use digest::Digest;
+/// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].
+pub use half;
 pub use harness::{check_case, CaseReport, Verdict};
 pub use tensor::{DType, Tensor};
