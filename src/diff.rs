@@ -52,7 +52,7 @@ impl TensorDiff {
     }
 }
 
-/// Element `i` as (text, numeric value, ordered-integer key for ULP distance, float?).
+/// Element `i` as (text, numeric value, ordered-integer key for ULP distance).
 fn element(t: &Tensor, i: usize) -> (String, f64, i128) {
     let w = t.dtype().size();
     let b = &t.bytes()[i * w..(i + 1) * w];
@@ -67,45 +67,56 @@ fn element(t: &Tensor, i: usize) -> (String, f64, i128) {
             bits as i128
         }
     };
+    // Text as the narrowest type that prints the value exactly (f32 for f32 and bf16).
+    let float = |v: f64, sign: u64| (format!("{v:?}"), v, ordered(bits, sign));
+    let float32 = |v: f32, sign: u64| (format!("{v:?}"), v as f64, ordered(bits, sign));
     match t.dtype() {
-        DType::F32 => {
-            let v = f32::from_bits(bits as u32);
-            (format!("{v:?}"), v as f64, ordered(bits, 1 << 31))
-        }
-        DType::F64 => {
-            let v = f64::from_bits(bits);
-            (format!("{v:?}"), v, ordered(bits, 1 << 63))
-        }
-        DType::BF16 => {
-            let v = f32::from_bits((bits as u32) << 16);
-            (format!("{v:?}"), v as f64, ordered(bits, 1 << 15))
-        }
-        DType::F16 => {
-            let v = f16_to_f64(bits as u16);
-            (format!("{v:?}"), v, ordered(bits, 1 << 15))
-        }
-        DType::I32 => {
-            let v = bits as u32 as i32;
-            (v.to_string(), v as f64, v as i128)
-        }
-        DType::I64 => {
-            let v = bits as i64;
-            (v.to_string(), v as f64, v as i128)
-        }
-        DType::U8 | DType::U32 | DType::Bool => (bits.to_string(), bits as f64, bits as i128),
+        DType::F32 => float32(f32::from_bits(bits as u32), 1 << 31),
+        DType::F64 => float(f64::from_bits(bits), 1 << 63),
+        DType::BF16 => float32(half::bf16::from_bits(bits as u16).to_f32(), 1 << 15),
+        DType::F16 => float(f16_to_f64(bits as u16), 1 << 15),
+        DType::F8E4M3 => float(f8_to_f64(bits as u8, 4, true), 1 << 7),
+        DType::F8E5M2 => float(f8_to_f64(bits as u8, 5, false), 1 << 7),
+        DType::I8 => int(bits as u8 as i8 as i128),
+        DType::I16 => int(bits as u16 as i16 as i128),
+        DType::I32 => int(bits as u32 as i32 as i128),
+        DType::I64 => int(bits as i64 as i128),
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool => int(bits as i128),
     }
+}
+
+/// An integer element as (text, value, key).
+fn int(v: i128) -> (String, f64, i128) {
+    (v.to_string(), v as f64, v)
 }
 
 /// IEEE binary16 to f64 (exact).
 pub fn f16_to_f64(h: u16) -> f64 {
-    let sign = if h >> 15 == 1 { -1.0 } else { 1.0 };
-    let exp = ((h >> 10) & 0x1f) as i32;
-    let frac = (h & 0x3ff) as f64;
+    half::f16::from_bits(h).to_f64()
+}
+
+/// An 8-bit float with `exp_bits` exponent bits (bias 2^(exp_bits-1) - 1) to f64 (exact).
+/// `fn_variant`: E4M3 "FN" (no infinities; only `S.1111.111` is NaN); otherwise IEEE-style
+/// (all-ones exponent is infinity or NaN).
+pub fn f8_to_f64(b: u8, exp_bits: u32, fn_variant: bool) -> f64 {
+    let man_bits = 7 - exp_bits;
+    let sign = if b >> 7 == 1 { -1.0 } else { 1.0 };
+    let exp = ((b >> man_bits) & ((1 << exp_bits) - 1)) as i32;
+    let man = (b & ((1 << man_bits) - 1)) as f64;
+    let bias = (1 << (exp_bits - 1)) - 1;
+    let exp_max = (1 << exp_bits) - 1;
+    let scale = (1u32 << man_bits) as f64;
     sign * match exp {
-        0 => frac * 2f64.powi(-24),
-        31 if frac == 0.0 => f64::INFINITY,
-        31 => f64::NAN,
-        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+        0 => man / scale * 2f64.powi(1 - bias),
+        e if e == exp_max && fn_variant && man == scale - 1.0 => f64::NAN,
+        e if e == exp_max && !fn_variant => {
+            if man == 0.0 {
+                f64::INFINITY
+            } else {
+                f64::NAN
+            }
+        }
+        e => (1.0 + man / scale) * 2f64.powi(e - bias),
     }
 }
 
@@ -214,5 +225,76 @@ mod tests {
         assert!(explain("t", [0, 1], &a, &b).note.unwrap().contains("shape"));
         assert_eq!(f16_to_f64(0x3c00), 1.0);
         assert_eq!(f16_to_f64(0xc000), -2.0);
+    }
+
+    #[test]
+    fn every_dtype_is_explained() {
+        use half::{bf16, f16};
+        let pairs = [
+            (
+                Tensor::from_slice(&[2], &[1i8, -3]),
+                Tensor::from_slice(&[2], &[1i8, 4]),
+                7.0,
+            ),
+            (
+                Tensor::from_slice(&[1], &[-5i16]),
+                Tensor::from_slice(&[1], &[5i16]),
+                10.0,
+            ),
+            (
+                Tensor::from_slice(&[1], &[9u16]),
+                Tensor::from_slice(&[1], &[1u16]),
+                8.0,
+            ),
+            (
+                Tensor::from_slice(&[1], &[u64::MAX]),
+                Tensor::from_slice(&[1], &[0u64]),
+                1.8446744073709552e19,
+            ),
+            (
+                Tensor::from_slice(&[1], &[true]),
+                Tensor::from_slice(&[1], &[false]),
+                1.0,
+            ),
+            (
+                Tensor::from_slice(&[1], &[f16::from_f32(1.0)]),
+                Tensor::from_slice(&[1], &[f16::from_f32(1.5)]),
+                0.5,
+            ),
+            (
+                Tensor::from_slice(&[1], &[bf16::from_f32(-1.0)]),
+                Tensor::from_slice(&[1], &[bf16::from_f32(1.0)]),
+                2.0,
+            ),
+        ];
+        for (a, b, abs) in pairs {
+            let d = explain("t", [0, 1], &a, &b);
+            assert_eq!(d.elements_differing, 1, "{}", a.dtype());
+            assert_eq!(d.max_abs, abs, "{}", a.dtype());
+            assert_eq!(d.max_ulp.is_some(), a.dtype().is_float());
+        }
+        // f16 1.0 → 1.5 is 512 steps of 2^-10; bf16 −1 → +1 crosses zero: 2 × 0x3f80 steps.
+        let one = |v: f32| Tensor::from_slice(&[1], &[f16::from_f32(v)]);
+        assert_eq!(
+            explain("h", [0, 1], &one(1.0), &one(1.5)).max_ulp,
+            Some(512)
+        );
+        // f8: E4M3 0x38 = 1.0, 0x39 = 1.125; E5M2 0x3c = 1.0, 0x7c = inf, 0x7f NaN.
+        let f8 = |d, b: u8| Tensor::from_bytes(d, &[1], vec![b]).unwrap();
+        let d = explain(
+            "f",
+            [0, 1],
+            &f8(DType::F8E4M3, 0x38),
+            &f8(DType::F8E4M3, 0x39),
+        );
+        assert_eq!((d.max_abs, d.max_ulp), (0.125, Some(1)));
+        assert_eq!(d.first_values, ["1.0".to_string(), "1.125".to_string()]);
+        assert!(f8_to_f64(0x7f, 4, true).is_nan());
+        assert_eq!(f8_to_f64(0x7e, 4, true), 448.0);
+        assert_eq!(f8_to_f64(0x01, 4, true), 2f64.powi(-9));
+        assert_eq!(f8_to_f64(0x3c, 5, false), 1.0);
+        assert_eq!(f8_to_f64(0x7c, 5, false), f64::INFINITY);
+        assert!(f8_to_f64(0x7f, 5, false).is_nan());
+        assert_eq!(f8_to_f64(0xfb, 5, false), -57344.0);
     }
 }

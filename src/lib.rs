@@ -42,8 +42,11 @@ pub mod rng;
 pub mod snapshot;
 pub mod suite;
 pub mod tensor;
+pub mod tensor_files;
 pub mod trace;
 pub mod vary;
+
+pub mod run;
 
 mod outputs;
 mod tensor_io;
@@ -67,6 +70,8 @@ pub use case::{Algo, Case, Ctx};
 pub use check::{check, Check};
 pub use controls::Controls;
 pub use digest::Digest;
+/// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].
+pub use half;
 pub use harness::{check_case, CaseReport, Verdict};
 pub use outputs::Outputs;
 pub use report::{Format, Report};

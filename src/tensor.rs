@@ -24,22 +24,63 @@ pub enum DType {
     U32 = 8,
     /// Boolean stored as one byte, 0 or 1.
     Bool = 9,
+    /// Signed 8-bit integer.
+    I8 = 10,
+    /// Signed 16-bit integer.
+    I16 = 11,
+    /// Unsigned 16-bit integer.
+    U16 = 12,
+    /// Unsigned 64-bit integer.
+    U64 = 13,
+    /// 8-bit float, OCP FP8 E4M3 "FN" (bias 7, no infinities, NaN = `S.1111.111`), as
+    /// `torch.float8_e4m3fn` and safetensors `F8_E4M3`.
+    F8E4M3 = 14,
+    /// 8-bit float, OCP FP8 E5M2 (bias 15, IEEE-style infinities and NaNs), as
+    /// `torch.float8_e5m2` and safetensors `F8_E5M2`.
+    F8E5M2 = 15,
 }
 
 impl DType {
+    /// Every dtype, in tag order.
+    pub const ALL: [DType; 15] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+        DType::Bool,
+        DType::I8,
+        DType::I16,
+        DType::U16,
+        DType::U64,
+        DType::F8E4M3,
+        DType::F8E5M2,
+    ];
+
+    /// The dtype with digest tag `tag`, if any.
+    pub fn from_tag(tag: u32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| *d as u32 == tag)
+    }
+
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
+            DType::F64 | DType::I64 | DType::U64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::U8 | DType::Bool => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::U8 | DType::I8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => 1,
         }
     }
 
     /// Whether the dtype is a floating-point type (ULP distances apply).
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+        matches!(
+            self,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2
+        )
     }
 
     /// Lower-case name as used in reports (`f32`, `bf16`, ...).
@@ -54,6 +95,12 @@ impl DType {
             DType::U8 => "u8",
             DType::U32 => "u32",
             DType::Bool => "bool",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U64 => "u64",
+            DType::F8E4M3 => "f8e4m3",
+            DType::F8E5M2 => "f8e5m2",
         }
     }
 }
@@ -113,6 +160,23 @@ element!(i32, DType::I32);
 element!(i64, DType::I64);
 element!(u8, DType::U8);
 element!(u32, DType::U32);
+element!(i8, DType::I8);
+element!(i16, DType::I16);
+element!(u16, DType::U16);
+element!(u64, DType::U64);
+element!(half::f16, DType::F16);
+element!(half::bf16, DType::BF16);
+
+/// `bool` is stored as one byte, 0 or 1; reading treats any non-zero byte as `true`.
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn write_le(self, out: &mut [u8]) {
+        out[0] = self as u8;
+    }
+    fn read_le(bytes: &[u8]) -> Self {
+        bytes[0] != 0
+    }
+}
 
 /// Below this many bytes conversions run on the calling thread.
 const PAR_MIN_BYTES: usize = 1 << 20;
@@ -138,6 +202,11 @@ impl Tensor {
     }
 
     /// Builds a tensor from typed values; panics if `values.len()` does not match the shape.
+    ///
+    /// Works for every [`Element`]: `f32`, `f64`, `i8`..`i64`, `u8`..`u64`, `bool`, and
+    /// [`half::f16`] / [`half::bf16`] (re-exported as `bitexact::half`):
+    /// `Tensor::from_slice(&[3], &[true, false, true])`,
+    /// `Tensor::from_slice(&[1], &[half::bf16::from_f32(1.5)])`.
     pub fn from_slice<T: Element>(shape: &[usize], values: &[T]) -> Tensor {
         let n: usize = shape.iter().product();
         assert_eq!(
@@ -166,10 +235,9 @@ impl Tensor {
         Tensor::from_slice(&[], &[value])
     }
 
-    /// A bool tensor from `bool` values.
+    /// A bool tensor from `bool` values (the same as [`Tensor::from_slice`] with `bool`).
     pub fn from_bools(shape: &[usize], values: &[bool]) -> Tensor {
-        let data = values.iter().map(|&b| b as u8).collect();
-        Tensor::from_bytes(DType::Bool, shape, data).expect("bool tensor shape")
+        Tensor::from_slice(shape, values)
     }
 
     /// Reads the elements as `T`; errors naming both dtypes if `T` is not the tensor's dtype.
@@ -237,5 +305,30 @@ mod tests {
             .contains("dtype f32"));
         assert!(Tensor::from_bytes(DType::F32, &[3], vec![0; 8]).is_err());
         assert_eq!(Tensor::scalar(7i64).shape(), &[] as &[usize]);
+    }
+
+    #[test]
+    fn from_slice_for_every_element_type() {
+        use half::{bf16, f16};
+        let b = Tensor::from_slice(&[3], &[true, false, true]);
+        assert_eq!((b.dtype(), b.bytes()), (DType::Bool, &[1u8, 0, 1][..]));
+        assert_eq!(b, Tensor::from_bools(&[3], &[true, false, true]));
+        assert_eq!(b.to_vec::<bool>().unwrap(), vec![true, false, true]);
+        let h = Tensor::from_slice(&[2], &[f16::from_f32(1.0), f16::from_f32(-2.0)]);
+        assert_eq!(
+            (h.dtype(), h.bytes()),
+            (DType::F16, &[0x00, 0x3c, 0x00, 0xc0][..])
+        );
+        let g = Tensor::from_slice(&[1], &[bf16::from_f32(1.0)]);
+        assert_eq!((g.dtype(), g.bytes()), (DType::BF16, &[0x80, 0x3f][..]));
+        assert_eq!(g.to_vec::<bf16>().unwrap()[0].to_f32(), 1.0);
+        assert_eq!(Tensor::from_slice(&[1], &[-2i8]).bytes(), &[0xfe]);
+        assert_eq!(Tensor::from_slice(&[1], &[-2i16]).bytes(), &[0xfe, 0xff]);
+        assert_eq!(Tensor::from_slice(&[1], &[258u16]).bytes(), &[2, 1]);
+        assert_eq!(Tensor::scalar(u64::MAX).bytes(), &[0xff; 8]);
+        for d in DType::ALL {
+            assert_eq!(DType::from_tag(d as u32), Some(d));
+        }
+        assert_eq!(DType::from_tag(0), None);
     }
 }

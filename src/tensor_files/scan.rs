@@ -1,0 +1,73 @@
+//! Walking an output directory.
+//!
+//! Symlinks: a link to a regular file inside the directory is an output under the link's own
+//! name (read through its resolved target); a link to a directory is not descended (its files
+//! are outputs under their real paths already, and cycles are impossible); a link that
+//! dangles or resolves outside the directory is an error, never silently skipped. Special
+//! files (FIFOs, sockets, devices) are errors too. Names must be UTF-8.
+
+use super::{natural_cmp, FileKind, OutputFile, METADATA_PREFIX};
+use anyhow::{bail, Context, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Every regular file under `dir`: (outputs, `.bitexact-*` metadata files), each sorted
+/// naturally by name.
+pub(crate) fn walk(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
+    let root = dir
+        .canonicalize()
+        .with_context(|| format!("output directory {}", dir.display()))?;
+    if !root.is_dir() {
+        bail!("output directory {} is not a directory", dir.display());
+    }
+    let (mut outputs, mut meta) = (Vec::new(), Vec::new());
+    let mut todo: Vec<(PathBuf, String)> = vec![(root.clone(), String::new())];
+    while let Some((path, prefix)) = todo.pop() {
+        let entries = fs::read_dir(&path).with_context(|| format!("reading {}", path.display()))?;
+        for entry in entries {
+            let entry = entry.with_context(|| format!("reading {}", path.display()))?;
+            let base = entry.file_name().into_string().map_err(|n| {
+                anyhow::anyhow!("{prefix}{}: file name is not UTF-8", n.to_string_lossy())
+            })?;
+            let name = format!("{prefix}{base}");
+            let ty = entry
+                .file_type()
+                .with_context(|| format!("{name}: reading its type"))?;
+            let mut target = entry.path();
+            if ty.is_symlink() {
+                target = match fs::canonicalize(&target) {
+                    Ok(t) if t.starts_with(&root) => t,
+                    Ok(t) => bail!(
+                        "{name}: symlink points outside the output directory (to {})",
+                        t.display()
+                    ),
+                    Err(e) => bail!("{name}: dangling symlink ({e})"),
+                };
+                if target.is_dir() {
+                    continue;
+                }
+            } else if ty.is_dir() {
+                todo.push((target, format!("{name}/")));
+                continue;
+            }
+            let md = fs::metadata(&target).with_context(|| format!("{name}: reading metadata"))?;
+            if !md.is_file() {
+                bail!("{name}: not a regular file");
+            }
+            let file = OutputFile {
+                kind: FileKind::of(&base),
+                name,
+                path: target,
+                len: md.len(),
+            };
+            if base.starts_with(METADATA_PREFIX) {
+                meta.push(file);
+            } else {
+                outputs.push(file);
+            }
+        }
+    }
+    outputs.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    meta.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    Ok((outputs, meta))
+}
