@@ -10,6 +10,7 @@ use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::{Kind, Variation};
 use bitexact::Case;
 use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -55,6 +56,9 @@ pub enum Command {
         /// Second trace file.
         b: PathBuf,
     },
+    /// Run any program K times and compare the tensor files it writes into $BITEXACT_OUT
+    /// (safetensors, npy, npz; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.
+    Run(RunArgs),
     /// Internal: serve a parent's request in a child process (see `bitexact::isolate`).
     #[command(name = "__child", hide = true)]
     Child,
@@ -292,5 +296,81 @@ impl ReportArgs {
         config.cross_device = self.backend == Some(BackendArg::All);
         config.cost_of_determinism = true;
         Ok(config)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Runs of the program (2 to 10000).
+    #[arg(long, default_value_t = 2)]
+    pub runs: usize,
+    #[command(flatten)]
+    pub controls: ControlArgs,
+    #[arg(long, help = Variation::help(Kind::Program))]
+    pub vary: Option<String>,
+    /// Seconds before a run is killed with its whole process group (default: no limit).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Address-space limit of each run in MiB.
+    #[arg(long)]
+    pub memory_limit: Option<u64>,
+    /// Compare the outputs with the committed snapshot under this directory; a missing or
+    /// changed one is written as pending `.snap.new` (never in CI).
+    #[arg(long)]
+    pub snapshots: Option<PathBuf>,
+    /// Output format: text, json, junit or markdown.
+    #[arg(long, default_value = "text", value_parser = Format::parse)]
+    pub format: Format,
+    /// Write the report to this file instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Case name in the report and snapshots (default `run/<program or script file name>`).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Keep each run's outputs under DIR/run-<i> (an empty or new directory).
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<PathBuf>,
+    /// Compare standard output too (first differing line shown).
+    #[arg(long)]
+    pub stdout: bool,
+    /// The program and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The validated run-mode settings these flags describe; the program must be startable.
+    pub fn config(&self) -> Result<bitexact::run::RunConfig> {
+        let controls = self.controls.controls()?;
+        let vary = match &self.vary {
+            Some(v) => Variation::parse_list(v, Kind::Program).map_err(|e| usage(format!("--vary: {e}")))?,
+            None => Vec::new(),
+        };
+        if self.memory_limit.is_some_and(|mb| mb < 16) {
+            return Err(usage("--memory-limit must be at least 16 MiB"));
+        }
+        let name = match &self.name {
+            Some(n) if n.trim().is_empty() || n.contains('\0') => {
+                return Err(usage("--name must not be empty"))
+            }
+            Some(n) => n.clone(),
+            None => bitexact::run::default_name(&self.command),
+        };
+        let cfg = bitexact::run::RunConfig {
+            command: self.command.clone(),
+            name,
+            threads_given: self.controls.threads.is_some()
+                || std::env::var_os("BITEXACT_THREADS").is_some(),
+            controls,
+            runs: runs(self.runs)?,
+            vary,
+            timeout: timeout(self.timeout)?,
+            memory_limit_mb: self.memory_limit,
+            stdout: self.stdout,
+            keep: self.keep.clone(),
+            snapshots: self.snapshots.clone(),
+        };
+        cfg.validate().map_err(|e| usage(format!("{e:#}")))?;
+        Ok(cfg)
     }
 }

@@ -12,7 +12,7 @@ use bitexact::suite::{self, Event, SuiteConfig};
 use bitexact::trace::{self, TraceFile};
 use bitexact::Case;
 use clap::Parser;
-use cli::{usage, Cli, Command, ReportArgs, SnapshotCommand, UsageError};
+use cli::{usage, Cli, Command, ReportArgs, RunArgs, SnapshotCommand, UsageError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::Path;
@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Command::List { filter } => list(filter.as_deref()),
         Command::Snapshot { command } => snapshot(command),
         Command::DiffTrace { a, b } => diff_trace(&a, &b),
+        Command::Run(args) => run(args),
         Command::Child => bitexact::isolate::child_main(&bitexact::cases::find).map(|_| 0),
     };
     match result {
@@ -70,20 +71,7 @@ fn list(filter: Option<&str>) -> Result<u8> {
 fn report(a: ReportArgs) -> Result<u8> {
     let config = a.config()?;
     let selected = cli::select(a.filter.as_deref())?;
-    for path in a.out.iter().chain(&a.trace) {
-        check_writable(path).map_err(|e| usage(format!("{e:#}")))?;
-    }
-    if a.out.is_some() && a.out == a.trace {
-        return Err(usage("--out and --trace name the same file"));
-    }
-    if let Some(dir) = &a.snapshots {
-        if !dir.is_dir() {
-            return Err(usage(format!(
-                "--snapshots {}: not a directory",
-                dir.display()
-            )));
-        }
-    }
+    check_outputs(a.out.as_deref(), a.trace.as_deref(), a.snapshots.as_deref())?;
     let cases: Vec<&dyn Case> = selected.iter().map(|c| c.as_ref()).collect();
     let report = run_with_progress(&cases, &config)?;
     if let Some(path) = &a.trace {
@@ -92,6 +80,30 @@ fn report(a: ReportArgs) -> Result<u8> {
     }
     emit(a.format, a.out.as_deref(), &report)?;
     Ok(report.exit_code() as u8)
+}
+
+fn run(a: RunArgs) -> Result<u8> {
+    let config = a.config()?;
+    check_outputs(a.out.as_deref(), None, config.snapshots.as_deref())?;
+    let report = bitexact::run::check(&config, &mut |_| {})?;
+    emit(a.format, a.out.as_deref(), &report)?;
+    Ok(report.exit_code() as u8)
+}
+
+/// Checks `--out`, `--trace` and `--snapshots` before any work: exit 2 naming the path.
+fn check_outputs(out: Option<&Path>, trace: Option<&Path>, snapshots: Option<&Path>) -> Result<()> {
+    for path in out.iter().chain(trace.iter()) {
+        check_writable(path).map_err(|e| usage(format!("{e:#}")))?;
+    }
+    if out.is_some() && out == trace {
+        return Err(usage("--out and --trace name the same file"));
+    }
+    if let Some(dir) = snapshots {
+        if !dir.is_dir() {
+            return Err(usage(format!("--snapshots {}: not a directory", dir.display())));
+        }
+    }
+    Ok(())
 }
 
 /// Runs the suite with a progress bar on standard error, drawn only on a terminal and never in
