@@ -4,6 +4,7 @@
 //! (SHA-256 over a canonical encoding, [`digest`]); runs are compared bit for bit and any
 //! difference is explained ([`diff`]). See `README.md` and `DESIGN.md` for the whole picture.
 
+pub mod atomic;
 pub mod backend;
 pub mod case;
 pub mod cases;
