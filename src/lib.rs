@@ -25,6 +25,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod atomic;
 pub mod backend;
 pub mod case;
 pub mod check;

@@ -88,8 +88,17 @@ pub struct Platform {
 }
 
 impl Platform {
-    /// The fingerprint of this process's machine.
+    /// The fingerprint of this process's machine: detected once per process (reading
+    /// `/proc/cpuinfo`, probing CPU features and the GPU), then cloned.
     pub fn detect() -> Platform {
+        static DETECTED: std::sync::OnceLock<Platform> = std::sync::OnceLock::new();
+        DETECTED.get_or_init(Platform::probe).clone()
+    }
+
+    /// Detects the fingerprint (what [`Platform::detect`] caches).
+    fn probe() -> Platform {
+        #[cfg(test)]
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|s| {
@@ -155,6 +164,10 @@ impl Platform {
     }
 }
 
+/// How many times [`Platform::probe`] ran (tests only).
+#[cfg(test)]
+static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// CPU features that select different code paths in compilers and math libraries.
 #[allow(unused_mut)]
 fn cpu_features() -> Vec<&'static str> {
@@ -216,6 +229,17 @@ mod tests {
             nvrtc: "n".into(),
         };
         assert_eq!(gpu.class(), "cuda-sm80");
+    }
+
+    #[test]
+    fn detect_runs_once_per_process() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let a = Platform::detect();
+        let probes = PROBES.load(SeqCst);
+        assert_eq!(Platform::detect(), a);
+        assert_eq!(Platform::detect(), a);
+        assert_eq!(PROBES.load(SeqCst), probes, "detect probed again");
+        assert!(probes >= 1);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! Planted bugs (`planted/...`) are nondeterministic on purpose and self-tests (`selftest/...`)
 //! crash on purpose, so neither has a snapshot. A new or changed snapshot is written as pending
 //! `.snap.new` (not in CI) for `cargo insta review` / `bitexact snapshot review`; the failure
-//! names the case, the tensors whose digests changed and what differs in the platform
-//! fingerprint.
+//! names the case, the tensors whose digests changed, what differs in the platform
+//! fingerprint, the file written and how to accept it.
 
 use bitexact::platform::Platform;
 use bitexact::snapshot::{self, Snapshot};
@@ -80,7 +80,8 @@ fn perturbed(case: &dyn Case, tag: &str, edit: impl Fn(&mut Snapshot)) -> (Scrat
         &case.name(),
         &controls,
     );
-    snapshot::write_atomically(&file, snap.file_text().as_bytes()).unwrap();
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    bitexact::atomic::write_atomically(&file, snap.file_text().as_bytes()).unwrap();
     (Scratch(dir), file)
 }
 
@@ -100,7 +101,7 @@ fn a_changed_digest_fails_naming_case_and_tensor() {
         msg.contains("same platform fingerprint: regression"),
         "{msg}"
     );
-    // Outside CI insta leaves the new digests as a pending snapshot; in CI it writes nothing.
+    // Outside CI the new digests are left as a pending snapshot; in CI nothing is written.
     let pending = snapshot::pending_path(&file);
     assert_eq!(
         pending.exists(),
@@ -109,14 +110,14 @@ fn a_changed_digest_fails_naming_case_and_tensor() {
         pending.display()
     );
     if pending.exists() {
-        // What insta wrote is byte for byte what `bitexact snapshot update` writes, apart from
-        // insta's volatile `assertion_line` (which `cargo insta accept` drops too).
-        let insta_text: String = std::fs::read_to_string(&pending)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.starts_with("assertion_line: "))
-            .map(|l| format!("{l}\n"))
-            .collect();
+        assert!(
+            msg.contains(&format!("wrote the new digests to {}", pending.display()))
+                && msg.contains("cargo insta review")
+                && msg.contains("bitexact snapshot review --accept --snapshots"),
+            "{msg}"
+        );
+        // The pending file is byte for byte what `bitexact snapshot update` writes (and what
+        // insta writes: see `insta_accepts_our_files_byte_for_byte`).
         let ours = Snapshot::of(
             &bitexact::check(case.as_ref()).report(),
             &bitexact::Controls::from_env().unwrap(),
@@ -124,8 +125,10 @@ fn a_changed_digest_fails_naming_case_and_tensor() {
         )
         .unwrap()
         .file_text();
-        assert_eq!(insta_text, ours);
+        assert_eq!(std::fs::read_to_string(&pending).unwrap(), ours);
         let review = snapshot::review(&scratch.0, true).unwrap();
+        assert!(review.is_ok(), "{review}");
+        let review = review.to_string();
         assert!(
             review.contains("tensor `sum`") && review.contains("accepted"),
             "{review}"
