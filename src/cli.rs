@@ -343,7 +343,8 @@ impl RunArgs {
     pub fn config(&self) -> Result<bitexact::run::RunConfig> {
         let controls = self.controls.controls()?;
         let vary = match &self.vary {
-            Some(v) => Variation::parse_list(v, Kind::Program).map_err(|e| usage(format!("--vary: {e}")))?,
+            Some(v) => Variation::parse_list(v, Kind::Program)
+                .map_err(|e| usage(format!("--vary: {e}")))?,
             None => Vec::new(),
         };
         if self.memory_limit.is_some_and(|mb| mb < 16) {

@@ -93,14 +93,17 @@ fn run(a: RunArgs) -> Result<u8> {
 /// Checks `--out`, `--trace` and `--snapshots` before any work: exit 2 naming the path.
 fn check_outputs(out: Option<&Path>, trace: Option<&Path>, snapshots: Option<&Path>) -> Result<()> {
     for path in out.iter().chain(trace.iter()) {
-        check_writable(path).map_err(|e| usage(format!("{e:#}")))?;
+        bitexact::atomic::check_writable(path).map_err(|e| usage(format!("{e:#}")))?;
     }
     if out.is_some() && out == trace {
         return Err(usage("--out and --trace name the same file"));
     }
     if let Some(dir) = snapshots {
         if !dir.is_dir() {
-            return Err(usage(format!("--snapshots {}: not a directory", dir.display())));
+            return Err(usage(format!(
+                "--snapshots {}: not a directory",
+                dir.display()
+            )));
         }
     }
     Ok(())
@@ -144,34 +147,17 @@ fn emit(format: Format, out: Option<&Path>, report: &report::Report) -> Result<(
     }
 }
 
-/// Fails (naming `path`) unless a file can be written at `path`.
-fn check_writable(path: &Path) -> Result<()> {
-    if path.is_dir() {
-        anyhow::bail!("{}: is a directory", path.display());
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        anyhow::bail!(
-            "{}: directory {} does not exist",
-            path.display(),
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    bitexact::snapshot::write_atomically(path, bytes)
+    bitexact::atomic::write_atomically(path, bytes)
 }
 
 fn snapshot(command: SnapshotCommand) -> Result<u8> {
     let a = match command {
         SnapshotCommand::Review { snapshots, accept } => {
-            print!("{}", snapshot::review(&snapshots, accept)?);
-            return Ok(0);
+            let review =
+                snapshot::review(&snapshots, accept).map_err(|e| usage(format!("{e:#}")))?;
+            print!("{review}");
+            return Ok(u8::from(!review.is_ok()));
         }
         SnapshotCommand::Update(a) => a,
     };
@@ -194,15 +180,19 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
     let cases: Vec<&dyn Case> = selected.iter().map(|c| c.as_ref()).collect();
     let report = suite::run(&cases, &config, &mut |_| {})?;
     let mut failed = false;
-    let updates = snapshot::update(&a.snapshots, &report.cases, &controls, a.force)?;
+    let updates = snapshot::update_each(&a.snapshots, &report.cases, &controls, a.force)?;
     for (r, u) in report.cases.iter().zip(updates) {
         match u {
-            Update::Written(p) => println!("written    {}", p.display()),
-            Update::Updated(p, why) => println!("updated    {}\n    {why}", p.display()),
-            Update::Unchanged(p) => println!("unchanged  {}", p.display()),
-            Update::NotWritten(why) => {
+            Ok(Update::Written(p)) => println!("written    {}", p.display()),
+            Ok(Update::Updated(p, why)) => println!("updated    {}\n    {why}", p.display()),
+            Ok(Update::Unchanged(p)) => println!("unchanged  {}", p.display()),
+            Ok(Update::NotWritten(why)) => {
                 failed |= r.verdict.is_failure();
                 println!("not written: {why}");
+            }
+            Err(f) => {
+                failed = true;
+                println!("FAILED     {}: {}", f.path.display(), f.why);
             }
         }
     }

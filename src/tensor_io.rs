@@ -59,11 +59,7 @@ impl<'a> Reader<'a> {
 }
 
 fn dtype(tag: u32) -> Result<DType> {
-    use DType::*;
-    [F32, F64, F16, BF16, I32, I64, U8, U32, Bool]
-        .into_iter()
-        .find(|d| *d as u32 == tag)
-        .with_context(|| format!("outputs file: unknown dtype tag {tag}"))
+    DType::from_tag(tag).with_context(|| format!("outputs file: unknown dtype tag {tag}"))
 }
 
 /// Decodes what [`encode`] wrote; errors name what is malformed.

@@ -22,11 +22,6 @@ use crate::isolate::ChildConfig;
 use crate::vary::Variation;
 use serde::{Deserialize, Serialize};
 
-/// A report with nothing run yet: [`CaseReport::new`].
-pub fn empty_report(name: &str, backend: crate::backend::Backend) -> CaseReport {
-    CaseReport::new(name, backend)
-}
-
 /// How the harness checks a case.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Options {

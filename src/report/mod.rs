@@ -179,7 +179,11 @@ impl Report {
 /// message (error, skip reason, planted bug), findings, memory growth, snapshot comparison, blame, localization, and the implementations
 /// that ran when the case was nondeterministic.
 pub fn details(c: &CaseReport) -> Vec<String> {
-    let mut out: Vec<String> = c.diff.iter().map(|d| d.summary()).collect();
+    let mut out = program_lines(c);
+    if let (Some(d), Some(_)) = (&c.divergence, &c.program) {
+        out.push(d.explanation.clone());
+    }
+    out.extend(c.diff.iter().map(|d| d.summary()));
     out.extend(c.message.clone());
     out.extend(c.findings.iter().map(|f| format!("found: {f}")));
     out.extend(c.memory_growth.iter().map(|g| format!("flag: {g}")));
@@ -191,7 +195,7 @@ pub fn details(c: &CaseReport) -> Vec<String> {
     if let Some(b) = &c.blame {
         out.push(format!("blame: {}", b.explanation));
     }
-    if let Some(d) = &c.divergence {
+    if let (Some(d), None) = (&c.divergence, &c.program) {
         out.push(format!("localized: {}", d.explanation));
     }
     if c.verdict == Verdict::Nondeterministic && !c.algorithms.is_empty() {
@@ -201,6 +205,73 @@ pub fn details(c: &CaseReport) -> Vec<String> {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         out.push(format!("algorithms: {}", algos.join(" ")));
+    }
+    out
+}
+
+/// What a program case ran (`bitexact run`): command, the environment bitexact set (and what
+/// varied), each run's exit status, time and peak RSS, per-step memory and the program's
+/// platform report.
+pub fn program_lines(c: &CaseReport) -> Vec<String> {
+    let Some(p) = &c.program else {
+        return Vec::new();
+    };
+    let mut out = vec![format!("command: {}", p.command.join(" "))];
+    let env: Vec<String> = p
+        .env
+        .iter()
+        .filter(|(k, _)| !p.varied.contains_key(*k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    out.push(format!("env: {}", env.join(" ")));
+    if !p.varied.is_empty() {
+        let varied: Vec<String> = p
+            .varied
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.join("|")))
+            .collect();
+        out.push(format!("varied per run: {}", varied.join(" ")));
+    }
+    let runs: Vec<String> = p
+        .runs
+        .iter()
+        .map(|r| {
+            let status = match (r.exit_status, r.signal) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(sig)) => format!("signal {sig}"),
+                _ => "?".into(),
+            };
+            let rss = r
+                .peak_rss_bytes
+                .map(crate::memory::human)
+                .unwrap_or("?".into());
+            format!("#{} {status} {} {rss}", r.index, text::seconds(r.seconds))
+        })
+        .collect();
+    out.push(format!(
+        "runs (status, time, peak RSS): {}",
+        runs.join(" · ")
+    ));
+    if let (Some(first), Some(last)) = (p.step_memory.first(), p.step_memory.last()) {
+        out.push(format!(
+            "step memory (run 0, RSS): {} after step {} → {} after step {} ({} steps)",
+            crate::memory::human(first.rss_bytes),
+            first.step,
+            crate::memory::human(last.rss_bytes),
+            last.step,
+            p.step_memory.len()
+        ));
+    }
+    if let Some(serde_json::Value::Object(m)) = &p.platform {
+        let fields: Vec<String> = m
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                v => format!("{k}={v}"),
+            })
+            .collect();
+        out.push(format!("program platform: {}", fields.join(" ")));
     }
     out
 }

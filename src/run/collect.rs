@@ -5,8 +5,8 @@
 //! element-level explanation of each differing tensor.
 
 use crate::diff::{self, TensorDiff};
-use crate::harness::StepMemory;
 use crate::digest::{self, Digest};
+use crate::harness::StepMemory;
 use crate::tensor::Tensor;
 use crate::tensor_files::{self, natural_cmp};
 use crate::trace::Divergence;
@@ -24,10 +24,13 @@ pub const EXPLAIN_MAX_BYTES: u64 = 256 << 20;
 /// At most this many differing outputs are explained element by element (the rest are counted).
 pub const EXPLAIN_MAX_OUTPUTS: usize = 8;
 
-
 /// What one run left behind.
 pub struct Collected {
-    /// `(name, digest)` of every output, in natural order of names.
+    /// `(name, digest)` of every output, in the order the program wrote them: by the
+    /// modification time of their file, then in natural order of names (within a file, or for
+    /// files written in the same instant). For a script that dumps each step this is step order
+    /// whatever the files are called, and it agrees with natural order for `step_2` /
+    /// `step_10`.
     pub digests: Vec<(String, Digest)>,
     /// `.bitexact-platform.json`, when the program wrote one.
     pub platform: Option<serde_json::Value>,
@@ -39,6 +42,24 @@ pub struct Collected {
 /// an error naming it.
 pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<Collected> {
     let mut digests = tensor_files::digest_dir(out)?;
+    let files = tensor_files::scan(out)?;
+    let written = |name: &str| {
+        files
+            .iter()
+            .find(|f| {
+                name == f.name
+                    || name
+                        .strip_prefix(f.name.as_str())
+                        .is_some_and(|k| k.starts_with(':'))
+            })
+            .and_then(|f| std::fs::metadata(&f.path).ok()?.modified().ok())
+    };
+    let mut keyed: Vec<_> = digests
+        .drain(..)
+        .map(|(n, d)| (written(&n), n, d))
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| natural_cmp(&a.1, &b.1)));
+    digests = keyed.into_iter().map(|(_, n, d)| (n, d)).collect();
     if let Some(path) = stdout {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let t = Tensor::from_slice(&[bytes.len()], &bytes);
@@ -50,8 +71,7 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<Collected> {
         if f.name.ends_with(".bitexact-platform.json") {
             let text = std::fs::read_to_string(&f.path)?;
             platform = Some(
-                serde_json::from_str(&text)
-                    .map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
+                serde_json::from_str(&text).map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
             );
         } else if f.name.ends_with(".bitexact-memory.jsonl") {
             for (i, line) in std::fs::read_to_string(&f.path)?.lines().enumerate() {
@@ -72,12 +92,20 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<Collected> {
     })
 }
 
-/// The first output, in natural order of names, whose digest differs between two runs or that
-/// only one of them wrote; every output before it is identical.
+/// The names of two runs' outputs, in the earlier run's write order, then the later run's
+/// extra names.
+fn union<'a>(a: &'a [(String, Digest)], b: &'a [(String, Digest)]) -> Vec<&'a String> {
+    let mut names: Vec<&String> = a.iter().map(|(n, _)| n).collect();
+    let seen: std::collections::BTreeSet<&String> = names.iter().copied().collect();
+    names.extend(b.iter().map(|(n, _)| n).filter(|n| !seen.contains(n)));
+    names
+}
+
+/// The first output, in the order the earlier run wrote them (see [`Collected::digests`]),
+/// whose digest differs between two runs or that only one of them wrote; every output before
+/// it is identical.
 pub fn first_divergence(a: &[(String, Digest)], b: &[(String, Digest)]) -> Option<Divergence> {
-    let mut names: Vec<&String> = a.iter().chain(b).map(|(n, _)| n).collect();
-    names.sort_by(|x, y| natural_cmp(x, y));
-    names.dedup();
+    let names = union(a, b);
     let get = |v: &[(String, Digest)], n: &str| v.iter().find(|(k, _)| k == n).map(|(_, d)| *d);
     names.into_iter().enumerate().find_map(|(i, n)| {
         let (x, y) = (get(a, n), get(b, n));
@@ -108,15 +136,13 @@ pub struct RunFiles<'a> {
 }
 
 /// Explains each output that differs between runs `a` and `b` (at most
-/// [`EXPLAIN_MAX_OUTPUTS`], in natural order).
+/// [`EXPLAIN_MAX_OUTPUTS`], in write order).
 pub fn explain(
     a: (&RunFiles, &[(String, Digest)]),
     b: (&RunFiles, &[(String, Digest)]),
 ) -> Vec<TensorDiff> {
     let runs = [a.0.index, b.0.index];
-    let mut names: Vec<&String> = a.1.iter().chain(b.1).map(|(n, _)| n).collect();
-    names.sort_by(|x, y| natural_cmp(x, y));
-    names.dedup();
+    let names = union(a.1, b.1);
     let get = |v: &[(String, Digest)], n: &str| v.iter().find(|(k, _)| k == n).map(|(_, d)| *d);
     let differing: Vec<&String> = names
         .into_iter()
@@ -132,7 +158,9 @@ pub fn explain(
                 (Ok(x), Ok(y)) => diff::explain(n, runs, &x, &y),
                 (Err(e), _) | (_, Err(e)) => {
                     let mut d = diff::missing(n, runs, true);
-                    d.note = Some(format!("digests differ; not explained element by element: {e:#}"));
+                    d.note = Some(format!(
+                        "digests differ; not explained element by element: {e:#}"
+                    ));
                     d
                 }
             },
@@ -159,7 +187,12 @@ fn load(run: &RunFiles, name: &str) -> Result<Tensor> {
     let files = tensor_files::scan(run.out)?;
     let file = files
         .iter()
-        .find(|f| name == f.name || name.strip_prefix(f.name.as_str()).is_some_and(|k| k.starts_with(':')))
+        .find(|f| {
+            name == f.name
+                || name
+                    .strip_prefix(f.name.as_str())
+                    .is_some_and(|k| k.starts_with(':'))
+        })
         .ok_or_else(|| anyhow!("{name}: file not found"))?;
     if file.len > EXPLAIN_MAX_BYTES {
         return Err(anyhow!(
@@ -189,7 +222,11 @@ pub fn first_differing_line(a: &Path, b: &Path) -> Option<String> {
                     }
                     Some(s) => format!("{s:?}"),
                 };
-                return Some(format!("stdout: first differing line {n}: {} vs {}", cap(p), cap(q)));
+                return Some(format!(
+                    "stdout: first differing line {n}: {} vs {}",
+                    cap(p),
+                    cap(q)
+                ));
             }
         }
     }

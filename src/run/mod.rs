@@ -92,13 +92,24 @@ pub fn default_name(command: &[OsString]) -> String {
         })
         .or(command.first());
     let file = script
-        .map(|p| Path::new(p).file_name().unwrap_or(p.as_os_str()).to_string_lossy().into_owned())
+        .map(|p| {
+            Path::new(p)
+                .file_name()
+                .unwrap_or(p.as_os_str())
+                .to_string_lossy()
+                .into_owned()
+        })
         .unwrap_or_default();
     format!("run/{file}")
 }
 
 /// The environment of run `index` (see the module docs).
-pub fn env_for(cfg: &RunConfig, vary: &[Variation], index: usize, out: &Path) -> BTreeMap<String, String> {
+pub fn env_for(
+    cfg: &RunConfig,
+    vary: &[Variation],
+    index: usize,
+    out: &Path,
+) -> BTreeMap<String, String> {
     let s = RunSettings::for_run(&cfg.controls, vary, index, false);
     let c = &s.controls;
     let bit = |b: bool| if b { "1" } else { "0" }.to_string();
@@ -110,10 +121,19 @@ pub fn env_for(cfg: &RunConfig, vary: &[Variation], index: usize, out: &Path) ->
         ("BITEXACT_BENCHMARK".into(), bit(c.benchmark)),
         ("BITEXACT_WORKERS".into(), c.workers.to_string()),
     ]);
-    let hashseed = if vary.contains(&Variation::Hashseed) { index + 1 } else { 0 };
+    let hashseed = if vary.contains(&Variation::Hashseed) {
+        index + 1
+    } else {
+        0
+    };
     env.insert("PYTHONHASHSEED".into(), hashseed.to_string());
     if cfg.threads_given || vary.contains(&Variation::Threads) {
-        for k in ["BITEXACT_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"] {
+        for k in [
+            "BITEXACT_THREADS",
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "OPENBLAS_NUM_THREADS",
+        ] {
             env.insert(k.into(), c.threads.to_string());
         }
     }
@@ -203,7 +223,14 @@ fn pass(cfg: &RunConfig, vary: &[Variation], root: &Path) -> Result<Vec<Record>>
             None => collect::collect(&dir, stdout.as_deref()).map_err(|e| format!("{e:#}")),
         };
         let failed = result.is_err();
-        out.push(Record { index, env, out: dir, stdout, run, result });
+        out.push(Record {
+            index,
+            env,
+            out: dir,
+            stdout,
+            run,
+            result,
+        });
         if failed {
             break;
         }
@@ -222,7 +249,10 @@ fn diverges(cfg: &RunConfig, vary: &[Variation]) -> Result<bool> {
 /// Runs the program K times (and blame passes under variations) and returns the report.
 pub fn check(cfg: &RunConfig, on_event: &mut dyn FnMut(Event)) -> Result<Report> {
     let t0 = Instant::now();
-    on_event(Event::Started { name: &cfg.name, backend: Backend::Cpu });
+    on_event(Event::Started {
+        name: &cfg.name,
+        backend: Backend::Cpu,
+    });
     let root = match &cfg.keep {
         Some(k) => {
             std::fs::create_dir_all(k).with_context(|| format!("creating {}", k.display()))?;
@@ -250,9 +280,17 @@ pub fn check(cfg: &RunConfig, on_event: &mut dyn FnMut(Event)) -> Result<Report>
     let ok: Vec<&Record> = recs.iter().filter(|x| x.result.is_ok()).collect();
     r.runs = ok.len();
     r.run_digests = ok.iter().map(|x| x.run_digest().hex()).collect();
-    r.distinct_digests = ok.iter().map(|x| x.run_digest()).collect::<BTreeSet<_>>().len();
+    r.distinct_digests = ok
+        .iter()
+        .map(|x| x.run_digest())
+        .collect::<BTreeSet<_>>()
+        .len();
     if let Some(first) = ok.first() {
-        r.digests = first.digests().iter().map(|(k, d)| (k.clone(), d.hex())).collect();
+        r.digests = first
+            .digests()
+            .iter()
+            .map(|(k, d)| (k.clone(), d.hex()))
+            .collect();
         let steps: Vec<(u64, u64)> = first
             .result
             .as_ref()
@@ -261,7 +299,10 @@ pub fn check(cfg: &RunConfig, on_event: &mut dyn FnMut(Event)) -> Result<Report>
         r.memory_growth = crate::memory::step_growth(&steps);
         if let Some(other) = ok.iter().find(|x| x.run_digest() != first.run_digest()) {
             r.divergence = collect::first_divergence(first.digests(), other.digests());
-            r.diff = collect::explain((&first.files(), first.digests()), (&other.files(), other.digests()));
+            r.diff = collect::explain(
+                (&first.files(), first.digests()),
+                (&other.files(), other.digests()),
+            );
             if let (Some(a), Some(b)) = (&first.stdout, &other.stdout) {
                 if let Some(line) = collect::first_differing_line(a, b) {
                     if let Some(d) = r.diff.iter_mut().find(|d| d.tensor == collect::STDOUT_NAME) {
@@ -302,11 +343,20 @@ fn blame(cfg: &RunConfig) -> Result<Blame> {
 
 fn program_info(cfg: &RunConfig, recs: &[Record]) -> ProgramInfo {
     let mut env = recs.first().map(|r| r.env.clone()).unwrap_or_default();
-    env.insert("BITEXACT_OUT".into(), "(a fresh empty directory per run)".into());
+    env.insert(
+        "BITEXACT_OUT".into(),
+        "(a fresh empty directory per run)".into(),
+    );
     env.insert("BITEXACT_RUN".into(), format!("0..{}", cfg.runs.max(2) - 1));
     let mut varied = BTreeMap::new();
-    for k in env.keys().filter(|k| !["BITEXACT_OUT", "BITEXACT_RUN"].contains(&k.as_str())) {
-        let vals: Vec<String> = recs.iter().map(|r| r.env.get(k).cloned().unwrap_or_default()).collect();
+    for k in env
+        .keys()
+        .filter(|k| !["BITEXACT_OUT", "BITEXACT_RUN"].contains(&k.as_str()))
+    {
+        let vals: Vec<String> = recs
+            .iter()
+            .map(|r| r.env.get(k).cloned().unwrap_or_default())
+            .collect();
         if vals.iter().any(|v| *v != vals[0]) {
             varied.insert(k.clone(), vals);
         }
@@ -314,7 +364,11 @@ fn program_info(cfg: &RunConfig, recs: &[Record]) -> ProgramInfo {
     let first = recs.first().and_then(|r| r.result.as_ref().ok());
     ProgramInfo {
         kind: "run".into(),
-        command: cfg.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        command: cfg
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         env,
         varied,
         runs: recs.iter().map(|r| r.run.clone()).collect(),

@@ -189,7 +189,7 @@ fn ci_message(headline: &str, pending: &Path) -> String {
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::{empty_report, Verdict};
+    use crate::harness::{CaseReport, Verdict};
     use std::path::PathBuf;
 
     struct Scratch(PathBuf);
@@ -206,7 +206,7 @@ mod tests {
     }
 
     fn report(digest: &str) -> CaseReport {
-        let mut r = empty_report("kernel/test/small", Backend::Cpu);
+        let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
         r.verdict = Verdict::Deterministic;
         r.runs = 2;
         r.run_digests = vec![digest.repeat(32); 2];

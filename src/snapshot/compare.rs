@@ -4,7 +4,7 @@
 use super::format::Snapshot;
 use super::naming::path;
 use crate::controls::Controls;
-use crate::harness::{CaseReport, Verdict};
+use crate::harness::CaseReport;
 use crate::platform::Platform;
 use anyhow::{anyhow, Result};
 use std::io::ErrorKind;
@@ -130,41 +130,14 @@ pub fn compare(
     })
 }
 
-/// Checks every deterministic report against its snapshot under `dir` (`report --snapshots`):
-/// a mismatch turns the verdict into `snapshot-mismatch` with the explanation in
-/// [`CaseReport::snapshot`]; a missing snapshot is noted there without failing.
-pub fn check_reports(dir: &Path, reports: &mut [CaseReport], controls: &Controls) {
-    let platform = Platform::detect();
-    for r in reports
-        .iter_mut()
-        .filter(|r| r.verdict == Verdict::Deterministic)
-    {
-        r.snapshot = Some(match compare(dir, r, controls, &platform) {
-            Ok(Comparison::Match) => MATCHES.to_string(),
-            Ok(Comparison::Missing(p)) => format!(
-                "no committed snapshot at {} (`bitexact snapshot update` writes it)",
-                p.display()
-            ),
-            Ok(Comparison::Mismatch(e)) => {
-                r.verdict = Verdict::SnapshotMismatch;
-                e
-            }
-            Err(e) => {
-                r.verdict = Verdict::Error;
-                format!("{e:#}")
-            }
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::empty_report;
+    use crate::harness::{CaseReport, Verdict};
 
     fn report(tensors: &[(&str, &str)]) -> CaseReport {
-        let mut r = empty_report("kernel/test/small", Backend::Cpu);
+        let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
         r.verdict = Verdict::Deterministic;
         r.runs = 2;
         r.run_digests = vec!["ab".repeat(32); 2];

@@ -304,10 +304,10 @@ fn parse_body_lines<'a>(
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::empty_report;
+    use crate::harness::CaseReport;
 
     fn snapshot() -> Snapshot {
-        let mut r = empty_report("kernel/test/small", Backend::Cpu);
+        let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
         r.verdict = Verdict::Deterministic;
         r.runs = 2;
         r.run_digests = vec!["ab".repeat(32); 2];

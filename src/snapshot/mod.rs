@@ -45,7 +45,7 @@ pub mod store;
 mod yaml;
 
 pub use assertion::assert_matches;
-pub use compare::{check_reports, compare, explain, read_existing, Comparison, MATCHES};
+pub use compare::{compare, explain, read_existing, Comparison, MATCHES};
 pub use format::{FormatError, Snapshot};
 pub use naming::{case_stem, committed_path, controls_suffix, path, pending_path};
 pub use review::{review, Review, ReviewEntry};

@@ -213,7 +213,7 @@ pub fn stale_temp_files(dir: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::{empty_report, Verdict};
+    use crate::harness::{CaseReport, Verdict};
 
     /// A scratch directory removed on drop.
     pub(crate) struct Scratch(pub PathBuf);
@@ -233,7 +233,7 @@ mod tests {
     }
 
     fn report(name: &str, digest: &str) -> CaseReport {
-        let mut r = empty_report(name, Backend::Cpu);
+        let mut r = CaseReport::new(name, Backend::Cpu);
         r.verdict = Verdict::Deterministic;
         r.runs = 2;
         r.run_digests = vec![digest.repeat(32); 2];
