@@ -127,10 +127,13 @@ pub fn check_snapshots(dir: &Path, reports: &mut [CaseReport], controls: &Contro
             Ok(Comparison::Match) => (SnapshotStatus::Matched, snapshot::MATCHES.to_string()),
             Ok(Comparison::Missing(p)) => (
                 SnapshotStatus::Missing,
-                format!(
-                    "no committed snapshot at {} (`bitexact snapshot update` writes it)",
-                    p.display()
-                ),
+                match r.program {
+                    Some(_) => format!("no committed snapshot at {}", p.display()),
+                    None => format!(
+                        "no committed snapshot at {} (`bitexact snapshot update` writes it)",
+                        p.display()
+                    ),
+                },
             ),
             Ok(Comparison::Mismatch(e)) => (SnapshotStatus::Mismatch, e),
             Err(e) => (SnapshotStatus::Unreadable, format!("{e:#}")),

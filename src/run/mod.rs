@@ -318,13 +318,29 @@ pub fn check(cfg: &RunConfig, on_event: &mut dyn FnMut(Event)) -> Result<Report>
     r.seconds = t0.elapsed().as_secs_f64();
     let mut r = r.judge();
     if let Some(dir) = &cfg.snapshots {
-        crate::suite::check_snapshots(dir, std::slice::from_mut(&mut r), &cfg.controls);
+        snapshot(dir, &mut r, &cfg.controls);
     }
     on_event(Event::Finished(&r));
     let mut report = Report::new(cfg.controls.clone(), cfg.runs, vec![r], Vec::new());
     report.variations = cfg.vary.clone();
     report.backends = vec![Backend::Cpu];
     Ok(report)
+}
+
+/// Compares a deterministic run with its committed snapshot (see [`crate::suite::check_snapshots`]);
+/// a missing or changed one is written as a pending `.snap.new` (never in CI).
+fn snapshot(dir: &Path, r: &mut CaseReport, controls: &Controls) {
+    use crate::harness::SnapshotStatus;
+    let platform = crate::platform::Platform::detect();
+    let new = crate::snapshot::Snapshot::of(r, controls, &platform).ok();
+    crate::suite::check_snapshots(dir, std::slice::from_mut(r), controls);
+    if let (Some(new), Some(SnapshotStatus::Missing | SnapshotStatus::Mismatch)) =
+        (new, r.evidence.snapshot)
+    {
+        let note = crate::snapshot::write_pending(dir, r, &new, controls);
+        let text = r.snapshot.take().unwrap_or_default();
+        r.snapshot = Some(format!("{text}; {note}"));
+    }
 }
 
 /// The control (everything fixed), then each variation alone, K runs each.

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 /// [`CaseReport::snapshot`] of a case whose digests match its committed snapshot.
 pub const MATCHES: &str = "matches the committed snapshot";
 
+/// Changed tensors a mismatch explanation names (the rest are counted).
+pub const MAX_TENSORS_NAMED: usize = 8;
+
 /// Why a fingerprint field may change the bits.
 fn cause(field: &str) -> &'static str {
     match field {
@@ -24,6 +27,9 @@ fn cause(field: &str) -> &'static str {
         "os" | "libc" => "likely a C library / libm difference",
         "gpu" | "compute_capability" => "likely a GPU difference",
         "driver" | "cuda" | "nvrtc" => "likely a CUDA driver or toolkit change",
+        f if f.starts_with("program.") => {
+            "the program's own environment changed (library versions it reported in .bitexact-platform.json)"
+        }
         _ => "platform difference",
     }
 }
@@ -73,10 +79,14 @@ pub fn explain(case: &str, file: &Path, old: &Snapshot, new: &Snapshot) -> Optio
     } else {
         format!("platform differs: {}", platform.join("; "))
     };
-    let tensors = if tensors.is_empty() {
-        "run digest differs".to_string()
-    } else {
-        tensors.join(", ")
+    let tensors = match tensors.len() {
+        0 => "run digest differs".to_string(),
+        n if n > MAX_TENSORS_NAMED => format!(
+            "{}, and {} more tensors",
+            tensors[..MAX_TENSORS_NAMED].join(", "),
+            n - MAX_TENSORS_NAMED
+        ),
+        _ => tensors.join(", "),
     };
     Some(format!(
         "snapshot mismatch for {case} ({}): {tensors}; {why}",

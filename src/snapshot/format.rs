@@ -106,6 +106,18 @@ impl Snapshot {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v)),
         );
+        // A program's own report (`.bitexact-platform.json`: python, torch, CUDA, cuDNN ...)
+        // joins the fingerprint as `program.<key>`.
+        let program = report.program.as_ref().and_then(|p| p.platform.as_ref());
+        if let Some(serde_json::Value::Object(m)) = program {
+            for (k, v) in m.iter().filter(|(_, v)| !v.is_null()) {
+                let text = match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                };
+                info.push((format!("program.{k}"), text));
+            }
+        }
         Ok(Snapshot {
             run,
             tensors: report.digests.clone(),

@@ -58,6 +58,26 @@ pub(crate) fn write(file: &Path, snapshot: &Snapshot) -> Result<()> {
     write_atomically(file, snapshot.file_text().as_bytes())
 }
 
+/// Writes `snapshot` (of `report`, made before its snapshot check) as the pending `.snap.new`
+/// beside its committed path under `dir`, for `bitexact snapshot review` or `cargo insta
+/// review`; never in CI. Returns what happened, in words (`bitexact run --snapshots`).
+pub fn write_pending(dir: &Path, report: &CaseReport, snapshot: &Snapshot, controls: &Controls) -> String {
+    let platform = Platform::detect();
+    let file = path(dir, &platform.class_for(report.backend), &report.name, controls);
+    let pending = pending_path(&file);
+    if in_ci() {
+        return "CI is set: no pending snapshot written".to_string();
+    }
+    match write(&pending, snapshot) {
+        Ok(()) => format!(
+            "pending snapshot written to {}; accept it with `bitexact snapshot review --accept --snapshots {}`",
+            pending.display(),
+            dir.display()
+        ),
+        Err(e) => format!("could not write the pending snapshot: {e:#}"),
+    }
+}
+
 /// Removes `file`; one already gone (e.g. removed by a concurrent run) is fine.
 pub(crate) fn remove_if_present(file: &Path) -> Result<()> {
     match std::fs::remove_file(file) {
