@@ -49,9 +49,7 @@ pub use compare::{compare, explain, read_existing, Comparison, MATCHES};
 pub use format::{FormatError, Snapshot};
 pub use naming::{case_stem, committed_path, controls_suffix, path, pending_path};
 pub use review::{review, Review, ReviewEntry};
-pub use store::{
-    pending, stale_temp_files, update, update_each, write_pending, Failed, Update,
-};
+pub use store::{pending, stale_temp_files, update, update_each, write_pending, Failed, Update};
 
 #[cfg(doc)]
 use crate::platform::Platform;

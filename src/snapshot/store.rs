@@ -61,9 +61,19 @@ pub(crate) fn write(file: &Path, snapshot: &Snapshot) -> Result<()> {
 /// Writes `snapshot` (of `report`, made before its snapshot check) as the pending `.snap.new`
 /// beside its committed path under `dir`, for `bitexact snapshot review` or `cargo insta
 /// review`; never in CI. Returns what happened, in words (`bitexact run --snapshots`).
-pub fn write_pending(dir: &Path, report: &CaseReport, snapshot: &Snapshot, controls: &Controls) -> String {
+pub fn write_pending(
+    dir: &Path,
+    report: &CaseReport,
+    snapshot: &Snapshot,
+    controls: &Controls,
+) -> String {
     let platform = Platform::detect();
-    let file = path(dir, &platform.class_for(report.backend), &report.name, controls);
+    let file = path(
+        dir,
+        &platform.class_for(report.backend),
+        &report.name,
+        controls,
+    );
     let pending = pending_path(&file);
     if in_ci() {
         return "CI is set: no pending snapshot written".to_string();
