@@ -364,4 +364,12 @@ fn torch_example_resume_is_bit_exact_and_its_planted_bug_is_caught() {
         .to_string();
     assert!(first.starts_with("step_0010"), "{first}");
     println!("torch planted bug: first divergence {first}");
+
+    // Real PyTorch CPU convolution weight gradients follow the thread count.
+    let (code, v) = run_json(&["--vary", "threads", "--", &py, &example("conv_threads.py")]);
+    assert_eq!(code, Some(1), "{v:#}");
+    let c = &v["cases"][0];
+    assert_eq!(c["blame"]["broken_by"], serde_json::json!(["threads"]), "{c:#}");
+    assert_eq!(c["blame"]["reproducible_when_fixed"], true);
+    println!("conv_threads: {}", c["divergence"]["explanation"]);
 }
