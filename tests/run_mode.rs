@@ -369,7 +369,11 @@ fn torch_example_resume_is_bit_exact_and_its_planted_bug_is_caught() {
     let (code, v) = run_json(&["--vary", "threads", "--", &py, &example("conv_threads.py")]);
     assert_eq!(code, Some(1), "{v:#}");
     let c = &v["cases"][0];
-    assert_eq!(c["blame"]["broken_by"], serde_json::json!(["threads"]), "{c:#}");
+    assert_eq!(
+        c["blame"]["broken_by"],
+        serde_json::json!(["threads"]),
+        "{c:#}"
+    );
     assert_eq!(c["blame"]["reproducible_when_fixed"], true);
     println!("conv_threads: {}", c["divergence"]["explanation"]);
 }

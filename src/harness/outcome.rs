@@ -123,6 +123,10 @@ pub struct ProgramInfo {
     /// What the program reported in `.bitexact-platform.json` (run 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<serde_json::Value>,
+    /// bitexact's own peak resident set size over the whole check (mapped output files
+    /// included), bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness_peak_rss_bytes: Option<u64>,
 }
 
 /// How one run of a program ended.

@@ -195,9 +195,23 @@ fn scratch() -> Result<Scratch> {
     Ok(Scratch(dir, false))
 }
 
-/// K runs under `vary` in directories under `root`; stops at the first failed run.
+/// K runs under `vary` in directories under `root`; stops at the first run that fails.
+///
+/// Pipelined: run `i`'s outputs are hashed on a background thread while run `i + 1` executes,
+/// one collection at a time (the next waits for the previous), so bitexact's time per run is
+/// mostly hidden behind the program's and its memory stays bounded by one run's outputs
+/// whatever K is.
 fn pass(cfg: &RunConfig, vary: &[Variation], root: &Path) -> Result<Vec<Record>> {
-    let mut out = Vec::new();
+    type Collecting = std::thread::JoinHandle<Result<Collected, String>>;
+    let mut out: Vec<Record> = Vec::new();
+    let mut collecting: Option<(usize, Collecting)> = None;
+    let finish = |out: &mut Vec<Record>, job: Option<(usize, Collecting)>| {
+        if let Some((i, h)) = job {
+            out[i].result = h
+                .join()
+                .unwrap_or_else(|_| Err("hashing the outputs panicked".into()));
+        }
+    };
     for index in 0..cfg.runs.max(2) {
         let dir = root.join(format!("run-{index}"));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -218,23 +232,30 @@ fn pass(cfg: &RunConfig, vary: &[Variation], root: &Path) -> Result<Vec<Record>>
             seconds: ended.seconds,
             peak_rss_bytes: ended.peak_rss_bytes,
         };
-        let result = match spawn::failure(&ended, cfg.timeout) {
-            Some(why) => Err(why),
-            None => collect::collect(&dir, stdout.as_deref()).map_err(|e| format!("{e:#}")),
-        };
-        let failed = result.is_err();
+        let failure = spawn::failure(&ended, cfg.timeout);
+        let failed = failure.is_some();
+        finish(&mut out, collecting.take());
         out.push(Record {
             index,
             env,
-            out: dir,
-            stdout,
+            out: dir.clone(),
+            stdout: stdout.clone(),
             run,
-            result,
+            result: Err(failure.clone().unwrap_or_default()),
         });
         if failed {
             break;
         }
+        if out[..out.len() - 1].iter().any(|r| r.result.is_err()) {
+            out.pop(); // an earlier run's outputs were unreadable: that run is the error
+            break;
+        }
+        let job = std::thread::spawn(move || {
+            collect::collect(&dir, stdout.as_deref()).map_err(|e| format!("{e:#}"))
+        });
+        collecting = Some((out.len() - 1, job));
     }
+    finish(&mut out, collecting.take());
     Ok(out)
 }
 
@@ -316,6 +337,9 @@ pub fn check(cfg: &RunConfig, on_event: &mut dyn FnMut(Event)) -> Result<Report>
         }
     }
     r.seconds = t0.elapsed().as_secs_f64();
+    if let Some(p) = r.program.as_mut() {
+        p.harness_peak_rss_bytes = own_peak_rss();
+    }
     let mut r = r.judge();
     if let Some(dir) = &cfg.snapshots {
         snapshot(dir, &mut r, &cfg.controls);
@@ -357,6 +381,15 @@ fn blame(cfg: &RunConfig) -> Result<Blame> {
     Ok(Blame::new(true, broken))
 }
 
+/// This process's peak resident set size (`getrusage(RUSAGE_SELF)`), bytes.
+fn own_peak_rss() -> Option<u64> {
+    // SAFETY: an all-zero rusage is valid for getrusage to fill in.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the local we pass.
+    (unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0)
+        .then(|| (ru.ru_maxrss.max(0) as u64) * 1024)
+}
+
 fn program_info(cfg: &RunConfig, recs: &[Record]) -> ProgramInfo {
     let mut env = recs.first().map(|r| r.env.clone()).unwrap_or_default();
     env.insert(
@@ -390,5 +423,6 @@ fn program_info(cfg: &RunConfig, recs: &[Record]) -> ProgramInfo {
         runs: recs.iter().map(|r| r.run.clone()).collect(),
         step_memory: first.map(|c| c.steps.clone()).unwrap_or_default(),
         platform: first.and_then(|c| c.platform.clone()),
+        harness_peak_rss_bytes: None,
     }
 }

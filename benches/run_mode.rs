@@ -1,0 +1,134 @@
+//! `cargo bench --bench run_mode`: `bitexact run` on a program that writes one 1 GiB
+//! safetensors file, with every baseline measured in the same run:
+//! - hashing that file from the page cache: `tensor_files::digest_file` (mmap, parallel chunks)
+//!   vs one-thread sha2 over the same bytes, and vs Python's `hashlib.sha256(f.read())` (what a
+//!   PyTorch user writes; timed inside Python, so interpreter start-up is not counted);
+//! - bitexact's own time per run beyond the program: `bitexact run --runs 2` wall time / 2 vs
+//!   the same program run directly (best of 3 each);
+//! - bitexact's own peak RSS (the `harness_peak_rss_bytes` it reports) vs the largest output.
+//!
+//! Targets (DESIGN.md): digest ≥ 0.9 × cores × one thread and ≥ 1.8 × hashlib; overhead ≤ 5 %;
+//! peak RSS ≤ 1.5 × largest file + 100 MB. `BITEXACT_BENCH_MB` sets the size (default 1024);
+//! `BITEXACT_PYTHON` the interpreter (default python3). Never run in tests.
+
+use bitexact::tensor_files::{digest_file, scan};
+use sha2::{Digest as _, Sha256};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+/// The program: writes `$BITEXACT_OUT/big.safetensors` (one U32 tensor of `mb` MiB) in 64 MiB
+/// chunks, as a training script dumping a large state would.
+const WRITER: &str = r#"
+import json, os, struct, sys
+n = int(sys.argv[1]) << 20
+hdr = json.dumps({"w": {"dtype": "U32", "shape": [n // 4], "data_offsets": [0, n]}}).encode()
+hdr += b" " * (-len(hdr) % 8)
+chunk = bytes(range(256)) * (1 << 18)
+with open(os.path.join(os.environ["BITEXACT_OUT"], "big.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(hdr)) + hdr)
+    for i in range(0, n, len(chunk)):
+        f.write(chunk[: min(len(chunk), n - i)])
+"#;
+
+fn best(reps: usize, mut f: impl FnMut() -> f64) -> f64 {
+    (0..reps).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+fn timed(f: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mb: usize = std::env::var("BITEXACT_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let py = std::env::var("BITEXACT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let exe = env!("CARGO_BIN_EXE_bitexact");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("direct");
+    std::fs::create_dir_all(&out).unwrap();
+    let program = |out: &Path| {
+        let s = Command::new(&py)
+            .args(["-c", WRITER, &mb.to_string()])
+            .env("BITEXACT_OUT", out)
+            .status()
+            .expect("run the writer");
+        assert!(s.success());
+    };
+    let direct = best(3, || timed(|| program(&out)));
+    let file = scan(&out).unwrap().remove(0);
+    let gb = file.len as f64 / 1e9;
+
+    // Hashing from the page cache (the file was just written).
+    let bytes = std::fs::read(&file.path).unwrap();
+    let one = best(3, || {
+        timed(|| drop(std::hint::black_box(Sha256::digest(&bytes))))
+    });
+    drop(bytes);
+    let ours = best(3, || {
+        timed(|| drop(std::hint::black_box(digest_file(&file).unwrap())))
+    });
+    let hashlib_code = "import hashlib, sys, time\nt = time.perf_counter()\nwith open(sys.argv[1], 'rb') as f:\n    hashlib.sha256(f.read()).hexdigest()\nprint(time.perf_counter() - t)";
+    let hashlib = best(3, || {
+        let o = Command::new(&py)
+            .args(["-c", hashlib_code])
+            .arg(&file.path)
+            .output()
+            .expect("python hashlib");
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .expect("seconds")
+    });
+
+    // bitexact run: per-run time beyond the program, and its own peak RSS.
+    let mut rss = 0u64;
+    let via = best(3, || {
+        let t = Instant::now();
+        let o = Command::new(exe)
+            .args([
+                "run", "--runs", "2", "--format", "json", "--", &py, "-c", WRITER,
+            ])
+            .arg(mb.to_string())
+            .output()
+            .expect("bitexact run");
+        let secs = t.elapsed().as_secs_f64() / 2.0;
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
+        assert_eq!(v["cases"][0]["verdict"], "deterministic", "{v:#}");
+        rss = rss.max(
+            v["cases"][0]["program"]["harness_peak_rss_bytes"]
+                .as_u64()
+                .unwrap_or(0),
+        );
+        secs
+    });
+
+    println!("bitexact run mode, {mb} MiB safetensors output, {cores} cores");
+    println!("  one-thread sha2 (baseline)      {:6.2} GB/s", gb / one);
+    println!(
+        "  python hashlib.sha256(f.read()) {:6.2} GB/s",
+        gb / hashlib
+    );
+    println!(
+        "  bitexact digest_file (mmap)     {:6.2} GB/s  = {:.2} x cores x one thread (target >= 0.9), {:.2} x hashlib (target >= 1.8)",
+        gb / ours,
+        one / ours / cores as f64,
+        hashlib / ours
+    );
+    println!(
+        "  program alone {:.3} s/run, under bitexact run {:.3} s/run: bitexact's own time +{:.1} % (target <= 5 %)",
+        direct,
+        via,
+        (via / direct - 1.0) * 100.0
+    );
+    println!(
+        "  bitexact peak RSS {:.0} MiB = {:.2} x largest file (target <= 1.5 x + 100 MB)",
+        rss as f64 / (1 << 20) as f64,
+        rss as f64 / file.len as f64
+    );
+}
