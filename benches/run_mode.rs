@@ -31,6 +31,10 @@ with open(os.path.join(os.environ["BITEXACT_OUT"], "big.safetensors"), "wb") as 
         f.write(chunk[: min(len(chunk), n - i)])
 "#;
 
+mod common;
+use common::cores_and_mb;
+
+/// Smallest of `reps` values of `f` (each a time in seconds).
 fn best(reps: usize, mut f: impl FnMut() -> f64) -> f64 {
     (0..reps).map(|_| f()).fold(f64::INFINITY, f64::min)
 }
@@ -42,11 +46,7 @@ fn timed(f: impl FnOnce()) -> f64 {
 }
 
 fn main() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mb: usize = std::env::var("BITEXACT_BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
+    let (cores, mb) = cores_and_mb();
     let py = std::env::var("BITEXACT_PYTHON").unwrap_or_else(|_| "python3".into());
     let exe = env!("CARGO_BIN_EXE_bitexact");
     let dir = tempfile::tempdir().expect("temp dir");

@@ -11,23 +11,11 @@ use bitexact::{Backend, Controls, Tensor};
 use sha2::{Digest as _, Sha256};
 use std::time::Instant;
 
-/// Best wall time of `reps` calls of `f`.
-fn best<T>(reps: usize, mut f: impl FnMut() -> T) -> f64 {
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            std::hint::black_box(f());
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
+mod common;
+use common::{best, cores_and_mb};
 
 fn main() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mb: usize = std::env::var("BITEXACT_BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
+    let (cores, mb) = cores_and_mb();
     let bytes = mb << 20;
     let data: Vec<u32> = (0..bytes / 4)
         .map(|i| (i as u32).wrapping_mul(2_654_435_761))

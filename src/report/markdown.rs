@@ -78,18 +78,7 @@ pub fn render(report: &Report) -> String {
         o.push_str("\n| op | backend | deterministic | nondeterministic | cost |\n");
         o.push_str("|---|---|---|---|---:|\n");
         for r in &report.cost {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} {} | {} {} | {:.2}x ({}) |",
-                r.op,
-                r.backend.name(),
-                r.deterministic.0,
-                seconds(r.deterministic.1),
-                r.nondeterministic.0,
-                seconds(r.nondeterministic.1),
-                r.ratio,
-                super::cost_words(r.ratio)
-            );
+            let _ = writeln!(o, "| {} |", super::cost_cells(r).join(" | "));
         }
     }
     if !report.cross_device.is_empty() {

@@ -315,6 +315,22 @@ pub fn counts(s: &Summary) -> String {
     line
 }
 
+/// One cost-of-determinism row as cells: op, backend, deterministic implementation and time,
+/// nondeterministic implementation and time, ratio with its direction in words.
+pub fn cost_cells(r: &CostRow) -> [String; 5] {
+    [
+        r.op.clone(),
+        r.backend.name().to_string(),
+        format!("{} {}", r.deterministic.0, text::seconds(r.deterministic.1)),
+        format!(
+            "{} {}",
+            r.nondeterministic.0,
+            text::seconds(r.nondeterministic.1)
+        ),
+        format!("{:.2}x ({})", r.ratio, cost_words(r.ratio)),
+    ]
+}
+
 /// The cost of determinism in words: `deterministic is 1.15x slower`, `… 33.3x faster`, or
 /// `… as fast` within 1 %.
 pub fn cost_words(ratio: f64) -> String {

@@ -78,17 +78,10 @@ pub fn render(report: &Report) -> String {
     if !report.cost.is_empty() {
         let _ = writeln!(o, "\ncost of determinism (fastest deterministic / fastest nondeterministic, best of runs):");
         for r in &report.cost {
+            let [op, backend, det, nondet, ratio] = super::cost_cells(r);
             let _ = writeln!(
                 o,
-                "  {:12} {:5} {:>18} {:>9}  vs {:>18} {:>9}  {:.2}x: {}",
-                r.op,
-                r.backend.name(),
-                r.deterministic.0,
-                seconds(r.deterministic.1),
-                r.nondeterministic.0,
-                seconds(r.nondeterministic.1),
-                r.ratio,
-                super::cost_words(r.ratio)
+                "  {op:12} {backend:5} {det:>28}  vs {nondet:>28}  {ratio}"
             );
         }
     }

@@ -44,15 +44,7 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<Collected> {
     let mut digests = tensor_files::digest_dir(out)?;
     let files = tensor_files::scan(out)?;
     let written = |name: &str| {
-        files
-            .iter()
-            .find(|f| {
-                name == f.name
-                    || name
-                        .strip_prefix(f.name.as_str())
-                        .is_some_and(|k| k.starts_with(':'))
-            })
-            .and_then(|f| std::fs::metadata(&f.path).ok()?.modified().ok())
+        file_of(&files, name).and_then(|f| std::fs::metadata(&f.path).ok()?.modified().ok())
     };
     let mut keyed: Vec<_> = digests
         .drain(..)
@@ -99,6 +91,19 @@ fn union<'a>(a: &'a [(String, Digest)], b: &'a [(String, Digest)]) -> Vec<&'a St
     let seen: std::collections::BTreeSet<&String> = names.iter().copied().collect();
     names.extend(b.iter().map(|(n, _)| n).filter(|n| !seen.contains(n)));
     names
+}
+
+/// The file that holds output `name` (`path` or `path:key`).
+fn file_of<'a>(
+    files: &'a [tensor_files::OutputFile],
+    name: &str,
+) -> Option<&'a tensor_files::OutputFile> {
+    files.iter().find(|f| {
+        name == f.name
+            || name
+                .strip_prefix(f.name.as_str())
+                .is_some_and(|k| k.starts_with(':'))
+    })
 }
 
 /// The first output, in the order the earlier run wrote them (see [`Collected::digests`]),
@@ -185,15 +190,7 @@ fn load(run: &RunFiles, name: &str) -> Result<Tensor> {
         return Ok(Tensor::from_slice(&[bytes.len()], &bytes));
     }
     let files = tensor_files::scan(run.out)?;
-    let file = files
-        .iter()
-        .find(|f| {
-            name == f.name
-                || name
-                    .strip_prefix(f.name.as_str())
-                    .is_some_and(|k| k.starts_with(':'))
-        })
-        .ok_or_else(|| anyhow!("{name}: file not found"))?;
+    let file = file_of(&files, name).ok_or_else(|| anyhow!("{name}: file not found"))?;
     if file.len > EXPLAIN_MAX_BYTES {
         return Err(anyhow!(
             "{} is {} bytes, over the {} MiB explained in memory",
