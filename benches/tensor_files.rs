@@ -9,7 +9,6 @@ use bitexact::tensor_files::{digest_file, scan};
 use bitexact::DType;
 use sha2::{Digest as _, Sha256};
 use std::io::Write;
-use std::time::Instant;
 
 mod common;
 use common::{best, cores_and_mb};

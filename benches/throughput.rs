@@ -9,7 +9,6 @@ use bitexact::digest::{digest_all, tensor_digest};
 use bitexact::harness::check_case;
 use bitexact::{Backend, Controls, Tensor};
 use sha2::{Digest as _, Sha256};
-use std::time::Instant;
 
 mod common;
 use common::{best, cores_and_mb};
