@@ -2,6 +2,7 @@
 
 use bitexact::case::{Case, Ctx, Outputs};
 use bitexact::harness::{check_case_with, Options};
+use bitexact::report::{self, Format};
 use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::Variation;
 use bitexact::{ops, Backend, Controls, Tensor, Verdict};
@@ -10,47 +11,51 @@ use std::sync::atomic::{AtomicU32, Ordering};
 mod common;
 use common::{bitexact, json};
 
+/// The suite as `report --vary all` runs it, through the library: children (the `process`
+/// variation) are the built `bitexact` binary, which finds built-in cases by name.
+fn vary_all_suite(filter: &str) -> bitexact::Report {
+    use bitexact::isolate::{ChildConfig, Launcher};
+    let selected = bitexact::cases::select(Some(filter));
+    let cases: Vec<&dyn Case> = selected.iter().map(|c| c.as_ref()).collect();
+    let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
+    config.options.vary = Variation::all()
+        .filter(|v| v.applies_to(bitexact::vary::Kind::Case))
+        .collect();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_bitexact"));
+    config.options.children = Some(ChildConfig::new(Launcher::Binary(exe)));
+    suite::run(&cases, &config, &mut |_| {}).unwrap()
+}
+
 #[test]
 fn vary_all_passes_deterministic_cases_and_blames_each_planted_bug() {
-    let o = bitexact(&[
-        "report",
-        "--vary",
-        "all",
-        "--filter",
-        "kernel/*/small,planted/",
-        "--format",
-        "json",
-    ]);
-    let v = json(&o);
-    assert_eq!(o.status.code(), Some(0), "{v:#}");
-    let cases = v["cases"].as_array().unwrap();
-    for c in cases
+    let report = vary_all_suite("kernel/*/small,planted/");
+    assert_eq!(report.exit_code(), 0, "{:#?}", report.summary);
+    for c in report
+        .cases
         .iter()
-        .filter(|c| c["name"].as_str().unwrap().starts_with("kernel/"))
+        .filter(|c| c.name.starts_with("kernel/"))
     {
-        assert_eq!(c["verdict"], "deterministic", "{c:#}");
+        assert_eq!(c.verdict, Verdict::Deterministic, "{c:?}");
     }
     for (name, variation) in [
-        ("planted/uninit_scratch", "poison"),
-        ("planted/hashmap_order", "process"),
-        ("planted/thread_split_sum", "threads"),
-        ("planted/batch_variant_matmul", "batch"),
+        ("planted/uninit_scratch", Variation::Poison),
+        ("planted/hashmap_order", Variation::Process),
+        ("planted/thread_split_sum", Variation::Threads),
+        ("planted/batch_variant_matmul", Variation::Batch),
     ] {
-        let c = cases
+        let c = report
+            .cases
             .iter()
-            .find(|c| c["name"] == name)
+            .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("{name} missing"));
-        assert_eq!(c["verdict"], "caught", "{c:#}");
-        assert_eq!(
-            c["blame"]["broken_by"],
-            serde_json::json!([variation]),
-            "{name}: {c:#}"
-        );
-        assert!(
-            c["blame"]["reproducible_when_fixed"].as_bool().unwrap(),
-            "{name}"
-        );
+        assert_eq!(c.verdict, Verdict::Caught, "{c:?}");
+        let blame = c.blame.as_ref().expect("blame");
+        assert_eq!(blame.broken_by, vec![variation], "{name}: {blame:?}");
+        assert!(blame.reproducible_when_fixed, "{name}");
     }
+    // The report names the active variations.
+    assert!(report::render(Format::Text, &report)
+        .contains("variations: threads, workers, poison, process, order, batch"));
 }
 
 #[test]
