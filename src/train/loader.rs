@@ -21,13 +21,13 @@
 //! * **Checks**: the loader reports, by name, workers that share one random stream and samples
 //!   that received identical augmentation noise (see [`Loader::take_findings`]).
 
+pub use super::dataset::Dataset;
 use crate::rng::{derive_seed, Stream};
 use anyhow::{bail, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{mpsc, Arc};
 
 /// Tags mixed into the seed for each use.
-const DATA: u64 = 0xDA7A;
 const SHUFFLE: u64 = 0x5AFF;
 const AUG: u64 = 0xA06;
 const WORKER_STREAM: u64 = 0x3017;
@@ -40,57 +40,6 @@ pub enum AugmentRng {
     /// PLANTED BUG: every worker draws from one stream copied from the same seed, like forked
     /// loader workers that inherit one RNG state; their augmentations repeat.
     SharedWorkerSeed,
-}
-
-/// The synthetic classification dataset.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Dataset {
-    /// Features per sample.
-    pub dim: usize,
-    /// Classes.
-    pub classes: usize,
-    /// `[samples × dim]` features.
-    pub x: Vec<f32>,
-    /// Labels in `0..classes`.
-    pub y: Vec<i64>,
-}
-
-impl Dataset {
-    /// `samples` points around `classes` random centres (σ 0.5), all drawn from `seed`.
-    pub fn generate(seed: u64, samples: usize, dim: usize, classes: usize) -> Result<Dataset> {
-        if samples == 0 || dim == 0 || classes == 0 {
-            bail!("dataset: samples ({samples}), dim ({dim}) and classes ({classes}) must be > 0");
-        }
-        let s = derive_seed(seed, DATA);
-        let centres = Stream::new(s, 0).normal(classes * dim);
-        let mut labels = Stream::new(s, 1);
-        let y: Vec<i64> = (0..samples)
-            .map(|_| labels.below(classes as u32) as i64)
-            .collect();
-        let noise = Stream::new(s, 2).normal(samples * dim);
-        let x = noise
-            .chunks(dim)
-            .zip(&y)
-            .flat_map(|(n, &c)| {
-                let ctr = &centres[c as usize * dim..(c as usize + 1) * dim];
-                n.iter()
-                    .zip(ctr)
-                    .map(|(n, c)| c + 0.5 * n)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        Ok(Dataset { dim, classes, x, y })
-    }
-
-    /// Number of samples.
-    pub fn len(&self) -> usize {
-        self.y.len()
-    }
-
-    /// Whether the dataset has no samples.
-    pub fn is_empty(&self) -> bool {
-        self.y.is_empty()
-    }
 }
 
 /// A batch as handed to the training step.
@@ -481,87 +430,5 @@ impl Shared {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn loader(workers: usize, augment: AugmentRng, jitter: bool) -> Loader {
-        let data = Arc::new(Dataset::generate(7, 96, 8, 3).unwrap());
-        let cfg = LoaderConfig {
-            batch: 16,
-            workers,
-            augment,
-            jitter,
-        };
-        Loader::new(data, cfg, 7).unwrap()
-    }
-
-    fn strip(b: Batch) -> (Vec<f32>, Vec<i64>, Vec<usize>) {
-        (b.x, b.y, b.indices)
-    }
-
-    #[test]
-    fn batches_identical_for_any_worker_count_and_timing() {
-        // 15 batches = 2.5 epochs of 6, with random sleeps in the workers.
-        let take =
-            |mut l: Loader| -> Vec<_> { (0..15).map(|_| strip(l.next_batch().unwrap())).collect() };
-        let want = take(loader(0, AugmentRng::PerSample, false));
-        for w in [1, 2, 4] {
-            let mut l = loader(w, AugmentRng::PerSample, true);
-            assert_eq!(
-                take(loader(w, AugmentRng::PerSample, true)),
-                want,
-                "{w} workers"
-            );
-            l.next_batch().unwrap();
-            assert!(l.take_findings().is_empty());
-        }
-        // Epochs are shuffled differently and every sample appears once per epoch.
-        let mut seen: Vec<usize> = want[..6].iter().flat_map(|b| b.2.clone()).collect();
-        seen.sort();
-        assert_eq!(seen, (0..96).collect::<Vec<_>>());
-        assert_ne!(want[0].2, want[6].2);
-    }
-
-    #[test]
-    fn seek_reproduces_the_rest_of_the_stream() {
-        let mut a = loader(2, AugmentRng::PerSample, false);
-        let all: Vec<_> = (0..9).map(|_| strip(a.next_batch().unwrap())).collect();
-        let mut b = loader(4, AugmentRng::PerSample, false);
-        b.next_batch().unwrap(); // prefetches 4, consumes 1
-        b.seek(Position { epoch: 1, batch: 1 }, None).unwrap();
-        assert_eq!(strip(b.next_batch().unwrap()), all[7]);
-        let e = b.seek(Position { epoch: 0, batch: 6 }, None).unwrap_err();
-        assert!(e.to_string().contains("past the 6 batches"), "{e}");
-    }
-
-    #[test]
-    fn saved_worker_streams_count_handed_out_batches_only() {
-        // The stateful (buggy) loader's streams are checkpointed as of the batches handed out,
-        // not of what the workers prefetched, so a resume continues exactly.
-        let mut a = loader(2, AugmentRng::SharedWorkerSeed, true);
-        let all: Vec<_> = (0..5).map(|_| strip(a.next_batch().unwrap())).collect();
-        let mut b = loader(2, AugmentRng::SharedWorkerSeed, true);
-        b.next_batch().unwrap();
-        b.next_batch().unwrap();
-        let (pos, streams) = (b.position(), b.worker_streams().to_vec());
-        drop(b);
-        let mut c = loader(2, AugmentRng::SharedWorkerSeed, false);
-        c.seek(pos, Some(streams)).unwrap();
-        let rest: Vec<_> = (0..3).map(|_| strip(c.next_batch().unwrap())).collect();
-        assert_eq!(rest, all[2..]);
-    }
-
-    #[test]
-    fn shared_worker_seed_is_reported_by_name() {
-        let mut l = loader(2, AugmentRng::SharedWorkerSeed, false);
-        for _ in 0..2 {
-            l.next_batch().unwrap();
-        }
-        let f = l.take_findings();
-        assert!(
-            f[0].contains("workers 0 and 1 share one random stream"),
-            "{f:?}"
-        );
-        assert!(f[1].contains("identical augmentation noise"), "{f:?}");
-    }
-}
+#[path = "loader_tests.rs"]
+mod tests;

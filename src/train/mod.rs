@@ -9,6 +9,7 @@
 //! keyed by the run's seed: initial weights, data, shuffles, augmentations, dropout masks.
 
 pub mod checkpoint;
+pub mod dataset;
 pub mod loader;
 pub mod model;
 pub mod optim;
