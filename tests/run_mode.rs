@@ -377,3 +377,27 @@ fn torch_example_resume_is_bit_exact_and_its_planted_bug_is_caught() {
     assert_eq!(c["blame"]["reproducible_when_fixed"], true);
     println!("conv_threads: {}", c["divergence"]["explanation"]);
 }
+
+#[test]
+fn every_format_renders_a_program_case() {
+    let prog = ["--", "sh", "-c", "echo $$ > \"$BITEXACT_OUT/pid.txt\""];
+    let with = |format: &str| {
+        let mut args = vec!["run", "--format", format];
+        args.extend(prog);
+        let o = bitexact(&args);
+        assert_eq!(o.status.code(), Some(1), "{format}");
+        stdout(&o)
+    };
+    let junit = with("junit");
+    let doc = roxmltree::Document::parse(&junit).expect("JUnit XML parses");
+    let failure = doc
+        .descendants()
+        .find(|n| n.has_tag_name("failure"))
+        .expect("a failure");
+    let text = failure.text().unwrap_or_default();
+    assert!(text.contains("command: sh -c") && text.contains("first divergence: pid.txt"), "{text}");
+    let md = with("markdown");
+    assert!(md.contains("`run/sh`") && md.contains("runs (status, time, peak RSS)"), "{md}");
+    let text = with("text");
+    assert!(text.contains("env: BITEXACT_BENCHMARK=0"), "{text}");
+}
