@@ -24,6 +24,12 @@ static ALLOC: bitexact::memory::CountingAlloc = bitexact::memory::CountingAlloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Child) {
+        // Stopping bitexact (Ctrl-C, CI's SIGTERM) kills every child process group first.
+        if let Err(e) = bitexact::isolate::install_signal_handlers() {
+            eprintln!("warning: no signal handlers (children may outlive a stopped bitexact): {e}");
+        }
+    }
     let result = match cli.command {
         Command::Report(args) => report(args),
         Command::List { filter } => list(filter.as_deref()),
