@@ -22,7 +22,12 @@
 //! **Hygiene.** Every child runs in its own process group, which is killed as a whole on
 //! timeout (grandchildren included), and receives SIGKILL when its parent dies
 //! (`PR_SET_PDEATHSIG`). An isolated case without `--timeout` is limited to
-//! [`DEFAULT_ISOLATE_TIMEOUT`].
+//! [`DEFAULT_ISOLATE_TIMEOUT`]. Live child groups are registered ([`register`]) and, with
+//! [`install_signal_handlers`], killed when bitexact gets SIGTERM, SIGINT or SIGHUP (see
+//! [`groups`], which also says what SIGKILL leaves behind: grandchildren).
+
+pub mod groups;
+pub use groups::{install_signal_handlers, kill_all_children, register, Registered};
 
 use crate::backend::Backend;
 use crate::case::Case;
@@ -151,6 +156,8 @@ fn temp_path(tag: &str) -> PathBuf {
 /// Names a signal for messages.
 pub fn signal_name(sig: i32) -> &'static str {
     match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
         4 => "SIGILL",
         6 => "SIGABRT",
         7 => "SIGBUS",
@@ -194,14 +201,20 @@ fn failure_cause(status: std::process::ExitStatus, stderr: &str) -> String {
 }
 
 /// Puts a command's process in its own process group, tied to the parent's life: it gets
-/// SIGKILL when the parent dies, so no child outlives bitexact.
+/// SIGKILL when the parent dies, so no child outlives bitexact (its own children are another
+/// matter: see [`groups`]). Callers should [`register`] the child's pid once it is spawned.
 pub fn contain(cmd: &mut Command) {
     cmd.process_group(0);
-    // SAFETY: prctl is async-signal-safe; the closure touches no memory of the parent.
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe; the closure only reads a copied pid.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The parent died between fork and prctl: the death signal will never come.
+            if libc::getppid() != parent {
+                libc::_exit(128 + libc::SIGKILL);
             }
             Ok(())
         });
@@ -237,6 +250,7 @@ fn run_child(cfg: &ChildConfig, mode: Mode, case: &str, backend: Backend) -> Res
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting a child process ({:?})", cfg.launcher))?;
+    let registered = register(child.id() as i32);
     let mut stderr_pipe = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -245,8 +259,13 @@ fn run_child(cfg: &ChildConfig, mode: Mode, case: &str, backend: Backend) -> Res
     });
     let t0 = Instant::now();
     let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break st;
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(e) => {
+                kill_group(&mut child);
+                return Err(e).context("waiting for a child process");
+            }
         }
         if cfg.timeout.is_some_and(|t| t0.elapsed() > t) {
             kill_group(&mut child);
@@ -260,6 +279,7 @@ fn run_child(cfg: &ChildConfig, mode: Mode, case: &str, backend: Backend) -> Res
     };
     // The child is gone; anything it left in its group (a grandchild holding stderr) goes too.
     kill_group(&mut child);
+    drop(registered);
     let stderr = reader.join().unwrap_or_default();
     let bytes = std::fs::read(&out);
     let _ = std::fs::remove_file(&out);

@@ -24,6 +24,12 @@ static ALLOC: bitexact::memory::CountingAlloc = bitexact::memory::CountingAlloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Child) {
+        // Stopping bitexact (Ctrl-C, CI's SIGTERM) kills every child process group first.
+        if let Err(e) = bitexact::isolate::install_signal_handlers() {
+            eprintln!("warning: no signal handlers (children may outlive a stopped bitexact): {e}");
+        }
+    }
     let result = match cli.command {
         Command::Report(args) => report(args),
         Command::List { filter } => list(filter.as_deref()),
@@ -199,10 +205,17 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
     Ok(u8::from(failed))
 }
 
+/// Exit 0 when every case in either file has identical traces, 1 when any differs or is in one
+/// file only, 2 when a file is unreadable or not a valid trace file (version, duplicates).
 fn diff_trace(a: &Path, b: &Path) -> Result<u8> {
-    let (ta, tb) = (TraceFile::load(a)?, TraceFile::load(b)?);
+    let load = |p: &Path| TraceFile::load(p).map_err(|e| usage(format!("{e:#}")));
+    let (ta, tb) = (load(a)?, load(b)?);
+    let diffs = trace::diff_files(&ta, &tb);
+    if diffs.is_empty() {
+        println!("no traced cases in either file");
+    }
     let mut differing = 0;
-    for (name, backend, d) in trace::diff_files(&ta, &tb) {
+    for (name, backend, d) in diffs {
         match d {
             None => println!("{name} [{backend}]: identical traces"),
             Some(d) => {

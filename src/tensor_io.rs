@@ -4,12 +4,20 @@
 //! Layout: `b"BXOUT1\n"`, metadata length `u64` LE, metadata (UTF-8 JSON), tensor count `u64`,
 //! then per tensor: name length `u64`, name, dtype tag `u32`, rank `u64`, dims `u64` each,
 //! byte length `u64`, bytes. All little-endian.
+//!
+//! Decoding trusts no length field: every count is checked against the bytes actually left
+//! before anything is allocated, ranks are at most [`MAX_RANK`], element counts are computed
+//! with overflow checks, and duplicate names or trailing bytes are errors.
 
 use crate::case::Outputs;
 use crate::tensor::{DType, Tensor};
 use anyhow::{bail, Context, Result};
 
 const MAGIC: &[u8] = b"BXOUT1\n";
+/// Highest tensor rank a decoded file may hold.
+pub const MAX_RANK: usize = 32;
+/// Fewest bytes one tensor record takes (empty name, rank 0, no data).
+const MIN_RECORD: u64 = 8 + 4 + 8 + 8;
 
 /// Encodes metadata and outputs.
 pub fn encode(meta: &str, outputs: &Outputs) -> Vec<u8> {
@@ -72,6 +80,12 @@ pub fn decode(bytes: &[u8]) -> Result<(String, Outputs)> {
     let meta =
         String::from_utf8(r.take(n, "metadata")?.to_vec()).context("metadata is not UTF-8")?;
     let count = r.u64("tensor count")?;
+    if count > r.0.len() as u64 / MIN_RECORD {
+        bail!(
+            "outputs file: tensor count {count} cannot fit in the {} bytes left",
+            r.0.len()
+        );
+    }
     let mut outputs = Outputs::new();
     for _ in 0..count {
         let n = r.len("name length")?;
@@ -80,14 +94,32 @@ pub fn decode(bytes: &[u8]) -> Result<(String, Outputs)> {
         let dt = dtype(u32::from_le_bytes(
             r.take(4, "dtype")?.try_into().expect("4 bytes"),
         ))?;
-        let rank = r.len("rank")?;
+        let rank = r.u64("rank")?;
+        if rank > MAX_RANK as u64 {
+            bail!("outputs file: tensor {name:?} has rank {rank} (at most {MAX_RANK})");
+        }
         let shape = (0..rank)
-            .map(|_| r.u64("dimension").map(|d| d as usize))
+            .map(|_| {
+                r.u64("dimension")
+                    .map(|d| usize::try_from(d).unwrap_or(usize::MAX))
+            })
             .collect::<Result<Vec<_>>>()?;
         let n = r.len("data length")?;
+        let want = shape
+            .iter()
+            .try_fold(dt.size(), |a, &d| a.checked_mul(d))
+            .filter(|&w| w == n);
+        if want.is_none() {
+            bail!("outputs file: tensor {name:?} of dtype {dt} and shape {shape:?} cannot hold {n} data bytes");
+        }
         let t = Tensor::from_bytes(dt, &shape, r.take(n, "data")?.to_vec())
             .with_context(|| format!("tensor {name}"))?;
-        outputs.insert(name, t);
+        if outputs.insert(name.clone(), t).is_some() {
+            bail!("outputs file: tensor {name:?} appears twice");
+        }
+    }
+    if !r.0.is_empty() {
+        bail!("outputs file: {} trailing bytes", r.0.len());
     }
     Ok((meta, outputs))
 }
@@ -111,5 +143,62 @@ mod tests {
         let err = decode(&bytes[..bytes.len() - 3]).unwrap_err();
         assert!(format!("{err:#}").contains("truncated"), "{err:#}");
         assert!(decode(b"nope").is_err());
+    }
+
+    fn sample() -> Vec<u8> {
+        let mut o = Outputs::new();
+        o.insert("w".into(), Tensor::from_slice(&[2, 3], &[1.5f32; 6]));
+        o.insert("i".into(), Tensor::from_slice(&[4], &[7i64, -1, 0, 3]));
+        o.insert("b".into(), Tensor::from_bools(&[2], &[true, false]));
+        encode("{\"algorithms\":{}}", &o)
+    }
+
+    #[test]
+    fn hostile_length_fields_are_errors_without_allocating() {
+        let err = |b: &[u8]| format!("{:#}", decode(b).unwrap_err());
+        let mut b = MAGIC.to_vec();
+        b.extend(0u64.to_le_bytes());
+        b.extend(u64::MAX.to_le_bytes());
+        assert!(err(&b).contains("tensor count"), "{}", err(&b));
+        // One tensor: empty name, f32, rank 2 with dims 2^40 x 2^40 (product overflows).
+        let mut b = MAGIC.to_vec();
+        for v in [0u64, 1, 0] {
+            b.extend(v.to_le_bytes());
+        }
+        b.extend(0u32.to_le_bytes());
+        for v in [2u64, 1 << 40, 1 << 40, 0] {
+            b.extend(v.to_le_bytes());
+        }
+        let dt = DType::ALL[0];
+        b[7 + 24..7 + 28].copy_from_slice(&(dt as u32).to_le_bytes());
+        assert!(err(&b).contains("cannot hold 0 data bytes"), "{}", err(&b));
+        let mut trailing = sample();
+        trailing.extend(b"x");
+        assert!(err(&trailing).contains("1 trailing bytes"));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+        #[test]
+        fn random_bytes_are_errors(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            proptest::prop_assert!(decode(&b).is_err());
+            let mut framed = MAGIC.to_vec();
+            framed.extend(&b);
+            let _ = decode(&framed);
+        }
+
+        #[test]
+        fn truncations_are_errors(n in 0..1000usize) {
+            let b = sample();
+            proptest::prop_assert!(decode(&b[..n % b.len()]).is_err());
+        }
+
+        #[test]
+        fn bit_flips_never_panic(at in 0..1000usize, bit in 0..8u8) {
+            let mut b = sample();
+            let i = at % b.len();
+            b[i] ^= 1 << bit;
+            let _ = decode(&b);
+        }
     }
 }

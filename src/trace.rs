@@ -174,88 +174,6 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn e(call: usize, op: &str, inputs: &[&str], output: &str) -> TraceEntry {
-        TraceEntry {
-            call,
-            op: op.into(),
-            algorithm: "x".into(),
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            output: output.into(),
-        }
-    }
-
-    #[test]
-    fn names_the_first_op_whose_output_differs_with_equal_inputs() {
-        let a = vec![
-            e(0, "matmul", &["a", "b"], "c"),
-            e(1, "softmax", &["c"], "d"),
-        ];
-        let b = vec![
-            e(0, "matmul", &["a", "b"], "c2"),
-            e(1, "softmax", &["c2"], "d2"),
-        ];
-        let d = first_divergence(&a, &b).unwrap();
-        assert_eq!(
-            (d.call, d.op.as_str(), d.inputs_matched),
-            (0, "matmul", true)
-        );
-        assert!(first_divergence(&a, &a).is_none());
-    }
-
-    #[test]
-    fn a_changed_algorithm_is_named_as_such() {
-        let a = vec![e(0, "matmul", &["a", "b"], "c")];
-        let mut b = a.clone();
-        b[0].algorithm = "tiled32".into();
-        b[0].output = "c2".into();
-        let d = first_divergence(&a, &b).unwrap();
-        assert!(
-            d.explanation.contains("algorithm changed (x vs tiled32)"),
-            "{}",
-            d.explanation
-        );
-        assert!(!d.explanation.contains("nondeterministic"));
-        let mut c = a.clone();
-        c[0].inputs.push("extra".into());
-        let d = first_divergence(&a, &c).unwrap();
-        assert!(d.explanation.contains("2 vs 3 inputs"), "{}", d.explanation);
-    }
-
-    #[test]
-    fn differing_inputs_point_outside_the_ops() {
-        let a = vec![
-            e(0, "matmul", &["a", "b"], "c"),
-            e(1, "softmax", &["x"], "d"),
-        ];
-        let b = vec![
-            e(0, "matmul", &["a", "b"], "c"),
-            e(1, "softmax", &["y"], "d2"),
-        ];
-        let d = first_divergence(&a, &b).unwrap();
-        assert!(!d.inputs_matched && d.explanation.contains("input 0"));
-    }
-
-    #[test]
-    fn digests_are_value_sensitive() {
-        assert_ne!(
-            trace_digest((&[0.0f32][..]).into()),
-            trace_digest((&[-0.0f32][..]).into())
-        );
-        assert_eq!(
-            trace_digest((&[1i64, 2][..]).into()),
-            trace_digest(TraceArg::I64(&[1, 2]))
-        );
-        assert_ne!(
-            trace_digest(TraceArg::Bool(&[true])),
-            trace_digest(TraceArg::Bool(&[false]))
-        );
-    }
-}
-
 /// The traces of one case on one backend, as saved by `--trace FILE`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CaseTraces {
@@ -297,36 +215,89 @@ impl TraceFile {
         })
     }
 
-    /// Reads a trace file; errors name the file.
+    /// Reads a trace file; errors name the file. Only regular files up to
+    /// [`MAX_TRACE_FILE_BYTES`] are read (not a directory, a FIFO or `/dev/zero`).
     pub fn load(path: &std::path::Path) -> anyhow::Result<TraceFile> {
         use anyhow::Context;
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading trace file {}", path.display()))?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a bitexact trace file", path.display()))
+        use std::io::Read;
+        let what = || format!("reading trace file {}", path.display());
+        let file = std::fs::File::open(path).with_context(what)?;
+        let meta = file.metadata().with_context(what)?;
+        if !meta.is_file() {
+            anyhow::bail!("trace file {}: not a regular file", path.display());
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_TRACE_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .with_context(what)?;
+        if bytes.len() as u64 > MAX_TRACE_FILE_BYTES {
+            anyhow::bail!(
+                "trace file {}: larger than {MAX_TRACE_FILE_BYTES} bytes",
+                path.display()
+            );
+        }
+        TraceFile::parse(&bytes)
+            .with_context(|| format!("{} is not a valid bitexact trace file", path.display()))
+    }
+
+    /// Parses and validates trace-file bytes: JSON of the right shape, `version` 1, each
+    /// (case, backend) at most once, at least one run per case.
+    pub fn parse(bytes: &[u8]) -> anyhow::Result<TraceFile> {
+        let file: TraceFile = serde_json::from_slice(bytes)?;
+        if file.version != 1 {
+            anyhow::bail!(
+                "unsupported trace version {} (this build reads version 1)",
+                file.version
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &file.cases {
+            if !seen.insert((&c.name, &c.backend)) {
+                anyhow::bail!("case {} [{}] appears twice", c.name, c.backend);
+            }
+            if c.runs.is_empty() {
+                anyhow::bail!("case {} [{}] has no runs", c.name, c.backend);
+            }
+        }
+        Ok(file)
     }
 }
 
-/// Compares run 0 of every case present in both files: `(case, backend, first divergence)`;
-/// a case present in only one file is reported with an explanation.
+/// Largest trace file `diff-trace` reads (1 GiB).
+pub const MAX_TRACE_FILE_BYTES: u64 = 1 << 30;
+
+/// Compares run 0 of every case in either file: `(case, backend, first divergence)`, in the
+/// first file's order and then the second's; a case present in only one file is a divergence
+/// that says which file lacks it.
 pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<Divergence>)> {
-    a.cases
-        .iter()
-        .map(|ca| {
-            let cb = b
-                .cases
-                .iter()
-                .find(|cb| cb.name == ca.name && cb.backend == ca.backend);
-            let d = match (ca.runs.first(), cb.and_then(|c| c.runs.first())) {
-                (Some(x), Some(y)) => first_divergence(x, y),
-                _ => Some(Divergence {
-                    call: 0,
-                    op: String::new(),
-                    inputs_matched: false,
-                    explanation: "no trace of this case in the second file".to_string(),
-                }),
-            };
-            (ca.name.clone(), ca.backend.clone(), d)
+    let find = |f: &TraceFile, c: &CaseTraces| {
+        f.cases
+            .iter()
+            .find(|x| x.name == c.name && x.backend == c.backend)
+            .and_then(|x| x.runs.first())
+            .cloned()
+    };
+    let missing = |which: &str| {
+        Some(Divergence {
+            call: 0,
+            op: String::new(),
+            inputs_matched: false,
+            explanation: format!("no trace of this case in the {which} file"),
         })
-        .collect()
+    };
+    let mut out = Vec::new();
+    for ca in &a.cases {
+        let d = match (ca.runs.first(), find(b, ca)) {
+            (Some(x), Some(y)) => first_divergence(x, &y),
+            _ => missing("second"),
+        };
+        out.push((ca.name.clone(), ca.backend.clone(), d));
+    }
+    for cb in b.cases.iter().filter(|cb| find(a, cb).is_none()) {
+        out.push((cb.name.clone(), cb.backend.clone(), missing("first")));
+    }
+    out
 }
+
+#[cfg(test)]
+mod tests;

@@ -177,7 +177,7 @@ impl Trainer {
     ) -> Result<Trainer> {
         let mut t = Trainer::new(seed, config)?;
         let mut r = checkpoint::Reader::open(bytes)?;
-        t.step = r.u64("step")?;
+        t.step = r.counter("step", checkpoint::MAX_COUNTER)?;
         let d = config.dims;
         let dims = [r.u64("dims")?, r.u64("dims")?, r.u64("dims")?];
         if dims != [d.input as u64, d.hidden as u64, d.classes as u64] {
@@ -216,7 +216,7 @@ impl Trainer {
                 config.optim
             );
         }
-        t.opt.t = r.u64("optimizer step")?;
+        t.opt.t = r.counter("optimizer step", checkpoint::MAX_COUNTER)?;
         let sizes: Vec<usize> = t.model.params.iter().map(Vec::len).collect();
         for (i, &n) in sizes.iter().enumerate() {
             t.opt.m[i] = r.f32s(&format!("optimizer m[{}]", PARAM_NAMES[i]), n)?;
@@ -232,15 +232,17 @@ impl Trainer {
             t.rng = rng;
         }
         let pos = Position {
-            epoch: r.u64("loader epoch")?,
-            batch: r.u64("loader batch")?,
+            epoch: r.counter("loader epoch", checkpoint::MAX_COUNTER)?,
+            batch: r.counter("loader batch", checkpoint::MAX_COUNTER)?,
         };
-        let n = r.u64("loader worker count")?;
+        let n = r.counter("loader worker count", checkpoint::MAX_WORKER_STREAMS)?;
         let streams = (0..n)
             .map(|_| r.stream("loader worker stream"))
             .collect::<Result<Vec<_>>>()?;
         r.finish()?;
-        t.loader.seek(pos, Some(streams))?;
+        t.loader
+            .seek(pos, Some(streams))
+            .map_err(|e| anyhow::anyhow!("checkpoint: loader position: {e:#}"))?;
         Ok(t)
     }
 

@@ -1,0 +1,176 @@
+//! Tests of first-divergence localization, trace files and `diff_files`.
+
+use super::*;
+
+fn e(call: usize, op: &str, inputs: &[&str], output: &str) -> TraceEntry {
+    TraceEntry {
+        call,
+        op: op.into(),
+        algorithm: "x".into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        output: output.into(),
+    }
+}
+
+#[test]
+fn names_the_first_op_whose_output_differs_with_equal_inputs() {
+    let a = vec![
+        e(0, "matmul", &["a", "b"], "c"),
+        e(1, "softmax", &["c"], "d"),
+    ];
+    let b = vec![
+        e(0, "matmul", &["a", "b"], "c2"),
+        e(1, "softmax", &["c2"], "d2"),
+    ];
+    let d = first_divergence(&a, &b).unwrap();
+    assert_eq!(
+        (d.call, d.op.as_str(), d.inputs_matched),
+        (0, "matmul", true)
+    );
+    assert!(first_divergence(&a, &a).is_none());
+}
+
+#[test]
+fn a_changed_algorithm_is_named_as_such() {
+    let a = vec![e(0, "matmul", &["a", "b"], "c")];
+    let mut b = a.clone();
+    b[0].algorithm = "tiled32".into();
+    b[0].output = "c2".into();
+    let d = first_divergence(&a, &b).unwrap();
+    assert!(
+        d.explanation.contains("algorithm changed (x vs tiled32)"),
+        "{}",
+        d.explanation
+    );
+    assert!(!d.explanation.contains("nondeterministic"));
+    let mut c = a.clone();
+    c[0].inputs.push("extra".into());
+    let d = first_divergence(&a, &c).unwrap();
+    assert!(d.explanation.contains("2 vs 3 inputs"), "{}", d.explanation);
+}
+
+#[test]
+fn differing_inputs_point_outside_the_ops() {
+    let a = vec![
+        e(0, "matmul", &["a", "b"], "c"),
+        e(1, "softmax", &["x"], "d"),
+    ];
+    let b = vec![
+        e(0, "matmul", &["a", "b"], "c"),
+        e(1, "softmax", &["y"], "d2"),
+    ];
+    let d = first_divergence(&a, &b).unwrap();
+    assert!(!d.inputs_matched && d.explanation.contains("input 0"));
+}
+
+#[test]
+fn digests_are_value_sensitive() {
+    assert_ne!(
+        trace_digest((&[0.0f32][..]).into()),
+        trace_digest((&[-0.0f32][..]).into())
+    );
+    assert_eq!(
+        trace_digest((&[1i64, 2][..]).into()),
+        trace_digest(TraceArg::I64(&[1, 2]))
+    );
+    assert_ne!(
+        trace_digest(TraceArg::Bool(&[true])),
+        trace_digest(TraceArg::Bool(&[false]))
+    );
+}
+
+use proptest::prelude::*;
+
+fn case(name: &str, output: &str) -> CaseTraces {
+    let e = |call, output: &str| TraceEntry {
+        call,
+        op: "matmul".into(),
+        algorithm: "tiled".into(),
+        inputs: vec!["a".into(), "b".into()],
+        output: output.into(),
+    };
+    CaseTraces {
+        name: name.into(),
+        backend: "cpu".into(),
+        runs: vec![vec![e(0, "c"), e(1, output)]],
+    }
+}
+
+fn file(cases: Vec<CaseTraces>) -> TraceFile {
+    TraceFile {
+        version: 1,
+        platform: serde_json::json!({"cpu": "x"}),
+        cases,
+    }
+}
+
+fn bytes(f: &TraceFile) -> Vec<u8> {
+    serde_json::to_vec_pretty(f).unwrap()
+}
+
+#[test]
+fn cases_on_one_side_only_are_reported() {
+    let (empty, one) = (file(vec![]), file(vec![case("k/a", "d")]));
+    let d = diff_files(&empty, &one);
+    assert_eq!(d.len(), 1, "{d:?}");
+    let why = &d[0].2.as_ref().unwrap().explanation;
+    assert!(
+        why.contains("no trace of this case in the first file"),
+        "{why}"
+    );
+    let d = diff_files(&one, &empty);
+    assert!(d[0].2.as_ref().unwrap().explanation.contains("second file"));
+    assert!(diff_files(&one, &one)[0].2.is_none());
+    let other = file(vec![case("k/a", "e")]);
+    assert!(diff_files(&one, &other)[0].2.is_some());
+}
+
+#[test]
+fn bad_files_are_rejected_with_the_reason() {
+    let err = |f: &TraceFile| format!("{:#}", TraceFile::parse(&bytes(f)).unwrap_err());
+    let mut f = file(vec![case("k/a", "d")]);
+    TraceFile::parse(&bytes(&f)).unwrap();
+    f.version = 99;
+    assert!(
+        err(&f).contains("unsupported trace version 99"),
+        "{}",
+        err(&f)
+    );
+    let f = file(vec![case("k/a", "d"), case("k/a", "e")]);
+    assert!(
+        err(&f).contains("case k/a [cpu] appears twice"),
+        "{}",
+        err(&f)
+    );
+    let mut c = case("k/a", "d");
+    c.runs.clear();
+    assert!(err(&file(vec![c])).contains("has no runs"));
+}
+
+fn valid() -> Vec<u8> {
+    bytes(&file(vec![case("k/a", "d"), case("k/b", "e")]))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn random_bytes_are_an_error(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+        prop_assert!(TraceFile::parse(&b).is_err());
+    }
+
+    #[test]
+    fn truncations_are_an_error(n in 0..10_000usize) {
+        let v = valid();
+        prop_assert!(TraceFile::parse(&v[..n % v.len()]).is_err());
+    }
+
+    #[test]
+    fn bit_flips_never_panic(at in 0..10_000usize, bit in 0..8u8) {
+        let mut v = valid();
+        let i = at % v.len();
+        v[i] ^= 1 << bit;
+        if let Ok(f) = TraceFile::parse(&v) {
+            let _ = diff_files(&f, &f);
+        }
+    }
+}
