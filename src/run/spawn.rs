@@ -114,6 +114,8 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         String::from_utf8_lossy(&tail[tail.len().saturating_sub(STDERR_TAIL)..]).into_owned()
     });
     let pid = child.id() as libc::pid_t;
+    // Killed with its group if bitexact gets SIGTERM, SIGINT or SIGHUP (see isolate::groups).
+    let registered = isolate::register(pid);
     let mut timed_out = false;
     let mut nap = Duration::from_micros(200);
     let (status, rusage) = loop {
@@ -144,6 +146,7 @@ pub fn run(s: &Spawn) -> Result<Ended> {
     // The program is gone; anything it left running in its group goes too (no orphans).
     // SAFETY: as above; the group may already be empty.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
+    drop(registered);
     let stderr_tail = reader.join().unwrap_or_default();
     Ok(Ended {
         status,
