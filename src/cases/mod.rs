@@ -2,6 +2,7 @@
 
 pub mod kernels;
 pub mod planted;
+pub mod practices;
 pub mod train;
 
 use crate::case::Case;
@@ -12,6 +13,7 @@ pub fn registry() -> Vec<Box<dyn Case>> {
     all.extend(kernels::cases());
     all.extend(planted::cases());
     all.extend(train::cases());
+    all.extend(practices::cases());
     all
 }
 

@@ -9,7 +9,10 @@
 //! keyed by the run's seed: initial weights, data, shuffles, augmentations, dropout masks.
 
 pub mod checkpoint;
+pub mod checkpointing;
+pub mod deep;
 pub mod loader;
+pub mod microbatch;
 pub mod model;
 pub mod optim;
 
