@@ -1,5 +1,7 @@
 //! The built-in cases and the registry the CLI and tests iterate.
 
+pub mod copy;
+pub mod infer;
 pub mod kernels;
 pub mod planted;
 pub mod practices;
@@ -14,6 +16,8 @@ pub fn registry() -> Vec<Box<dyn Case>> {
     all.extend(planted::cases());
     all.extend(train::cases());
     all.extend(practices::cases());
+    all.extend(infer::cases());
+    all.extend(copy::cases());
     all
 }
 
