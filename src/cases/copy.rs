@@ -82,7 +82,7 @@ impl Case for CopyCase {
             let (_, pageable) = crate::backend::cuda::copy::round_trip_pageable(&x)?;
             ctx.notes.push(format!(
                 "host → device → host of {} MiB: pinned {:.3} ms, pageable {:.3} ms ({:.1}× faster pinned)",
-                ELEMENTS * 4 >> 20,
+                (ELEMENTS * 4) >> 20,
                 pinned * 1e3,
                 pageable * 1e3,
                 pageable / pinned.max(1e-12)
