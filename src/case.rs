@@ -46,6 +46,11 @@ pub trait Case: Send + Sync {
     fn needs_memory_counter(&self) -> bool {
         false
     }
+    /// Whether the outputs do not depend on the seed (e.g. evaluation in eval mode): only such
+    /// cases run under the `seed` variation, which gives each odd run a different seed.
+    fn seed_independent(&self) -> bool {
+        false
+    }
     /// Runs once under `ctx` and returns the outputs.
     fn run(&self, ctx: &mut Ctx) -> Result<Outputs>;
 }
@@ -117,6 +122,9 @@ pub struct Ctx {
     pub findings: Vec<String>,
     /// Op calls recorded by [`Ctx::record`] in this run, traced or not.
     pub recorded_ops: usize,
+    /// Figures for the report (e.g. peak heap of two ways of doing the same step), shown as
+    /// `note:` lines; never digested and never part of the verdict.
+    pub notes: Vec<String>,
 }
 
 /// Autotune key: op, backend, shape, deterministic switch.
@@ -151,6 +159,7 @@ impl Ctx {
             last_algorithm: "",
             findings: Vec::new(),
             recorded_ops: 0,
+            notes: Vec::new(),
         }
     }
 

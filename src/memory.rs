@@ -156,6 +156,110 @@ pub fn limit_address_space(mb: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Peak heap bytes reached while `f` ran, above the live bytes when it started (`None` when the
+/// counting allocator is not installed). The process-wide high-water mark the harness reads
+/// for the whole run is kept: it is raised to this scope's peak, never lowered.
+pub fn scoped_peak<T>(f: impl FnOnce() -> T) -> (T, Option<u64>) {
+    let outer = PEAK.load(Ordering::Relaxed);
+    let start = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(start, Ordering::Relaxed);
+    let out = f();
+    let inner = PEAK.fetch_max(outer, Ordering::Relaxed);
+    (out, installed().then(|| inner.saturating_sub(start)))
+}
+
+thread_local! {
+    /// The budget in force on this thread ([`with_budget`]): its limit and the bytes reserved.
+    static BUDGET: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// A reservation over the budget would be exceeded: the out-of-memory error of
+/// [`reserve`], with the figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// Bytes asked for.
+    pub requested: u64,
+    /// Bytes already reserved under the budget.
+    pub reserved: u64,
+    /// The budget.
+    pub budget: u64,
+}
+
+impl std::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "out of memory: tried to reserve {} with {} of the {} budget already reserved",
+            human(self.requested),
+            human(self.reserved),
+            human(self.budget)
+        )
+    }
+}
+
+impl std::error::Error for OutOfMemory {}
+
+/// Bytes reserved by [`reserve`], given back when dropped (on the thread that reserved them).
+#[derive(Debug)]
+pub struct Reservation {
+    bytes: u64,
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl Reservation {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        BUDGET.with(|b| {
+            if let Some((budget, reserved)) = b.get() {
+                b.set(Some((budget, reserved.saturating_sub(self.bytes))));
+            }
+        });
+    }
+}
+
+/// Reserves `bytes` under the budget in force before allocating a big buffer: an
+/// [`OutOfMemory`] error when the reservations would exceed it (the code that checks can then
+/// free what it holds and fall back, as after a CUDA out-of-memory error). Outside
+/// [`with_budget`] every reservation succeeds.
+///
+/// Budgets are enforced on reservations, not inside the global allocator (an allocator that
+/// returns null aborts the process); what is really live is measured by the counting
+/// allocator ([`scoped_peak`]), so code that keeps buffers alive after giving their
+/// reservations back is caught by comparing its real peak with the budget.
+pub fn reserve(bytes: u64) -> Result<Reservation, OutOfMemory> {
+    BUDGET.with(|b| {
+        if let Some((budget, reserved)) = b.get() {
+            if reserved.saturating_add(bytes) > budget {
+                return Err(OutOfMemory {
+                    requested: bytes,
+                    reserved,
+                    budget,
+                });
+            }
+            b.set(Some((budget, reserved + bytes)));
+        }
+        Ok(Reservation {
+            bytes,
+            _thread_bound: std::marker::PhantomData,
+        })
+    })
+}
+
+/// Runs `f` under a memory budget of `bytes` for [`reserve`] on this thread (the budget in
+/// force before is restored afterwards). Reservations are made and dropped inside `f`.
+pub fn with_budget<T>(bytes: u64, f: impl FnOnce() -> T) -> T {
+    let before = BUDGET.with(|b| b.replace(Some((bytes, 0))));
+    let out = f();
+    BUDGET.with(|b| b.set(before));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +292,25 @@ mod tests {
     fn unknown_without_the_allocator() {
         // Library unit tests run on the system allocator: memory is unknown, never 0.
         assert_eq!((current(), peak()), (None, None));
+        assert_eq!(scoped_peak(|| vec![0u8; 100].len()), (100, None));
+    }
+
+    #[test]
+    fn budgets_refuse_reservations_beyond_them() {
+        assert!(
+            reserve(u64::MAX / 2).is_ok(),
+            "no budget outside with_budget"
+        );
+        with_budget(1000, || {
+            let a = reserve(600).unwrap();
+            let e = reserve(500).unwrap_err();
+            assert_eq!((e.requested, e.reserved, e.budget), (500, 600, 1000));
+            assert!(e
+                .to_string()
+                .starts_with("out of memory: tried to reserve 500 B"));
+            drop(a);
+            assert_eq!(reserve(1000).unwrap().bytes(), 1000);
+        });
+        assert!(reserve(2000).is_ok());
     }
 }

@@ -16,6 +16,7 @@
 //! | `order`   | — | — | the suite runs again in reverse order; a case whose result changes depends on what ran before it |
 //! | `batch`   | rows in one batch | rows in sub-batches of 7 | ops that are not batch-invariant |
 //! | `hashseed` | `PYTHONHASHSEED` = run index | (same) | programs whose result follows Python's string hashing (set order) |
+//! | `seed` | the base seed | base seed + run index | outputs that depend on the seed where they must not (dropout left on in eval); applied only to cases that declare [`crate::case::Case::seed_independent`], and to programs only when named (not part of `all`: a program cannot declare seed independence) |
 
 use crate::controls::Controls;
 use anyhow::{bail, Result};
@@ -40,6 +41,8 @@ pub enum Variation {
     Batch,
     /// Python's string-hash seed (`PYTHONHASHSEED`) differs per run.
     Hashseed,
+    /// The seed differs on odd runs (only for seed-independent cases; programs: `BITEXACT_SEED`).
+    Seed,
 }
 
 /// What kind of case a variation applies to.
@@ -127,6 +130,14 @@ pub const TABLE: &[Info] = &[
         cases: false,
         programs: true,
     },
+    Info {
+        variation: Variation::Seed,
+        name: "seed",
+        changes: "seed + run index on odd runs (cases that declare seed independence; programs: BITEXACT_SEED, only when named)",
+        catches: "outputs that depend on the seed where they must not, e.g. dropout left on in eval",
+        cases: true,
+        programs: true,
+    },
 ];
 
 impl Variation {
@@ -198,7 +209,9 @@ impl Variation {
                 );
             }
             if part == "all" {
-                out.extend(Variation::all().filter(|v| v.applies_to(kind)));
+                // A program cannot declare seed independence: `seed` only when named.
+                let in_all = |v: &Variation| !(kind == Kind::Program && *v == Variation::Seed);
+                out.extend(Variation::all().filter(|v| v.applies_to(kind) && in_all(v)));
                 continue;
             }
             match TABLE.iter().find(|i| i.name == part) {
@@ -265,7 +278,10 @@ impl RunSettings {
                 Variation::Poison => s.poison = Some(if odd { 0x5A } else { 0xFF }),
                 Variation::Process => s.fresh_process = true,
                 Variation::Batch => s.batch_split = odd.then_some(BATCH_SPLIT),
-                Variation::Order | Variation::Hashseed => {}
+                Variation::Seed if odd => {
+                    s.controls.seed = base.seed.wrapping_add(run as u64);
+                }
+                Variation::Order | Variation::Hashseed | Variation::Seed => {}
             }
         }
         s
@@ -351,6 +367,14 @@ mod tests {
         assert_eq!((a.controls.workers, b.controls.workers), (0, 3));
         assert_ne!(a.poison, b.poison);
         assert_eq!((a.batch_split, b.batch_split), (None, Some(BATCH_SPLIT)));
+        assert_eq!(
+            (a.controls.seed, b.controls.seed),
+            (base.seed, base.seed + 1)
+        );
+        assert_eq!(
+            Variation::parse_list("seed", Kind::Program).unwrap(),
+            vec![Variation::Seed]
+        );
         assert!(a.fresh_process && b.fresh_process);
         let plain = RunSettings::for_run(&base, &[], 1, false);
         assert_eq!(

@@ -1,7 +1,10 @@
 //! The built-in cases and the registry the CLI and tests iterate.
 
+pub mod copy;
+pub mod infer;
 pub mod kernels;
 pub mod planted;
+pub mod practices;
 pub mod train;
 
 use crate::case::Case;
@@ -12,6 +15,9 @@ pub fn registry() -> Vec<Box<dyn Case>> {
     all.extend(kernels::cases());
     all.extend(planted::cases());
     all.extend(train::cases());
+    all.extend(practices::cases());
+    all.extend(infer::cases());
+    all.extend(copy::cases());
     all
 }
 

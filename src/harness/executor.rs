@@ -121,6 +121,15 @@ pub fn run_in_process(
     backend: Backend,
     settings: &RunSettings,
 ) -> Result<RunResult> {
+    run_in_process_noted(case, backend, settings).map(|(r, _)| r)
+}
+
+/// [`run_in_process`], also returning the notes the case recorded ([`Ctx::notes`]).
+pub fn run_in_process_noted(
+    case: &dyn Case,
+    backend: Backend,
+    settings: &RunSettings,
+) -> Result<(RunResult, Vec<String>)> {
     let pool = pool(settings.controls.threads)?;
     let mut ctx = Ctx::new(backend, settings.controls.clone());
     ctx.poison = settings.poison;
@@ -132,7 +141,7 @@ pub fn run_in_process(
     let outputs = pool.install(|| run_once(case, &mut ctx))?;
     let seconds = t.elapsed().as_secs_f64();
     let peak_bytes = before.zip(memory::peak()).map(|(b, p)| p.saturating_sub(b));
-    Ok(RunResult {
+    let result = RunResult {
         outputs,
         algorithms: ctx.algorithms,
         trace: ctx.trace,
@@ -140,7 +149,8 @@ pub fn run_in_process(
         seconds,
         peak_bytes,
         findings: ctx.findings,
-    })
+    };
+    Ok((result, ctx.notes))
 }
 
 /// Runs once under `settings`, in a fresh child process when the settings ask for one.
@@ -150,11 +160,23 @@ pub(super) fn run_with(
     settings: &RunSettings,
     opts: &Options,
 ) -> Result<RunResult> {
+    run_with_notes(case, backend, settings, opts).map(|(r, _)| r)
+}
+
+/// [`run_with`], also returning the case's notes (none from a child process).
+fn run_with_notes(
+    case: &dyn Case,
+    backend: Backend,
+    settings: &RunSettings,
+    opts: &Options,
+) -> Result<(RunResult, Vec<String>)> {
     if !settings.fresh_process {
-        return run_in_process(case, backend, settings);
+        return run_in_process_noted(case, backend, settings);
     }
     match &opts.children {
-        Some(cfg) => isolate::run_once(cfg, &case.name(), backend, settings),
+        Some(cfg) => {
+            isolate::run_once(cfg, &case.name(), backend, settings).map(|r| (r, Vec::new()))
+        }
         None => {
             bail!("the process variation needs a way to start child processes (Options::children)")
         }
@@ -208,6 +230,22 @@ pub fn check_case_with(
     controls: &Controls,
     opts: &Options,
 ) -> CaseReport {
+    // The seed variation applies only to cases that declare their outputs seed-independent.
+    let per_case;
+    let opts = if !case.seed_independent() && opts.vary.contains(&Variation::Seed) {
+        per_case = Options {
+            vary: opts
+                .vary
+                .iter()
+                .copied()
+                .filter(|v| *v != Variation::Seed)
+                .collect(),
+            ..opts.clone()
+        };
+        &per_case
+    } else {
+        opts
+    };
     let mut report = CaseReport::new(&case.name(), backend);
     report.variations = opts.vary.clone();
     report.evidence.planted = case.planted_bug().map(str::to_string);
@@ -235,8 +273,13 @@ pub fn check_case_with(
             retained(&mut report);
         }
         let settings = RunSettings::for_run(controls, &opts.vary, i, opts.trace);
-        let out = match run_with(case, backend, &settings, opts) {
-            Ok(o) => o,
+        let out = match run_with_notes(case, backend, &settings, opts) {
+            Ok((o, notes)) => {
+                if report.notes.is_empty() {
+                    report.notes = notes;
+                }
+                o
+            }
             Err(e) => {
                 report.seconds = t0.elapsed().as_secs_f64();
                 report.evidence.error = Some(format!("run {i}: {e:#}"));

@@ -208,6 +208,10 @@ pub struct CaseReport {
     /// deduplicated across runs, each with the number of runs that reported it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    /// Figures the case recorded for the report ([`crate::case::Ctx::notes`]; the first run's,
+    /// none from child processes): they never affect the verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Comparison with the committed snapshot, in words (only when snapshots are checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
@@ -243,6 +247,7 @@ impl CaseReport {
             retained_bytes: Vec::new(),
             memory_growth: None,
             findings: Vec::new(),
+            notes: Vec::new(),
             snapshot: None,
             evidence: Evidence::default(),
             program: None,

@@ -11,6 +11,7 @@
 //! [`Ctx::dispatch`]: crate::case::Ctx::dispatch
 
 pub mod col_sum;
+pub mod copy;
 pub mod dropout;
 pub mod layer_norm;
 pub mod matmul;

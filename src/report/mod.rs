@@ -186,6 +186,7 @@ pub fn details(c: &CaseReport) -> Vec<String> {
     out.extend(c.diff.iter().map(|d| d.summary()));
     out.extend(c.message.clone());
     out.extend(c.findings.iter().map(|f| format!("found: {f}")));
+    out.extend(c.notes.iter().map(|n| format!("note: {n}")));
     out.extend(c.memory_growth.iter().map(|g| format!("flag: {g}")));
     match (c.evidence.snapshot, &c.snapshot) {
         (Some(SnapshotStatus::Matched), _) => out.push("snapshot: matched".into()),

@@ -18,6 +18,7 @@
 //! for [`take_device_seconds`], which `Ctx::dispatch` uses instead of wall time (so benchmark
 //! mode picks among tile / split configurations by event time).
 
+pub mod copy;
 pub mod geometry;
 pub mod kernels;
 pub mod nvrtc;
