@@ -395,9 +395,15 @@ fn every_format_renders_a_program_case() {
         .find(|n| n.has_tag_name("failure"))
         .expect("a failure");
     let text = failure.text().unwrap_or_default();
-    assert!(text.contains("command: sh -c") && text.contains("first divergence: pid.txt"), "{text}");
+    assert!(
+        text.contains("command: sh -c") && text.contains("first divergence: pid.txt"),
+        "{text}"
+    );
     let md = with("markdown");
-    assert!(md.contains("`run/sh`") && md.contains("runs (status, time, peak RSS)"), "{md}");
+    assert!(
+        md.contains("`run/sh`") && md.contains("runs (status, time, peak RSS)"),
+        "{md}"
+    );
     let text = with("text");
     assert!(text.contains("env: BITEXACT_BENCHMARK=0"), "{text}");
 }
