@@ -5,7 +5,7 @@ use crate::backend::Backend;
 use crate::controls::Controls;
 use crate::rng::Stream;
 use crate::trace::{trace_digest, TraceArg, TraceEntry};
-use crate::vary::Variation;
+use crate::vary::{Knobs, Variation};
 use anyhow::{bail, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
@@ -107,12 +107,10 @@ pub struct Ctx {
     pub forced: BTreeMap<String, String>,
     /// Seconds spent inside each op's implementation in this run.
     pub op_seconds: BTreeMap<String, f64>,
-    /// Byte pattern that fresh scratch buffers ([`Ctx::scratch_f32`]) are filled with; `None`
-    /// fills them with zeros. The `poison` variation sets different patterns per run.
-    pub poison: Option<u8>,
-    /// When set, batch-capable cases compute their rows in sub-batches of this many rows
-    /// (the `batch` variation: results must not depend on batch composition).
-    pub batch_split: Option<usize>,
+    /// What the variations set for this run: the byte pattern fresh scratch buffers
+    /// ([`Ctx::scratch_f32`]) are filled with (`poison`), and the sub-batch size batch-capable
+    /// cases compute their rows in ([`Ctx::in_batches`], the `batch` variation).
+    pub knobs: Knobs,
     /// Op trace of this run, recorded when `Some` (see [`crate::trace`]).
     pub trace: Option<Vec<TraceEntry>>,
     /// Implementation chosen by the latest dispatch.
@@ -153,8 +151,7 @@ impl Ctx {
             algorithms: BTreeMap::new(),
             forced: BTreeMap::new(),
             op_seconds: BTreeMap::new(),
-            poison: None,
-            batch_split: None,
+            knobs: Knobs::default(),
             trace: None,
             last_algorithm: "",
             findings: Vec::new(),
@@ -167,18 +164,18 @@ impl Ctx {
     /// pattern under the `poison` variation (like uninitialised device memory). A kernel that
     /// reads before it writes gives different results under different patterns.
     pub fn scratch_f32(&self, n: usize) -> Vec<f32> {
-        let byte = self.poison.unwrap_or(0);
+        let byte = self.knobs.poison.unwrap_or(0);
         vec![f32::from_bits(u32::from_ne_bytes([byte; 4])); n]
     }
 
     /// Computes `rows` rows with `f(ctx, start, end)` in one call, or in sub-batches when
-    /// [`Ctx::batch_split`] is set, and concatenates the results in row order.
+    /// [`Ctx::knobs`] is set, and concatenates the results in row order.
     pub fn in_batches(
         &mut self,
         rows: usize,
         mut f: impl FnMut(&mut Ctx, usize, usize) -> Result<Vec<f32>>,
     ) -> Result<Vec<f32>> {
-        let step = self.batch_split.unwrap_or(rows).max(1);
+        let step = self.knobs.batch_split.unwrap_or(rows).max(1);
         let mut out = Vec::new();
         let mut r = 0;
         while r < rows {

@@ -245,15 +245,24 @@ impl fmt::Display for Variation {
 /// Rows per sub-batch on odd runs of the `batch` variation (odd, so batches are ragged).
 pub const BATCH_SPLIT: usize = 7;
 
+/// The per-run settings a case reads through [`crate::case::Ctx::knobs`]: a variation that
+/// needs a new one adds a field here and reads it where it acts, so adding a variation touches
+/// this file and the code it changes, nothing else.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// Byte pattern fresh scratch buffers are filled with (`None` = zeros).
+    pub poison: Option<u8>,
+    /// Rows per sub-batch for batch-capable cases (`None` = one batch).
+    pub batch_split: Option<usize>,
+}
+
 /// Everything one run is made under.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunSettings {
     /// Controls of the run (thread and worker counts may be varied).
     pub controls: Controls,
-    /// Scratch fill byte (`None` = zeros).
-    pub poison: Option<u8>,
-    /// Rows per sub-batch (`None` = one batch).
-    pub batch_split: Option<usize>,
+    /// What a case sees of the variations, as [`crate::case::Ctx::knobs`].
+    pub knobs: Knobs,
     /// Record an op trace.
     pub trace: bool,
     /// Run in a fresh child process.
@@ -266,8 +275,7 @@ impl RunSettings {
         let odd = run % 2 == 1;
         let mut s = RunSettings {
             controls: base.clone(),
-            poison: None,
-            batch_split: None,
+            knobs: Knobs::default(),
             trace,
             fresh_process: false,
         };
@@ -275,9 +283,9 @@ impl RunSettings {
             match v {
                 Variation::Threads => s.controls.threads = if odd { 4 } else { 1 },
                 Variation::Workers => s.controls.workers = if odd { 3 } else { 0 },
-                Variation::Poison => s.poison = Some(if odd { 0x5A } else { 0xFF }),
+                Variation::Poison => s.knobs.poison = Some(if odd { 0x5A } else { 0xFF }),
                 Variation::Process => s.fresh_process = true,
-                Variation::Batch => s.batch_split = odd.then_some(BATCH_SPLIT),
+                Variation::Batch => s.knobs.batch_split = odd.then_some(BATCH_SPLIT),
                 Variation::Seed if odd => {
                     s.controls.seed = base.seed.wrapping_add(run as u64);
                 }
@@ -365,8 +373,11 @@ mod tests {
         );
         assert_eq!((a.controls.threads, b.controls.threads), (1, 4));
         assert_eq!((a.controls.workers, b.controls.workers), (0, 3));
-        assert_ne!(a.poison, b.poison);
-        assert_eq!((a.batch_split, b.batch_split), (None, Some(BATCH_SPLIT)));
+        assert_ne!(a.knobs.poison, b.knobs.poison);
+        assert_eq!(
+            (a.knobs.batch_split, b.knobs.batch_split),
+            (None, Some(BATCH_SPLIT))
+        );
         assert_eq!(
             (a.controls.seed, b.controls.seed),
             (base.seed, base.seed + 1)
@@ -378,7 +389,11 @@ mod tests {
         assert!(a.fresh_process && b.fresh_process);
         let plain = RunSettings::for_run(&base, &[], 1, false);
         assert_eq!(
-            (plain.poison, plain.batch_split, plain.fresh_process),
+            (
+                plain.knobs.poison,
+                plain.knobs.batch_split,
+                plain.fresh_process
+            ),
             (None, None, false)
         );
     }

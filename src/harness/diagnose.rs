@@ -50,7 +50,7 @@ pub(super) fn localize(
         RunSettings::for_run(controls, &opts.vary, 0, true),
         RunSettings::for_run(controls, &opts.vary, j, true),
     ];
-    if settings[0].batch_split != settings[1].batch_split {
+    if settings[0].knobs.batch_split != settings[1].knobs.batch_split {
         return None; // different batchings make different op calls: traces do not line up
     }
     let same = settings[0] == settings[1];

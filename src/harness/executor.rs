@@ -132,8 +132,7 @@ pub fn run_in_process_noted(
 ) -> Result<(RunResult, Vec<String>)> {
     let pool = pool(settings.controls.threads)?;
     let mut ctx = Ctx::new(backend, settings.controls.clone());
-    ctx.poison = settings.poison;
-    ctx.batch_split = settings.batch_split;
+    ctx.knobs = settings.knobs.clone();
     ctx.trace = settings.trace.then(Vec::new);
     let before = memory::current();
     memory::reset_peak();

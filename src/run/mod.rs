@@ -140,7 +140,7 @@ pub fn env_for(
     if c.deterministic {
         env.insert("CUBLAS_WORKSPACE_CONFIG".into(), ":4096:8".into());
     }
-    if let Some(p) = s.poison {
+    if let Some(p) = s.knobs.poison {
         env.insert("MALLOC_PERTURB_".into(), p.to_string());
         env.insert("BITEXACT_POISON".into(), p.to_string());
     }
