@@ -142,6 +142,8 @@ struct RunMeta {
     findings: Vec<String>,
     #[serde(default)]
     peak_bytes: Option<u64>,
+    #[serde(default)]
+    notes: Vec<String>,
 }
 
 fn temp_path(tag: &str) -> PathBuf {
@@ -312,6 +314,7 @@ pub fn run_once(
         seconds: meta.seconds,
         peak_bytes: meta.peak_bytes,
         findings: meta.findings,
+        notes: meta.notes,
     })
 }
 
@@ -359,6 +362,7 @@ pub fn serve(request: &Request, case: &dyn Case) -> Result<()> {
                 seconds: r.seconds,
                 findings: r.findings,
                 peak_bytes: r.peak_bytes,
+                notes: r.notes,
             };
             tensor_io::encode(&serde_json::to_string(&meta)?, &r.outputs)
         }

@@ -36,6 +36,8 @@ pub struct RunResult {
     pub peak_bytes: Option<u64>,
     /// Defects the case reported through [`Ctx::findings`].
     pub findings: Vec<String>,
+    /// Figures the case reported through [`Ctx::notes`].
+    pub notes: Vec<String>,
 }
 
 /// One completed run: outputs, their digests, the run digest.
@@ -121,15 +123,6 @@ pub fn run_in_process(
     backend: Backend,
     settings: &RunSettings,
 ) -> Result<RunResult> {
-    run_in_process_noted(case, backend, settings).map(|(r, _)| r)
-}
-
-/// [`run_in_process`], also returning the notes the case recorded ([`Ctx::notes`]).
-pub fn run_in_process_noted(
-    case: &dyn Case,
-    backend: Backend,
-    settings: &RunSettings,
-) -> Result<(RunResult, Vec<String>)> {
     let pool = pool(settings.controls.threads)?;
     let mut ctx = Ctx::new(backend, settings.controls.clone());
     ctx.knobs = settings.knobs.clone();
@@ -140,7 +133,7 @@ pub fn run_in_process_noted(
     let outputs = pool.install(|| run_once(case, &mut ctx))?;
     let seconds = t.elapsed().as_secs_f64();
     let peak_bytes = before.zip(memory::peak()).map(|(b, p)| p.saturating_sub(b));
-    let result = RunResult {
+    Ok(RunResult {
         outputs,
         algorithms: ctx.algorithms,
         trace: ctx.trace,
@@ -148,8 +141,8 @@ pub fn run_in_process_noted(
         seconds,
         peak_bytes,
         findings: ctx.findings,
-    };
-    Ok((result, ctx.notes))
+        notes: ctx.notes,
+    })
 }
 
 /// Runs once under `settings`, in a fresh child process when the settings ask for one.
@@ -159,23 +152,11 @@ pub(super) fn run_with(
     settings: &RunSettings,
     opts: &Options,
 ) -> Result<RunResult> {
-    run_with_notes(case, backend, settings, opts).map(|(r, _)| r)
-}
-
-/// [`run_with`], also returning the case's notes (none from a child process).
-fn run_with_notes(
-    case: &dyn Case,
-    backend: Backend,
-    settings: &RunSettings,
-    opts: &Options,
-) -> Result<(RunResult, Vec<String>)> {
     if !settings.fresh_process {
-        return run_in_process_noted(case, backend, settings);
+        return run_in_process(case, backend, settings);
     }
     match &opts.children {
-        Some(cfg) => {
-            isolate::run_once(cfg, &case.name(), backend, settings).map(|r| (r, Vec::new()))
-        }
+        Some(cfg) => isolate::run_once(cfg, &case.name(), backend, settings),
         None => {
             bail!("the process variation needs a way to start child processes (Options::children)")
         }
@@ -272,10 +253,10 @@ pub fn check_case_with(
             retained(&mut report);
         }
         let settings = RunSettings::for_run(controls, &opts.vary, i, opts.trace);
-        let out = match run_with_notes(case, backend, &settings, opts) {
-            Ok((o, notes)) => {
+        let out = match run_with(case, backend, &settings, opts) {
+            Ok(o) => {
                 if report.notes.is_empty() {
-                    report.notes = notes;
+                    report.notes = o.notes.clone();
                 }
                 o
             }
