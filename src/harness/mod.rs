@@ -9,14 +9,13 @@
 pub mod diagnose;
 pub mod executor;
 pub mod outcome;
+pub mod program;
 
 pub use executor::{
     check_case, check_case_with, panic_message, pool, run_in_process, run_once, RunResult,
 };
-pub use outcome::{
-    judge, CaseReport, Evidence, ProgramInfo, ProgramRun, SnapshotStatus, StepMemory, Summary,
-    Verdict,
-};
+pub use outcome::{judge, CaseReport, Evidence, SnapshotStatus, Summary, Verdict};
+pub use program::{ProgramInfo, ProgramRun, StepMemory};
 
 use crate::isolate::ChildConfig;
 use crate::vary::Variation;

@@ -3,6 +3,7 @@
 //! assigns a verdict: the executor, the diagnoses, isolation, snapshot checks and run mode only
 //! add evidence and call [`CaseReport::judge`].
 
+use super::program::ProgramInfo;
 use crate::backend::Backend;
 use crate::diff::TensorDiff;
 use crate::trace::{Divergence, TraceEntry};
@@ -101,57 +102,6 @@ pub struct Evidence {
     /// Comparison with the committed snapshot, when snapshots are checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotStatus>,
-}
-
-/// Run mode (`bitexact run`): what ran and how each run ended.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProgramInfo {
-    /// Always `run`: this case is an external program.
-    pub kind: String,
-    /// Program and arguments.
-    pub command: Vec<String>,
-    /// Variables bitexact set for run 0 (`BITEXACT_OUT` is a fresh directory per run).
-    pub env: BTreeMap<String, String>,
-    /// Variables whose value differed between runs (under variations), with each run's value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub varied: BTreeMap<String, Vec<String>>,
-    /// Each run of the main pass.
-    pub runs: Vec<ProgramRun>,
-    /// Memory after each step as the helper's `step()` recorded it in run 0.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub step_memory: Vec<StepMemory>,
-    /// What the program reported in `.bitexact-platform.json` (run 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform: Option<serde_json::Value>,
-    /// bitexact's own peak resident set size over the whole check (mapped output files
-    /// included), bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub harness_peak_rss_bytes: Option<u64>,
-}
-
-/// How one run of a program ended.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProgramRun {
-    /// Run index.
-    pub index: usize,
-    /// Exit status, when it exited.
-    pub exit_status: Option<i32>,
-    /// Signal that killed it, when one did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// Wall time.
-    pub seconds: f64,
-    /// Peak resident set size, bytes.
-    pub peak_rss_bytes: Option<u64>,
-}
-
-/// Memory after one training step, as the Python helper's `step()` records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepMemory {
-    /// Step index.
-    pub step: u64,
-    /// Resident set size after the step, bytes.
-    pub rss_bytes: u64,
 }
 
 /// The result of running one case on one backend K times.
