@@ -25,6 +25,7 @@ pub const TEMP_MARKER: &str = ".tmp";
 /// directory must exist.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let target = resolve(path)?;
+    refuse_special(path, &target)?;
     let dir = parent_dir(&target);
     match fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
@@ -70,6 +71,7 @@ pub fn check_writable(path: &Path) -> Result<()> {
     if fs::metadata(&target).is_ok_and(|m| m.is_dir()) {
         bail!("cannot write {}: it is a directory", path.display());
     }
+    refuse_special(path, &target)?;
     let dir = parent_dir(&target);
     match fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
@@ -161,9 +163,62 @@ fn describe(e: &std::io::Error) -> String {
     }
 }
 
+/// Reads `path`, which must be a regular file (symlinks followed) of at most `max` bytes: a
+/// device (`/dev/zero`), a FIFO or an oversized file is an error naming it, never an endless
+/// read or an allocation as large as the file claims.
+pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let m = fs::metadata(path).map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+    if !m.is_file() {
+        bail!("cannot read {}: not a regular file", path.display());
+    }
+    if m.len() > max {
+        bail!(
+            "cannot read {}: {} bytes, more than the {max} expected",
+            path.display(),
+            m.len()
+        );
+    }
+    let mut bytes = Vec::new();
+    fs::File::open(path)
+        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
+        .map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() as u64 > max {
+        bail!("cannot read {}: it grew past {max} bytes", path.display());
+    }
+    Ok(bytes)
+}
+
+/// Refuses to replace anything but a regular file: renaming over a device node (`/dev/null`),
+/// a FIFO or a socket would destroy it.
+fn refuse_special(path: &Path, target: &Path) -> Result<()> {
+    match fs::metadata(target) {
+        Ok(m) if !m.is_file() && !m.is_dir() => bail!(
+            "cannot write {}: it is not a regular file (a device, FIFO or socket is never replaced)",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn devices_and_fifos_are_never_replaced() {
+        let e = check_writable(Path::new("/dev/null"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = write_atomically(Path::new("/dev/null"), b"x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/dev/null") && e.contains("not a regular file"),
+            "{e}"
+        );
+    }
 
     /// A scratch directory removed on drop.
     struct Scratch(PathBuf);

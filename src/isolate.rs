@@ -27,7 +27,9 @@
 //! [`groups`], which also says what SIGKILL leaves behind: grandchildren).
 
 pub mod groups;
-pub use groups::{install_signal_handlers, kill_all_children, register, Registered};
+pub use groups::{
+    group_leading_children, install_signal_handlers, kill_all_children, register, Registered,
+};
 
 use crate::backend::Backend;
 use crate::case::Case;

@@ -291,6 +291,11 @@ fn numpy_example_passes_and_its_planted_bugs_are_caught_and_blamed() {
             "no Python with numpy (run ci/python.sh)",
         );
     };
+    // A compressed npz entry larger than one 16 MiB read chunk (32 MiB of float64).
+    let big = "import numpy as np, os\nnp.savez_compressed(os.path.join(os.environ['BITEXACT_OUT'], 'a.npz'), x=np.arange(1 << 22, dtype=np.float64))";
+    let (code, out, err) = run(&["--", &py, "-c", big]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("deterministic"), "{out}");
     let script = example("train_numpy.py");
     let (code, out, err) = run(&["--runs", "3", "--", &py, &script]);
     assert_eq!(code, Some(0), "{out}{err}");
@@ -411,4 +416,27 @@ fn every_format_renders_a_program_case() {
     );
     let text = with("text");
     assert!(text.contains("env: BITEXACT_BENCHMARK=0"), "{text}");
+}
+
+#[test]
+fn descendants_that_leave_the_group_are_killed_and_do_not_hang_the_run() {
+    let marker = format!("bitexact-setsid-{}", std::process::id());
+    let t0 = Instant::now();
+    let script = format!(
+        "echo x > \"$BITEXACT_OUT/a\"; setsid bash -c 'exec -a {marker} sleep 40' & sleep 0.3"
+    );
+    let (code, out, _) = run(&["--timeout", "5", "--", "bash", "-c", &script]);
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(code, Some(0), "{out}");
+    std::thread::sleep(Duration::from_millis(300));
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&marker))
+        .count();
+    assert_eq!(left, 0, "an escaped descendant survived");
 }

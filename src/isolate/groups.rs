@@ -58,7 +58,7 @@ pub fn registered() -> Vec<i32> {
 }
 
 /// Direct children of this process that lead their own process group (pid == pgid).
-fn group_leading_children() -> Vec<i32> {
+pub fn group_leading_children() -> Vec<i32> {
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();

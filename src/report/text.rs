@@ -24,6 +24,27 @@ pub fn peak_memory(c: &crate::harness::CaseReport) -> String {
     }
 }
 
+/// Longest explanation line printed (program output and file names can be anything).
+pub const MAX_LINE: usize = 2000;
+
+/// `s` fit for a terminal: control characters (newlines, escapes, NULs) from program output or
+/// file names shown as `\u{..}`, so they cannot forge report lines; cut at [`MAX_LINE`].
+pub fn terminal_safe(s: &str) -> String {
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i == MAX_LINE {
+            out.push_str(&format!("… ({} bytes)", s.len()));
+            break;
+        }
+        if ch.is_control() {
+            out.push_str(&ch.escape_unicode().to_string());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 /// The report as a readable table.
 pub fn render(report: &Report) -> String {
     let mut o = String::new();
@@ -53,7 +74,7 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(
             o,
             "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}  {:>10}",
-            c.name,
+            terminal_safe(&c.name),
             c.backend.name(),
             c.verdict.name(),
             runs,
@@ -62,7 +83,7 @@ pub fn render(report: &Report) -> String {
             peak_memory(c)
         );
         for line in super::details(c) {
-            let _ = writeln!(o, "    {line}");
+            let _ = writeln!(o, "    {}", terminal_safe(&line));
         }
     }
     let not_invariant = super::batch_variant_ops(report);
@@ -109,4 +130,16 @@ pub fn render(report: &Report) -> String {
         report.controls.summary()
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_text_cannot_forge_report_lines() {
+        let s = terminal_safe("a\nFAKE deterministic\u{1b}[31m");
+        assert!(!s.contains('\n') && !s.contains('\u{1b}'), "{s}");
+        assert!(terminal_safe(&"x".repeat(5000)).ends_with("(5000 bytes)"));
+    }
 }

@@ -5,12 +5,12 @@
 //! element-level explanation of each differing tensor.
 
 use crate::diff::{self, TensorDiff};
-use crate::digest::{self, Digest};
+use crate::digest::Digest;
 use crate::harness::StepMemory;
 use crate::tensor::Tensor;
 use crate::tensor_files::{self, natural_cmp};
 use crate::trace::Divergence;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use std::path::{Path, PathBuf};
 
 /// The output name standard output is compared under (`--stdout`); no file can have it.
@@ -20,6 +20,9 @@ pub const STDOUT_NAME: &str = "<stdout>";
 /// difference element by element; larger ones are named with their digests only, so
 /// bitexact's memory stays bounded by the largest file.
 pub const EXPLAIN_MAX_BYTES: u64 = 256 << 20;
+
+/// Largest metadata file (`.bitexact-*`) read.
+pub const METADATA_MAX_BYTES: u64 = 16 << 20;
 
 /// At most this many differing outputs are explained element by element (the rest are counted).
 pub const EXPLAIN_MAX_OUTPUTS: usize = 8;
@@ -53,20 +56,26 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<Collected> {
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| natural_cmp(&a.1, &b.1)));
     digests = keyed.into_iter().map(|(_, n, d)| (n, d)).collect();
     if let Some(path) = stdout {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let t = Tensor::from_slice(&[bytes.len()], &bytes);
-        digests.push((STDOUT_NAME.to_string(), digest::tensor_digest(&t)));
+        // Hashed from the mapped file as a raw output: memory stays bounded however much the
+        // program printed.
+        let file = tensor_files::OutputFile::new(STDOUT_NAME, path)?;
+        let (_, d) = tensor_files::digest_file(&file)?.remove(0);
+        digests.push((STDOUT_NAME.to_string(), d));
     }
     let mut platform = None;
     let mut steps = Vec::new();
     for f in tensor_files::metadata_files(out)? {
-        if f.name.ends_with(".bitexact-platform.json") {
-            let text = std::fs::read_to_string(&f.path)?;
+        let read = || -> Result<String> {
+            let bytes = crate::atomic::read_regular(&f.path, METADATA_MAX_BYTES)?;
+            String::from_utf8(bytes).map_err(|_| anyhow!("{}: not UTF-8", f.name))
+        };
+        if f.name == ".bitexact-platform.json" {
+            let text = read()?;
             platform = Some(
                 serde_json::from_str(&text).map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
             );
-        } else if f.name.ends_with(".bitexact-memory.jsonl") {
-            for (i, line) in std::fs::read_to_string(&f.path)?.lines().enumerate() {
+        } else if f.name == ".bitexact-memory.jsonl" {
+            for (i, line) in read()?.lines().enumerate() {
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -186,7 +195,7 @@ pub fn explain(
 fn load(run: &RunFiles, name: &str) -> Result<Tensor> {
     if name == STDOUT_NAME {
         let path = run.stdout.as_ref().ok_or_else(|| anyhow!("no stdout"))?;
-        let bytes = std::fs::read(path)?;
+        let bytes = crate::atomic::read_regular(path, EXPLAIN_MAX_BYTES)?;
         return Ok(Tensor::from_slice(&[bytes.len()], &bytes));
     }
     let files = tensor_files::scan(run.out)?;
@@ -204,7 +213,8 @@ fn load(run: &RunFiles, name: &str) -> Result<Tensor> {
 
 /// The first line where two captured standard outputs differ, in words.
 pub fn first_differing_line(a: &Path, b: &Path) -> Option<String> {
-    let (x, y) = (std::fs::read(a).ok()?, std::fs::read(b).ok()?);
+    let read = |p| crate::atomic::read_regular(p, EXPLAIN_MAX_BYTES).ok();
+    let (x, y) = (read(a)?, read(b)?);
     let (x, y) = (String::from_utf8_lossy(&x), String::from_utf8_lossy(&y));
     let (mut lx, mut ly) = (x.lines(), y.lines());
     for n in 1.. {

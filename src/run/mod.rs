@@ -76,6 +76,15 @@ impl RunConfig {
             if k.exists() && (!k.is_dir() || std::fs::read_dir(k)?.next().is_some()) {
                 bail!("--keep {}: must be an empty or new directory", k.display());
             }
+            std::fs::create_dir_all(k)
+                .map_err(|e| anyhow::anyhow!("--keep {}: {e}", k.display()))?;
+        }
+        let tmp = std::env::temp_dir();
+        if !tmp.is_dir() {
+            bail!(
+                "the temporary directory {} (TMPDIR) is not a directory",
+                tmp.display()
+            );
         }
         Ok(())
     }
@@ -191,7 +200,8 @@ fn scratch() -> Result<Scratch> {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Not create_dir_all: a missing TMPDIR is an error, never created.
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(Scratch(dir, false))
 }
 
@@ -270,6 +280,7 @@ fn diverges(cfg: &RunConfig, vary: &[Variation]) -> Result<bool> {
 /// Runs the program K times (and blame passes under variations) and returns the report.
 pub fn check(cfg: &RunConfig, on_event: &mut dyn FnMut(Event)) -> Result<Report> {
     let t0 = Instant::now();
+    spawn::become_subreaper();
     on_event(Event::Started {
         name: &cfg.name,
         backend: Backend::Cpu,

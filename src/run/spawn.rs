@@ -47,10 +47,16 @@ pub struct Ended {
 /// Whether `program` can be started: a path that exists, or a name found on `PATH`. Returns
 /// what would run, so a missing program is reported before any work (exit 2).
 pub fn resolve(program: &OsString) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |m: &std::fs::Metadata| m.is_file() && m.permissions().mode() & 0o111 != 0;
     let p = Path::new(program);
+    if p.as_os_str().is_empty() {
+        return Err(anyhow!("the command after -- is empty"));
+    }
     if p.components().count() > 1 {
         return match std::fs::metadata(p) {
-            Ok(m) if m.is_file() => Ok(p.to_path_buf()),
+            Ok(m) if runnable(&m) => Ok(p.to_path_buf()),
+            Ok(m) if m.is_file() => Err(anyhow!("{}: not executable", p.display())),
             Ok(_) => Err(anyhow!("{}: not a file", p.display())),
             Err(e) => Err(anyhow!("{}: {e}", p.display())),
         };
@@ -58,7 +64,7 @@ pub fn resolve(program: &OsString) -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|d| d.join(p))
-        .find(|c| std::fs::metadata(c).is_ok_and(|m| m.is_file()))
+        .find(|c| std::fs::metadata(c).is_ok_and(|m| runnable(&m)))
         .ok_or_else(|| anyhow!("{}: command not found on PATH", p.display()))
 }
 
@@ -99,7 +105,8 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         .spawn()
         .with_context(|| format!("starting {}", program.to_string_lossy()))?;
     let mut pipe = child.stderr.take().expect("piped stderr");
-    let reader = std::thread::spawn(move || {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         let mut tail: Vec<u8> = Vec::new();
         let mut buf = [0u8; 8192];
         while let Ok(n) = pipe.read(&mut buf) {
@@ -111,7 +118,8 @@ pub fn run(s: &Spawn) -> Result<Ended> {
                 tail.drain(..tail.len() - STDERR_TAIL);
             }
         }
-        String::from_utf8_lossy(&tail[tail.len().saturating_sub(STDERR_TAIL)..]).into_owned()
+        let text = String::from_utf8_lossy(&tail[tail.len().saturating_sub(STDERR_TAIL)..]);
+        let _ = tx.send(text.into_owned());
     });
     let pid = child.id() as libc::pid_t;
     // Killed with its group if bitexact gets SIGTERM, SIGINT or SIGHUP (see isolate::groups).
@@ -147,7 +155,11 @@ pub fn run(s: &Spawn) -> Result<Ended> {
     // SAFETY: as above; the group may already be empty.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
     drop(registered);
-    let stderr_tail = reader.join().unwrap_or_default();
+    kill_escaped();
+    // A process that escaped both (it holds stderr open) must not hang bitexact.
+    let stderr_tail = rx
+        .recv_timeout(Duration::from_secs(2))
+        .unwrap_or_else(|_| "(stderr still held open by a process outside the run's group)".into());
     Ok(Ended {
         status,
         seconds,
@@ -155,6 +167,27 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         stderr_tail,
         timed_out,
     })
+}
+
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): descendants of a run that
+/// leave its process group (`setsid`) and lose their parent are re-parented to bitexact, so
+/// [`kill_escaped`] can find them. Process-wide; called once by run mode.
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Kills and reaps every direct child that leads its own process group: after a run has ended
+/// these are its escaped descendants (re-parented here, see [`become_subreaper`]), which would
+/// otherwise outlive bitexact or keep writing into the next run's outputs.
+fn kill_escaped() {
+    for pid in isolate::group_leading_children() {
+        // SAFETY: signals that group, then reaps that one child of ours.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
 }
 
 /// Why a run failed, in words: exit status or signal, and the last lines of standard error.

@@ -223,8 +223,8 @@ impl Snapshot {
     /// Loads a `.snap` or `.snap.new` file; errors name the file (and the line when the
     /// content is malformed).
     pub fn load(file: &Path) -> Result<Snapshot> {
-        let bytes = std::fs::read(file)
-            .map_err(|e| anyhow!("cannot read snapshot {}: {e}", file.display()))?;
+        let bytes =
+            crate::atomic::read_regular(file, 64 << 20).map_err(|e| anyhow!("snapshot: {e:#}"))?;
         Snapshot::from_bytes(&bytes)
             .map_err(|e| anyhow!("invalid snapshot file {}, {e}", file.display()))
     }

@@ -78,6 +78,12 @@ pub fn write_pending(
     if in_ci() {
         return "CI is set: no pending snapshot written".to_string();
     }
+    // A pending file is always bitexact's own: a symlink there is replaced, never followed.
+    if std::fs::symlink_metadata(&pending).is_ok_and(|m| m.file_type().is_symlink()) {
+        if let Err(e) = remove_if_present(&pending) {
+            return format!("could not write the pending snapshot: {e:#}");
+        }
+    }
     match write(&pending, snapshot) {
         Ok(()) => format!(
             "pending snapshot written to {}; accept it with `bitexact snapshot review --accept --snapshots {}`",
