@@ -26,21 +26,7 @@ pub const TEMP_MARKER: &str = ".tmp";
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let target = resolve(path)?;
     refuse_special(path, &target)?;
-    let dir = parent_dir(&target);
-    match fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => bail!(
-            "cannot write {}: {} is not a directory",
-            path.display(),
-            dir.display()
-        ),
-        Err(e) => bail!(
-            "cannot write {}: directory {} {}",
-            path.display(),
-            dir.display(),
-            describe(&e)
-        ),
-    }
+    let dir = existing_dir(path, &target)?;
     let tmp = temp_path(&target)?;
     let result = (|| -> std::io::Result<()> {
         let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
@@ -72,21 +58,7 @@ pub fn check_writable(path: &Path) -> Result<()> {
         bail!("cannot write {}: it is a directory", path.display());
     }
     refuse_special(path, &target)?;
-    let dir = parent_dir(&target);
-    match fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => bail!(
-            "cannot write {}: {} is not a directory",
-            path.display(),
-            dir.display()
-        ),
-        Err(e) => bail!(
-            "cannot write {}: directory {} {}",
-            path.display(),
-            dir.display(),
-            describe(&e)
-        ),
-    }
+    let dir = existing_dir(path, &target)?;
     let probe = temp_path(&target)?;
     match OpenOptions::new().write(true).create_new(true).open(&probe) {
         Ok(f) => {
@@ -187,6 +159,26 @@ pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
         bail!("cannot read {}: it grew past {max} bytes", path.display());
     }
     Ok(bytes)
+}
+
+/// The directory `target` (the resolved `path`) would be written in; an error naming `path`
+/// unless it exists and is a directory.
+fn existing_dir<'a>(path: &Path, target: &'a Path) -> Result<&'a Path> {
+    let dir = parent_dir(target);
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(dir),
+        Ok(_) => bail!(
+            "cannot write {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        ),
+        Err(e) => bail!(
+            "cannot write {}: directory {} {}",
+            path.display(),
+            dir.display(),
+            describe(&e)
+        ),
+    }
 }
 
 /// Refuses to replace anything but a regular file: renaming over a device node (`/dev/null`),

@@ -33,6 +33,15 @@ fn python_with(modules: &[&str]) -> Option<String> {
     })
 }
 
+/// Live processes whose command line contains `marker`.
+fn processes_named(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(marker))
+        .count()
+}
+
 fn skip(test: &str, why: &str) {
     bitexact::check::skip_notice(test, why);
 }
@@ -107,11 +116,7 @@ fn a_timeout_kills_the_whole_process_group() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("timed out after"), "{out}");
     std::thread::sleep(Duration::from_millis(300));
-    let left = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .filter(|c| String::from_utf8_lossy(c).contains(&marker))
-        .count();
+    let left = processes_named(&marker);
     assert_eq!(left, 0, "a process of the killed group survived");
 }
 
@@ -433,10 +438,6 @@ fn descendants_that_leave_the_group_are_killed_and_do_not_hang_the_run() {
     );
     assert_eq!(code, Some(0), "{out}");
     std::thread::sleep(Duration::from_millis(300));
-    let left = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .filter(|c| String::from_utf8_lossy(c).contains(&marker))
-        .count();
+    let left = processes_named(&marker);
     assert_eq!(left, 0, "an escaped descendant survived");
 }
