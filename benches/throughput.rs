@@ -6,7 +6,7 @@
 use bitexact::case::Ctx;
 use bitexact::cases::registry;
 use bitexact::digest::{digest_all, tensor_digest};
-use bitexact::harness::check_case;
+use bitexact::harness::assess_case;
 use bitexact::{Backend, Controls, Tensor};
 use sha2::{Digest as _, Sha256};
 
@@ -50,7 +50,7 @@ fn main() {
     println!("100,000 tiny tensors: {:.1} ms (bare sha2 of the bytes on one thread: {:.1} ms, ratio {:.2}x)", ours * 1e3, raw * 1e3, ours / raw);
 
     let controls = Controls::default();
-    println!("harness overhead (K=4 runs, check_case vs bare Case::run calls):");
+    println!("harness overhead (K=4 runs, assess_case vs bare Case::run calls):");
     for name in [
         "kernel/matmul/large",
         "kernel/softmax/large",
@@ -67,7 +67,7 @@ fn main() {
                 pool.install(|| case.run(&mut ctx)).expect("run");
             }
         });
-        let harness = best(3, || check_case(case.as_ref(), Backend::Cpu, &controls, 4));
+        let harness = best(3, || assess_case(case.as_ref(), Backend::Cpu, &controls, 4));
         println!(
             "  {name:28} bare {:8.2} ms  harness {:8.2} ms  overhead {:+.1}%",
             bare * 1e3,
@@ -77,7 +77,10 @@ fn main() {
     }
 
     println!("cost of determinism (deterministic / fastest nondeterministic):");
-    for r in bitexact::cost::cost_of_determinism(Backend::Cpu, &controls, 5).expect("cost") {
+    let all = registry();
+    let cases: Vec<&dyn bitexact::Case> = all.iter().map(|c| c.as_ref()).collect();
+    for r in bitexact::cost::cost_of_determinism(&cases, Backend::Cpu, &controls, 5).expect("cost")
+    {
         println!(
             "  {:12} {:>16} {:8.2} ms vs {:>16} {:8.2} ms = {:.2}x",
             r.op,

@@ -8,7 +8,7 @@
 //! symbolic link is followed: its target is replaced and the link stays a link. A missing
 //! directory is an error (this module creates no directories).
 //!
-//! [`check_writable`] answers, before any work is done, whether [`write_atomically`] could
+//! [`ensure_writable`] answers, before any work is done, whether [`write_atomically`] could
 //! write a path, so a command can fail fast (exit 2) on `--out /proc/version`.
 
 use anyhow::{anyhow, bail, Result};
@@ -52,7 +52,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Checks that [`write_atomically`] could write `path`, without writing it: an error (naming
 /// the path) when it is a directory, when its directory does not exist, or when no file can be
 /// created there (a read-only file system, `/proc`, missing permissions).
-pub fn check_writable(path: &Path) -> Result<()> {
+pub fn ensure_writable(path: &Path) -> Result<()> {
     let target = resolve(path)?;
     if fs::metadata(&target).is_ok_and(|m| m.is_dir()) {
         bail!("cannot write {}: it is a directory", path.display());
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn devices_and_fifos_are_never_replaced() {
-        let e = check_writable(Path::new("/dev/null"))
+        let e = ensure_writable(Path::new("/dev/null"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a regular file"), "{e}");
@@ -311,16 +311,16 @@ mod tests {
     #[test]
     fn check_writable_rejects_directories_missing_parents_and_proc() {
         let s = Scratch::new("check");
-        check_writable(&s.0.join("report.json")).unwrap();
-        let e = check_writable(&s.0).unwrap_err().to_string();
+        ensure_writable(&s.0.join("report.json")).unwrap();
+        let e = ensure_writable(&s.0).unwrap_err().to_string();
         assert!(e.contains("is a directory"), "{e}");
         let f = s.0.join("no/such/report.json");
-        let e = check_writable(&f).unwrap_err().to_string();
+        let e = ensure_writable(&f).unwrap_err().to_string();
         assert!(
             e.contains(&f.display().to_string()) && e.contains("does not exist"),
             "{e}"
         );
-        let e = check_writable(Path::new("/proc/version"))
+        let e = ensure_writable(Path::new("/proc/version"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("/proc/version"), "{e}");

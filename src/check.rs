@@ -48,9 +48,9 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::harness::{CaseReport, Verdict};
+use crate::harness::{CaseReport, Failure, FailureKind, Verdict};
 use crate::isolate::{self, ChildConfig, Launcher};
-use crate::suite::{self, SuiteConfig};
+use crate::suite::{self, Subject, SuiteConfig};
 use crate::vary::{Kind, Variation};
 use std::io::Write;
 use std::path::PathBuf;
@@ -211,16 +211,16 @@ impl Check<'_> {
                 }
                 Err(why) => {
                     let mut r = CaseReport::new(&self.case.name(), self.backend);
-                    r.evidence.error = Some(why);
+                    r.evidence.failure = Some(Failure::new(FailureKind::Harness, why));
                     return r.judge();
                 }
             }
         }
-        match suite::run(&[self.case], &config, &mut |_| {}) {
+        match suite::run(&[Subject::Case(self.case)], &config, &mut |_| {}) {
             Ok(mut report) => report.cases.remove(0),
             Err(e) => {
                 let mut r = CaseReport::new(&self.case.name(), self.backend);
-                r.evidence.error = Some(format!("{e:#}"));
+                r.evidence.failure = Some(Failure::from_error(FailureKind::Harness, &e));
                 r.judge()
             }
         }
@@ -232,7 +232,7 @@ impl Check<'_> {
     /// terminal (past libtest's output capture), so the skip stays visible in `cargo test`.
     pub fn assert_deterministic(&self) -> CaseReport {
         let r = self.report();
-        if r.verdict == Verdict::Skipped {
+        if r.verdict() == Verdict::Skipped {
             skip_notice(&r.name, &r.message.clone().unwrap_or_default());
             return r;
         }
@@ -246,7 +246,7 @@ impl Check<'_> {
     /// differs in the platform fingerprint.
     pub fn assert_snapshot(&self) -> CaseReport {
         let r = self.assert_deterministic();
-        if r.verdict == Verdict::Deterministic {
+        if r.verdict() == Verdict::Deterministic {
             crate::snapshot::assert_matches(&self.snapshots(), &r, &self.current_controls());
         }
         r

@@ -4,8 +4,9 @@
 use anyhow::Result;
 use bitexact::backend::Backend;
 use bitexact::controls::{parse_switch, Controls};
-use bitexact::isolate::{ChildConfig, Launcher};
+use bitexact::harness::{ChildConfig, Launcher};
 use bitexact::report::Format;
+use bitexact::run::Program;
 use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::{Kind, Variation};
 use bitexact::Case;
@@ -58,7 +59,7 @@ pub enum Command {
     },
     /// Run any program K times and compare the tensor files it writes into $BITEXACT_OUT
     /// (safetensors, npy, npz; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.
-    Run(RunArgs),
+    Run(ProgramArgs),
     /// Internal: serve a parent's request in a child process (see `bitexact::isolate`).
     #[command(name = "__child", hide = true)]
     Child,
@@ -300,7 +301,7 @@ impl ReportArgs {
 }
 
 #[derive(clap::Args)]
-pub struct RunArgs {
+pub struct ProgramArgs {
     /// Runs of the program (2 to 10000).
     #[arg(long, default_value_t = 2)]
     pub runs: usize,
@@ -338,9 +339,10 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-impl RunArgs {
-    /// The validated run-mode settings these flags describe; the program must be startable.
-    pub fn config(&self) -> Result<bitexact::run::RunConfig> {
+impl ProgramArgs {
+    /// The validated program and suite settings these flags describe; the program must be
+    /// startable.
+    pub fn config(&self) -> Result<(Program, SuiteConfig)> {
         let controls = self.controls.controls()?;
         let vary = match &self.vary {
             Some(v) => Variation::parse_list(v, Kind::Program)
@@ -357,21 +359,20 @@ impl RunArgs {
             Some(n) => n.clone(),
             None => bitexact::run::default_name(&self.command),
         };
-        let cfg = bitexact::run::RunConfig {
+        let program = Program {
             command: self.command.clone(),
             name,
             threads_given: self.controls.threads.is_some()
                 || std::env::var_os("BITEXACT_THREADS").is_some(),
-            controls,
-            runs: runs(self.runs)?,
-            vary,
             timeout: timeout(self.timeout)?,
             memory_limit_mb: self.memory_limit,
             stdout: self.stdout,
             keep: self.keep.clone(),
-            snapshots: self.snapshots.clone(),
         };
-        cfg.validate().map_err(|e| usage(format!("{e:#}")))?;
-        Ok(cfg)
+        program.validate().map_err(|e| usage(format!("{e:#}")))?;
+        let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, runs(self.runs)?);
+        config.options.vary = vary;
+        config.snapshots = self.snapshots.clone();
+        Ok((program, config))
     }
 }

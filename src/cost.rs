@@ -1,17 +1,18 @@
 //! The cost of determinism: per op, the time of the fastest deterministic implementation over
-//! the fastest nondeterministic one, measured on the op's `kernel/<op>/large` case.
+//! the fastest nondeterministic one, measured on the op's `kernel/<op>/large` case among the
+//! cases the caller passes (an op whose large case is not among them is not measured).
 
 use crate::backend::Backend;
 use crate::case::{Case, Ctx};
-use crate::cases::kernels;
 use crate::controls::Controls;
-use crate::harness::{pool, run_once};
+use crate::harness::{call_case, pool};
 use crate::ops;
 use anyhow::{anyhow, Result};
 use serde::Serialize;
 
 /// One op's cost of determinism on one backend.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 pub struct CostRow {
     /// Op family.
     pub op: String,
@@ -46,7 +47,7 @@ fn time_algo(
             },
         );
         ctx.forced.insert(op.into(), algo.into());
-        pool.install(|| run_once(case, &mut ctx))?;
+        pool.install(|| call_case(case, &mut ctx))?;
         let t = ctx
             .op_seconds
             .get(op)
@@ -59,11 +60,11 @@ fn time_algo(
 
 /// Measures every op that has both kinds of implementation on `backend`, `reps` times each.
 pub fn cost_of_determinism(
+    cases: &[&dyn Case],
     backend: Backend,
     controls: &Controls,
     reps: usize,
 ) -> Result<Vec<CostRow>> {
-    let cases = kernels::cases();
     let mut rows = Vec::new();
     for (op, algos) in ops::catalog() {
         let Some(case) = cases
@@ -74,7 +75,7 @@ pub fn cost_of_determinism(
         };
         let mut best: [Option<(String, f64)>; 2] = [None, None];
         for a in algos.iter().filter(|a| a.backend == backend) {
-            let t = time_algo(case.as_ref(), backend, controls, op, a.name, reps)?;
+            let t = time_algo(*case, backend, controls, op, a.name, reps)?;
             let slot = &mut best[a.deterministic as usize];
             if slot.as_ref().is_none_or(|(_, b)| t < *b) {
                 *slot = Some((a.name.to_string(), t));

@@ -64,6 +64,7 @@ pub struct CrossTensor {
 
 /// One case compared across devices.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct CrossDevice {
     /// Case name.
     pub case: String,
@@ -189,7 +190,7 @@ pub fn compare(
         };
         if let Some(r) = [cpu, cuda]
             .into_iter()
-            .find(|r| r.verdict == Verdict::Skipped)
+            .find(|r| r.verdict() == Verdict::Skipped)
         {
             let why = r.message.clone().unwrap_or_else(|| "skipped".into());
             out.push(CrossDevice::skipped(&name, format!("{}: {why}", r.backend)));
@@ -197,14 +198,14 @@ pub fn compare(
         }
         if let Some(r) = [cpu, cuda]
             .into_iter()
-            .find(|r| r.verdict != Verdict::Deterministic)
+            .find(|r| r.verdict() != Verdict::Deterministic)
         {
             out.push(CrossDevice::skipped(
                 &name,
                 format!(
                     "{} run was {}: only deterministic results are compared across devices",
                     r.backend,
-                    r.verdict.name()
+                    r.verdict().name()
                 ),
             ));
             continue;

@@ -34,7 +34,8 @@ pub use groups::{
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::harness::{self, CaseReport, Options, RunResult};
+use crate::harness::{self, CaseReport, CaseRun, ChildRunner, Failure, FailureKind, Options};
+pub use crate::harness::{ChildConfig, Launcher};
 use crate::tensor_io;
 use crate::trace::TraceEntry;
 use crate::vary::RunSettings;
@@ -54,56 +55,18 @@ pub const REQUEST_ENV: &str = "BITEXACT_CHILD";
 /// Time limit of an isolated case when none is given (`--isolate` without `--timeout`).
 pub const DEFAULT_ISOLATE_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// How to start a child process that knows the case.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Launcher {
-    /// The `bitexact` binary at this path (`EXE __child`).
-    Binary(PathBuf),
-    /// A libtest test binary, re-run for the one test named here.
-    TestBinary {
-        /// Path of the test binary.
-        exe: PathBuf,
-        /// Full name of the test (`module::test_name`), as libtest names its thread.
-        test: String,
-    },
-}
-
-impl Launcher {
-    /// The command that starts a child, before the request is attached.
-    fn command(&self) -> Command {
-        match self {
-            Launcher::Binary(exe) => {
-                let mut c = Command::new(exe);
-                c.arg("__child");
-                c
-            }
-            Launcher::TestBinary { exe, test } => {
-                let mut c = Command::new(exe);
-                c.args(["--exact", test, "--nocapture", "--test-threads=1", "-q"]);
-                c
-            }
+/// The command that starts a child for `launcher`, before the request is attached.
+fn command(launcher: &Launcher) -> Command {
+    match launcher {
+        Launcher::Binary(exe) => {
+            let mut c = Command::new(exe);
+            c.arg("__child");
+            c
         }
-    }
-}
-
-/// How to start children: the launcher, a per-child time limit and an address-space limit.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChildConfig {
-    /// How to start a child.
-    pub launcher: Launcher,
-    /// Kill the child (and its process group) after this long.
-    pub timeout: Option<Duration>,
-    /// Address-space limit of the child in MiB (`setrlimit(RLIMIT_AS)`).
-    pub memory_limit_mb: Option<u64>,
-}
-
-impl ChildConfig {
-    /// Children started by `launcher`, no limits.
-    pub fn new(launcher: Launcher) -> ChildConfig {
-        ChildConfig {
-            launcher,
-            timeout: None,
-            memory_limit_mb: None,
+        Launcher::TestBinary { exe, test } => {
+            let mut c = Command::new(exe);
+            c.args(["--exact", test, "--nocapture", "--test-threads=1", "-q"]);
+            c
         }
     }
 }
@@ -134,7 +97,7 @@ pub struct Request {
 
 /// Metadata of a run made in a child.
 #[derive(Serialize, Deserialize)]
-struct RunMeta {
+struct ChildRunMeta {
     algorithms: BTreeMap<String, String>,
     trace: Option<Vec<TraceEntry>>,
     #[serde(default)]
@@ -245,7 +208,7 @@ fn run_child(cfg: &ChildConfig, mode: Mode, case: &str, backend: Backend) -> Res
         out: out.clone(),
         memory_limit_mb: cfg.memory_limit_mb,
     };
-    let mut cmd = cfg.launcher.command();
+    let mut cmd = command(&cfg.launcher);
     cmd.env(REQUEST_ENV, serde_json::to_string(&request)?);
     contain(&mut cmd);
     let mut child = cmd
@@ -298,17 +261,31 @@ fn run_child(cfg: &ChildConfig, mode: Mode, case: &str, backend: Backend) -> Res
     })
 }
 
+/// Starts fresh-process runs with a [`ChildConfig`] (the harness's [`ChildRunner`]).
+pub struct Children<'a>(pub &'a ChildConfig);
+
+impl ChildRunner for Children<'_> {
+    fn run_in_child(
+        &self,
+        case: &str,
+        backend: Backend,
+        settings: &RunSettings,
+    ) -> Result<CaseRun, Failure> {
+        run_in_child(self.0, case, backend, settings).map_err(|e| child_failure(&e))
+    }
+}
+
 /// One run of `case` in a fresh child process.
-pub fn run_once(
+pub fn run_in_child(
     cfg: &ChildConfig,
     case: &str,
     backend: Backend,
     settings: &RunSettings,
-) -> Result<RunResult> {
+) -> Result<CaseRun> {
     let bytes = run_child(cfg, Mode::Run(settings.clone()), case, backend)?;
     let (meta, outputs) = tensor_io::decode(&bytes)?;
-    let meta: RunMeta = serde_json::from_str(&meta).context("child run metadata")?;
-    Ok(RunResult {
+    let meta: ChildRunMeta = serde_json::from_str(&meta).context("child run metadata")?;
+    Ok(CaseRun {
         outputs,
         algorithms: meta.algorithms,
         trace: meta.trace,
@@ -320,11 +297,12 @@ pub fn run_once(
     })
 }
 
-/// The whole check of a case in a child process, as `report` (nothing run yet) describes it:
-/// the child's report, or `report` with the child's failure (crash, hang, OOM) as evidence.
-pub fn check(
+/// The whole assessment of `case` in a child process (`--isolate`): the child's report, or
+/// the child's failure (crash, hang, out of memory) as typed evidence.
+pub fn assess_in_child(
     cfg: &ChildConfig,
-    mut report: CaseReport,
+    case: &dyn Case,
+    backend: Backend,
     controls: &Controls,
     opts: &Options,
 ) -> CaseReport {
@@ -332,13 +310,37 @@ pub fn check(
     let mut cfg = cfg.clone();
     cfg.timeout = cfg.timeout.or(Some(DEFAULT_ISOLATE_TIMEOUT));
     let mode = Mode::Check(controls.clone(), opts.clone());
-    let result = run_child(&cfg, mode, &report.name, report.backend)
+    let result = run_child(&cfg, mode, &case.name(), backend)
         .and_then(|b| serde_json::from_slice::<CaseReport>(&b).context("child report"));
     result.unwrap_or_else(|e| {
-        report.evidence.error = Some(format!("isolated process {e:#}"));
+        let mut report = CaseReport::new(&case.name(), backend);
+        report.variations = opts.vary.clone();
+        report.evidence.planted = case.planted_bug().map(str::to_string);
+        let f = child_failure(&e);
+        report.evidence.failure = Some(Failure::new(
+            f.kind,
+            format!("isolated process {}", f.message),
+        ));
         report.seconds = t0.elapsed().as_secs_f64();
-        report
+        report.judge()
     })
+}
+
+/// The typed failure of a child process from the error `run_child` gave.
+fn child_failure(e: &anyhow::Error) -> Failure {
+    let text = format!("{e:#}");
+    let kind = if text.starts_with("timed out") {
+        FailureKind::Timeout
+    } else if text.starts_with("ran out of memory") || text.contains("(the OOM killer") {
+        FailureKind::OutOfMemory
+    } else if text.starts_with("crashed with signal") {
+        FailureKind::Signal
+    } else if text.starts_with("exited with status") {
+        FailureKind::ExitStatus
+    } else {
+        FailureKind::Harness
+    };
+    Failure::new(kind, text)
 }
 
 /// The request this process was started with, when it is a child.
@@ -357,7 +359,7 @@ pub fn serve(request: &Request, case: &dyn Case) -> Result<()> {
     let bytes = match &request.mode {
         Mode::Run(settings) => {
             let r = harness::run_in_process(case, request.backend, settings)?;
-            let meta = RunMeta {
+            let meta = ChildRunMeta {
                 algorithms: r.algorithms,
                 trace: r.trace,
                 recorded_ops: r.recorded_ops,
@@ -371,7 +373,9 @@ pub fn serve(request: &Request, case: &dyn Case) -> Result<()> {
         Mode::Check(controls, opts) => {
             let mut opts = opts.clone();
             opts.isolated = true;
-            let r = harness::check_case_with(case, request.backend, controls, &opts);
+            let children = opts.children.as_ref().map(Children);
+            let children = children.as_ref().map(|c| c as &dyn ChildRunner);
+            let r = harness::assess_case_with(case, request.backend, controls, &opts, children);
             serde_json::to_vec(&r)?
         }
     };
@@ -379,9 +383,7 @@ pub fn serve(request: &Request, case: &dyn Case) -> Result<()> {
 }
 
 fn write_result(out: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = out.with_extension("partial");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))
+    crate::atomic::write_atomically(out, bytes)
 }
 
 /// The child side for a case found through `lookup` (the `bitexact` binary's `__child`).

@@ -25,29 +25,69 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod atomic;
-pub mod backend;
-pub mod case;
+// The public API: the root re-exports below, plus these modules.
 pub mod check;
-pub mod controls;
-pub mod cost;
-pub mod cross;
-pub mod diff;
-pub mod digest;
-pub mod harness;
-pub mod isolate;
 pub mod memory;
-pub mod platform;
 pub mod report;
-pub mod rng;
 pub mod snapshot;
-pub mod suite;
-pub mod tensor;
-pub mod tensor_files;
-pub mod trace;
-pub mod vary;
 
+// Internal modules: public only because bitexact's own binary, tests and benches reach in.
+// Not a stable API; hidden from the docs.
+/// Atomic writes (internal).
+#[doc(hidden)]
+pub mod atomic;
+/// Backends: CPU and CUDA (internal).
+#[doc(hidden)]
+pub mod backend;
+/// The `Case` trait and its context (re-exported at the root).
+#[doc(hidden)]
+pub mod case;
+/// Controls (re-exported at the root).
+#[doc(hidden)]
+pub mod controls;
+/// The cost of determinism (internal).
+#[doc(hidden)]
+pub mod cost;
+/// CPU vs CUDA comparison (internal).
+#[doc(hidden)]
+pub mod cross;
+/// Element-level explanations of differences (internal).
+#[doc(hidden)]
+pub mod diff;
+/// Canonical digests (internal; `Digest` is re-exported at the root).
+#[doc(hidden)]
+pub mod digest;
+/// The harness: run sources, K runs, diagnoses, the judge (internal).
+#[doc(hidden)]
+pub mod harness;
+/// Child processes: the isolate protocol (internal).
+#[doc(hidden)]
+pub mod isolate;
+/// The machine fingerprint (internal).
+#[doc(hidden)]
+pub mod platform;
+/// Philox random streams (internal).
+#[doc(hidden)]
+pub mod rng;
+/// Run mode: external programs (internal).
+#[doc(hidden)]
 pub mod run;
+/// The pipeline every entry point calls (internal; `Report`, `SuiteConfig`, `Event` are
+/// re-exported at the root).
+#[doc(hidden)]
+pub mod suite;
+/// Host tensors (re-exported at the root).
+#[doc(hidden)]
+pub mod tensor;
+/// Readers of tensor files (internal).
+#[doc(hidden)]
+pub mod tensor_files;
+/// Op traces (internal).
+#[doc(hidden)]
+pub mod trace;
+/// Variations between runs (internal; `Variation` is re-exported at the root).
+#[doc(hidden)]
+pub mod vary;
 
 mod outputs;
 mod tensor_io;
@@ -73,9 +113,10 @@ pub use controls::Controls;
 pub use digest::Digest;
 /// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].
 pub use half;
-pub use harness::{check_case, CaseReport, Verdict};
+pub use harness::{CaseReport, Failure, FailureKind, Judged, Verdict};
 pub use outputs::Outputs;
-pub use report::{Format, Report};
-pub use suite::{Event, SuiteConfig};
+pub use report::Format;
+pub use snapshot::{review as review_snapshots, Review};
+pub use suite::{Event, Report, SuiteConfig};
 pub use tensor::{DType, Tensor};
 pub use vary::Variation;

@@ -8,11 +8,11 @@ mod cli;
 use anyhow::{Context, Result};
 use bitexact::report::{self, Format};
 use bitexact::snapshot::{self, Update};
-use bitexact::suite::{self, Event, SuiteConfig};
+use bitexact::suite::{self, Event, Subject, SuiteConfig};
 use bitexact::trace::{self, TraceFile};
 use bitexact::Case;
 use clap::Parser;
-use cli::{usage, Cli, Command, ReportArgs, RunArgs, SnapshotCommand, UsageError};
+use cli::{usage, Cli, Command, ProgramArgs, ReportArgs, SnapshotCommand, UsageError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::Path;
@@ -77,29 +77,33 @@ fn list(filter: Option<&str>) -> Result<u8> {
 fn report(a: ReportArgs) -> Result<u8> {
     let config = a.config()?;
     let selected = cli::select(a.filter.as_deref())?;
-    check_outputs(a.out.as_deref(), a.trace.as_deref(), a.snapshots.as_deref())?;
+    validate_outputs(a.out.as_deref(), a.trace.as_deref(), a.snapshots.as_deref())?;
     let cases: Vec<&dyn Case> = selected.iter().map(|c| c.as_ref()).collect();
-    let report = run_with_progress(&cases, &config)?;
+    let report = run_with_progress(&Subject::cases(&cases), &config)?;
     if let Some(path) = &a.trace {
-        let file = TraceFile::of_report(&report)?;
+        let file = report.traces()?;
         write_file(path, serde_json::to_string_pretty(&file)?.as_bytes())?;
     }
     emit(a.format, a.out.as_deref(), &report)?;
     Ok(report.exit_code() as u8)
 }
 
-fn run(a: RunArgs) -> Result<u8> {
-    let config = a.config()?;
-    check_outputs(a.out.as_deref(), None, config.snapshots.as_deref())?;
-    let report = bitexact::run::check(&config, &mut |_| {})?;
+fn run(a: ProgramArgs) -> Result<u8> {
+    let (program, config) = a.config()?;
+    validate_outputs(a.out.as_deref(), None, config.snapshots.as_deref())?;
+    let report = run_with_progress(&[Subject::Program(&program)], &config)?;
     emit(a.format, a.out.as_deref(), &report)?;
     Ok(report.exit_code() as u8)
 }
 
 /// Checks `--out`, `--trace` and `--snapshots` before any work: exit 2 naming the path.
-fn check_outputs(out: Option<&Path>, trace: Option<&Path>, snapshots: Option<&Path>) -> Result<()> {
+fn validate_outputs(
+    out: Option<&Path>,
+    trace: Option<&Path>,
+    snapshots: Option<&Path>,
+) -> Result<()> {
     for path in out.iter().chain(trace.iter()) {
-        bitexact::atomic::check_writable(path).map_err(|e| usage(format!("{e:#}")))?;
+        bitexact::atomic::ensure_writable(path).map_err(|e| usage(format!("{e:#}")))?;
     }
     if out.is_some() && out == trace {
         return Err(usage("--out and --trace name the same file"));
@@ -117,7 +121,7 @@ fn check_outputs(out: Option<&Path>, trace: Option<&Path>, snapshots: Option<&Pa
 
 /// Runs the suite with a progress bar on standard error, drawn only on a terminal and never in
 /// CI (`CI` set), so logs and piped output stay clean.
-fn run_with_progress(cases: &[&dyn Case], config: &SuiteConfig) -> Result<report::Report> {
+fn run_with_progress(subjects: &[Subject], config: &SuiteConfig) -> Result<report::Report> {
     use std::io::IsTerminal;
     let bar = if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
         ProgressBar::hidden()
@@ -125,7 +129,7 @@ fn run_with_progress(cases: &[&dyn Case], config: &SuiteConfig) -> Result<report
         let total = config
             .backends
             .iter()
-            .map(|b| cases.iter().filter(|c| c.backends().contains(b)).count())
+            .map(|b| subjects.iter().filter(|s| s.runs_on(*b)).count())
             .sum::<usize>();
         let bar = ProgressBar::new(total as u64);
         if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {wide_msg}")
@@ -134,9 +138,10 @@ fn run_with_progress(cases: &[&dyn Case], config: &SuiteConfig) -> Result<report
         }
         bar
     };
-    let report = suite::run(cases, config, &mut |e| match e {
+    let report = suite::run(subjects, config, &mut |e| match e {
         Event::Started { name, backend } => bar.set_message(format!("{name} ({backend})")),
         Event::Finished(_) => bar.inc(1),
+        _ => {}
     });
     bar.finish_and_clear();
     report
@@ -184,7 +189,7 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
         .filter(|c| c.planted_bug().is_none())
         .collect();
     let cases: Vec<&dyn Case> = selected.iter().map(|c| c.as_ref()).collect();
-    let report = suite::run(&cases, &config, &mut |_| {})?;
+    let report = suite::run(&Subject::cases(&cases), &config, &mut |_| {})?;
     let mut failed = false;
     let updates = snapshot::update_each(&a.snapshots, &report.cases, &controls, a.force)?;
     for (r, u) in report.cases.iter().zip(updates) {
@@ -193,7 +198,7 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
             Ok(Update::Updated(p, why)) => println!("updated    {}\n    {why}", p.display()),
             Ok(Update::Unchanged(p)) => println!("unchanged  {}", p.display()),
             Ok(Update::NotWritten(why)) => {
-                failed |= r.verdict.is_failure();
+                failed |= r.verdict().is_failure();
                 println!("not written: {why}");
             }
             Err(f) => {

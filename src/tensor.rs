@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 /// Element type of a [`Tensor`]. The discriminant is the dtype tag used in digests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum DType {
     /// IEEE-754 binary32.
     F32 = 1,

@@ -197,24 +197,6 @@ pub struct TraceFile {
 }
 
 impl TraceFile {
-    /// The traces recorded in `report` (cases traced with `Options::trace`).
-    pub fn of_report(report: &crate::report::Report) -> anyhow::Result<TraceFile> {
-        Ok(TraceFile {
-            version: 1,
-            platform: serde_json::to_value(&report.platform)?,
-            cases: report
-                .cases
-                .iter()
-                .filter(|r| !r.traces.is_empty())
-                .map(|r| CaseTraces {
-                    name: r.name.clone(),
-                    backend: r.backend.name().into(),
-                    runs: r.traces.clone(),
-                })
-                .collect(),
-        })
-    }
-
     /// Reads a trace file; errors name the file. Only regular files up to
     /// [`MAX_TRACE_FILE_BYTES`] are read (not a directory, a FIFO or `/dev/zero`).
     pub fn load(path: &std::path::Path) -> anyhow::Result<TraceFile> {

@@ -26,6 +26,7 @@ use std::fmt;
 /// One condition that can be varied between runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Variation {
     /// CPU thread count: 1 vs 4.
     Threads,
@@ -267,6 +268,10 @@ pub struct RunSettings {
     pub trace: bool,
     /// Run in a fresh child process.
     pub fresh_process: bool,
+    /// The variations applied (programs read the ones that act through their environment:
+    /// `hashseed`, and `threads` exporting the thread variables).
+    #[serde(default)]
+    pub varied: Vec<Variation>,
 }
 
 impl RunSettings {
@@ -278,6 +283,7 @@ impl RunSettings {
             knobs: Knobs::default(),
             trace,
             fresh_process: false,
+            varied: vary.to_vec(),
         };
         for v in vary {
             match v {
@@ -298,6 +304,7 @@ impl RunSettings {
 
 /// What automatic blame found for a diverging case.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Blame {
     /// Whether the case was bit-exact with every variation fixed (the control run).
     pub reproducible_when_fixed: bool,

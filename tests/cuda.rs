@@ -7,7 +7,7 @@ use bitexact::backend::cuda::{ops as gpu_ops, Gpu};
 use bitexact::backend::Backend;
 use bitexact::case::Ctx;
 use bitexact::cross::{self, CrossVerdict};
-use bitexact::harness::{check_case, Verdict};
+use bitexact::harness::{assess_case, Verdict};
 use bitexact::rng::Stream;
 use bitexact::suite::{self, SuiteConfig};
 use bitexact::{cases, ops, Controls};
@@ -202,9 +202,9 @@ fn atomic_variants_are_caught() {
         }
         let name = format!("kernel/{op}/large");
         let case = cases::find(&name).unwrap();
-        let r = check_case(case.as_ref(), Backend::Cuda, &controls, K);
+        let r = assess_case(case.as_ref(), Backend::Cuda, &controls, K);
         assert_eq!(
-            r.verdict,
+            r.verdict(),
             Verdict::Nondeterministic,
             "{name} with {:?} over {K} runs",
             r.algorithms
@@ -224,7 +224,9 @@ fn cross_device_comparison_of_small_cases() {
     let controls = Controls::default();
     let selected: Vec<&dyn bitexact::Case> = selected.iter().map(|c| c.as_ref()).collect();
     let config = SuiteConfig::new(vec![Backend::Cpu, Backend::Cuda], controls.clone(), 2);
-    let reports = suite::run(&selected, &config, &mut |_| {}).unwrap().cases;
+    let reports = suite::run(&suite::Subject::cases(&selected), &config, &mut |_| {})
+        .unwrap()
+        .cases;
     let cmp = cross::compare(&selected, &reports, &controls);
     assert_eq!(cmp.len(), selected.len());
     for c in &cmp {

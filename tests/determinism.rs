@@ -2,7 +2,7 @@
 //! bits for every thread count; the atomic implementations are caught by the harness.
 
 use bitexact::cases::registry;
-use bitexact::harness::check_case;
+use bitexact::harness::assess_case;
 use bitexact::{Backend, Controls, Verdict};
 
 fn controls(threads: usize, deterministic: bool) -> Controls {
@@ -21,9 +21,9 @@ fn deterministic_kernels_are_thread_count_invariant() {
     {
         let mut digests = Vec::new();
         for threads in [1, 2, 8] {
-            let r = check_case(case.as_ref(), Backend::Cpu, &controls(threads, true), 2);
+            let r = assess_case(case.as_ref(), Backend::Cpu, &controls(threads, true), 2);
             assert_eq!(
-                r.verdict,
+                r.verdict(),
                 Verdict::Deterministic,
                 "{} on {threads} threads: {:?}",
                 r.name,
@@ -52,8 +52,8 @@ fn atomic_implementations_are_caught() {
     ] {
         let case = registry().into_iter().find(|c| c.name() == name).unwrap();
         let caught = (0..ATTEMPTS).find_map(|_| {
-            let r = check_case(case.as_ref(), Backend::Cpu, &controls(4, false), RUNS);
-            (r.verdict == Verdict::Nondeterministic).then_some(r)
+            let r = assess_case(case.as_ref(), Backend::Cpu, &controls(4, false), RUNS);
+            (r.verdict() == Verdict::Nondeterministic).then_some(r)
         });
         let r = caught.unwrap_or_else(|| panic!("{name}: not caught in {ATTEMPTS}x{RUNS} runs"));
         assert!(r.distinct_digests >= 2);
@@ -76,7 +76,7 @@ fn seed_changes_outputs_and_same_seed_reproduces() {
         .into_iter()
         .find(|c| c.name() == "kernel/dropout/small")
         .unwrap();
-    let a = check_case(
+    let a = assess_case(
         case.as_ref(),
         Backend::Cpu,
         &Controls {
@@ -85,7 +85,7 @@ fn seed_changes_outputs_and_same_seed_reproduces() {
         },
         2,
     );
-    let b = check_case(
+    let b = assess_case(
         case.as_ref(),
         Backend::Cpu,
         &Controls {
@@ -94,7 +94,7 @@ fn seed_changes_outputs_and_same_seed_reproduces() {
         },
         2,
     );
-    let a2 = check_case(
+    let a2 = assess_case(
         case.as_ref(),
         Backend::Cpu,
         &Controls {
@@ -117,8 +117,8 @@ fn benchmark_mode_records_its_choice() {
         benchmark: true,
         ..Controls::default()
     };
-    let r = check_case(case.as_ref(), Backend::Cpu, &c, 2);
-    assert_eq!(r.verdict, Verdict::Deterministic);
+    let r = assess_case(case.as_ref(), Backend::Cpu, &c, 2);
+    assert_eq!(r.verdict(), Verdict::Deterministic);
     assert!(
         ["tiled_r8", "tiled_r32"].contains(&r.algorithms["matmul"].as_str()),
         "{:?}",

@@ -211,7 +211,7 @@ fn reduce_kernels_match_the_cpu() {
     for n in [1usize, 1000, 100_003, 41 * 16384 + 5] {
         let x = inputs(n as u64, n);
         let want = ops::reduce_sum::reduce_sum(&mut cpu(), &x).unwrap();
-        let chunks = n.div_ceil(ops::reduce_sum::CHUNK);
+        let chunks = n.div_ceil(bitexact::backend::cpu::SUM_CHUNK);
         let mut partials = vec![0f32; chunks];
         let mut out = [0f32; 1];
         let (xp, pp, op) = (P(x.as_ptr() as *mut f32), ptr(&mut partials), ptr(&mut out));

@@ -6,12 +6,12 @@
 //! need it); the tests hold one lock so only one of them allocates at a time.
 
 use bitexact::cases::find;
-use bitexact::harness::{check_case_with, Options};
+use bitexact::harness::{assess_case_with, Options};
 use bitexact::memory::CountingAlloc;
 use bitexact::rng::Stream;
-use bitexact::train::checkpointing::{self, BATCH, WIDTHS};
 use bitexact::train::deep::{DeepMlp, Mode};
 use bitexact::train::microbatch::{self, Fallback, OOM_BATCH};
+use bitexact::train::recompute::{self, BATCH, WIDTHS};
 use bitexact::vary::Variation;
 use bitexact::{Backend, CaseReport, Controls, Ctx, Verdict};
 use std::sync::Mutex;
@@ -31,7 +31,13 @@ fn check(name: &str, runs: usize, vary: &[Variation]) -> CaseReport {
         vary: vary.to_vec(),
         ..Options::runs(runs)
     };
-    check_case_with(case.as_ref(), Backend::Cpu, &Controls::default(), &opts)
+    assess_case_with(
+        case.as_ref(),
+        Backend::Cpu,
+        &Controls::default(),
+        &opts,
+        None,
+    )
 }
 
 const PRACTICES: [&str; 4] = [
@@ -46,7 +52,7 @@ fn practice_cases_are_deterministic_and_note_their_figures() {
     let _g = serial();
     for name in PRACTICES {
         let r = check(name, 5, &[]);
-        assert_eq!(r.verdict, Verdict::Deterministic, "{name}: {r:?}");
+        assert_eq!(r.verdict(), Verdict::Deterministic, "{name}: {r:?}");
         assert!(r.findings.is_empty(), "{name}: {:?}", r.findings);
         if name != "copy/non_blocking" {
             assert!(!r.notes.is_empty(), "{name}: no notes");
@@ -75,9 +81,9 @@ fn checkpointing_is_bit_exact_and_saves_memory() {
     let y: Vec<i64> = (0..BATCH as i64).map(|i| i % 10).collect();
     let rng = Stream::named(3, "drop");
     let mut ctx = Ctx::new(Backend::Cpu, Controls::default());
-    let stored = checkpointing::step(&mut ctx, &model, (&x, &y), rng, Mode::Stored).unwrap();
-    let mode = checkpointing::checkpointed(&model, rng, BATCH, false);
-    let ckpt = checkpointing::step(&mut ctx, &model, (&x, &y), rng, mode).unwrap();
+    let stored = recompute::step(&mut ctx, &model, (&x, &y), rng, Mode::Stored).unwrap();
+    let mode = recompute::checkpointed(&model, rng, BATCH, false);
+    let ckpt = recompute::step(&mut ctx, &model, (&x, &y), rng, mode).unwrap();
     assert_eq!(stored.outputs(&model), ckpt.outputs(&model));
     let (s, c) = (stored.peak.unwrap(), ckpt.peak.unwrap());
     assert!(c < s, "checkpointed peak {c} is not below stored peak {s}");
@@ -129,7 +135,7 @@ fn oom_fallback_recovers_within_the_budget_and_matches_the_full_batch() {
 fn planted_practice_bugs_are_caught_with_what_is_wrong() {
     let _g = serial();
     let r = check("train/planted_checkpoint_forgets_rng", 2, &[]);
-    assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+    assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
     assert!(
         r.findings[0].contains("gradient checkpointing is not bit-exact")
             && r.findings[0].contains("first differing output: grad/")
@@ -139,7 +145,7 @@ fn planted_practice_bugs_are_caught_with_what_is_wrong() {
     );
 
     let r = check("train/planted_microbatch_order", 2, &[]);
-    assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+    assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
     assert!(
         r.findings[0].contains("not bit-identical to the full-batch step")
             && r.findings[0].contains("(full batch vs micro-batch)"),
@@ -148,7 +154,7 @@ fn planted_practice_bugs_are_caught_with_what_is_wrong() {
     );
 
     let r = check("train/planted_oom_holds_memory", 2, &[]);
-    assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+    assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
     assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
     assert!(
         r.findings[0].starts_with("peak during recovery exceeds the budget: ")
@@ -161,7 +167,7 @@ fn planted_practice_bugs_are_caught_with_what_is_wrong() {
     // runs themselves differ in most attempts, and then localization names the copy.
     let localized = (0..5).any(|_| {
         let r = check("copy/planted_read_before_sync", 2, &[]);
-        assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+        assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
         assert!(r.findings[0].contains("do not hold the copied values"));
         r.divergence.is_some_and(|d| d.op == "copy")
     });
@@ -172,16 +178,16 @@ fn planted_practice_bugs_are_caught_with_what_is_wrong() {
 fn dropout_in_eval_is_caught_by_the_seed_variation_only() {
     let _g = serial();
     let r = check("infer/planted_dropout_in_eval", 2, &[]);
-    assert_eq!(r.verdict, Verdict::Skipped);
+    assert_eq!(r.verdict(), Verdict::Skipped);
     assert!(r.message.unwrap().contains("--vary seed"));
     let r = check("infer/planted_dropout_in_eval", 2, &[Variation::Seed]);
-    assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+    assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
     assert_eq!(r.blame.unwrap().broken_by, vec![Variation::Seed]);
     let r = check("infer/eval", 3, &[Variation::Seed]);
-    assert_eq!(r.verdict, Verdict::Deterministic, "{r:?}");
+    assert_eq!(r.verdict(), Verdict::Deterministic, "{r:?}");
     assert_eq!(r.variations, vec![Variation::Seed]);
     // Cases that do not declare seed independence do not get the seed variation.
     let r = check("train/mlp_step", 2, &[Variation::Seed, Variation::Threads]);
-    assert_eq!(r.verdict, Verdict::Deterministic, "{r:?}");
+    assert_eq!(r.verdict(), Verdict::Deterministic, "{r:?}");
     assert_eq!(r.variations, vec![Variation::Threads]);
 }

@@ -7,7 +7,7 @@
 //! process-wide).
 
 use bitexact::cases::registry;
-use bitexact::harness::{check_case, check_case_with, Options};
+use bitexact::harness::{assess_case, assess_case_with, Options};
 use bitexact::memory::CountingAlloc;
 use bitexact::vary::Variation;
 use bitexact::{Backend, Case, CaseReport, Controls, Verdict};
@@ -41,7 +41,7 @@ fn train_cases(planted: bool) -> Vec<Box<dyn Case>> {
 
 fn check(name: &str, c: &Controls, runs: usize) -> CaseReport {
     let case = registry().into_iter().find(|c| c.name() == name).unwrap();
-    check_case(case.as_ref(), Backend::Cpu, c, runs)
+    assess_case(case.as_ref(), Backend::Cpu, c, runs)
 }
 
 #[test]
@@ -52,9 +52,9 @@ fn training_cases_are_bit_exact_for_0_1_2_4_workers() {
     for case in &cases {
         let mut digests = Vec::new();
         for workers in [0, 1, 2, 4] {
-            let r = check_case(case.as_ref(), Backend::Cpu, &controls(workers, true), 3);
+            let r = assess_case(case.as_ref(), Backend::Cpu, &controls(workers, true), 3);
             assert_eq!(
-                r.verdict,
+                r.verdict(),
                 Verdict::Deterministic,
                 "{} with {workers} workers: {:?} {:?}",
                 r.name,
@@ -83,9 +83,9 @@ fn training_cases_survive_thread_and_worker_variations() {
         ..Options::runs(2)
     };
     for case in train_cases(false) {
-        let r = check_case_with(case.as_ref(), Backend::Cpu, &controls(0, true), &opts);
+        let r = assess_case_with(case.as_ref(), Backend::Cpu, &controls(0, true), &opts, None);
         assert_eq!(
-            r.verdict,
+            r.verdict(),
             Verdict::Deterministic,
             "{}: {:?}",
             r.name,
@@ -102,7 +102,7 @@ fn resume_equals_uninterrupted_training() {
     let a = check("train/resume_sgd", &controls(2, true), 2);
     let b = check("train/mlp_steps", &controls(0, true), 2);
     assert_eq!(a.digests, b.digests);
-    assert_eq!(a.verdict, Verdict::Deterministic);
+    assert_eq!(a.verdict(), Verdict::Deterministic);
 }
 
 #[test]
@@ -114,7 +114,7 @@ fn planted_training_bugs_are_caught_with_a_message() {
     for workers in [0, 2] {
         let c = controls(workers, true);
         let r = check("train/planted_shared_worker_seed", &c, 2);
-        assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+        assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
         assert!(
             r.findings
                 .iter()
@@ -128,7 +128,7 @@ fn planted_training_bugs_are_caught_with_a_message() {
             .any(|f| f.contains("identical augmentation noise")));
 
         let r = check("train/planted_resume_forgets_rng", &c, 2);
-        assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+        assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
         assert!(
             r.findings[0].contains("resume is not bit-exact")
                 && r.findings[0].contains("(uninterrupted vs resumed)"),
@@ -137,7 +137,7 @@ fn planted_training_bugs_are_caught_with_a_message() {
         );
 
         let r = check("train/planted_growing_loss_history", &c, 3);
-        assert_eq!(r.verdict, Verdict::Caught, "{r:?}");
+        assert_eq!(r.verdict(), Verdict::Caught, "{r:?}");
         let g = r.memory_growth.as_deref().unwrap_or_default();
         assert!(g.starts_with("memory grows across runs: "), "{g}");
         assert_eq!(g.matches(" → ").count(), 2, "{g}");
@@ -154,7 +154,7 @@ fn deterministic_off_is_caught_within_bounded_runs() {
     const RUNS: usize = 8;
     let caught = (0..ATTEMPTS).find_map(|_| {
         let r = check("train/mlp_steps", &controls(2, false), RUNS);
-        (r.verdict == Verdict::Nondeterministic).then_some(r)
+        (r.verdict() == Verdict::Nondeterministic).then_some(r)
     });
     let r = caught.unwrap_or_else(|| panic!("not caught in {ATTEMPTS}x{RUNS} runs"));
     assert!(r.distinct_digests >= 2);
@@ -178,14 +178,15 @@ fn localization_names_the_first_diverging_op_inside_a_training_step() {
             .into_iter()
             .find(|c| c.name() == "train/mlp_steps")
             .unwrap();
-        let r = check_case_with(
+        let r = assess_case_with(
             case.as_ref(),
             Backend::Cpu,
             &controls(2, false),
             &Options::runs(8),
+            None,
         );
-        r.divergence
-            .filter(|_| r.verdict == Verdict::Nondeterministic)
+        let nondeterministic = r.verdict() == Verdict::Nondeterministic;
+        r.divergence.filter(|_| nondeterministic)
     });
     let d = found.unwrap_or_else(|| panic!("no localized divergence in {ATTEMPTS}x8 runs"));
     assert!(d.inputs_matched, "{d:?}");

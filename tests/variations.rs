@@ -1,7 +1,7 @@
 //! Variation injection, automatic blame, process isolation and first-divergence localization.
 
 use bitexact::case::{Case, Ctx, Outputs};
-use bitexact::harness::{check_case_with, Options};
+use bitexact::harness::{assess_case_with, Options};
 use bitexact::report::{self, Format};
 use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::Variation;
@@ -23,7 +23,7 @@ fn vary_all_suite(filter: &str) -> bitexact::Report {
         .collect();
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_bitexact"));
     config.options.children = Some(ChildConfig::new(Launcher::Binary(exe)));
-    suite::run(&cases, &config, &mut |_| {}).unwrap()
+    suite::run(&suite::Subject::cases(&cases), &config, &mut |_| {}).unwrap()
 }
 
 #[test]
@@ -35,7 +35,7 @@ fn vary_all_passes_deterministic_cases_and_blames_each_planted_bug() {
         .iter()
         .filter(|c| c.name.starts_with("kernel/"))
     {
-        assert_eq!(c.verdict, Verdict::Deterministic, "{c:?}");
+        assert_eq!(c.verdict(), Verdict::Deterministic, "{c:?}");
     }
     for (name, variation) in [
         ("planted/uninit_scratch", Variation::Poison),
@@ -48,7 +48,7 @@ fn vary_all_passes_deterministic_cases_and_blames_each_planted_bug() {
             .iter()
             .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("{name} missing"));
-        assert_eq!(c.verdict, Verdict::Caught, "{c:?}");
+        assert_eq!(c.verdict(), Verdict::Caught, "{c:?}");
         let blame = c.blame.as_ref().expect("blame");
         assert_eq!(blame.broken_by, vec![variation], "{name}: {blame:?}");
         assert!(blame.reproducible_when_fixed, "{name}");
@@ -174,9 +174,9 @@ fn localization_names_the_first_nondeterministic_op() {
         ..Controls::default()
     };
     for _ in 0..50 {
-        let r = check_case_with(&TwoOps, Backend::Cpu, &controls, &Options::runs(8));
+        let r = assess_case_with(&TwoOps, Backend::Cpu, &controls, &Options::runs(8), None);
         // Localization re-runs a bounded number of traced pairs, which may all agree: retry.
-        if let (Verdict::Nondeterministic, Some(d)) = (r.verdict, r.divergence) {
+        if let (Verdict::Nondeterministic, Some(d)) = (r.verdict(), r.divergence) {
             assert_eq!(
                 (d.op.as_str(), d.call, d.inputs_matched),
                 ("matmul", 1, true),
@@ -224,9 +224,11 @@ fn order_variation_finds_state_leaking_between_cases() {
     let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
     config.options = opts;
     let cases: Vec<&dyn Case> = cases.iter().map(|c| c.as_ref()).collect();
-    let reports = suite::run(&cases, &config, &mut |_| {}).unwrap().cases;
+    let reports = suite::run(&suite::Subject::cases(&cases), &config, &mut |_| {})
+        .unwrap()
+        .cases;
     let victim = reports.iter().find(|r| r.name == "test/victim").unwrap();
-    assert_eq!(victim.verdict, Verdict::Nondeterministic, "{victim:?}");
+    assert_eq!(victim.verdict(), Verdict::Nondeterministic, "{victim:?}");
     assert_eq!(
         victim.blame.as_ref().unwrap().broken_by,
         vec![Variation::Order]
@@ -237,7 +239,7 @@ fn order_variation_finds_state_leaking_between_cases() {
             .iter()
             .find(|r| r.name == "test/polluter")
             .unwrap()
-            .verdict,
+            .verdict(),
         Verdict::Deterministic
     );
 }

@@ -3,6 +3,10 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Elements per chunk of the chunked summation tree (`reduce_sum`'s deterministic
+/// implementations on both backends: the CUDA kernels sum the same chunks in the same order).
+pub const SUM_CHUNK: usize = 1 << 14;
+
 /// Sums a slice in a fixed order: 8 interleaved lanes, then the lanes pairwise.
 /// The result depends only on the values, never on threads or timing.
 pub fn chunk_sum(x: &[f32]) -> f32 {

@@ -9,6 +9,7 @@ use std::fmt;
 /// A device family a case can run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Backend {
     /// Host CPU with a rayon thread pool.
     Cpu,

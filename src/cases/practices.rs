@@ -21,10 +21,10 @@ use crate::case::{Case, Ctx, Outputs};
 use crate::diff;
 use crate::memory::human;
 use crate::rng::Stream;
-use crate::train::checkpointing::{self, StepResult, SEGMENT, WIDTHS};
 use crate::train::deep::{DeepMlp, Mode};
 use crate::train::loader::{AugmentRng, Dataset, Loader, LoaderConfig};
 use crate::train::microbatch::{self, Fallback, OOM_BATCH};
+use crate::train::recompute::{self, StepResult, SEGMENT, WIDTHS};
 use crate::Backend;
 use anyhow::{bail, Result};
 use std::sync::Arc;
@@ -141,11 +141,11 @@ fn peak_text(p: Option<u64>) -> String {
 }
 
 fn grad_checkpoint(ctx: &mut Ctx, forget_rng: bool) -> Result<Outputs> {
-    let batch = checkpointing::BATCH;
+    let batch = recompute::BATCH;
     let (model, x, y, rng) = setup(ctx, batch)?;
-    let stored = checkpointing::step(ctx, &model, (&x, &y), rng, Mode::Stored)?;
-    let mode = checkpointing::checkpointed(&model, rng, batch, forget_rng);
-    let ckpt = checkpointing::step(ctx, &model, (&x, &y), rng, mode)?;
+    let stored = recompute::step(ctx, &model, (&x, &y), rng, Mode::Stored)?;
+    let mode = recompute::checkpointed(&model, rng, batch, forget_rng);
+    let ckpt = recompute::step(ctx, &model, (&x, &y), rng, mode)?;
     let (want, got) = (stored.outputs(&model), ckpt.outputs(&model));
     if let Some(d) = first_difference(&want, &got, "stored", "checkpointed") {
         ctx.findings.push(format!(

@@ -8,23 +8,69 @@
 
 pub mod diagnose;
 pub mod executor;
+pub mod failure;
+pub mod in_process;
 pub mod outcome;
 pub mod program;
+pub mod source;
 
-pub use executor::{
-    check_case, check_case_with, panic_message, pool, run_in_process, run_once, RunResult,
+pub use failure::{Failure, FailureKind};
+pub use in_process::{
+    call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
 };
-pub use outcome::{judge, CaseReport, Evidence, SnapshotStatus, Summary, Verdict};
+pub use outcome::{judge, CaseReport, Evidence, Judged, SnapshotStatus, Summary, Verdict};
 pub use program::{ProgramInfo, ProgramRun, StepMemory};
+pub use source::{Collected, Loader, RunMeta, RunSource, Started};
 
-use crate::isolate::ChildConfig;
+use crate::backend::Backend;
+use crate::case::Case;
+use crate::controls::Controls;
 use crate::vary::Variation;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-/// How the harness checks a case.
+/// How to start a child process that knows the case (see `crate::isolate`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Launcher {
+    /// The `bitexact` binary at this path (`EXE __child`).
+    Binary(PathBuf),
+    /// A libtest test binary, re-run for the one test named here.
+    TestBinary {
+        /// Path of the test binary.
+        exe: PathBuf,
+        /// Full name of the test (`module::test_name`), as libtest names its thread.
+        test: String,
+    },
+}
+
+/// How to start children: the launcher, a per-child time limit and an address-space limit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildConfig {
+    /// How to start a child.
+    pub launcher: Launcher,
+    /// Kill the child (and its process group) after this long.
+    pub timeout: Option<Duration>,
+    /// Address-space limit of the child in MiB (`setrlimit(RLIMIT_AS)`).
+    pub memory_limit_mb: Option<u64>,
+}
+
+impl ChildConfig {
+    /// Children started by `launcher`, no limits.
+    pub fn new(launcher: Launcher) -> ChildConfig {
+        ChildConfig {
+            launcher,
+            timeout: None,
+            memory_limit_mb: None,
+        }
+    }
+}
+
+/// How the harness checks a subject.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Options {
-    /// Runs per case (at least 2).
+    /// Runs per subject (at least 2).
     pub runs: usize,
     /// Conditions varied between runs.
     pub vary: Vec<Variation>,
@@ -33,7 +79,7 @@ pub struct Options {
     /// On a difference, re-run with tracing to name the first diverging op (only for cases
     /// that record op traces).
     pub localize: bool,
-    /// On a difference under variations, find the variation(s) that break the case.
+    /// On a difference under variations, find the variation(s) that break the subject.
     pub blame: bool,
     /// How to start child processes (needed by the `process` variation).
     pub children: Option<ChildConfig>,
@@ -58,6 +104,98 @@ impl Options {
             isolated: false,
         }
     }
+}
+
+/// Assesses any run source: K runs, explanation, localization, blame, then the one judge.
+pub fn assess(source: &dyn RunSource, controls: &Controls, opts: &Options) -> CaseReport {
+    let t0 = Instant::now();
+    let mut report = CaseReport::new(&source.name(), source.backend());
+    report.variations = opts.vary.clone();
+    report.evidence.planted = source.planted();
+    if let Some(reason) = source.skip_reason(opts) {
+        report.evidence.skipped = Some(reason);
+        return report.judge();
+    }
+    let p = executor::pass(source, controls, &opts.vary, opts.runs, opts.trace);
+    report.runs = p.run_digests.len();
+    report.run_digests = p.run_digests.iter().map(|d| d.hex()).collect();
+    report.distinct_digests = p.distinct();
+    report.run_seconds = p.metas.iter().map(|m| m.seconds).collect();
+    report.peak_bytes = p.metas.iter().filter_map(|m| m.peak_bytes).collect();
+    if let Some(m) = p.metas.first() {
+        report.notes = m.notes.clone();
+        report.algorithms = m.algorithms.clone();
+    }
+    report.findings = p.findings.clone();
+    report.memory_growth = crate::memory::growth(&p.retained);
+    report.retained_bytes = p.retained.clone();
+    report.traces = p.traces.clone();
+    if let Some(first) = &p.first {
+        report.digests = first
+            .digests
+            .iter()
+            .map(|(k, d)| (k.clone(), d.hex()))
+            .collect();
+    }
+    match (&p.failure, &p.first, &p.differing) {
+        (Some(f), _, _) => report.evidence.failure = Some(f.clone()),
+        (None, Some(first), Some((j, other))) => {
+            report.diff = diagnose::explain(first, 0, other, *j);
+            report.divergence = match (&first.trace, &other.trace) {
+                (Some(a), Some(b)) => crate::trace::first_divergence(a, b),
+                _ => source.localize(first, other, *j, &p.metas, controls, opts),
+            };
+            if opts.blame && !opts.vary.is_empty() {
+                report.blame = Some(diagnose::blame(source, controls, opts));
+            }
+        }
+        _ => {}
+    }
+    source.describe(&mut report, &p.metas, p.first.as_ref());
+    report.seconds = t0.elapsed().as_secs_f64();
+    report.judge()
+}
+
+/// Assesses `case` on `backend` under `opts`; fresh-process runs go through `children`.
+/// The seed variation applies only to cases that declare their outputs seed-independent.
+pub fn assess_case_with(
+    case: &dyn Case,
+    backend: Backend,
+    controls: &Controls,
+    opts: &Options,
+    children: Option<&dyn ChildRunner>,
+) -> CaseReport {
+    let per_case;
+    let opts = if !case.seed_independent() && opts.vary.contains(&Variation::Seed) {
+        per_case = Options {
+            vary: opts
+                .vary
+                .iter()
+                .copied()
+                .filter(|v| *v != Variation::Seed)
+                .collect(),
+            ..opts.clone()
+        };
+        &per_case
+    } else {
+        opts
+    };
+    let source = CaseSource {
+        case,
+        backend,
+        children,
+    };
+    assess(&source, controls, opts)
+}
+
+/// Assesses `case` on `backend` with `runs` runs (at least 2) under `controls`.
+pub fn assess_case(
+    case: &dyn Case,
+    backend: Backend,
+    controls: &Controls,
+    runs: usize,
+) -> CaseReport {
+    assess_case_with(case, backend, controls, &Options::runs(runs), None)
 }
 
 #[cfg(test)]
@@ -88,8 +226,8 @@ mod tests {
     #[test]
     fn an_untraced_nondeterministic_case_costs_no_extra_runs() {
         let case = Counter(AtomicUsize::new(0), true);
-        let r = check_case(&case, Backend::Cpu, &Controls::default(), 2);
-        assert_eq!(r.verdict, Verdict::Nondeterministic);
+        let r = assess_case(&case, Backend::Cpu, &Controls::default(), 2);
+        assert_eq!(r.verdict(), Verdict::Nondeterministic);
         assert_eq!(case.0.load(Ordering::SeqCst), 2, "no localization re-runs");
         assert!(r.divergence.is_none());
     }
@@ -107,14 +245,14 @@ mod tests {
     #[test]
     fn verdicts_and_diffs() {
         let c = Controls::default();
-        let same = check_case(&Counter(AtomicUsize::new(0), false), Backend::Cpu, &c, 3);
+        let same = assess_case(&Counter(AtomicUsize::new(0), false), Backend::Cpu, &c, 3);
         assert_eq!(
-            (same.verdict, same.runs, same.distinct_digests),
+            (same.verdict(), same.runs, same.distinct_digests),
             (Verdict::Deterministic, 3, 1)
         );
-        let diff = check_case(&Counter(AtomicUsize::new(0), true), Backend::Cpu, &c, 4);
+        let diff = assess_case(&Counter(AtomicUsize::new(0), true), Backend::Cpu, &c, 4);
         assert_eq!(
-            (diff.verdict, diff.distinct_digests),
+            (diff.verdict(), diff.distinct_digests),
             (Verdict::Nondeterministic, 4)
         );
         assert_eq!(diff.diff.len(), 1);
@@ -135,8 +273,8 @@ mod tests {
 
     #[test]
     fn findings_make_a_case_fail_and_are_deduplicated() {
-        let r = check_case(&Finds, Backend::Cpu, &Controls::default(), 3);
-        assert_eq!(r.verdict, Verdict::Error);
+        let r = assess_case(&Finds, Backend::Cpu, &Controls::default(), 3);
+        assert_eq!(r.verdict(), Verdict::Error);
         assert_eq!(
             r.findings,
             vec![
@@ -152,8 +290,8 @@ mod tests {
 
     #[test]
     fn panics_become_errors() {
-        let r = check_case(&Panics, Backend::Cpu, &Controls::default(), 2);
-        assert_eq!(r.verdict, Verdict::Error);
+        let r = assess_case(&Panics, Backend::Cpu, &Controls::default(), 2);
+        assert_eq!(r.verdict(), Verdict::Error);
         assert!(r.message.unwrap().contains("boom"));
     }
 }

@@ -3,6 +3,7 @@
 //! assigns a verdict: the executor, the diagnoses, isolation, snapshot checks and run mode only
 //! add evidence and call [`CaseReport::judge`].
 
+use super::failure::Failure;
 use super::program::ProgramInfo;
 use crate::backend::Backend;
 use crate::diff::TensorDiff;
@@ -14,6 +15,7 @@ use std::collections::BTreeMap;
 /// Outcome of a case on one backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Verdict {
     /// Every run gave bit-identical outputs.
     Deterministic,
@@ -29,6 +31,8 @@ pub enum Verdict {
     Caught,
     /// A planted bug the harness did not find.
     Missed,
+    /// Runs agreed on each device, but CPU and CUDA results differ where they must agree.
+    DeviceMismatch,
 }
 
 impl Verdict {
@@ -42,6 +46,7 @@ impl Verdict {
             Verdict::Skipped => "skipped",
             Verdict::Caught => "caught",
             Verdict::Missed => "missed",
+            Verdict::DeviceMismatch => "device-mismatch",
         }
     }
 
@@ -53,13 +58,40 @@ impl Verdict {
                 | Verdict::SnapshotMismatch
                 | Verdict::Error
                 | Verdict::Missed
+                | Verdict::DeviceMismatch
         )
+    }
+}
+
+/// A [`Verdict`] the judge gave. Its field is private, so no code outside the judge can make
+/// one: a report's verdict cannot be set by hand, only derived from its evidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Judged(Verdict);
+
+impl std::ops::Deref for Judged {
+    type Target = Verdict;
+    fn deref(&self) -> &Verdict {
+        &self.0
+    }
+}
+
+impl PartialEq<Verdict> for Judged {
+    fn eq(&self, other: &Verdict) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<Judged> for Verdict {
+    fn eq(&self, other: &Judged) -> bool {
+        *self == other.0
     }
 }
 
 /// How a case's digests compare with its committed snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum SnapshotStatus {
     /// The digests equal the committed snapshot.
     Matched,
@@ -86,13 +118,14 @@ impl SnapshotStatus {
 /// Facts gathered about a case besides its digests, findings and memory: the inputs of
 /// [`judge`] that have no other field in [`CaseReport`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Evidence {
     /// Why the case did not run here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
-    /// Why a run failed (error, panic, crash, hang, isolation failure, nothing to compare).
+    /// Why a run failed (error, panic, crash, hang, out of memory, nothing to compare), typed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub failure: Option<Failure>,
     /// The planted bug this case carries, which the harness must catch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planted: Option<String>,
@@ -102,17 +135,23 @@ pub struct Evidence {
     /// Comparison with the committed snapshot, when snapshots are checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotStatus>,
+    /// CPU and CUDA results differ where they must agree (exact outputs, or outputs that do
+    /// not line up): what differs. Set on the CUDA report by the cross-device comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_device: Option<String>,
 }
 
 /// The result of running one case on one backend K times.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CaseReport {
     /// Case name.
     pub name: String,
     /// Backend it ran on.
     pub backend: Backend,
-    /// Verdict (set by [`judge`] only).
-    pub verdict: Verdict,
+    /// Verdict, as the judge gave it: it reads like a [`Verdict`] (`r.verdict ==
+    /// Verdict::Deterministic`, `r.verdict.name()`), but only [`judge`] makes one.
+    pub verdict: Judged,
     /// Runs completed.
     pub runs: usize,
     /// Distinct run digests among the completed runs.
@@ -179,7 +218,7 @@ impl CaseReport {
         CaseReport {
             name: name.to_string(),
             backend,
-            verdict: Verdict::Skipped,
+            verdict: Judged(Verdict::Skipped),
             runs: 0,
             distinct_digests: 0,
             run_digests: Vec::new(),
@@ -213,7 +252,7 @@ impl CaseReport {
     /// Sets verdict and message from the evidence in place (see [`judge`]).
     pub fn rejudge(&mut self) {
         let (verdict, message) = judge(self);
-        self.verdict = verdict;
+        self.verdict = Judged(verdict);
         self.message = message;
     }
 
@@ -223,34 +262,9 @@ impl CaseReport {
         !self.verdict.is_failure()
     }
 
-    /// Panics with the whole explanation unless the case passed; a skipped case passes with a
-    /// `bitexact: … skipped` line on standard error, so the skip stays visible.
-    pub fn assert_passed(&self) {
-        if self.verdict == Verdict::Skipped {
-            eprintln!(
-                "bitexact: SKIPPED {} on {}: {}",
-                self.name,
-                self.backend,
-                self.message.as_deref().unwrap_or("")
-            );
-            return;
-        }
-        if self.passed() {
-            return;
-        }
-        let mut msg = format!(
-            "{} on {} is {} over {} runs ({} distinct digests)",
-            self.name,
-            self.backend,
-            self.verdict.name(),
-            self.runs,
-            self.distinct_digests
-        );
-        for line in crate::report::details(self) {
-            msg.push_str("\n  ");
-            msg.push_str(&line);
-        }
-        panic!("{msg}");
+    /// The verdict the judge gave.
+    pub fn verdict(&self) -> Verdict {
+        self.verdict.0
     }
 }
 
@@ -262,14 +276,15 @@ impl CaseReport {
 /// 4. runs differed, or the result depended on suite order → `nondeterministic`;
 /// 5. a defect found inside the runs → `error`;
 /// 6. the committed snapshot is unreadable → `error`; it differs → `snapshot-mismatch`;
-/// 7. otherwise `deterministic` (a missing snapshot is noted, not failed).
+/// 7. CPU and CUDA differ where they must agree → `device-mismatch`;
+/// 8. otherwise `deterministic` (a missing snapshot is noted, not failed).
 pub fn judge(r: &CaseReport) -> (Verdict, Option<String>) {
     let e = &r.evidence;
     if let Some(why) = &e.skipped {
         return (Verdict::Skipped, Some(why.clone()));
     }
-    if let Some(why) = &e.error {
-        return (Verdict::Error, Some(why.clone()));
+    if let Some(f) = &e.failure {
+        return (Verdict::Error, Some(f.line()));
     }
     let differs = r.distinct_digests > 1 || e.order_dependence.is_some();
     if let Some(bug) = &e.planted {
@@ -296,12 +311,20 @@ pub fn judge(r: &CaseReport) -> (Verdict, Option<String>) {
     match e.snapshot {
         Some(SnapshotStatus::Unreadable) => (Verdict::Error, r.snapshot.clone()),
         Some(SnapshotStatus::Mismatch) => (Verdict::SnapshotMismatch, None),
-        _ => (Verdict::Deterministic, None),
+        _ => match &e.cross_device {
+            Some(why) => (Verdict::DeviceMismatch, Some(why.clone())),
+            None => (Verdict::Deterministic, None),
+        },
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Totals per verdict.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Summary {
     /// Cases judged deterministic.
     pub deterministic: usize,
@@ -315,6 +338,9 @@ pub struct Summary {
     pub snapshots_missing: usize,
     /// Cases that errored.
     pub errors: usize,
+    /// Cases whose CPU and CUDA results differ where they must agree.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub device_mismatches: usize,
     /// Cases skipped.
     pub skipped: usize,
 }
@@ -324,12 +350,13 @@ impl Summary {
     pub fn of(reports: &[CaseReport]) -> Summary {
         let mut s = Summary::default();
         for r in reports {
-            match r.verdict {
+            match r.verdict() {
                 Verdict::Deterministic => s.deterministic += 1,
                 Verdict::Caught => s.caught += 1,
                 Verdict::Nondeterministic | Verdict::Missed => s.nondeterministic += 1,
                 Verdict::SnapshotMismatch => s.snapshot_mismatches += 1,
                 Verdict::Error => s.errors += 1,
+                Verdict::DeviceMismatch => s.device_mismatches += 1,
                 Verdict::Skipped => s.skipped += 1,
             }
             if r.evidence.snapshot == Some(SnapshotStatus::Missing) {
@@ -346,6 +373,7 @@ impl Summary {
             + self.nondeterministic
             + self.snapshot_mismatches
             + self.errors
+            + self.device_mismatches
     }
 }
 
@@ -365,7 +393,7 @@ mod tests {
         assert_eq!(report(1).judge().verdict, Verdict::Deterministic);
         assert_eq!(report(2).judge().verdict, Verdict::Nondeterministic);
         let mut r = report(2);
-        r.evidence.error = Some("run 1: boom".into());
+        r.evidence.failure = Some(Failure::new(super::super::FailureKind::Error, "boom").in_run(1));
         assert_eq!(judge(&r), (Verdict::Error, Some("run 1: boom".to_string())));
         r.evidence.skipped = Some("no GPU".into());
         assert_eq!(judge(&r).0, Verdict::Skipped);

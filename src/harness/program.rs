@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 /// Run mode (`bitexact run`): what ran and how each run ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProgramInfo {
     /// Always `run`: this case is an external program.
     pub kind: String,
@@ -32,6 +33,7 @@ pub struct ProgramInfo {
 
 /// How one run of a program ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProgramRun {
     /// Run index.
     pub index: usize,

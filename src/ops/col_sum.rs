@@ -54,7 +54,7 @@ const COL_BLOCK: usize = 64;
 
 /// Column sums of `x` (`rows × cols`).
 pub fn col_sum(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
-    super::check_len("col_sum", "x", x.len(), rows * cols)?;
+    super::expect_len("col_sum", "x", x.len(), rows * cols)?;
     let shape = format!("{rows}x{cols}");
     let out = ctx.dispatch("col_sum", &shape, IMPLS, |f| f(x, rows, cols))?;
     ctx.record("col_sum", &[x.into()], (&out).into());

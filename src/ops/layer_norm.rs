@@ -57,9 +57,9 @@ pub fn layer_norm(
     cols: usize,
     eps: f32,
 ) -> Result<Vec<f32>> {
-    super::check_len("layer_norm", "x", x.len(), rows * cols)?;
-    super::check_len("layer_norm", "gamma", gamma.len(), cols)?;
-    super::check_len("layer_norm", "beta", beta.len(), cols)?;
+    super::expect_len("layer_norm", "x", x.len(), rows * cols)?;
+    super::expect_len("layer_norm", "gamma", gamma.len(), cols)?;
+    super::expect_len("layer_norm", "beta", beta.len(), cols)?;
     let mut y = ctx.scratch_f32(x.len());
     let args = LayerNormArgs {
         x,

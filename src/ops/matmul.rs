@@ -95,8 +95,8 @@ pub fn matmul(
     k: usize,
     n: usize,
 ) -> Result<Vec<f32>> {
-    super::check_len("matmul", "a", a.len(), m * k)?;
-    super::check_len("matmul", "b", b.len(), k * n)?;
+    super::expect_len("matmul", "a", a.len(), m * k)?;
+    super::expect_len("matmul", "b", b.len(), k * n)?;
     let shape = format!("{m}x{k}x{n}");
     let c = ctx.dispatch("matmul", &shape, IMPLS, |f| f(a, b, (m, k, n)))?;
     ctx.record("matmul", &[a.into(), b.into()], (&c).into());

@@ -43,7 +43,7 @@ pub fn algos<F>(impls: &[Impl<F>]) -> Vec<Algo> {
 }
 
 /// Checks that a buffer has the length its shape implies; the error names op and argument.
-pub fn check_len(op: &str, arg: &str, got: usize, want: usize) -> anyhow::Result<()> {
+pub fn expect_len(op: &str, arg: &str, got: usize, want: usize) -> anyhow::Result<()> {
     if got != want {
         anyhow::bail!("`{op}`: `{arg}` has {got} elements, its shape needs {want}");
     }

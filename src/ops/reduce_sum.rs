@@ -14,8 +14,7 @@ use crate::case::{Ctx, Impl};
 use anyhow::Result;
 use rayon::prelude::*;
 
-/// Elements per chunk of the chunked implementations.
-pub const CHUNK: usize = 1 << 14;
+use cpu::SUM_CHUNK as CHUNK;
 
 /// An implementation: the sum of a buffer.
 pub type SumFn = fn(&[f32]) -> Result<f32>;

@@ -55,7 +55,7 @@ pub fn scatter_add(
     d: usize,
 ) -> Result<Vec<f32>> {
     let n = index.len();
-    super::check_len("scatter_add", "src", src.len(), n * d)?;
+    super::expect_len("scatter_add", "src", src.len(), n * d)?;
     if let Some((pos, &bad)) = index
         .iter()
         .enumerate()

@@ -32,7 +32,7 @@ pub const IMPLS: &[Impl<SoftmaxFn>] = &[
 
 /// Row-wise softmax of `x` (`rows × cols`).
 pub fn softmax(ctx: &mut Ctx, x: &[f32], rows: usize, cols: usize) -> Result<Vec<f32>> {
-    super::check_len("softmax", "x", x.len(), rows * cols)?;
+    super::expect_len("softmax", "x", x.len(), rows * cols)?;
     let mut y = ctx.scratch_f32(x.len());
     let shape = format!("{rows}x{cols}");
     ctx.dispatch("softmax", &shape, IMPLS, |f| f(x, rows, cols, &mut y))?;

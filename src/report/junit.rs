@@ -16,7 +16,7 @@ use std::fmt::Write;
 pub fn render(report: &Report) -> String {
     let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let count = |cases: &[&CaseReport], f: fn(Verdict) -> bool| {
-        cases.iter().filter(|c| f(c.verdict)).count()
+        cases.iter().filter(|c| f(c.verdict())).count()
     };
     let all: Vec<&CaseReport> = report.cases.iter().collect();
     let total: f64 = all.iter().map(|c| c.seconds).sum();
@@ -84,13 +84,13 @@ fn testcase(o: &mut String, suite: &str, c: &CaseReport) {
     );
     let body = details(c).join("\n");
     let head = attr(&headline(c));
-    let tag = match c.verdict {
+    let tag = match c.verdict() {
         v if is_failure(v) => Some("failure"),
         Verdict::Error => Some("error"),
         _ => None,
     };
     o.push_str(">\n");
-    match (tag, c.verdict) {
+    match (tag, c.verdict()) {
         (Some(tag), v) => {
             let _ = writeln!(
                 o,
@@ -109,7 +109,7 @@ fn testcase(o: &mut String, suite: &str, c: &CaseReport) {
     for (t, d) in &c.digests {
         let _ = writeln!(out, "digest {t}: {d}");
     }
-    if c.verdict == Verdict::Caught {
+    if c.verdict() == Verdict::Caught {
         out.push_str(&body);
     }
     let _ = writeln!(o, "      <system-out>{}</system-out>", esc(&out));

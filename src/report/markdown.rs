@@ -45,15 +45,15 @@ pub fn render(report: &Report) -> String {
             "| `{}` | {} | {} {} | {runs} | {digest} | {} |",
             cell(&c.name),
             c.backend.name(),
-            icon(c.verdict),
-            c.verdict.name(),
+            icon(c.verdict()),
+            c.verdict().name(),
             seconds(c.seconds)
         );
     }
     let explained: Vec<_> = report
         .cases
         .iter()
-        .filter(|c| c.verdict != Verdict::Deterministic)
+        .filter(|c| c.verdict() != Verdict::Deterministic)
         .filter(|c| !details(c).is_empty())
         .collect();
     if !explained.is_empty() {
@@ -64,7 +64,7 @@ pub fn render(report: &Report) -> String {
                 "**`{}`** ({}, {})\n",
                 cell(&c.name),
                 c.backend.name(),
-                c.verdict.name()
+                c.verdict().name()
             );
             o.push_str("```\n");
             for line in details(c) {

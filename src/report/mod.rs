@@ -1,24 +1,19 @@
-//! Reports: the result of a suite run and its output formats. Every format goes through
-//! [`render`]; adding one touches its own file and [`Format`] here.
+//! Rendering reports. A [`Report`] is plain data the suite builds ([`crate::suite`]); this
+//! module only renders it. Every format goes through [`render`]; adding one touches its own
+//! file and [`Format`] here.
 
 pub mod json;
 pub mod junit;
 pub mod markdown;
 pub mod text;
 
-use crate::backend::Backend;
-use crate::controls::Controls;
 use crate::cost::CostRow;
 use crate::harness::{CaseReport, SnapshotStatus, Summary, Verdict};
-use crate::platform::Platform;
-use crate::vary::Variation;
-use serde::Serialize;
-
-/// Version of the JSON report format. Fields are only ever added within a version.
-pub const REPORT_VERSION: u32 = 1;
+pub use crate::suite::{Report, REPORT_VERSION};
 
 /// A report output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Format {
     /// A readable table with explanations.
     Text,
@@ -62,35 +57,6 @@ pub fn render(format: Format, report: &Report) -> String {
     }
 }
 
-/// Everything a report run found.
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    /// Report format version.
-    pub version: u32,
-    /// Controls the cases ran under.
-    pub controls: Controls,
-    /// Runs per case.
-    pub runs: usize,
-    /// Variations applied between runs.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub variations: Vec<Variation>,
-    /// Backends the suite ran on.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub backends: Vec<Backend>,
-    /// Where it ran.
-    pub platform: Platform,
-    /// One entry per case and backend.
-    pub cases: Vec<CaseReport>,
-    /// Cost of determinism per op (measured with `--deterministic off`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cost: Vec<CostRow>,
-    /// Totals per verdict.
-    pub summary: Summary,
-    /// CPU-vs-CUDA comparison per case (`--backend all`; see [`crate::cross`]).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cross_device: Vec<crate::cross::CrossDevice>,
-}
-
 /// Ops used by cases that the `batch` variation broke, with those cases (and the
 /// implementation that ran): the ops that are not batch-invariant.
 pub fn batch_variant_ops(report: &Report) -> std::collections::BTreeMap<String, Vec<String>> {
@@ -111,65 +77,50 @@ pub fn batch_variant_ops(report: &Report) -> std::collections::BTreeMap<String, 
 }
 
 impl Report {
-    /// Builds a report and its summary.
-    pub fn new(
-        controls: Controls,
-        runs: usize,
-        cases: Vec<CaseReport>,
-        cost: Vec<CostRow>,
-    ) -> Report {
-        let summary = Summary::of(&cases);
-        Report {
-            version: REPORT_VERSION,
-            controls,
-            runs,
-            variations: Vec::new(),
-            backends: Vec::new(),
-            platform: Platform::detect(),
-            cases,
-            cost,
-            summary,
-            cross_device: Vec::new(),
-        }
-    }
-
-    /// Process exit code: 0 when every case that ran is deterministic (or a caught planted
-    /// bug) and no cross-device comparison is a mismatch, 1 otherwise.
-    pub fn exit_code(&self) -> i32 {
-        let mismatch = self
-            .cross_device
-            .iter()
-            .any(|c| c.verdict == crate::cross::CrossVerdict::Mismatch);
-        if mismatch || self.cases.iter().any(|c| c.verdict.is_failure()) {
-            1
-        } else {
-            0
-        }
-    }
-
-    /// Whether nothing ran because every case was skipped (e.g. `--backend cuda` without a
-    /// GPU). The exit code is still 0; reports say so in their summary.
-    pub fn nothing_ran(&self) -> bool {
-        !self.cases.is_empty() && self.summary.ran() == 0
-    }
-
     /// Panics with every failing case's explanation unless the report passed (exit code 0).
     pub fn assert_passed(&self) {
         if self.exit_code() == 0 {
             return;
         }
         let mut msg = format!("bitexact: {}", counts(&self.summary));
-        for c in self.cases.iter().filter(|c| c.verdict.is_failure()) {
+        for c in self.cases.iter().filter(|c| c.verdict().is_failure()) {
             msg.push_str(&format!("\n{} [{}]: {}", c.name, c.backend, headline(c)));
             for line in details(c) {
                 msg.push_str("\n    ");
                 msg.push_str(&line);
             }
         }
-        for c in &self.cross_device {
-            if c.verdict == crate::cross::CrossVerdict::Mismatch {
-                msg.push_str(&format!("\n{} [cpu vs cuda]: mismatch", c.case));
-            }
+        panic!("{msg}");
+    }
+}
+
+impl CaseReport {
+    /// Panics with the whole explanation unless the case passed; a skipped case passes with a
+    /// `bitexact: … skipped` line on standard error, so the skip stays visible.
+    pub fn assert_passed(&self) {
+        if self.verdict() == Verdict::Skipped {
+            eprintln!(
+                "bitexact: SKIPPED {} on {}: {}",
+                self.name,
+                self.backend,
+                self.message.as_deref().unwrap_or("")
+            );
+            return;
+        }
+        if self.passed() {
+            return;
+        }
+        let mut msg = format!(
+            "{} on {} is {} over {} runs ({} distinct digests)",
+            self.name,
+            self.backend,
+            self.verdict().name(),
+            self.runs,
+            self.distinct_digests
+        );
+        for line in details(self) {
+            msg.push_str("\n  ");
+            msg.push_str(&line);
         }
         panic!("{msg}");
     }
@@ -199,7 +150,7 @@ pub fn details(c: &CaseReport) -> Vec<String> {
     if let (Some(d), None) = (&c.divergence, &c.program) {
         out.push(format!("localized: {}", d.explanation));
     }
-    if c.verdict == Verdict::Nondeterministic && !c.algorithms.is_empty() {
+    if c.verdict() == Verdict::Nondeterministic && !c.algorithms.is_empty() {
         let algos: Vec<String> = c
             .algorithms
             .iter()
@@ -280,11 +231,11 @@ pub fn program_lines(c: &CaseReport) -> Vec<String> {
 /// One line saying what the verdict means for this case, e.g. `nondeterministic: 3 distinct
 /// digests over 8 runs`.
 pub fn headline(c: &CaseReport) -> String {
-    match c.verdict {
+    match c.verdict() {
         Verdict::Nondeterministic | Verdict::Caught | Verdict::Missed if c.distinct_digests > 1 => {
             format!(
                 "{}: {} distinct digests over {} runs",
-                c.verdict.name(),
+                c.verdict().name(),
                 c.distinct_digests,
                 c.runs
             )
@@ -305,6 +256,9 @@ pub fn counts(s: &Summary) -> String {
     );
     if s.snapshot_mismatches > 0 {
         line.push_str(&format!("{} snapshot mismatches, ", s.snapshot_mismatches));
+    }
+    if s.device_mismatches > 0 {
+        line.push_str(&format!("{} device mismatches, ", s.device_mismatches));
     }
     line.push_str(&format!("{} errors, {} skipped", s.errors, s.skipped));
     if s.caught > 0 {

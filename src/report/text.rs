@@ -76,7 +76,7 @@ pub fn render(report: &Report) -> String {
             "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}  {:>10}",
             terminal_safe(&c.name),
             c.backend.name(),
-            c.verdict.name(),
+            c.verdict().name(),
             runs,
             digest,
             seconds(c.seconds),

@@ -26,34 +26,32 @@ pub mod spawn;
 
 use crate::backend::Backend;
 use crate::controls::Controls;
-use crate::digest::{self, Digest};
-use crate::harness::{CaseReport, ProgramInfo, ProgramRun};
-use crate::report::Report;
-use crate::suite::Event;
-use crate::vary::{Blame, RunSettings, Variation};
+use crate::harness::Options;
+use crate::harness::{
+    diagnose, CaseReport, Collected, Failure, FailureKind, Loader, ProgramInfo, ProgramRun,
+    RunMeta, RunSource, Started,
+};
+use crate::tensor::Tensor;
+use crate::trace::Divergence;
+use crate::vary::{RunSettings, Variation};
 use anyhow::{bail, Context, Result};
-use collect::{Collected, RunFiles};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// A program to check, and how.
+/// A program to check, and how to run it (controls, runs and variations come from the suite's
+/// settings, as for every subject).
 #[derive(Clone, Debug)]
-pub struct RunConfig {
+pub struct Program {
     /// Program and arguments.
     pub command: Vec<OsString>,
     /// Case name (default `run/<program file name>`).
     pub name: String,
-    /// Controls every run is made under.
-    pub controls: Controls,
     /// Whether the thread count was given (then the thread variables are set).
     pub threads_given: bool,
-    /// Runs (at least 2).
-    pub runs: usize,
-    /// Variations between runs (those that apply to programs).
-    pub vary: Vec<Variation>,
     /// Kill a run's process group after this long.
     pub timeout: Option<Duration>,
     /// Address-space limit of each run in MiB.
@@ -62,11 +60,9 @@ pub struct RunConfig {
     pub stdout: bool,
     /// Keep each run's outputs under `DIR/run-<i>` (main pass only).
     pub keep: Option<PathBuf>,
-    /// Compare with the committed snapshot under this directory.
-    pub snapshots: Option<PathBuf>,
 }
 
-impl RunConfig {
+impl Program {
     /// Checks what can be checked before any run: the program can be started and `--keep` is
     /// usable. Errors name the culprit.
     pub fn validate(&self) -> Result<()> {
@@ -112,15 +108,15 @@ pub fn default_name(command: &[OsString]) -> String {
     format!("run/{file}")
 }
 
-/// The environment of run `index` (see the module docs).
+/// The environment of run `index` under `settings` (see the module docs).
 pub fn env_for(
-    cfg: &RunConfig,
-    vary: &[Variation],
+    program: &Program,
+    settings: &RunSettings,
     index: usize,
     out: &Path,
 ) -> BTreeMap<String, String> {
-    let s = RunSettings::for_run(&cfg.controls, vary, index, false);
-    let c = &s.controls;
+    let c = &settings.controls;
+    let vary = &settings.varied;
     let bit = |b: bool| if b { "1" } else { "0" }.to_string();
     let mut env = BTreeMap::from([
         ("BITEXACT_OUT".to_string(), out.display().to_string()),
@@ -136,7 +132,7 @@ pub fn env_for(
         0
     };
     env.insert("PYTHONHASHSEED".into(), hashseed.to_string());
-    if cfg.threads_given || vary.contains(&Variation::Threads) {
+    if program.threads_given || vary.contains(&Variation::Threads) {
         for k in [
             "BITEXACT_THREADS",
             "OMP_NUM_THREADS",
@@ -149,37 +145,11 @@ pub fn env_for(
     if c.deterministic {
         env.insert("CUBLAS_WORKSPACE_CONFIG".into(), ":4096:8".into());
     }
-    if let Some(p) = s.knobs.poison {
+    if let Some(p) = settings.knobs.poison {
         env.insert("MALLOC_PERTURB_".into(), p.to_string());
         env.insert("BITEXACT_POISON".into(), p.to_string());
     }
     env
-}
-
-/// One run: how it ended and what it left.
-struct Record {
-    index: usize,
-    env: BTreeMap<String, String>,
-    out: PathBuf,
-    stdout: Option<PathBuf>,
-    run: ProgramRun,
-    result: Result<Collected, String>,
-}
-
-impl Record {
-    fn digests(&self) -> &[(String, Digest)] {
-        self.result.as_ref().map_or(&[], |c| &c.digests)
-    }
-    fn run_digest(&self) -> Digest {
-        digest::run_digest(&self.digests().iter().cloned().collect())
-    }
-    fn files(&self) -> RunFiles<'_> {
-        RunFiles {
-            index: self.index,
-            out: &self.out,
-            stdout: self.stdout.clone(),
-        }
-    }
 }
 
 /// A directory removed on drop (unless kept).
@@ -205,36 +175,108 @@ fn scratch() -> Result<Scratch> {
     Ok(Scratch(dir, false))
 }
 
-/// K runs under `vary` in directories under `root`; stops at the first run that fails.
-///
-/// Pipelined: run `i`'s outputs are hashed on a background thread while run `i + 1` executes,
-/// one collection at a time (the next waits for the previous), so bitexact's time per run is
-/// mostly hidden behind the program's and its memory stays bounded by one run's outputs
-/// whatever K is.
-fn pass(cfg: &RunConfig, vary: &[Variation], root: &Path) -> Result<Vec<Record>> {
-    type Collecting = std::thread::JoinHandle<Result<Collected, String>>;
-    let mut out: Vec<Record> = Vec::new();
-    let mut collecting: Option<(usize, Collecting)> = None;
-    let finish = |out: &mut Vec<Record>, job: Option<(usize, Collecting)>| {
-        if let Some((i, h)) = job {
-            out[i].result = h
-                .join()
-                .unwrap_or_else(|_| Err("hashing the outputs panicked".into()));
+/// A program as a source of runs: each run spawned with the environment contract in a fresh
+/// output directory, its files collected (hashed on a background thread while the next run
+/// executes). The first pass (the main one) goes to `--keep` when given; every later pass
+/// (blame) to scratch directories.
+pub struct ProgramSource<'a> {
+    program: &'a Program,
+    passes: std::sync::atomic::AtomicUsize,
+}
+
+impl<'a> ProgramSource<'a> {
+    /// A source for `program`.
+    pub fn new(program: &'a Program) -> Result<ProgramSource<'a>> {
+        spawn::become_subreaper();
+        Ok(ProgramSource {
+            program,
+            passes: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// The directory run `index` writes to: under `--keep` for the main pass (the first,
+    /// counted by its run 0), else a scratch directory of its own.
+    fn out_dir(&self, index: usize) -> Result<(Arc<Scratch>, PathBuf)> {
+        use std::sync::atomic::Ordering;
+        if index == 0 {
+            self.passes.fetch_add(1, Ordering::SeqCst);
         }
-    };
-    for index in 0..cfg.runs.max(2) {
-        let dir = root.join(format!("run-{index}"));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let main_pass = self.passes.load(Ordering::SeqCst) == 1;
+        let root = match self.program.keep.as_ref().filter(|_| main_pass) {
+            Some(k) => {
+                std::fs::create_dir_all(k).with_context(|| format!("creating {}", k.display()))?;
+                Scratch(k.clone(), true)
+            }
+            None => scratch()?,
+        };
+        let dir = root.0.join(format!("run-{index}"));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let dir = std::path::absolute(&dir)?;
-        let stdout = cfg.stdout.then(|| root.join(format!("stdout-{index}")));
-        let env = env_for(cfg, vary, index, &dir);
+        Ok((Arc::new(root), dir))
+    }
+}
+
+/// A run's files, kept until the harness drops them (then removed unless kept).
+struct RunFiles {
+    _root: Arc<Scratch>,
+    out: PathBuf,
+    stdout: Option<PathBuf>,
+}
+
+impl Loader for RunFiles {
+    fn load(&self, name: &str) -> Result<Tensor> {
+        collect::load(&self.out, self.stdout.as_deref(), name)
+    }
+
+    fn text(&self, name: &str) -> Option<Vec<u8>> {
+        let path = self
+            .stdout
+            .as_ref()
+            .filter(|_| name == collect::STDOUT_NAME)?;
+        crate::atomic::read_regular(path, collect::EXPLAIN_MAX_BYTES).ok()
+    }
+}
+
+impl RunSource for ProgramSource<'_> {
+    fn name(&self) -> String {
+        self.program.name.clone()
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Cpu
+    }
+
+    fn start(&self, index: usize, settings: &RunSettings) -> Started {
+        let (root, dir) = match self.out_dir(index) {
+            Ok(d) => d,
+            Err(e) => {
+                return Started::failed(
+                    RunMeta::default(),
+                    Failure::from_error(FailureKind::Harness, &e),
+                )
+            }
+        };
+        let stdout = self
+            .program
+            .stdout
+            .then(|| root.0.join(format!("stdout-{index}")));
+        let env = env_for(self.program, settings, index, &dir);
         let ended = spawn::run(&spawn::Spawn {
-            command: &cfg.command,
+            command: &self.program.command,
             env: &env,
             stdout: stdout.as_deref(),
-            timeout: cfg.timeout,
-            memory_limit_mb: cfg.memory_limit_mb,
-        })?;
+            timeout: self.program.timeout,
+            memory_limit_mb: self.program.memory_limit_mb,
+        });
+        let ended = match ended {
+            Ok(e) => e,
+            Err(e) => {
+                return Started::failed(
+                    RunMeta::default(),
+                    Failure::from_error(FailureKind::Harness, &e),
+                )
+            }
+        };
         let run = ProgramRun {
             index,
             exit_status: ended.status.code(),
@@ -242,155 +284,89 @@ fn pass(cfg: &RunConfig, vary: &[Variation], root: &Path) -> Result<Vec<Record>>
             seconds: ended.seconds,
             peak_rss_bytes: ended.peak_rss_bytes,
         };
-        let failure = spawn::failure(&ended, cfg.timeout);
-        let failed = failure.is_some();
-        finish(&mut out, collecting.take());
-        out.push(Record {
-            index,
-            env,
-            out: dir.clone(),
-            stdout: stdout.clone(),
-            run,
-            result: Err(failure.clone().unwrap_or_default()),
-        });
-        if failed {
-            break;
+        let meta = RunMeta {
+            seconds: ended.seconds,
+            peak_bytes: ended.peak_rss_bytes,
+            program: Some((run, env)),
+            ..RunMeta::default()
+        };
+        if let Some(why) = spawn::failure(&ended, self.program.timeout) {
+            let kind = if ended.timed_out {
+                FailureKind::Timeout
+            } else if ended.status.signal() == Some(libc::SIGKILL)
+                && self.program.memory_limit_mb.is_some()
+                || ended.stderr_tail.contains("MemoryError")
+                || ended.stderr_tail.contains("out of memory")
+            {
+                FailureKind::OutOfMemory
+            } else if ended.status.signal().is_some() {
+                FailureKind::Signal
+            } else {
+                FailureKind::ExitStatus
+            };
+            return Started::failed(meta, Failure::new(kind, why));
         }
-        if out[..out.len() - 1].iter().any(|r| r.result.is_err()) {
-            out.pop(); // an earlier run's outputs were unreadable: that run is the error
-            break;
-        }
-        let job = std::thread::spawn(move || {
-            collect::collect(&dir, stdout.as_deref()).map_err(|e| format!("{e:#}"))
-        });
-        collecting = Some((out.len() - 1, job));
-    }
-    finish(&mut out, collecting.take());
-    Ok(out)
-}
-
-/// Whether K runs under `vary` give more than one run digest (for blame).
-fn diverges(cfg: &RunConfig, vary: &[Variation]) -> Result<bool> {
-    let dir = scratch()?;
-    let recs = pass(cfg, vary, &dir.0)?;
-    let set: BTreeSet<Digest> = recs.iter().map(Record::run_digest).collect();
-    Ok(set.len() > 1 || recs.iter().any(|r| r.result.is_err()))
-}
-
-/// Runs the program K times (and blame passes under variations) and returns the report.
-pub fn check(cfg: &RunConfig, on_event: &mut dyn FnMut(Event)) -> Result<Report> {
-    let t0 = Instant::now();
-    spawn::become_subreaper();
-    on_event(Event::Started {
-        name: &cfg.name,
-        backend: Backend::Cpu,
-    });
-    let root = match &cfg.keep {
-        Some(k) => {
-            std::fs::create_dir_all(k).with_context(|| format!("creating {}", k.display()))?;
-            Scratch(k.clone(), true)
-        }
-        None => scratch()?,
-    };
-    let recs = pass(cfg, &cfg.vary, &root.0)?;
-    let mut r = CaseReport::new(&cfg.name, Backend::Cpu);
-    r.variations = cfg.vary.clone();
-    r.program = Some(program_info(cfg, &recs));
-    r.peak_bytes = recs.iter().filter_map(|x| x.run.peak_rss_bytes).collect();
-    r.run_seconds = recs.iter().map(|x| x.run.seconds).collect();
-    if let Some(bad) = recs.iter().find(|x| x.result.is_err()) {
-        let why = bad.result.as_ref().err().cloned().unwrap_or_default();
-        r.evidence.error = Some(format!("run {}: {why}", bad.index));
-    } else if let Some(empty) = recs.iter().find(|x| x.digests().is_empty()) {
-        r.evidence.error = Some(format!(
-            "run {} wrote nothing to compare: write tensors into $BITEXACT_OUT (Python: `bitexact.dump(\"name\", x=tensor)` \
-             or `bitexact.step(i, ...)`; numpy: `np.save(os.path.join(os.environ[\"BITEXACT_OUT\"], \"x.npy\"), x)`), \
-             or pass --stdout to compare standard output",
-            empty.index
-        ));
-    }
-    let ok: Vec<&Record> = recs.iter().filter(|x| x.result.is_ok()).collect();
-    r.runs = ok.len();
-    r.run_digests = ok.iter().map(|x| x.run_digest().hex()).collect();
-    r.distinct_digests = ok
-        .iter()
-        .map(|x| x.run_digest())
-        .collect::<BTreeSet<_>>()
-        .len();
-    if let Some(first) = ok.first() {
-        r.digests = first
-            .digests()
-            .iter()
-            .map(|(k, d)| (k.clone(), d.hex()))
-            .collect();
-        let steps: Vec<(u64, u64)> = first
-            .result
-            .as_ref()
-            .map(|c| c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect())
-            .unwrap_or_default();
-        r.memory_growth = crate::memory::step_growth(&steps);
-        if let Some(other) = ok.iter().find(|x| x.run_digest() != first.run_digest()) {
-            r.divergence = collect::first_divergence(first.digests(), other.digests());
-            r.diff = collect::explain(
-                (&first.files(), first.digests()),
-                (&other.files(), other.digests()),
-            );
-            if let (Some(a), Some(b)) = (&first.stdout, &other.stdout) {
-                if let Some(line) = collect::first_differing_line(a, b) {
-                    if let Some(d) = r.diff.iter_mut().find(|d| d.tensor == collect::STDOUT_NAME) {
-                        d.note = Some(line);
-                    }
-                }
+        let handle = std::thread::spawn(move || {
+            let c = collect::collect(&dir, stdout.as_deref())
+                .map_err(|e| Failure::from_error(FailureKind::UnreadableOutput, &e))?;
+            if c.digests.is_empty() {
+                return Err(Failure::new(
+                    FailureKind::NothingToCompare,
+                    NOTHING_TO_COMPARE,
+                ));
             }
-            if !cfg.vary.is_empty() && r.evidence.error.is_none() {
-                r.blame = Some(blame(cfg)?);
-            }
+            Ok(Collected {
+                digests: c.digests,
+                loader: Box::new(RunFiles {
+                    _root: root,
+                    out: dir,
+                    stdout,
+                }),
+                trace: None,
+                steps: c.steps,
+                platform: c.platform,
+            })
+        });
+        Started {
+            meta,
+            outputs: Ok(Box::new(move || {
+                handle.join().unwrap_or_else(|_| {
+                    Err(Failure::new(
+                        FailureKind::Harness,
+                        "hashing the outputs panicked",
+                    ))
+                })
+            })),
         }
     }
-    r.seconds = t0.elapsed().as_secs_f64();
-    if let Some(p) = r.program.as_mut() {
-        p.harness_peak_rss_bytes = own_peak_rss();
-    }
-    let mut r = r.judge();
-    if let Some(dir) = &cfg.snapshots {
-        snapshot(dir, &mut r, &cfg.controls);
-    }
-    on_event(Event::Finished(&r));
-    let mut report = Report::new(cfg.controls.clone(), cfg.runs, vec![r], Vec::new());
-    report.variations = cfg.vary.clone();
-    report.backends = vec![Backend::Cpu];
-    Ok(report)
-}
 
-/// Compares a deterministic run with its committed snapshot (see [`crate::suite::check_snapshots`]);
-/// a missing or changed one is written as a pending `.snap.new` (never in CI).
-fn snapshot(dir: &Path, r: &mut CaseReport, controls: &Controls) {
-    use crate::harness::SnapshotStatus;
-    let platform = crate::platform::Platform::detect();
-    let new = crate::snapshot::Snapshot::of(r, controls, &platform).ok();
-    crate::suite::check_snapshots(dir, std::slice::from_mut(r), controls);
-    if let (Some(new), Some(SnapshotStatus::Missing | SnapshotStatus::Mismatch)) =
-        (new, r.evidence.snapshot)
-    {
-        let note = crate::snapshot::write_pending(dir, r, &new, controls);
-        let text = r.snapshot.take().unwrap_or_default();
-        r.snapshot = Some(format!("{text}; {note}"));
+    fn localize(
+        &self,
+        first: &Collected,
+        other: &Collected,
+        _j: usize,
+        _metas: &[RunMeta],
+        _controls: &Controls,
+        _opts: &Options,
+    ) -> Option<Divergence> {
+        diagnose::first_output_divergence(first, other)
     }
-}
 
-/// The control (everything fixed), then each variation alone, K runs each.
-fn blame(cfg: &RunConfig) -> Result<Blame> {
-    if diverges(cfg, &[])? {
-        return Ok(Blame::new(false, Vec::new()));
-    }
-    let mut broken = Vec::new();
-    for &v in &cfg.vary {
-        if diverges(cfg, &[v])? {
-            broken.push(v);
+    fn describe(&self, report: &mut CaseReport, metas: &[RunMeta], first: Option<&Collected>) {
+        if let Some(c) = first {
+            let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
+            report.memory_growth = crate::memory::step_growth(&steps);
         }
+        let mut info = program_info(self.program, metas, first);
+        info.harness_peak_rss_bytes = own_peak_rss();
+        report.program = Some(info);
     }
-    Ok(Blame::new(true, broken))
 }
+
+/// What a run that wrote nothing is told.
+const NOTHING_TO_COMPARE: &str = "wrote nothing to compare: write tensors into $BITEXACT_OUT (Python: `bitexact.dump(\"name\", x=tensor)` \
+     or `bitexact.step(i, ...)`; numpy: `np.save(os.path.join(os.environ[\"BITEXACT_OUT\"], \"x.npy\"), x)`), \
+     or pass --stdout to compare standard output";
 
 /// This process's peak resident set size (`getrusage(RUSAGE_SELF)`), bytes.
 fn own_peak_rss() -> Option<u64> {
@@ -401,37 +377,41 @@ fn own_peak_rss() -> Option<u64> {
         .then(|| (ru.ru_maxrss.max(0) as u64) * 1024)
 }
 
-fn program_info(cfg: &RunConfig, recs: &[Record]) -> ProgramInfo {
-    let mut env = recs.first().map(|r| r.env.clone()).unwrap_or_default();
+fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>) -> ProgramInfo {
+    let runs: Vec<&(ProgramRun, BTreeMap<String, String>)> =
+        metas.iter().filter_map(|m| m.program.as_ref()).collect();
+    let mut env = runs.first().map(|r| r.1.clone()).unwrap_or_default();
     env.insert(
         "BITEXACT_OUT".into(),
         "(a fresh empty directory per run)".into(),
     );
-    env.insert("BITEXACT_RUN".into(), format!("0..{}", cfg.runs.max(2) - 1));
+    env.insert(
+        "BITEXACT_RUN".into(),
+        format!("0..{}", runs.len().max(1) - 1),
+    );
     let mut varied = BTreeMap::new();
     for k in env
         .keys()
         .filter(|k| !["BITEXACT_OUT", "BITEXACT_RUN"].contains(&k.as_str()))
     {
-        let vals: Vec<String> = recs
+        let vals: Vec<String> = runs
             .iter()
-            .map(|r| r.env.get(k).cloned().unwrap_or_default())
+            .map(|r| r.1.get(k).cloned().unwrap_or_default())
             .collect();
         if vals.iter().any(|v| *v != vals[0]) {
             varied.insert(k.clone(), vals);
         }
     }
-    let first = recs.first().and_then(|r| r.result.as_ref().ok());
     ProgramInfo {
         kind: "run".into(),
-        command: cfg
+        command: program
             .command
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
         env,
         varied,
-        runs: recs.iter().map(|r| r.run.clone()).collect(),
+        runs: runs.iter().map(|r| r.0.clone()).collect(),
         step_memory: first.map(|c| c.steps.clone()).unwrap_or_default(),
         platform: first.and_then(|c| c.platform.clone()),
         harness_peak_rss_bytes: None,

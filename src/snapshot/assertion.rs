@@ -88,7 +88,7 @@ pub fn assert_matches(dir: &Path, report: &CaseReport, controls: &Controls) {
     let switches = Switches::from_vars(|k| std::env::var(k).ok())
         .unwrap_or_else(|e| panic!("bitexact snapshot assertion: {e}"));
     debug_assert_eq!(switches.ci, in_ci());
-    match check(dir, report, controls, &switches) {
+    match verify(dir, report, controls, &switches) {
         Ok(None) => {}
         Ok(Some(note)) => eprintln!("bitexact: {note}"),
         Err(msg) if switches.force_pass => {
@@ -100,7 +100,7 @@ pub fn assert_matches(dir: &Path, report: &CaseReport, controls: &Controls) {
 
 /// The assertion without the panic: `Ok` when it passes (with a note when a snapshot was
 /// written in place), `Err` with the failure message.
-fn check(
+fn verify(
     dir: &Path,
     report: &CaseReport,
     controls: &Controls,
@@ -189,7 +189,7 @@ fn ci_message(headline: &str, pending: &Path) -> String {
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::{CaseReport, Verdict};
+    use crate::harness::CaseReport;
     use std::path::PathBuf;
 
     struct Scratch(PathBuf);
@@ -207,7 +207,8 @@ mod tests {
 
     fn report(digest: &str) -> CaseReport {
         let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
-        r.verdict = Verdict::Deterministic;
+        r.distinct_digests = 1;
+        r.rejudge();
         r.runs = 2;
         r.run_digests = vec![digest.repeat(32); 2];
         r.digests = [("sum".to_string(), digest.repeat(32))].into();
@@ -237,7 +238,7 @@ mod tests {
     fn a_first_assertion_writes_pending_and_says_how_to_accept() {
         let s = scratch("first");
         let c = Controls::default();
-        let msg = check(&s.0, &report("ab"), &c, &switches(&[])).unwrap_err();
+        let msg = verify(&s.0, &report("ab"), &c, &switches(&[])).unwrap_err();
         let file = file_of(&s.0);
         let pending = pending_path(&file);
         assert!(
@@ -264,7 +265,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&pending).unwrap(), ours.file_text());
         // Accepted with `mv`, the assertion passes and nothing is pending any more.
         std::fs::rename(&pending, &file).unwrap();
-        assert_eq!(check(&s.0, &report("ab"), &c, &switches(&[])), Ok(None));
+        assert_eq!(verify(&s.0, &report("ab"), &c, &switches(&[])), Ok(None));
     }
 
     #[test]
@@ -274,7 +275,7 @@ mod tests {
         let pending = pending_path(&file_of(&s.0));
         std::fs::create_dir_all(pending.parent().unwrap()).unwrap();
         std::fs::write(&pending, "stale").unwrap();
-        let msg = check(&s.0, &report("ab"), &c, &switches(&[("CI", "true")])).unwrap_err();
+        let msg = verify(&s.0, &report("ab"), &c, &switches(&[("CI", "true")])).unwrap_err();
         assert!(msg.contains("CI is set: nothing written"), "{msg}");
         assert!(msg.contains("left over from an earlier run"), "{msg}");
         assert!(!msg.contains("wrote"), "{msg}");
@@ -285,7 +286,7 @@ mod tests {
     fn insta_update_switches_are_honoured() {
         let c = Controls::default();
         let s = scratch("no");
-        let msg = check(
+        let msg = verify(
             &s.0,
             &report("ab"),
             &c,
@@ -295,7 +296,7 @@ mod tests {
             .unwrap_err()
             .contains("INSTA_UPDATE=no: nothing written"));
         assert!(!s.0.exists());
-        let msg = check(
+        let msg = verify(
             &s.0,
             &report("ab"),
             &c,
@@ -304,7 +305,7 @@ mod tests {
         assert!(msg.unwrap_err().contains("CI is set: nothing written"));
         assert!(!s.0.exists());
         // `unseen`: a missing snapshot is written in place, a changed one as pending.
-        let note = check(
+        let note = verify(
             &s.0,
             &report("ab"),
             &c,
@@ -312,7 +313,7 @@ mod tests {
         );
         assert!(note.unwrap().unwrap().contains("wrote"));
         assert!(file_of(&s.0).exists());
-        let msg = check(
+        let msg = verify(
             &s.0,
             &report("cd"),
             &c,
@@ -324,15 +325,15 @@ mod tests {
         assert!(pending_path(&file_of(&s.0)).exists());
         // `always` writes in place, even in CI, and removes the pending file.
         let sw = switches(&[("INSTA_UPDATE", "always"), ("CI", "true")]);
-        assert!(check(&s.0, &report("cd"), &c, &sw).unwrap().is_some());
+        assert!(verify(&s.0, &report("cd"), &c, &sw).unwrap().is_some());
         assert!(!pending_path(&file_of(&s.0)).exists());
-        assert_eq!(check(&s.0, &report("cd"), &c, &switches(&[])), Ok(None));
+        assert_eq!(verify(&s.0, &report("cd"), &c, &switches(&[])), Ok(None));
         // `force` refreshes metadata of a matching snapshot.
         let mut old = Snapshot::load(&file_of(&s.0)).unwrap();
         old.description = "old".into();
         write(&file_of(&s.0), &old).unwrap();
         let sw = switches(&[("INSTA_UPDATE", "force")]);
-        assert!(check(&s.0, &report("cd"), &c, &sw).unwrap().is_some());
+        assert!(verify(&s.0, &report("cd"), &c, &sw).unwrap().is_some());
         assert_ne!(Snapshot::load(&file_of(&s.0)).unwrap().description, "old");
         assert!(
             Switches::from_vars(|k| (k == "INSTA_UPDATE").then(|| "sometimes".into())).is_err()
@@ -346,7 +347,7 @@ mod tests {
         let file = file_of(&s.0);
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(&file, &file).unwrap();
-        let msg = check(
+        let msg = verify(
             &s.0,
             &report("ab"),
             &Controls::default(),

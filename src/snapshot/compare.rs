@@ -144,11 +144,12 @@ pub fn compare(
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::{CaseReport, Verdict};
+    use crate::harness::CaseReport;
 
     fn report(tensors: &[(&str, &str)]) -> CaseReport {
         let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
-        r.verdict = Verdict::Deterministic;
+        r.distinct_digests = 1;
+        r.rejudge();
         r.runs = 2;
         r.run_digests = vec!["ab".repeat(32); 2];
         r.digests = tensors
@@ -192,7 +193,8 @@ mod tests {
     #[test]
     fn nondeterministic_reports_are_not_snapshotted() {
         let mut r = report(&[("a", "1")]);
-        r.verdict = Verdict::Nondeterministic;
+        r.distinct_digests = 2;
+        r.rejudge();
         let e = Snapshot::of(&r, &Controls::default(), &Platform::detect()).unwrap_err();
         assert!(e.to_string().contains("only deterministic"), "{e}");
     }

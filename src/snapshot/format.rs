@@ -82,12 +82,12 @@ pub fn is_digest(d: &str) -> bool {
 impl Snapshot {
     /// The snapshot of a deterministic case report made under `controls` on `platform`.
     pub fn of(report: &CaseReport, controls: &Controls, platform: &Platform) -> Result<Snapshot> {
-        if report.verdict != Verdict::Deterministic {
+        if report.verdict() != Verdict::Deterministic {
             bail!(
                 "{} on {} is {}: only deterministic results can be snapshotted",
                 report.name,
                 report.backend,
-                report.verdict.name()
+                report.verdict().name()
             );
         }
         let run = report
@@ -320,7 +320,8 @@ mod tests {
 
     fn snapshot() -> Snapshot {
         let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
-        r.verdict = Verdict::Deterministic;
+        r.distinct_digests = 1;
+        r.rejudge();
         r.runs = 2;
         r.run_digests = vec!["ab".repeat(32); 2];
         r.digests = [("x", "11"), ("y: z", "22")]

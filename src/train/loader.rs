@@ -216,7 +216,7 @@ impl Loader {
             noise_reported: false,
             findings: Vec::new(),
         };
-        l.check_worker_streams();
+        l.audit_worker_streams();
         l.seek(Position { epoch: 0, batch: 0 }, None)?;
         Ok(l)
     }
@@ -289,7 +289,7 @@ impl Loader {
         order
     }
 
-    fn check_worker_streams(&mut self) {
+    fn audit_worker_streams(&mut self) {
         let s = &self.worker_streams;
         for a in 0..s.len() {
             if let Some(b) = (a + 1..s.len()).find(|&b| s[b] == s[a]) {

@@ -12,8 +12,8 @@
 //! attempt's buffers referenced during the fallback (as a Python exception's traceback keeps
 //! the frame's tensors alive), so the real heap peak of the recovery exceeds the budget.
 
-use super::checkpointing::{updated, DROPOUT};
 use super::deep::{DeepMlp, LayerAct, Mode, Rows};
+use super::recompute::{updated, DROPOUT};
 use crate::case::Ctx;
 use crate::memory::{self, OutOfMemory};
 use crate::rng::Stream;

@@ -9,13 +9,13 @@
 //! keyed by the run's seed: initial weights, data, shuffles, augmentations, dropout masks.
 
 pub mod checkpoint;
-pub mod checkpointing;
 pub mod dataset;
 pub mod deep;
 pub mod loader;
 pub mod microbatch;
 pub mod model;
 pub mod optim;
+pub mod recompute;
 
 use crate::case::Ctx;
 use crate::rng::Stream;

@@ -105,7 +105,7 @@ impl Mlp {
             classes,
         } = self.dims;
         let b = y.len();
-        ops::check_len("mlp forward", "x", x.len(), b * input)?;
+        ops::expect_len("mlp forward", "x", x.len(), b * input)?;
         if let Some((i, bad)) = y
             .iter()
             .enumerate()

@@ -36,7 +36,7 @@ pub fn reduce_sum_tree(x: &[f32]) -> Result<f32> {
     let dx = g.upload(x)?;
     let n = x.len() as u64;
     let mut out = g.zeros::<f32>(1)?;
-    let chunks = n.div_ceil(crate::ops::reduce_sum::CHUNK as u64);
+    let chunks = n.div_ceil(crate::backend::cpu::SUM_CHUNK as u64);
     let chunks32 = u32::try_from(chunks).map_err(|_| anyhow!("reduce_sum: too many chunks"))?;
     let mut partials = g.zeros::<f32>(chunks as usize)?;
     let (fc, fp) = (

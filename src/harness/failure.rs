@@ -1,0 +1,130 @@
+//! Why a run failed, as typed evidence: the judge and the reports tell a timeout from a crash
+//! from running out of memory by its [`FailureKind`], never by parsing words. The message is
+//! for people; it is capped ([`MESSAGE_MAX`]) because it may quote what a program printed.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest failure message kept, in bytes (longer ones are cut at a character boundary and
+/// marked with `…`).
+pub const MESSAGE_MAX: usize = 2048;
+
+/// What kind of failure ended a case's runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The case returned an error.
+    Error,
+    /// The case panicked.
+    Panic,
+    /// A process exited with a non-zero status.
+    ExitStatus,
+    /// A process was killed by a signal (a crash: SIGSEGV, SIGABRT, ...).
+    Signal,
+    /// A run went past `--timeout` and was killed.
+    Timeout,
+    /// A run ran out of memory (allocation failure, `--memory-limit`, the OOM killer).
+    OutOfMemory,
+    /// A run's outputs could not be read (a malformed tensor file, an unreadable file).
+    UnreadableOutput,
+    /// A run wrote nothing to compare.
+    NothingToCompare,
+    /// bitexact could not start or talk to a process it needed.
+    Harness,
+}
+
+impl FailureKind {
+    /// Name as printed and in JSON (`exit-status`, `timeout`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Error => "error",
+            FailureKind::Panic => "panic",
+            FailureKind::ExitStatus => "exit-status",
+            FailureKind::Signal => "signal",
+            FailureKind::Timeout => "timeout",
+            FailureKind::OutOfMemory => "out-of-memory",
+            FailureKind::UnreadableOutput => "unreadable-output",
+            FailureKind::NothingToCompare => "nothing-to-compare",
+            FailureKind::Harness => "harness",
+        }
+    }
+}
+
+/// A failed run: its kind, which run it was, and what happened in words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Failure {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// The index of the run that failed, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<usize>,
+    /// What happened (capped at [`MESSAGE_MAX`] bytes).
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `kind` saying `message` (capped).
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            run: None,
+            message: cap(message.into()),
+        }
+    }
+
+    /// From an error: a panic when its text says so (see `call_case`), else `kind`.
+    pub fn from_error(kind: FailureKind, e: &anyhow::Error) -> Failure {
+        let text = format!("{e:#}");
+        let kind = if text.starts_with("panicked: ") {
+            FailureKind::Panic
+        } else {
+            kind
+        };
+        Failure::new(kind, text)
+    }
+
+    /// The same failure, attributed to run `index`.
+    pub fn in_run(mut self, index: usize) -> Failure {
+        self.run = Some(index);
+        self
+    }
+
+    /// One line for reports: `run 1: <message>`.
+    pub fn line(&self) -> String {
+        match self.run {
+            Some(i) => format!("run {i}: {}", self.message),
+            None => self.message.clone(),
+        }
+    }
+}
+
+/// `s` cut to at most [`MESSAGE_MAX`] bytes at a character boundary, with `…` when cut.
+fn cap(mut s: String) -> String {
+    if s.len() > MESSAGE_MAX {
+        let mut end = MESSAGE_MAX;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_capped_and_panics_recognised() {
+        let f = Failure::new(FailureKind::ExitStatus, "é".repeat(MESSAGE_MAX));
+        assert!(f.message.len() <= MESSAGE_MAX + '…'.len_utf8());
+        assert!(f.message.ends_with('…'));
+        let p = Failure::from_error(FailureKind::Error, &anyhow::anyhow!("panicked: boom"));
+        assert_eq!(p.kind, FailureKind::Panic);
+        assert_eq!(p.in_run(2).line(), "run 2: panicked: boom");
+        let json = serde_json::to_string(&Failure::new(FailureKind::Timeout, "t")).unwrap();
+        assert_eq!(json, r#"{"kind":"timeout","message":"t"}"#);
+    }
+}

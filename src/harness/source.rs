@@ -1,0 +1,162 @@
+//! Ways to make a run. A [`RunSource`] makes one run under given settings and yields its
+//! named digests, a lazy [`Loader`] of its tensors (for explanations), an optional op trace and
+//! metadata ([`RunMeta`]: time, memory, notes, findings, how a program ended). The harness owns
+//! everything else (K runs, explanation, localization, blame, the judge) once for all sources:
+//! - [`super::CaseSource`]: a built-in or user case, in this process or, per run, in a fresh
+//!   child (`--vary process`);
+//! - `crate::run::ProgramSource`: an external program, spawned with the environment contract,
+//!   its output files collected.
+//!
+//! A new way to make runs (say, a remote runner) is one new file implementing [`RunSource`],
+//! plus one line where its subject is handed to the suite (`crate::suite::Subject`).
+
+use super::failure::Failure;
+use super::outcome::CaseReport;
+use super::program::{ProgramRun, StepMemory};
+use super::Options;
+use crate::backend::Backend;
+use crate::controls::Controls;
+use crate::digest::Digest;
+use crate::outputs::Outputs;
+use crate::tensor::Tensor;
+use crate::trace::{Divergence, TraceEntry};
+use crate::vary::RunSettings;
+use anyhow::{anyhow, Result};
+use std::collections::BTreeMap;
+
+/// Loads a run's tensors by output name, lazily, to explain a difference.
+pub trait Loader: Send {
+    /// The tensor behind output `name`.
+    fn load(&self, name: &str) -> Result<Tensor>;
+    /// The bytes of a text output (a program's standard output), for a line-level note.
+    fn text(&self, _name: &str) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+impl Loader for Outputs {
+    fn load(&self, name: &str) -> Result<Tensor> {
+        self.get(name)
+            .cloned()
+            .ok_or_else(|| anyhow!("{name}: no such output"))
+    }
+}
+
+/// What a run left to compare.
+pub struct Collected {
+    /// `(name, digest)` of every output, in the source's order (name order for cases, write
+    /// order for programs).
+    pub digests: Vec<(String, Digest)>,
+    /// Loads the outputs behind the digests.
+    pub loader: Box<dyn Loader>,
+    /// The op trace, when recorded.
+    pub trace: Option<Vec<TraceEntry>>,
+    /// Memory after each step, as a program's helper recorded it.
+    pub steps: Vec<StepMemory>,
+    /// What a program reported about its platform (`.bitexact-platform.json`).
+    pub platform: Option<serde_json::Value>,
+}
+
+impl Collected {
+    /// Outputs held in memory, in name order.
+    pub fn of_outputs(outputs: Outputs, trace: Option<Vec<TraceEntry>>) -> Collected {
+        let digests = crate::digest::digest_all(&outputs).into_iter().collect();
+        Collected {
+            digests,
+            loader: Box::new(outputs),
+            trace,
+            steps: Vec::new(),
+            platform: None,
+        }
+    }
+
+    /// The run digest over the outputs (name order, so any source order gives the same).
+    pub fn run_digest(&self) -> Digest {
+        crate::digest::run_digest(&self.digests.iter().cloned().collect())
+    }
+}
+
+/// Facts about one run besides its outputs.
+#[derive(Clone, Debug, Default)]
+pub struct RunMeta {
+    /// Wall time of the run itself.
+    pub seconds: f64,
+    /// Peak heap bytes above the start (cases) or peak RSS (programs), when known.
+    pub peak_bytes: Option<u64>,
+    /// Implementation chosen per op.
+    pub algorithms: BTreeMap<String, String>,
+    /// Op calls the case recorded (0: a traced re-run could not localize anything).
+    pub recorded_ops: usize,
+    /// Defects the run reported.
+    pub findings: Vec<String>,
+    /// Figures the run reported for the report.
+    pub notes: Vec<String>,
+    /// How a program run ended, with the environment it got.
+    pub program: Option<(ProgramRun, BTreeMap<String, String>)>,
+}
+
+/// Collects a started run's outputs (a program's files may still be hashing in the background).
+pub type Pending = Box<dyn FnOnce() -> Result<Collected, Failure> + Send>;
+
+/// A run that has happened: its facts, and its outputs to collect (or why it failed).
+pub struct Started {
+    /// Facts about the run.
+    pub meta: RunMeta,
+    /// Its outputs, or the failure that ended it.
+    pub outputs: Result<Pending, Failure>,
+}
+
+impl Started {
+    /// A finished run whose outputs are already collected.
+    pub fn ready(meta: RunMeta, collected: Collected) -> Started {
+        Started {
+            meta,
+            outputs: Ok(Box::new(move || Ok(collected))),
+        }
+    }
+
+    /// A run that failed.
+    pub fn failed(meta: RunMeta, failure: Failure) -> Started {
+        Started {
+            meta,
+            outputs: Err(failure),
+        }
+    }
+}
+
+/// Makes runs of one subject on one backend.
+pub trait RunSource: Sync {
+    /// The case name reports use.
+    fn name(&self) -> String;
+    /// The backend runs are made on.
+    fn backend(&self) -> Backend;
+    /// Why it cannot run here under `opts`, if it cannot.
+    fn skip_reason(&self, _opts: &Options) -> Option<String> {
+        None
+    }
+    /// The planted bug it carries, which the harness must catch.
+    fn planted(&self) -> Option<String> {
+        None
+    }
+    /// Whether runs happen in this process, so heap growth between runs is its own.
+    fn in_process(&self) -> bool {
+        false
+    }
+    /// Makes run `index` under `settings`.
+    fn start(&self, index: usize, settings: &RunSettings) -> Started;
+    /// Names the first divergence between run 0 and run `j` when their traces do not (traced
+    /// re-runs for cases, the first differing output in write order for programs).
+    fn localize(
+        &self,
+        _first: &Collected,
+        _other: &Collected,
+        _j: usize,
+        _metas: &[RunMeta],
+        _controls: &Controls,
+        _opts: &Options,
+    ) -> Option<Divergence> {
+        None
+    }
+    /// Adds what only this source knows to the report of its main pass (before judging).
+    fn describe(&self, _report: &mut CaseReport, _metas: &[RunMeta], _first: Option<&Collected>) {}
+}
