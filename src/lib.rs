@@ -4,9 +4,13 @@
 //! (SHA-256 over a canonical encoding, [`digest`]); runs are compared bit for bit and any
 //! difference is explained ([`diff`]). See `README.md` and `DESIGN.md` for the whole picture.
 //!
-//! Data flows one way: a [`Case`] → the [`harness`] (K runs, variations, diagnoses) →
-//! [`digest`] → compare / [`diff`] → one judge ([`harness::judge`]) → a [`report::Report`].
-//! [`suite::run`] is that pipeline for a selection of cases; the CLI and [`check`] call it.
+//! Data flows one way: a subject (a [`Case`], or an external program under `bitexact run`) →
+//! a run source → the harness (K runs, variations, diagnoses) → digests → compare → one judge
+//! → a [`Report`]. The suite is that pipeline for a selection of subjects; the CLI and
+//! [`check`] call it. The public API is what a user's test needs: [`check`] and the types
+//! re-exported here, the [`report`] renderers, [`snapshot`] review (accepting pending
+//! snapshots from code: [`review_snapshots`]`(dir, true)`) and the [`memory`] counting
+//! allocator. Every other module is internal to bitexact's binary and tests.
 //!
 //! ```
 //! use bitexact::{Case, Ctx, Outputs, Result, Tensor};

@@ -1,8 +1,13 @@
-//! The harness: runs each case K times under the same controls, digests every output, compares
-//! the runs bit for bit, and gives a verdict with an explanation of any difference.
+//! The harness: one path for every kind of subject. A [`RunSource`] makes runs (a case in
+//! this process or a child, an external program); [`assess`] makes K of them under the same
+//! controls, digests every output, compares the runs bit for bit, explains, localizes and
+//! blames any difference, and hands the evidence to the one judge.
 //!
-//! - [`executor`]: the K runs (in this process, or each in a fresh child) and their evidence;
-//! - [`diagnose`]: explanation, localization, blame and the order pass;
+//! - [`source`]: the [`RunSource`] trait and what a run yields;
+//! - [`in_process`]: cases as a run source ([`CaseSource`]);
+//! - [`executor`]: the K runs of any source and their evidence;
+//! - [`diagnose`]: explanation, first differing output, blame and the order pass;
+//! - [`failure`]: why a run failed, typed;
 //! - [`outcome`]: [`CaseReport`], its [`Evidence`], and [`judge`], the one place verdicts are
 //!   assigned.
 

@@ -1,8 +1,8 @@
-//! Run mode: any program as a case (`bitexact run -- CMD ARGS...`). The program runs K times,
-//! each run with a fresh empty `$BITEXACT_OUT` and the environment contract below; the tensor
-//! files it writes there are digested with the library's canonical digests and compared
-//! exactly as a built-in case's outputs are, and the same judge ([`crate::harness::judge`]),
-//! blame ([`Blame`]), snapshot check and reports apply.
+//! Run mode: any program as a subject (`bitexact run -- CMD ARGS...`). [`ProgramSource`] is
+//! its run source: each run gets a fresh empty `$BITEXACT_OUT` and the environment contract
+//! below; the files it writes there are digested with the library's canonical digests. The
+//! suite and the harness do the rest exactly as for a built-in case: K runs, explanation,
+//! blame, the one judge ([`crate::harness::judge`]), snapshots and reports.
 //!
 //! **Environment of each run** ([`env_for`]): `BITEXACT_OUT` (absolute, fresh, empty),
 //! `BITEXACT_RUN` (0..K-1), `BITEXACT_SEED`, `BITEXACT_DETERMINISTIC` / `BITEXACT_BENCHMARK`
@@ -20,6 +20,10 @@
 //! times per variation alone; only on a difference under variations. Outputs are hashed from
 //! memory-mapped files; a differing output is loaded to explain it only up to
 //! [`collect::EXPLAIN_MAX_BYTES`].
+//!
+//! **Failures** are typed ([`FailureKind`]): `timeout` (killed after `--timeout`),
+//! `out-of-memory` (killed under `--memory-limit`, or a `MemoryError` / "out of memory" in its
+//! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`.
 
 pub mod collect;
 pub mod spawn;
@@ -261,6 +265,10 @@ impl RunSource for ProgramSource<'_> {
             .stdout
             .then(|| root.0.join(format!("stdout-{index}")));
         let env = env_for(self.program, settings, index, &dir);
+        // One program run at a time per process: after each run the subreaper sweep reaps
+        // whatever was left, which must not be another thread's program.
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let ended = spawn::run(&spawn::Spawn {
             command: &self.program.command,
             env: &env,
@@ -268,6 +276,7 @@ impl RunSource for ProgramSource<'_> {
             timeout: self.program.timeout,
             memory_limit_mb: self.program.memory_limit_mb,
         });
+        drop(_one);
         let ended = match ended {
             Ok(e) => e,
             Err(e) => {

@@ -1,0 +1,135 @@
+//! Programs go through the one pipeline (`suite::run`) like cases: the same progress events,
+//! the same judge, typed failures in the evidence, and the same progress bar on a terminal.
+
+mod common;
+use bitexact::harness::FailureKind;
+use bitexact::run::Program;
+use bitexact::suite::{self, Event, Subject, SuiteConfig};
+use bitexact::{Backend, CaseReport, Controls, Verdict};
+use std::ffi::OsString;
+use std::time::Duration;
+
+fn program(script: &str) -> Program {
+    Program {
+        command: ["sh", "-c", script].iter().map(OsString::from).collect(),
+        name: "run/test".into(),
+        threads_given: false,
+        timeout: None,
+        memory_limit_mb: None,
+        stdout: false,
+        keep: None,
+    }
+}
+
+/// Runs `p` through the suite, returning the events (as text) and the one report.
+fn suite_run(p: &Program, runs: usize) -> (Vec<String>, CaseReport) {
+    let config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), runs);
+    let mut events = Vec::new();
+    let report = suite::run(&[Subject::Program(p)], &config, &mut |e| {
+        events.push(match e {
+            Event::Started { name, backend } => format!("started {name} {backend}"),
+            Event::Finished(r) => format!("finished {} {}", r.name, r.verdict.name()),
+            _ => "other".into(),
+        })
+    })
+    .unwrap();
+    assert_eq!(report.cases.len(), 1);
+    (events, report.cases.into_iter().next().unwrap())
+}
+
+#[test]
+fn a_program_gets_the_suite_events_and_the_judge() {
+    let (events, r) = suite_run(&program("echo same > \"$BITEXACT_OUT/x.txt\""), 3);
+    assert_eq!(
+        events,
+        ["started run/test cpu", "finished run/test deterministic"]
+    );
+    assert_eq!((r.verdict(), r.runs), (Verdict::Deterministic, 3));
+    assert_eq!(r.program.as_ref().unwrap().runs.len(), 3);
+
+    let (events, r) = suite_run(
+        &program(
+            "echo $BITEXACT_RUN > \"$BITEXACT_OUT/b.txt\"; echo same > \"$BITEXACT_OUT/a.txt\"",
+        ),
+        2,
+    );
+    assert_eq!(
+        events[1], "finished run/test nondeterministic",
+        "{:?}",
+        r.message
+    );
+    assert_eq!(r.verdict, Verdict::Nondeterministic);
+    let d = r.divergence.expect("first divergence");
+    assert_eq!(d.op, "b.txt", "{d:?}");
+    assert_eq!(r.diff.len(), 1, "{:?}", r.diff);
+}
+
+#[test]
+fn failures_are_typed_evidence() {
+    let kind = |p: Program| {
+        let (_, r) = suite_run(&p, 2);
+        assert_eq!(r.verdict, Verdict::Error, "{r:?}");
+        let f = r.evidence.failure.expect("a typed failure");
+        (f.kind, f.run)
+    };
+    assert_eq!(kind(program("exit 3")), (FailureKind::ExitStatus, Some(0)));
+    assert_eq!(
+        kind(program("kill -SEGV $$")),
+        (FailureKind::Signal, Some(0))
+    );
+    assert_eq!(
+        kind(program("true")),
+        (FailureKind::NothingToCompare, Some(0))
+    );
+    assert_eq!(
+        kind(program(
+            "[ $BITEXACT_RUN = 1 ] && exit 4; echo x > \"$BITEXACT_OUT/x\""
+        )),
+        (FailureKind::ExitStatus, Some(1))
+    );
+    let mut slow = program("echo x > \"$BITEXACT_OUT/x\"; sleep 30");
+    slow.timeout = Some(Duration::from_millis(300));
+    assert_eq!(kind(slow), (FailureKind::Timeout, Some(0)));
+    let mut bad = program("printf 'not a tensor' > \"$BITEXACT_OUT/x.npy\"");
+    bad.timeout = None;
+    assert_eq!(kind(bad), (FailureKind::UnreadableOutput, Some(0)));
+}
+
+#[test]
+fn the_json_report_carries_the_failure_kind() {
+    let o = common::bitexact(&["run", "--format", "json", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j = common::json(&o);
+    let f = &j["cases"][0]["evidence"]["failure"];
+    assert_eq!(f["kind"], "exit-status", "{j}");
+    assert_eq!(f["run"], 0, "{j}");
+}
+
+/// On a terminal (outside CI), `bitexact run` draws the same progress bar as `report`: the
+/// suite's `Started` event names the program. `script` gives the command a pseudo-terminal.
+#[test]
+fn run_shows_the_progress_bar_on_a_terminal() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        bitexact::check::skip_notice(
+            "run_shows_the_progress_bar_on_a_terminal",
+            "no `script` command to make a pseudo-terminal",
+        );
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_bitexact");
+    let cmd = format!(
+        "{exe} run --name run/pty-probe --runs 2 -- sh -c 'sleep 0.3; echo x > \"$BITEXACT_OUT/x\"'"
+    );
+    let o = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env_remove("CI")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("run/pty-probe (cpu)"), "{out}");
+    assert!(out.contains("deterministic"), "{out}");
+}
