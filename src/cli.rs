@@ -6,7 +6,8 @@ use bitexact::backend::Backend;
 use bitexact::controls::{parse_switch, Controls};
 use bitexact::harness::{ChildConfig, Launcher};
 use bitexact::report::Format;
-use bitexact::run::Program;
+use bitexact::run::ignore::Ignore;
+use bitexact::run::{project, Program};
 use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::{Kind, Variation};
 use bitexact::Case;
@@ -302,9 +303,9 @@ impl ReportArgs {
 
 #[derive(clap::Args)]
 pub struct ProgramArgs {
-    /// Runs of the program (2 to 10000).
-    #[arg(long, default_value_t = 2)]
-    pub runs: usize,
+    /// Runs of the program (2 to 10000; default 2, or `runs` in the project file).
+    #[arg(long)]
+    pub runs: Option<usize>,
     #[command(flatten)]
     pub controls: ControlArgs,
     #[arg(long, help = Variation::help(Kind::Program))]
@@ -334,6 +335,21 @@ pub struct ProgramArgs {
     /// Compare standard output too (first differing line shown).
     #[arg(long)]
     pub stdout: bool,
+    /// Leave outputs whose name matches this glob out of the comparison (`logs/*`,
+    /// `ckpt.pt:optimizer.*`; `*` matches any run of characters). Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub ignore: Vec<String>,
+    /// Mask what this regular expression matches in every line of standard output before
+    /// comparing it (`'[0-9.]+ ms/batch'`); implies --stdout. Repeatable.
+    #[arg(long, value_name = "REGEX")]
+    pub stdout_ignore: Vec<String>,
+    /// Read settings from this project file instead of the nearest `bitexact.toml` or
+    /// `pyproject.toml` `[tool.bitexact]` table of the current directory and its parents.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_config")]
+    pub config: Option<PathBuf>,
+    /// Ignore any project file.
+    #[arg(long)]
+    pub no_config: bool,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -344,11 +360,34 @@ impl ProgramArgs {
     /// startable.
     pub fn config(&self) -> Result<(Program, SuiteConfig)> {
         let controls = self.controls.controls()?;
-        let vary = match &self.vary {
+        let project = match (&self.config, self.no_config) {
+            (_, true) => None,
+            (Some(f), _) => Some(
+                project::read(f)
+                    .and_then(|p| p.ok_or_else(|| anyhow::anyhow!("no [tool.bitexact] table")))
+                    .map_err(|e| usage(format!("--config {}: {e:#}", f.display())))?,
+            ),
+            (None, _) => {
+                let cwd = std::env::current_dir()
+                    .map_err(|e| usage(format!("current directory: {e}")))?;
+                project::discover(&cwd).map_err(|e| usage(format!("{e:#}")))?
+            }
+        };
+        let file = project.as_ref().map(|p| p.run.clone()).unwrap_or_default();
+        let vary = match self.vary.as_ref().or(file.vary.as_ref()) {
             Some(v) => Variation::parse_list(v, Kind::Program)
                 .map_err(|e| usage(format!("--vary: {e}")))?,
             None => Vec::new(),
         };
+        let ignore_outputs: Vec<String> = file.ignore.iter().chain(&self.ignore).cloned().collect();
+        let ignore_stdout: Vec<String> = file
+            .stdout_ignore
+            .iter()
+            .chain(&self.stdout_ignore)
+            .cloned()
+            .collect();
+        let ignore =
+            Ignore::new(&ignore_outputs, &ignore_stdout).map_err(|e| usage(format!("{e:#}")))?;
         if self.memory_limit.is_some_and(|mb| mb < 16) {
             return Err(usage("--memory-limit must be at least 16 MiB"));
         }
@@ -364,13 +403,16 @@ impl ProgramArgs {
             name,
             threads_given: self.controls.threads.is_some()
                 || std::env::var_os("BITEXACT_THREADS").is_some(),
-            timeout: timeout(self.timeout)?,
+            timeout: timeout(self.timeout.or(file.timeout))?,
             memory_limit_mb: self.memory_limit,
-            stdout: self.stdout,
+            stdout: self.stdout || file.stdout == Some(true) || ignore.masks_stdout(),
             keep: self.keep.clone(),
+            ignore,
+            config: project.as_ref().map(|p| p.path.clone()),
         };
         program.validate().map_err(|e| usage(format!("{e:#}")))?;
-        let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, runs(self.runs)?);
+        let k = runs(self.runs.or(file.runs).unwrap_or(2))?;
+        let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, k);
         config.options.vary = vary;
         config.snapshots = self.snapshots.clone();
         Ok((program, config))

@@ -61,6 +61,9 @@ pub mod diff;
 /// Canonical digests (internal; `Digest` is re-exported at the root).
 #[doc(hidden)]
 pub mod digest;
+/// Globs over names (internal).
+#[doc(hidden)]
+pub mod glob;
 /// The harness: run sources, K runs, diagnoses, the judge (internal).
 #[doc(hidden)]
 pub mod harness;

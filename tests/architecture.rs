@@ -37,6 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tensor_files",
             "diff",
             "outputs",
+            "glob",
         ],
     ),
     ("backend", &["backend", "platform", "vary", "trace"]),

@@ -10,15 +10,9 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 fn program(script: &str) -> Program {
-    Program {
-        command: ["sh", "-c", script].iter().map(OsString::from).collect(),
-        name: "run/test".into(),
-        threads_given: false,
-        timeout: None,
-        memory_limit_mb: None,
-        stdout: false,
-        keep: None,
-    }
+    let mut p = Program::new(["sh", "-c", script].iter().map(OsString::from).collect());
+    p.name = "run/test".into();
+    p
 }
 
 /// Runs `p` through the suite, returning the events (as text) and the one report.

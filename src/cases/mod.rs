@@ -30,37 +30,11 @@ pub fn matches(pattern: &str, name: &str) -> bool {
         .filter(|p| !p.is_empty())
         .any(|p| {
             if p.contains('*') {
-                glob(p.as_bytes(), name.as_bytes())
+                crate::glob::matches(p, name)
             } else {
                 name.contains(p)
             }
         })
-}
-
-/// Whether the whole of `s` matches the glob `p` (`*` matches any run of bytes, every other
-/// byte itself). Iterative two-pointer matching with backtracking to the last `*` only: linear
-/// in `p.len() * s.len()` at worst and never recursive, so `**********z` cannot blow up.
-fn glob(p: &[u8], s: &[u8]) -> bool {
-    let (mut pi, mut si) = (0, 0);
-    // Where the last `*` was in the pattern, and where in `s` its match currently ends.
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            pi += 1;
-            star = Some((pi, si));
-        } else if pi < p.len() && p[pi] == s[si] {
-            pi += 1;
-            si += 1;
-        } else if let Some((sp, ss)) = star {
-            // Let the last `*` swallow one more byte and retry from just after it.
-            pi = sp;
-            si = ss + 1;
-            star = Some((sp, ss + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&b| b == b'*')
 }
 
 /// The registered cases whose names match `pattern` (all when `None`). Self-test cases
@@ -91,42 +65,6 @@ mod tests {
         assert!(!matches("kernel/*/large", "kernel/matmul/small"));
         assert!(matches("nomatch,matmul", "kernel/matmul/small"));
         assert!(!matches("nomatch", "kernel/matmul/small"));
-    }
-
-    /// The obvious recursive matcher, exponential on `**…*z`: the reference for the proptest.
-    fn reference(p: &[u8], s: &[u8]) -> bool {
-        match (p.first(), s.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => reference(&p[1..], s) || (!s.is_empty() && reference(p, &s[1..])),
-            (Some(a), Some(b)) if a == b => reference(&p[1..], &s[1..]),
-            _ => false,
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
-        #[test]
-        fn glob_agrees_with_the_reference(p in "[ab*/]{0,8}", s in "[ab/]{0,10}") {
-            proptest::prop_assert_eq!(glob(p.as_bytes(), s.as_bytes()), reference(p.as_bytes(), s.as_bytes()));
-        }
-    }
-
-    #[test]
-    fn many_stars_are_linear() {
-        let name = "kernel/matmul/large/".repeat(50);
-        let t0 = std::time::Instant::now();
-        for pattern in [
-            "**********z",
-            &format!("{}z", "*a".repeat(40)),
-            &"*".repeat(500),
-        ] {
-            assert_eq!(matches(pattern, &name), pattern.chars().all(|c| c == '*'));
-        }
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(1),
-            "{:?}",
-            t0.elapsed()
-        );
     }
 
     #[test]

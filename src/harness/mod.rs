@@ -24,7 +24,7 @@ pub use in_process::{
     call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
 };
 pub use outcome::{judge, CaseReport, Evidence, Judged, SnapshotStatus, Summary, Verdict};
-pub use program::{ProgramInfo, ProgramRun, StepMemory};
+pub use program::{Ignored, ProgramInfo, ProgramRun, StepMemory};
 pub use source::{Collected, Loader, RunMeta, RunSource, Started};
 
 use crate::backend::Backend;

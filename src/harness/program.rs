@@ -25,6 +25,12 @@ pub struct ProgramInfo {
     /// What the program reported in `.bitexact-platform.json` (run 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<serde_json::Value>,
+    /// What the ignore rules left out or masked in run 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<Ignored>,
+    /// The project file the settings came from, if one was used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
     /// bitexact's own peak resident set size over the whole check (mapped output files
     /// included), bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,4 +61,16 @@ pub struct StepMemory {
     pub step: u64,
     /// Resident set size after the step, bytes.
     pub rss_bytes: u64,
+}
+
+/// What one ignore rule of run mode left out (outputs) or masked (standard output lines).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Ignored {
+    /// The rule as given (`output GLOB` or `stdout REGEX`).
+    pub rule: String,
+    /// Outputs it left out.
+    pub outputs: usize,
+    /// Standard output lines it masked.
+    pub lines: u64,
 }

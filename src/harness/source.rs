@@ -12,7 +12,7 @@
 
 use super::failure::Failure;
 use super::outcome::CaseReport;
-use super::program::{ProgramRun, StepMemory};
+use super::program::{Ignored, ProgramRun, StepMemory};
 use super::Options;
 use crate::backend::Backend;
 use crate::controls::Controls;
@@ -55,6 +55,8 @@ pub struct Collected {
     pub steps: Vec<StepMemory>,
     /// What a program reported about its platform (`.bitexact-platform.json`).
     pub platform: Option<serde_json::Value>,
+    /// What a program's ignore rules left out of this run.
+    pub ignored: Vec<Ignored>,
 }
 
 impl Collected {
@@ -67,6 +69,7 @@ impl Collected {
             trace,
             steps: Vec::new(),
             platform: None,
+            ignored: Vec::new(),
         }
     }
 

@@ -204,6 +204,20 @@ pub fn program_lines(c: &CaseReport) -> Vec<String> {
         "runs (status, time, peak RSS): {}",
         runs.join(" · ")
     ));
+    if let Some(f) = &p.config {
+        out.push(format!("project file: {f}"));
+    }
+    if !p.ignored.is_empty() {
+        let rules: Vec<String> = p
+            .ignored
+            .iter()
+            .map(|i| match i.lines {
+                0 if i.rule.starts_with("output ") => format!("{} ({} outputs)", i.rule, i.outputs),
+                n => format!("{} ({n} lines masked)", i.rule),
+            })
+            .collect();
+        out.push(format!("ignored (run 0): {}", rules.join(" · ")));
+    }
     if let (Some(first), Some(last)) = (p.step_memory.first(), p.step_memory.last()) {
         out.push(format!(
             "step memory (run 0, RSS): {} after step {} → {} after step {} ({} steps)",

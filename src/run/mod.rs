@@ -26,6 +26,8 @@
 //! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`.
 
 pub mod collect;
+pub mod ignore;
+pub mod project;
 pub mod spawn;
 
 use crate::backend::Backend;
@@ -64,9 +66,28 @@ pub struct Program {
     pub stdout: bool,
     /// Keep each run's outputs under `DIR/run-<i>` (main pass only).
     pub keep: Option<PathBuf>,
+    /// Outputs and standard-output parts left out of the comparison.
+    pub ignore: ignore::Ignore,
+    /// The project file the settings came from, if one was used.
+    pub config: Option<PathBuf>,
 }
 
 impl Program {
+    /// `command` with its default name, no limits, no standard output, no ignore rules.
+    pub fn new(command: Vec<OsString>) -> Program {
+        Program {
+            name: default_name(&command),
+            command,
+            threads_given: false,
+            timeout: None,
+            memory_limit_mb: None,
+            stdout: false,
+            keep: None,
+            ignore: ignore::Ignore::default(),
+            config: None,
+        }
+    }
+
     /// Checks what can be checked before any run: the program can be started and `--keep` is
     /// usable. Errors name the culprit.
     pub fn validate(&self) -> Result<()> {
@@ -315,9 +336,22 @@ impl RunSource for ProgramSource<'_> {
             };
             return Started::failed(meta, Failure::new(kind, why));
         }
+        let rules = self.program.ignore.clone();
         let handle = std::thread::spawn(move || {
-            let c = collect::collect(&dir, stdout.as_deref())
-                .map_err(|e| Failure::from_error(FailureKind::UnreadableOutput, &e))?;
+            let unreadable =
+                |e: anyhow::Error| Failure::from_error(FailureKind::UnreadableOutput, &e);
+            let mut ignored = Vec::new();
+            let stdout = match stdout {
+                Some(raw) if rules.masks_stdout() => {
+                    let masked = raw.with_extension("masked");
+                    ignored = rules.mask_stdout(&raw, &masked).map_err(unreadable)?;
+                    Some(masked)
+                }
+                other => other,
+            };
+            let mut c = collect::collect(&dir, stdout.as_deref()).map_err(unreadable)?;
+            let mut by_glob = rules.filter(&mut c.digests);
+            by_glob.append(&mut ignored);
             if c.digests.is_empty() {
                 return Err(Failure::new(
                     FailureKind::NothingToCompare,
@@ -334,6 +368,7 @@ impl RunSource for ProgramSource<'_> {
                 trace: None,
                 steps: c.steps,
                 platform: c.platform,
+                ignored: by_glob,
             })
         });
         Started {
@@ -423,6 +458,8 @@ fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>)
         runs: runs.iter().map(|r| r.0.clone()).collect(),
         step_memory: first.map(|c| c.steps.clone()).unwrap_or_default(),
         platform: first.and_then(|c| c.platform.clone()),
+        ignored: first.map(|c| c.ignored.clone()).unwrap_or_default(),
+        config: program.config.as_ref().map(|p| p.display().to_string()),
         harness_peak_rss_bytes: None,
     }
 }
