@@ -140,6 +140,12 @@ fn run_with_progress(subjects: &[Subject], config: &SuiteConfig) -> Result<repor
     };
     let report = suite::run(subjects, config, &mut |e| match e {
         Event::Started { name, backend } => bar.set_message(format!("{name} ({backend})")),
+        Event::Run { name, run } => bar.set_message(format!(
+            "{name}: {} run {}/{}",
+            run.purpose,
+            run.index + 1,
+            run.of
+        )),
         Event::Finished(_) => bar.inc(1),
         _ => {}
     });

@@ -15,7 +15,9 @@ use crate::controls::Controls;
 use crate::cost::CostRow;
 use crate::cross::CrossVerdict;
 use crate::harness::Summary;
-use crate::harness::{self, diagnose, CaseReport, ChildRunner, Options, SnapshotStatus, Verdict};
+use crate::harness::{
+    self, diagnose, CaseReport, ChildRunner, Options, RunStart, SnapshotStatus, Verdict,
+};
 use crate::isolate;
 use crate::platform::Platform;
 use crate::run::{Program, ProgramSource};
@@ -93,6 +95,14 @@ pub enum Event<'a> {
         /// Backend.
         backend: Backend,
     },
+    /// A run of the current subject is about to be made: the main pass's, or one that blame
+    /// adds (so a progress display shows every run that happens, and why).
+    Run {
+        /// Case name.
+        name: &'a str,
+        /// The run.
+        run: RunStart<'a>,
+    },
     /// A subject finished (its report may still change in the order pass or snapshot check).
     Finished(&'a CaseReport),
 }
@@ -113,6 +123,7 @@ fn assess_case(
     backend: Backend,
     controls: &Controls,
     opts: &Options,
+    progress: &mut dyn FnMut(RunStart),
 ) -> CaseReport {
     let children = opts.children.as_ref().map(isolate::Children);
     let children = children.as_ref().map(|c| c as &dyn ChildRunner);
@@ -125,7 +136,7 @@ fn assess_case(
         Some(cfg) if !opts.isolated && harness::RunSource::skip_reason(&source, opts).is_none() => {
             isolate::assess_in_child(cfg, case, backend, controls, opts)
         }
-        _ => harness::assess_case_with(case, backend, controls, opts, children),
+        _ => harness::assess_case_with_progress(case, backend, controls, opts, children, progress),
     }
 }
 
@@ -147,7 +158,8 @@ pub fn run(
                         name: &name,
                         backend,
                     });
-                    assess_case(*case, backend, controls, opts)
+                    let mut progress = |run: RunStart| on_event(Event::Run { name: &name, run });
+                    assess_case(*case, backend, controls, opts, &mut progress)
                 }
                 Subject::Program(p) => {
                     on_event(Event::Started {
@@ -155,7 +167,8 @@ pub fn run(
                         backend,
                     });
                     let source = ProgramSource::new(p)?;
-                    harness::assess(&source, controls, opts)
+                    let mut progress = |run: RunStart| on_event(Event::Run { name: &p.name, run });
+                    harness::assess_with_progress(&source, controls, opts, &mut progress)
                 }
             };
             on_event(Event::Finished(&r));

@@ -303,7 +303,7 @@ impl RunSettings {
 }
 
 /// What automatic blame found for a diverging case.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Blame {
     /// Whether the case was bit-exact with every variation fixed (the control run).
@@ -312,9 +312,33 @@ pub struct Blame {
     pub broken_by: Vec<Variation>,
     /// One line for reports.
     pub explanation: String,
+    /// Runs blame made beyond the listed ones (the control, then each variation alone).
+    #[serde(default)]
+    pub runs: usize,
+    /// Wall time of those runs, seconds.
+    #[serde(default)]
+    pub seconds: f64,
 }
 
 impl Blame {
+    /// The same blame, with what it cost: the passes it made (purpose, runs) and their time.
+    pub fn with_cost(mut self, passes: &[(String, usize)], seconds: f64) -> Blame {
+        self.runs = passes.iter().map(|(_, n)| n).sum();
+        self.seconds = seconds;
+        let each: Vec<String> = passes
+            .iter()
+            .map(|(p, n)| format!("{n} {}", p.trim_start_matches("blame: ")))
+            .collect();
+        self.explanation = format!(
+            "{} (blame made {} more runs: {}; {:.1}s)",
+            self.explanation,
+            self.runs,
+            each.join(", "),
+            seconds
+        );
+        self
+    }
+
     /// Builds the explanation from the findings.
     pub fn new(reproducible_when_fixed: bool, broken_by: Vec<Variation>) -> Blame {
         let names: Vec<&str> = broken_by.iter().map(|v| v.name()).collect();
@@ -331,6 +355,8 @@ impl Blame {
             reproducible_when_fixed,
             broken_by,
             explanation,
+            runs: 0,
+            seconds: 0.0,
         }
     }
 }

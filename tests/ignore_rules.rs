@@ -32,7 +32,10 @@ fn flags_ignore_a_log_and_a_timing_column() {
     let o = run_in(dir.path(), &["--stdout", "--ignore", "logs/*"]);
     let out = common::stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains("stdout: first differing line 1"), "{out}");
+    assert!(
+        out.contains("lines differ; first differing line 1"),
+        "{out}"
+    );
     let o = run_in(
         dir.path(),
         &[

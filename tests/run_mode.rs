@@ -124,7 +124,10 @@ fn a_timeout_kills_the_whole_process_group() {
 fn stdout_is_compared_and_the_first_differing_line_shown() {
     let (code, out, _) = run(&["--stdout", "--", "sh", "-c", "echo same; echo $$"]);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("stdout: first differing line 2"), "{out}");
+    assert!(
+        out.contains("stdout: 1/2 lines differ; first differing line 2"),
+        "{out}"
+    );
     let (code, out, _) = run(&["--stdout", "--runs", "3", "--", "sh", "-c", "echo same"]);
     assert_eq!(code, Some(0), "{out}");
 }

@@ -3,7 +3,7 @@
 //! subject, and find cases whose result depends on what ran before them (the `order`
 //! variation). Each adds evidence; none assigns a verdict.
 
-use super::executor::pass;
+use super::executor::{pass, RunStart};
 use super::in_process::run_in_process;
 use super::outcome::{CaseReport, Verdict};
 use super::source::{Collected, RunSource};
@@ -66,7 +66,13 @@ pub fn explain(a: &Collected, i: usize, b: &Collected, j: usize) -> Vec<TensorDi
                     }
                 };
                 if let (Some(x), Some(y)) = (a.loader.text(n), b.loader.text(n)) {
-                    d.note = d.note.or(first_differing_line(n, &x, &y));
+                    if let Some(lines) = compare_lines(n, &x, &y) {
+                        // Text is compared by lines: the counts are lines, not bytes.
+                        d.elements_differing = lines.differing;
+                        d.elements = lines.total;
+                        d.first_index = vec![lines.first];
+                        d.note = Some(lines.note);
+                    }
                 }
                 d
             }
@@ -75,12 +81,59 @@ pub fn explain(a: &Collected, i: usize, b: &Collected, j: usize) -> Vec<TensorDi
     if differing.len() > EXPLAIN_MAX_OUTPUTS {
         let mut d = diff::missing("…", runs, true);
         d.note = Some(format!(
-            "{} more differing outputs not shown",
-            differing.len() - EXPLAIN_MAX_OUTPUTS
+            "{} more differing outputs not shown; {}",
+            differing.len() - EXPLAIN_MAX_OUTPUTS,
+            growth(&a.digests, &differing)
         ));
         out.push(d);
     }
     out
+}
+
+/// Files shown in the per-file summary of a divergence.
+const GROWTH_FILES: usize = 10;
+
+/// How a divergence grows file by file (a step's file, for a script that writes one per
+/// step), in the earlier run's write order: `differing by file: step_2.safetensors 3/20,
+/// step_3.safetensors 20/20 (2 of 40 files differ)`. The file of `path:key` is `path`.
+fn growth(
+    first: &[(String, Digest)],
+    differing: &[(&str, Option<Digest>, Option<Digest>)],
+) -> String {
+    let file = |n: &str| n.split_once(':').map_or(n, |(f, _)| f).to_string();
+    let mut order: Vec<String> = Vec::new();
+    let mut totals: HashMap<String, (usize, usize)> = HashMap::new();
+    for (n, _) in first {
+        let f = file(n);
+        let e = totals.entry(f.clone()).or_insert_with(|| {
+            order.push(f);
+            (0, 0)
+        });
+        e.1 += 1;
+    }
+    for (n, _, _) in differing {
+        let f = file(n);
+        let e = totals.entry(f.clone()).or_insert_with(|| {
+            order.push(f);
+            (0, 0)
+        });
+        e.0 += 1;
+    }
+    let hit: Vec<String> = order
+        .iter()
+        .filter(|f| totals[*f].0 > 0)
+        .map(|f| format!("{f} {}/{}", totals[f].0, totals[f].1.max(totals[f].0)))
+        .collect();
+    let more = match hit.len().saturating_sub(GROWTH_FILES) {
+        0 => String::new(),
+        n => format!(", … {n} more"),
+    };
+    format!(
+        "differing by file: {}{more} ({} of {} files differ)",
+        hit[..hit.len().min(GROWTH_FILES)].join(", "),
+        hit.len(),
+        order.len()
+    )
 }
 
 /// The first output, in the order the earlier run wrote them, whose digest differs between two
@@ -105,19 +158,40 @@ pub fn first_output_divergence(a: &Collected, b: &Collected) -> Option<Divergenc
         })
 }
 
-/// The control (everything fixed), then each variation alone, `opts.runs` runs each.
-pub fn blame(source: &dyn RunSource, controls: &Controls, opts: &Options) -> Blame {
-    let diverges = |vary: &[Variation]| pass(source, controls, vary, opts.runs, false).diverged();
-    if diverges(&[]) {
-        return Blame::new(false, Vec::new());
-    }
-    let broken = opts
-        .vary
-        .iter()
-        .copied()
-        .filter(|&v| v.blamable() && diverges(&[v]))
-        .collect();
-    Blame::new(true, broken)
+/// The control (everything fixed), then each variation alone, `opts.runs` runs each. The blame
+/// says how many runs it made and how long they took.
+pub fn blame(
+    source: &dyn RunSource,
+    controls: &Controls,
+    opts: &Options,
+    progress: &mut dyn FnMut(RunStart),
+) -> Blame {
+    let t0 = std::time::Instant::now();
+    let mut passes: Vec<(String, usize)> = Vec::new();
+    let mut diverges = |vary: &[Variation], purpose: String| {
+        let p = pass(
+            source,
+            controls,
+            vary,
+            (opts.runs, false),
+            &purpose,
+            progress,
+        );
+        passes.push((purpose, p.metas.len()));
+        p.diverged()
+    };
+    let blame = if diverges(&[], "blame: control".into()) {
+        Blame::new(false, Vec::new())
+    } else {
+        let broken = opts
+            .vary
+            .iter()
+            .copied()
+            .filter(|&v| v.blamable() && diverges(&[v], format!("blame: {}", v.name())))
+            .collect();
+        Blame::new(true, broken)
+    };
+    blame.with_cost(&passes, t0.elapsed().as_secs_f64())
 }
 
 /// The `order` variation: runs the cases that passed once more, in reverse order, in this
@@ -163,30 +237,78 @@ pub fn order_pass(
     }
 }
 
-/// The first line where two text outputs differ, in words (lines over 120 characters cut).
-fn first_differing_line(name: &str, a: &[u8], b: &[u8]) -> Option<String> {
+/// How two text outputs differ, line by line.
+struct LineDiff {
+    /// Lines that differ (a line only one output has counts).
+    differing: usize,
+    /// Lines in the longer output.
+    total: usize,
+    /// Index (0-based) of the first differing line.
+    first: usize,
+    /// In words: `stdout: 3/120 lines differ; first differing line 2: "…" vs "…"`.
+    note: String,
+}
+
+/// Compares two text outputs line by line (lines over 120 characters cut in the note); `None`
+/// when every line is the same.
+fn compare_lines(name: &str, a: &[u8], b: &[u8]) -> Option<LineDiff> {
     let (x, y) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
-    let (mut lx, mut ly) = (x.lines(), y.lines());
-    for n in 1.. {
-        match (lx.next(), ly.next()) {
-            (None, None) => return None,
-            (p, q) if p == q => continue,
-            (p, q) => {
-                let cap = |s: Option<&str>| match s {
-                    None => "(no line)".to_string(),
-                    Some(s) if s.chars().count() > 120 => {
-                        format!("{:?}…", s.chars().take(120).collect::<String>())
-                    }
-                    Some(s) => format!("{s:?}"),
-                };
-                let name = name.trim_start_matches('<').trim_end_matches('>');
-                return Some(format!(
-                    "{name}: first differing line {n}: {} vs {}",
-                    cap(p),
-                    cap(q)
-                ));
-            }
+    let (lx, ly): (Vec<&str>, Vec<&str>) = (x.lines().collect(), y.lines().collect());
+    let total = lx.len().max(ly.len());
+    let differs = |i: usize| lx.get(i) != ly.get(i);
+    let first = (0..total).find(|&i| differs(i))?;
+    let differing = (0..total).filter(|&i| differs(i)).count();
+    let cap = |s: Option<&&str>| match s {
+        None => "(no line)".to_string(),
+        Some(s) if s.chars().count() > 120 => {
+            format!("{:?}…", s.chars().take(120).collect::<String>())
         }
+        Some(s) => format!("{s:?}"),
+    };
+    let name = name.trim_start_matches('<').trim_end_matches('>');
+    Some(LineDiff {
+        differing,
+        total,
+        first,
+        note: format!(
+            "{name}: {differing}/{total} lines differ; first differing line {}: {} vs {}",
+            first + 1,
+            cap(lx.get(first)),
+            cap(ly.get(first))
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_counts_differing_outputs_per_file_in_write_order() {
+        let (x, y) = (Digest([0; 32]), Digest([1; 32]));
+        let first: Vec<(String, Digest)> = ["s2.st:a", "s2.st:b", "s10.st:a", "s10.st:b", "log"]
+            .iter()
+            .map(|n| (n.to_string(), x))
+            .collect();
+        let differing = [
+            ("s2.st:b", Some(x), Some(y)),
+            ("s10.st:a", Some(x), Some(y)),
+            ("s10.st:b", Some(x), Some(y)),
+        ];
+        assert_eq!(
+            growth(&first, &differing),
+            "differing by file: s2.st 1/2, s10.st 2/2 (2 of 3 files differ)"
+        );
     }
-    None
+
+    #[test]
+    fn text_outputs_are_compared_by_lines() {
+        let d = compare_lines("<stdout>", b"a\nb\nc\n", b"a\nB\nc\nd\n").unwrap();
+        assert_eq!((d.differing, d.total, d.first), (2, 4, 1));
+        assert_eq!(
+            d.note,
+            "stdout: 2/4 lines differ; first differing line 2: \"b\" vs \"B\""
+        );
+        assert!(compare_lines("<stdout>", b"a\n", b"a\n").is_none());
+    }
 }

@@ -84,14 +84,27 @@ impl Pass {
     }
 }
 
+/// A run about to be made, for progress reports: its index in its pass and why the pass is
+/// made (`main`, `blame: control`, `blame: threads`, ...).
+#[derive(Clone, Copy, Debug)]
+pub struct RunStart<'a> {
+    /// Index of the run in its pass.
+    pub index: usize,
+    /// Runs in the pass.
+    pub of: usize,
+    /// Why the pass is made.
+    pub purpose: &'a str,
+}
+
 /// Makes `runs` runs (at least 2) of `source` under `controls` with `vary` applied, tracing
-/// when `trace` is set.
+/// when `trace` is set; `progress` hears of each run before it is made.
 pub fn pass(
     source: &dyn RunSource,
     controls: &Controls,
     vary: &[Variation],
-    runs: usize,
-    trace: bool,
+    (runs, trace): (usize, bool),
+    purpose: &str,
+    progress: &mut dyn FnMut(RunStart),
 ) -> Pass {
     let t0 = Instant::now();
     let mut p = Pass {
@@ -118,6 +131,11 @@ pub fn pass(
             retained(&mut p);
         }
         let settings = RunSettings::for_run(controls, vary, i, trace);
+        progress(RunStart {
+            index: i,
+            of: runs.max(2),
+            purpose,
+        });
         let started = source.start(i, &settings);
         for f in started.meta.findings.iter().cloned() {
             findings.add_in(i, f);

@@ -19,6 +19,7 @@ pub mod outcome;
 pub mod program;
 pub mod source;
 
+pub use executor::RunStart;
 pub use failure::{Failure, FailureKind};
 pub use in_process::{
     call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
@@ -113,6 +114,16 @@ impl Options {
 
 /// Assesses any run source: K runs, explanation, localization, blame, then the one judge.
 pub fn assess(source: &dyn RunSource, controls: &Controls, opts: &Options) -> CaseReport {
+    assess_with_progress(source, controls, opts, &mut |_| {})
+}
+
+/// [`assess`], telling `progress` of every run before it is made (the main pass and blame's).
+pub fn assess_with_progress(
+    source: &dyn RunSource,
+    controls: &Controls,
+    opts: &Options,
+    progress: &mut dyn FnMut(RunStart),
+) -> CaseReport {
     let t0 = Instant::now();
     let mut report = CaseReport::new(&source.name(), source.backend());
     report.variations = opts.vary.clone();
@@ -121,7 +132,14 @@ pub fn assess(source: &dyn RunSource, controls: &Controls, opts: &Options) -> Ca
         report.evidence.skipped = Some(reason);
         return report.judge();
     }
-    let p = executor::pass(source, controls, &opts.vary, opts.runs, opts.trace);
+    let p = executor::pass(
+        source,
+        controls,
+        &opts.vary,
+        (opts.runs, opts.trace),
+        "main",
+        progress,
+    );
     report.runs = p.run_digests.len();
     report.run_digests = p.run_digests.iter().map(|d| d.hex()).collect();
     report.distinct_digests = p.distinct();
@@ -151,7 +169,7 @@ pub fn assess(source: &dyn RunSource, controls: &Controls, opts: &Options) -> Ca
                 _ => source.localize(first, other, *j, &p.metas, controls, opts),
             };
             if opts.blame && !opts.vary.is_empty() {
-                report.blame = Some(diagnose::blame(source, controls, opts));
+                report.blame = Some(diagnose::blame(source, controls, opts, progress));
             }
         }
         _ => {}
@@ -169,6 +187,18 @@ pub fn assess_case_with(
     controls: &Controls,
     opts: &Options,
     children: Option<&dyn ChildRunner>,
+) -> CaseReport {
+    assess_case_with_progress(case, backend, controls, opts, children, &mut |_| {})
+}
+
+/// [`assess_case_with`], telling `progress` of every run before it is made.
+pub fn assess_case_with_progress(
+    case: &dyn Case,
+    backend: Backend,
+    controls: &Controls,
+    opts: &Options,
+    children: Option<&dyn ChildRunner>,
+    progress: &mut dyn FnMut(RunStart),
 ) -> CaseReport {
     let per_case;
     let opts = if !case.seed_independent() && opts.vary.contains(&Variation::Seed) {
@@ -190,7 +220,7 @@ pub fn assess_case_with(
         backend,
         children,
     };
-    assess(&source, controls, opts)
+    assess_with_progress(&source, controls, opts, progress)
 }
 
 /// Assesses `case` on `backend` with `runs` runs (at least 2) under `controls`.

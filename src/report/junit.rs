@@ -49,7 +49,7 @@ pub fn render(report: &Report) -> String {
         );
         o.push_str("    <properties>\n");
         let props = [
-            ("controls", report.controls.summary()),
+            ("controls", super::controls_summary(report)),
             ("runs", report.runs.to_string()),
             ("platform", report.platform.class.clone()),
             ("cpu", report.platform.cpu.clone()),

@@ -21,7 +21,7 @@ pub fn render(report: &Report) -> String {
         o,
         "{} runs per case · {} · `{}`\n",
         report.runs,
-        cell(&report.controls.summary()),
+        cell(&super::controls_summary(report)),
         cell(&report.platform.class)
     );
     for note in super::notes(report) {

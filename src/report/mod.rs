@@ -314,6 +314,31 @@ pub fn cost_words(ratio: f64) -> String {
     }
 }
 
+/// The controls the runs were made under, one line: a control a variation changed shows each
+/// value it took (`threads=1|4 (varied)`), not the base value.
+pub fn controls_summary(report: &Report) -> String {
+    use crate::vary::RunSettings;
+    let base = &report.controls;
+    let s0 = RunSettings::for_run(base, &report.variations, 0, false).controls;
+    let s1 = RunSettings::for_run(base, &report.variations, 1, false).controls;
+    let show = |name: &str, a: String, b: String| {
+        if a == b {
+            format!("{name}={a}")
+        } else {
+            format!("{name}={a}|{b} (varied)")
+        }
+    };
+    let sw = |b: bool| if b { "on" } else { "off" }.to_string();
+    [
+        show("seed", s0.seed.to_string(), s1.seed.to_string()),
+        show("deterministic", sw(s0.deterministic), sw(s1.deterministic)),
+        show("benchmark", sw(s0.benchmark), sw(s1.benchmark)),
+        show("workers", s0.workers.to_string(), s1.workers.to_string()),
+        show("threads", s0.threads.to_string(), s1.threads.to_string()),
+    ]
+    .join(" ")
+}
+
 /// Notes for the end of a report: the variations that were active, and a warning when
 /// nothing ran.
 pub fn notes(report: &Report) -> Vec<String> {

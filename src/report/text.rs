@@ -27,8 +27,9 @@ pub fn peak_memory(c: &crate::harness::CaseReport) -> String {
 /// Longest explanation line printed (program output and file names can be anything).
 pub const MAX_LINE: usize = 2000;
 
-/// `s` fit for a terminal: control characters (newlines, escapes, NULs) from program output or
-/// file names shown as `\u{..}`, so they cannot forge report lines; cut at [`MAX_LINE`].
+/// `s` fit for a terminal: newlines, tabs and carriage returns shown as `\n`, `\t`, `\r` and
+/// other control characters (escapes, NULs) from program output or file names as `\u{..}`,
+/// so they cannot forge report lines; cut at [`MAX_LINE`].
 pub fn terminal_safe(s: &str) -> String {
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
@@ -36,10 +37,12 @@ pub fn terminal_safe(s: &str) -> String {
             out.push_str(&format!("… ({} bytes)", s.len()));
             break;
         }
-        if ch.is_control() {
-            out.push_str(&ch.escape_unicode().to_string());
-        } else {
-            out.push(ch);
+        match ch {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
         }
     }
     out
@@ -127,7 +130,7 @@ pub fn render(report: &Report) -> String {
         "{}  ({} runs each; {})",
         super::counts(&report.summary),
         report.runs,
-        report.controls.summary()
+        super::controls_summary(report)
     );
     o
 }
