@@ -20,6 +20,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The marker between a file's name and the writer's process id in a temporary file's name.
 pub const TEMP_MARKER: &str = ".tmp";
 
+/// Moves the directory `from` to `to` (same file system), never replacing anything at `to`;
+/// errors name both paths.
+pub fn rename_dir(from: &Path, to: &Path) -> Result<()> {
+    if fs::symlink_metadata(to).is_ok() {
+        return Err(anyhow!(
+            "cannot move {} to {}: it exists",
+            from.display(),
+            to.display()
+        ));
+    }
+    fs::rename(from, to).map_err(|e| {
+        anyhow!(
+            "cannot move {} to {}: {}",
+            from.display(),
+            to.display(),
+            describe(&e)
+        )
+    })
+}
+
 /// Writes `bytes` to `path` atomically (temporary file in the same directory, fsync, rename,
 /// fsync of the directory). Follows a symbolic link to its target. Errors name `path`; the
 /// directory must exist.

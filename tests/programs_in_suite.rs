@@ -23,6 +23,9 @@ fn suite_run(p: &Program, runs: usize) -> (Vec<String>, CaseReport) {
         events.push(match e {
             Event::Started { name, backend } => format!("started {name} {backend}"),
             Event::Finished(r) => format!("finished {} {}", r.name, r.verdict.name()),
+            Event::Run { name, run } => {
+                format!("run {name} {} {}/{}", run.purpose, run.index, run.of)
+            }
             _ => "other".into(),
         })
     })
@@ -36,7 +39,13 @@ fn a_program_gets_the_suite_events_and_the_judge() {
     let (events, r) = suite_run(&program("echo same > \"$BITEXACT_OUT/x.txt\""), 3);
     assert_eq!(
         events,
-        ["started run/test cpu", "finished run/test deterministic"]
+        [
+            "started run/test cpu",
+            "run run/test main 0/3",
+            "run run/test main 1/3",
+            "run run/test main 2/3",
+            "finished run/test deterministic"
+        ]
     );
     assert_eq!((r.verdict(), r.runs), (Verdict::Deterministic, 3));
     assert_eq!(r.program.as_ref().unwrap().runs.len(), 3);
@@ -48,7 +57,8 @@ fn a_program_gets_the_suite_events_and_the_judge() {
         2,
     );
     assert_eq!(
-        events[1], "finished run/test nondeterministic",
+        events.last().unwrap(),
+        "finished run/test nondeterministic",
         "{:?}",
         r.message
     );
@@ -126,4 +136,44 @@ fn run_shows_the_progress_bar_on_a_terminal() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("run/pty-probe (cpu)"), "{out}");
     assert!(out.contains("deterministic"), "{out}");
+}
+
+/// Every run sees the same `$BITEXACT_OUT` path, so a program that records its output
+/// directory (nanoGPT's `config['out_dir']` in `ckpt.pt`) is deterministic; blame's passes see
+/// the same path too, and `--keep` keeps the main pass's runs.
+#[test]
+fn every_run_sees_the_same_output_path() {
+    let script = "echo \"$BITEXACT_OUT\" > \"$BITEXACT_OUT/out_dir.txt\"; \
+                  [ -z \"$(ls -A \"$BITEXACT_OUT\" | grep -v out_dir.txt)\" ] || exit 9";
+    let (_, r) = suite_run(&program(script), 3);
+    assert_eq!(r.verdict, Verdict::Deterministic, "{r:?}");
+    // Under a variation that breaks nothing, blame does not run; one that differs per run
+    // makes blame's passes use the same path as well.
+    let keep = tempfile::tempdir().unwrap();
+    let mut p = program("echo \"$BITEXACT_OUT $PYTHONHASHSEED\" > \"$BITEXACT_OUT/x.txt\"");
+    p.keep = Some(keep.path().join("k"));
+    let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
+    config.options.vary = vec![bitexact::Variation::Hashseed];
+    let report = suite::run(&[Subject::Program(&p)], &config, &mut |_| {}).unwrap();
+    let r = &report.cases[0];
+    assert_eq!(r.verdict, Verdict::Nondeterministic, "{r:?}");
+    let blame = r.blame.as_ref().expect("blame");
+    assert_eq!(blame.broken_by, vec![bitexact::Variation::Hashseed]);
+    assert_eq!(blame.runs, 4, "control 2 + hashseed 2: {blame:?}");
+    let out = keep.path().join("k/out");
+    for i in 0..2 {
+        let text = std::fs::read_to_string(keep.path().join(format!("k/run-{i}/x.txt"))).unwrap();
+        assert!(text.starts_with(&format!("{} ", out.display())), "{text}");
+    }
+    let left: Vec<_> = std::fs::read_dir(keep.path().join("k"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut left = left;
+    left.sort();
+    assert_eq!(
+        left,
+        ["run-0", "run-1"],
+        "blame's runs are removed, out is moved aside"
+    );
 }

@@ -17,37 +17,46 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// A directory removed on drop (unless kept).
 struct Scratch(PathBuf, bool);
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if !self.1 {
-            let _ = std::fs::remove_dir_all(&self.0);
+        if !self.1 && std::fs::remove_dir_all(&self.0).is_err() {
+            let _ = std::fs::remove_file(&self.0);
         }
     }
 }
 
-fn scratch() -> Result<Scratch> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "bitexact-run-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    // Not create_dir_all: a missing TMPDIR is an error, never created.
-    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+/// A new private directory in TMPDIR (mode 0700), created exclusively under an unpredictable
+/// name. A missing TMPDIR is an error, never created.
+fn private_dir() -> Result<Scratch> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut random = [0u8; 8];
+    // SAFETY: getrandom writes at most `random.len()` bytes into the buffer we pass.
+    let n = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if n != random.len() as isize {
+        anyhow::bail!("getrandom failed: {}", std::io::Error::last_os_error());
+    }
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("bitexact-run-{}-{hex}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     Ok(Scratch(dir, false))
 }
 
-/// A program as a source of runs: each run spawned with the environment contract in a fresh
-/// output directory, its files collected (hashed on a background thread while the next run
-/// executes). The first pass (the main one) goes to `--keep` when given; every later pass
-/// (blame) to scratch directories.
+/// A program as a source of runs. Every run, of every pass (the main one and blame's), sees
+/// the **same** `$BITEXACT_OUT` path, so a program that records its output directory (a
+/// checkpoint's `config.out_dir`) writes the same bytes each run: `ROOT/out`, created
+/// exclusively before each run (never accepted if it exists) and moved aside when the run
+/// ends (`ROOT/run-<i>` for the main pass, kept with `--keep DIR` as `DIR/run-<i>`; hidden
+/// `ROOT/.pass<p>-run-<i>` for blame's, removed when no longer needed). `ROOT` is a private
+/// directory with an unpredictable name in TMPDIR, or the `--keep` directory.
 pub struct ProgramSource<'a> {
     program: &'a Program,
+    root: Scratch,
     passes: std::sync::atomic::AtomicUsize,
 }
 
@@ -55,37 +64,54 @@ impl<'a> ProgramSource<'a> {
     /// A source for `program`.
     pub fn new(program: &'a Program) -> Result<ProgramSource<'a>> {
         spawn::become_subreaper();
+        let root = match &program.keep {
+            Some(k) => {
+                std::fs::create_dir_all(k).with_context(|| format!("creating {}", k.display()))?;
+                Scratch(std::path::absolute(k)?, true)
+            }
+            None => private_dir()?,
+        };
         Ok(ProgramSource {
             program,
+            root,
             passes: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
-    /// The directory run `index` writes to: under `--keep` for the main pass (the first,
-    /// counted by its run 0), else a scratch directory of its own.
-    fn out_dir(&self, index: usize) -> Result<(Arc<Scratch>, PathBuf)> {
+    /// The `$BITEXACT_OUT` of every run.
+    pub fn out_path(&self) -> PathBuf {
+        self.root.0.join("out")
+    }
+
+    /// Creates the output directory for run `index` (exclusively) and says where it goes when
+    /// the run ends, and whether it is kept.
+    fn prepare(&self, index: usize) -> Result<(PathBuf, bool)> {
         use std::sync::atomic::Ordering;
         if index == 0 {
             self.passes.fetch_add(1, Ordering::SeqCst);
         }
-        let main_pass = self.passes.load(Ordering::SeqCst) == 1;
-        let root = match self.program.keep.as_ref().filter(|_| main_pass) {
-            Some(k) => {
-                std::fs::create_dir_all(k).with_context(|| format!("creating {}", k.display()))?;
-                Scratch(k.clone(), true)
-            }
-            None => scratch()?,
-        };
-        let dir = root.0.join(format!("run-{index}"));
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let dir = std::path::absolute(&dir)?;
-        Ok((Arc::new(root), dir))
+        let pass = self.passes.load(Ordering::SeqCst);
+        let out = self.out_path();
+        std::fs::create_dir(&out).with_context(|| {
+            format!(
+                "creating {} for run {index} (it must not exist: did a process of an earlier run survive and recreate it?)",
+                out.display()
+            )
+        })?;
+        Ok(match pass {
+            1 => (
+                self.root.0.join(format!("run-{index}")),
+                self.program.keep.is_some(),
+            ),
+            p => (self.root.0.join(format!(".pass{p}-run-{index}")), false),
+        })
     }
 }
 
 /// A run's files, kept until the harness drops them (then removed unless kept).
 struct RunFiles {
-    _root: Arc<Scratch>,
+    /// The run's directory and files, removed with the loader (unless kept).
+    _owned: Vec<Scratch>,
     out: PathBuf,
     stdout: Option<PathBuf>,
 }
@@ -114,20 +140,21 @@ impl RunSource for ProgramSource<'_> {
     }
 
     fn start(&self, index: usize, settings: &RunSettings) -> Started {
-        let (root, dir) = match self.out_dir(index) {
-            Ok(d) => d,
-            Err(e) => {
-                return Started::failed(
-                    RunMeta::default(),
-                    Failure::from_error(FailureKind::Harness, &e),
-                )
-            }
+        let harness_failure = |e: anyhow::Error| {
+            Started::failed(
+                RunMeta::default(),
+                Failure::from_error(FailureKind::Harness, &e),
+            )
         };
-        let stdout = self
-            .program
-            .stdout
-            .then(|| root.0.join(format!("stdout-{index}")));
-        let env = env_for(self.program, settings, index, &dir);
+        let (dest, keep) = match self.prepare(index) {
+            Ok(d) => d,
+            Err(e) => return harness_failure(e),
+        };
+        let mut dest_name = dest.clone().into_os_string();
+        dest_name.push(".stdout");
+        let stdout = self.program.stdout.then(|| PathBuf::from(dest_name));
+        let out = self.out_path();
+        let env = env_for(self.program, settings, index, &out);
         // One program run at a time per process: after each run the subreaper sweep reaps
         // whatever was left, which must not be another thread's program.
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -140,14 +167,14 @@ impl RunSource for ProgramSource<'_> {
             memory_limit_mb: self.program.memory_limit_mb,
         });
         drop(_one);
-        let ended = match ended {
-            Ok(e) => e,
-            Err(e) => {
-                return Started::failed(
-                    RunMeta::default(),
-                    Failure::from_error(FailureKind::Harness, &e),
-                )
-            }
+        // The run is over and its processes gone: its outputs move aside, so the next run
+        // gets the same path, new and empty.
+        let moved = crate::atomic::rename_dir(&out, &dest);
+        let mut owned = vec![Scratch(dest.clone(), keep)];
+        owned.extend(stdout.clone().map(|p| Scratch(p, keep)));
+        let ended = match (ended, moved) {
+            (Ok(e), Ok(())) => e,
+            (Err(e), _) | (_, Err(e)) => return harness_failure(e),
         };
         let run = ProgramRun {
             index,
@@ -185,13 +212,16 @@ impl RunSource for ProgramSource<'_> {
             let mut ignored = Vec::new();
             let stdout = match stdout {
                 Some(raw) if rules.masks_stdout() => {
-                    let masked = raw.with_extension("masked");
+                    let mut masked = raw.clone().into_os_string();
+                    masked.push(".masked");
+                    let masked = PathBuf::from(masked);
+                    owned.push(Scratch(masked.clone(), keep));
                     ignored = rules.mask_stdout(&raw, &masked).map_err(unreadable)?;
                     Some(masked)
                 }
                 other => other,
             };
-            let mut c = collect::collect(&dir, stdout.as_deref()).map_err(unreadable)?;
+            let mut c = collect::collect(&dest, stdout.as_deref()).map_err(unreadable)?;
             let mut by_glob = rules.filter(&mut c.digests);
             by_glob.append(&mut ignored);
             if c.digests.is_empty() {
@@ -203,8 +233,8 @@ impl RunSource for ProgramSource<'_> {
             Ok(Collected {
                 digests: c.digests,
                 loader: Box::new(RunFiles {
-                    _root: root,
-                    out: dir,
+                    _owned: owned,
+                    out: dest,
                     stdout,
                 }),
                 trace: None,
@@ -267,10 +297,9 @@ fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>)
     let runs: Vec<&(ProgramRun, BTreeMap<String, String>)> =
         metas.iter().filter_map(|m| m.program.as_ref()).collect();
     let mut env = runs.first().map(|r| r.1.clone()).unwrap_or_default();
-    env.insert(
-        "BITEXACT_OUT".into(),
-        "(a fresh empty directory per run)".into(),
-    );
+    if let Some(out) = env.get_mut("BITEXACT_OUT") {
+        out.push_str(" (the same path every run, new and empty each time)");
+    }
     env.insert(
         "BITEXACT_RUN".into(),
         format!("0..{}", runs.len().max(1) - 1),
