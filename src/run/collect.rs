@@ -39,17 +39,16 @@ pub struct RunOutputs {
 /// Collects the outputs under `out` (and `stdout`, when compared). A malformed tensor file is
 /// an error naming it.
 pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
-    let mut digests = tensor_files::digest_dir(out)?;
-    let files = tensor_files::scan(out)?;
-    let written = |name: &str| {
-        file_of(&files, name).and_then(|f| std::fs::metadata(&f.path).ok()?.modified().ok())
-    };
-    let mut keyed: Vec<_> = digests
-        .drain(..)
-        .map(|(n, d)| (written(&n), n, d))
+    // One walk: every file with the time it was written, then its digests.
+    let (files, metadata) = tensor_files::scan_all(out)?;
+    let per_file = tensor_files::digest_files(&files)?;
+    let mut keyed: Vec<_> = files
+        .iter()
+        .zip(per_file)
+        .flat_map(|(f, ds)| ds.into_iter().map(move |(n, d)| (f.modified, n, d)))
         .collect();
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| natural_cmp(&a.1, &b.1)));
-    digests = keyed.into_iter().map(|(_, n, d)| (n, d)).collect();
+    let mut digests: Vec<(String, Digest)> = keyed.into_iter().map(|(_, n, d)| (n, d)).collect();
     if let Some(path) = stdout {
         // Hashed from the mapped file as a raw output: memory stays bounded however much the
         // program printed.
@@ -59,7 +58,7 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
     }
     let mut platform = None;
     let mut steps = Vec::new();
-    for f in tensor_files::metadata_files(out)? {
+    for f in metadata {
         let read = || -> Result<String> {
             let bytes = crate::atomic::read_regular(&f.path, METADATA_MAX_BYTES)?;
             String::from_utf8(bytes).map_err(|_| anyhow!("{}: not UTF-8", f.name))

@@ -83,19 +83,20 @@ pub struct OutputFile {
     pub kind: FileKind,
     /// Size in bytes when scanned.
     pub len: u64,
+    /// Modification time when scanned (the order the program wrote its outputs).
+    pub modified: Option<std::time::SystemTime>,
 }
 
 impl OutputFile {
     /// An output file for `path`, named `name` (kind from `name`'s extension).
     pub fn new(name: &str, path: &Path) -> Result<OutputFile> {
-        let len = std::fs::metadata(path)
-            .map_err(|e| anyhow!("{name}: {e}"))?
-            .len();
+        let md = std::fs::metadata(path).map_err(|e| anyhow!("{name}: {e}"))?;
         Ok(OutputFile {
             name: name.to_string(),
             path: path.to_path_buf(),
             kind: FileKind::of(name),
-            len,
+            len: md.len(),
+            modified: md.modified().ok(),
         })
     }
 
@@ -118,6 +119,26 @@ pub fn scan(dir: &Path) -> Result<Vec<OutputFile>> {
 /// The `.bitexact-*` metadata files under `dir` (what [`scan`] leaves out), in natural order.
 pub fn metadata_files(dir: &Path) -> Result<Vec<OutputFile>> {
     Ok(scan::walk(dir)?.1)
+}
+
+/// [`scan`] and [`metadata_files`] in one walk: (outputs, metadata files).
+pub fn scan_all(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
+    scan::walk(dir)
+}
+
+/// Digests every tensor of every file in `files` (files in parallel), each file's digests in
+/// natural order of names, in the order of `files`. Errors on two outputs with the same name
+/// (e.g. a raw file literally named `a.npz:x` beside `a.npz` holding `x`).
+pub fn digest_files(files: &[OutputFile]) -> Result<Vec<Vec<(String, Digest)>>> {
+    let per_file: Vec<Vec<(String, Digest)>> =
+        files.par_iter().map(digest_file).collect::<Result<_>>()?;
+    let mut seen = std::collections::HashSet::new();
+    for (n, _) in per_file.iter().flatten() {
+        if !seen.insert(n.as_str()) {
+            bail!("two outputs are both named {n:?}");
+        }
+    }
+    Ok(per_file)
 }
 
 /// Digests every tensor in `file`, as `(name, digest)` in natural order of names. Data that is
@@ -146,13 +167,8 @@ fn digest_bytes(file: &OutputFile, bytes: &[u8]) -> Result<Vec<(String, Digest)>
 /// file literally named `a.npz:x` beside `a.npz` holding `x`).
 pub fn digest_dir(dir: &Path) -> Result<Vec<(String, Digest)>> {
     let files = scan(dir)?;
-    let per_file: Vec<Vec<(String, Digest)>> =
-        files.par_iter().map(digest_file).collect::<Result<_>>()?;
-    let mut out: Vec<_> = per_file.into_iter().flatten().collect();
+    let mut out: Vec<_> = digest_files(&files)?.into_iter().flatten().collect();
     out.sort_by(|a, b| natural_cmp(&a.0, &b.0));
-    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
-        bail!("two outputs are both named {:?}", w[0].0);
-    }
     Ok(out)
 }
 

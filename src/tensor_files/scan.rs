@@ -59,6 +59,7 @@ pub(crate) fn walk(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
                 name,
                 path: target,
                 len: md.len(),
+                modified: md.modified().ok(),
             };
             if base.starts_with(METADATA_PREFIX) {
                 meta.push(file);

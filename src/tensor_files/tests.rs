@@ -71,6 +71,7 @@ fn file(name: &str) -> OutputFile {
         path: PathBuf::from(name),
         kind: FileKind::of(name),
         len: 0,
+        modified: None,
     }
 }
 
