@@ -46,6 +46,9 @@ pub mod backend;
 /// The `Case` trait and its context (re-exported at the root).
 #[doc(hidden)]
 pub mod case;
+/// What must not outlive bitexact: run containers and temporary directories (internal).
+#[doc(hidden)]
+pub mod cleanup;
 /// Controls (re-exported at the root).
 #[doc(hidden)]
 pub mod controls;

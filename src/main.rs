@@ -183,6 +183,12 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
             "refusing to write snapshots in CI (CI is set); pass --force to write them anyway",
         ));
     }
+    if a.snapshots.exists() && !a.snapshots.is_dir() {
+        return Err(usage(format!(
+            "--snapshots {}: not a directory",
+            a.snapshots.display()
+        )));
+    }
     let controls = a.controls.controls()?;
     let config = SuiteConfig::new(
         cli::backends(a.backend),

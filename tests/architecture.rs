@@ -38,6 +38,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "diff",
             "outputs",
             "glob",
+            "cleanup",
         ],
     ),
     ("backend", &["backend", "platform", "vary", "trace"]),

@@ -121,6 +121,12 @@ const CORPUS: &[Bad] = &[
     bad(&["run", "--"], 2, "CMD"),
     bad(&["run", "--", "no-such-command-bitexact"], 2, "no-such-command-bitexact"),
     bad(&["run", "--", "{tmp}/dir"], 2, "{tmp}/dir"),
+    // issue 17: an unwritable TMPDIR (run directories cannot be made), a bad ignore rule or
+    // project file; snapshot update into a regular file.
+    Bad(&["run", "--", "true"], &[("TMPDIR", "/proc")], 2, "TMPDIR"),
+    bad(&["run", "--stdout-ignore", "(", "--", "true"], 2, "--stdout-ignore"),
+    bad(&["run", "--config", "{tmp}/file.txt", "--", "true"], 2, "file.txt"),
+    bad(&["snapshot", "update", "--snapshots", "{tmp}/file.txt", "--filter", "reduce_sum/small"], 2, "file.txt"),
     bad(&["run", "--runs", "1", "--", "true"], 2, "--runs"),
     bad(&["run", "--timeout", "0", "--", "true"], 2, "--timeout"),
     bad(&["run", "--memory-limit", "1", "--", "true"], 2, "--memory-limit"),

@@ -65,8 +65,16 @@ fn assert_none_left(mark: &str, what: &str) {
 }
 
 fn start(mark: &str, args: &[&str]) -> Child {
+    start_in(mark, args, None)
+}
+
+/// [`start`] with `TMPDIR` set to `tmp` when given.
+fn start_in(mark: &str, args: &[&str], tmp: Option<&std::path::Path>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bitexact"));
     cmd.args(args).env(MARK_VAR, mark).stdin(Stdio::null());
+    if let Some(t) = tmp {
+        cmd.env("TMPDIR", t);
+    }
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
     for v in [
         "SEED",
@@ -283,4 +291,58 @@ fn sigkill_of_the_parent_leaves_only_grandchildren_of_run_programs() {
     // SAFETY: kills that process group (the test's own leftovers).
     unsafe { libc::kill(-direct, libc::SIGKILL) };
     assert_none_left(&mark, "the grandchild's process group");
+}
+
+/// A daemon: a double fork out of a new session, so the grandchild leads no process group and
+/// is no child of the program (issue 17). It holds the program's stderr open too.
+const DAEMON: &str = "setsid sh -c 'sleep 100 & exit' & sleep 0.3; echo x > \"$BITEXACT_OUT/x\"";
+
+#[test]
+fn a_double_forked_setsid_daemon_does_not_survive_a_run() {
+    let mark = marker("daemon");
+    let t0 = Instant::now();
+    let (code, stderr) = finish(start(&mark, &["run", "--", "sh", "-c", DAEMON]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_none_left(&mark, "a run whose program left a setsid daemon");
+    // Nothing holds stderr open once the run's processes are gone: no wait for it. (Not a
+    // timing assertion on bitexact's speed: two runs of 0.3 s are far below 100 s.)
+    assert!(t0.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn a_daemon_does_not_survive_a_timeout() {
+    let mark = marker("daemon-timeout");
+    let script = format!("{DAEMON}; sleep 60");
+    let (code, stderr) = finish(start(
+        &mark,
+        &["run", "--timeout", "1", "--", "sh", "-c", &script],
+    ));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_none_left(&mark, "a timed-out run whose program left a setsid daemon");
+}
+
+#[test]
+fn sigterm_kills_a_new_session_child_and_removes_the_run_directories() {
+    let mark = marker("term-session");
+    let tmp = tempfile::tempdir().unwrap();
+    let script = "setsid sh -c 'sleep 100 & sleep 100' & sleep 100";
+    let child = start_in(&mark, &["run", "--", "sh", "-c", script], Some(tmp.path()));
+    let t0 = Instant::now();
+    while marked(&mark).len() < 4 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the program did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: signals our own child by pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let (code, stderr) = finish(child);
+    assert_eq!(code, Some(128 + libc::SIGTERM), "{stderr}");
+    assert_none_left(&mark, "SIGTERM of bitexact run with a new-session child");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }

@@ -177,3 +177,25 @@ fn every_run_sees_the_same_output_path() {
         "blame's runs are removed, out is moved aside"
     );
 }
+
+/// A program that swaps its `$BITEXACT_OUT` for a symlink (to `/`) cannot make bitexact read
+/// what the link points to, and one that removes it is told so.
+#[test]
+fn a_swapped_output_directory_is_not_followed() {
+    let (_, r) = suite_run(
+        &program(
+            "echo x > \"$BITEXACT_OUT/x\"; rm -rf \"$BITEXACT_OUT\"; ln -s / \"$BITEXACT_OUT\"",
+        ),
+        2,
+    );
+    let f = r.evidence.failure.expect("a failure");
+    assert_eq!(f.kind, FailureKind::UnreadableOutput);
+    assert!(f.message.contains("symlink"), "{}", f.message);
+    let (_, r) = suite_run(&program("rmdir \"$BITEXACT_OUT\""), 2);
+    assert!(r
+        .evidence
+        .failure
+        .unwrap()
+        .message
+        .contains("removed $BITEXACT_OUT"));
+}

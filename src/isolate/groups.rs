@@ -146,6 +146,8 @@ fn watch(fd: i32) {
     }
     let sig = i32::from(b);
     let n = kill_all_children();
+    // Every run's container (cgroup, marker) and temporary directory, as the normal path does.
+    crate::cleanup::run_all();
     eprintln!(
         "bitexact: stopped by {}; killed {n} child process group(s)",
         super::signal_name(sig)

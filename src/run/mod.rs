@@ -92,6 +92,8 @@ impl Program {
             std::fs::create_dir_all(k)
                 .map_err(|e| anyhow::anyhow!("--keep {}: {e}", k.display()))?;
         }
+        // Run directories are made in TMPDIR: it must exist and be writable, found before
+        // any run (a missing TMPDIR is never created).
         let tmp = std::env::temp_dir();
         if !tmp.is_dir() {
             bail!(
@@ -99,6 +101,14 @@ impl Program {
                 tmp.display()
             );
         }
+        let probe = tmp.join(format!("bitexact-probe-{}", std::process::id()));
+        std::fs::create_dir(&probe).map_err(|e| {
+            anyhow::anyhow!(
+                "the temporary directory {} (TMPDIR) is not writable: {e}",
+                tmp.display()
+            )
+        })?;
+        let _ = std::fs::remove_dir(&probe);
         Ok(())
     }
 }

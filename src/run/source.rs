@@ -57,6 +57,8 @@ fn private_dir() -> Result<Scratch> {
 pub struct ProgramSource<'a> {
     program: &'a Program,
     root: Scratch,
+    /// Removes `root` if bitexact is stopped by a signal (not a `--keep` directory).
+    _on_signal: Option<crate::cleanup::DirGuard>,
     passes: std::sync::atomic::AtomicUsize,
 }
 
@@ -71,9 +73,11 @@ impl<'a> ProgramSource<'a> {
             }
             None => private_dir()?,
         };
+        let on_signal = (!root.1).then(|| crate::cleanup::register_dir(&root.0));
         Ok(ProgramSource {
             program,
             root,
+            _on_signal: on_signal,
             passes: std::sync::atomic::AtomicUsize::new(0),
         })
     }
@@ -169,7 +173,20 @@ impl RunSource for ProgramSource<'_> {
         drop(_one);
         // The run is over and its processes gone: its outputs move aside, so the next run
         // gets the same path, new and empty.
-        let moved = crate::atomic::rename_dir(&out, &dest);
+        // What is at `out` now is checked, never followed: a program that replaced it with a
+        // symlink (to `/`, say) must not make bitexact read elsewhere.
+        let replaced = match std::fs::symlink_metadata(&out) {
+            Err(_) => Some("removed $BITEXACT_OUT"),
+            Ok(m) if !m.is_dir() => {
+                let _ = std::fs::remove_file(&out);
+                Some("replaced $BITEXACT_OUT with a symlink or a file (not followed)")
+            }
+            Ok(_) => None,
+        };
+        let moved = match replaced {
+            None => crate::atomic::rename_dir(&out, &dest),
+            Some(_) => Ok(()),
+        };
         let mut owned = vec![Scratch(dest.clone(), keep)];
         owned.extend(stdout.clone().map(|p| Scratch(p, keep)));
         let ended = match (ended, moved) {
@@ -204,6 +221,12 @@ impl RunSource for ProgramSource<'_> {
                 FailureKind::ExitStatus
             };
             return Started::failed(meta, Failure::new(kind, why));
+        }
+        if let Some(what) = replaced {
+            return Started::failed(
+                meta,
+                Failure::new(FailureKind::UnreadableOutput, format!("the program {what}")),
+            );
         }
         let rules = self.program.ignore.clone();
         let handle = std::thread::spawn(move || {

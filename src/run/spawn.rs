@@ -3,6 +3,7 @@
 //! output captured to a file when compared, the tail of standard error kept for messages, and
 //! the peak resident set size from `wait4`.
 
+use crate::cleanup;
 use crate::isolate;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;
@@ -83,6 +84,15 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         None => Stdio::null(),
     });
     cmd.stderr(Stdio::piped());
+    // Every process of the run, however it leaves the group or session, is found again by
+    // its cgroup or its marker and killed when the run ends (see `crate::cleanup`).
+    let container = cleanup::Container::new();
+    cmd.env(cleanup::MARKER_ENV, container.marker());
+    let procs = container.procs();
+    // SAFETY: `enter` makes only async-signal-safe calls on a path prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || cleanup::enter(procs.as_ref()));
+    }
     isolate::contain(&mut cmd);
     if let Some(mb) = s.memory_limit_mb {
         // SAFETY: setrlimit is async-signal-safe and touches only the struct built here.
@@ -151,9 +161,11 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         nap = (nap * 2).min(Duration::from_millis(10));
     };
     let seconds = t0.elapsed().as_secs_f64();
-    // The program is gone; anything it left running in its group goes too (no orphans).
+    // The program is gone; anything it left running goes too (no orphans): its group, its
+    // cgroup and every process carrying its marker.
     // SAFETY: as above; the group may already be empty.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
+    container.kill_all();
     drop(registered);
     kill_escaped();
     // A process that escaped both (it holds stderr open) must not hang bitexact.
