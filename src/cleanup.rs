@@ -133,6 +133,12 @@ pub fn enter(procs: Option<&CString>) -> std::io::Result<()> {
     }
 }
 
+impl Default for Container {
+    fn default() -> Container {
+        Container::new()
+    }
+}
+
 impl Drop for Container {
     fn drop(&mut self) {
         self.kill_all();
