@@ -144,22 +144,50 @@ pub fn digest_files(files: &[OutputFile]) -> Result<Vec<Vec<(String, Digest)>>> 
 /// Digests every tensor in `file`, as `(name, digest)` in natural order of names. Data that is
 /// little-endian row-major is hashed in place from the mapped file.
 pub fn digest_file(file: &OutputFile) -> Result<Vec<(String, Digest)>> {
-    digest_bytes(file, &map(file)?)
+    digest_bytes_with(file, &map(file)?, &release)
 }
 
 /// [`digest_file`] of `file` whose content is `bytes`.
+#[cfg(test)]
 fn digest_bytes(file: &OutputFile, bytes: &[u8]) -> Result<Vec<(String, Digest)>> {
+    digest_bytes_with(file, bytes, &|_| {})
+}
+
+/// [`digest_bytes`], calling `release` on each window of borrowed data once it is hashed
+/// (see [`release`]; only for data mapped from a file).
+fn digest_bytes_with(
+    file: &OutputFile,
+    bytes: &[u8],
+    release: &(dyn Fn(&[u8]) + Sync),
+) -> Result<Vec<(String, Digest)>> {
     let mut sink = DigestSink::default();
     read(file, bytes, &mut sink).map_err(|e| anyhow!("{}: {e:#}", file.name))?;
     let mut out: Vec<(String, Digest)> = sink
         .pending
         .into_par_iter()
-        .map(|(k, v)| (k, digest_parts(v.dtype, &v.shape, &v.data)))
+        .map(|(k, v)| {
+            let d = crate::digest::digest_parts_releasing(v.dtype, &v.shape, &v.data, release);
+            (k, d)
+        })
         .chain(sink.done)
         .map(|(k, d)| (file.tensor_name(&k), d))
         .collect();
     out.sort_by(|a, b| natural_cmp(&a.0, &b.0));
     Ok(out)
+}
+
+/// Drops the whole pages inside `bytes` (part of a read-only file mapping) from this process's
+/// resident set once they are hashed; they are read again from the page cache if touched.
+fn release(bytes: &[u8]) {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let start = (bytes.as_ptr() as usize).div_ceil(page) * page;
+    let end = (bytes.as_ptr() as usize + bytes.len()) / page * page;
+    if end > start {
+        // SAFETY: the range lies inside a live read-only mapping; MADV_DONTNEED on such a
+        // file mapping only drops pages, which later reads fault in again unchanged.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
 }
 
 /// Digests every output under `dir` ([`scan`] then [`digest_file`] on each, files in
