@@ -76,6 +76,9 @@ pub mod isolate;
 /// The machine fingerprint (internal).
 #[doc(hidden)]
 pub mod platform;
+/// Quoting input in messages (internal).
+#[doc(hidden)]
+pub mod quote;
 /// Philox random streams (internal).
 #[doc(hidden)]
 pub mod rng;

@@ -39,6 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "outputs",
             "glob",
             "cleanup",
+            "quote",
         ],
     ),
     ("backend", &["backend", "platform", "vary", "trace"]),

@@ -24,3 +24,28 @@ fn a_huge_sparse_output_keeps_rss_bounded() {
     // are dropped behind the cursor, two collections at once stay near 2 × 64 MiB.
     assert!(rss < 400 << 20, "bitexact's peak RSS {} MiB", rss >> 20);
 }
+
+/// An npy whose 32 MiB header is malformed: the error names the file and quotes at most a few
+/// hundred bytes of the header, so the report stays small (it was 67 MB).
+#[test]
+fn a_huge_malformed_header_gives_a_short_message() {
+    let script = r#"
+import os, struct
+h = b"{'descr': '<f4', 'junk': '" + b"x" * (32 << 20) + b"'}"
+h += b" " * ((-(len(h) + 12)) % 64) + b"\n"
+with open(os.path.join(os.environ["BITEXACT_OUT"], "h.npy"), "wb") as f:
+    f.write(b"\x93NUMPY\x02\x00" + struct.pack("<I", len(h)) + h)
+"#;
+    let o = common::bitexact(&["run", "--format", "json", "--", "python3", "-c", script]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        o.stdout.len() < 64 << 10,
+        "a {} byte report",
+        o.stdout.len()
+    );
+    let j = common::json(&o);
+    let f = &j["cases"][0]["evidence"]["failure"];
+    assert_eq!(f["kind"], "unreadable-output", "{j}");
+    let msg = f["message"].as_str().unwrap();
+    assert!(msg.contains("h.npy") && msg.contains("bytes)"), "{msg}");
+}

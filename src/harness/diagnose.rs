@@ -59,9 +59,9 @@ pub fn explain(a: &Collected, i: usize, b: &Collected, j: usize) -> Vec<TensorDi
                     (Ok(x), Ok(y)) => diff::explain(n, runs, &x, &y),
                     (Err(e), _) | (_, Err(e)) => {
                         let mut d = diff::missing(n, runs, true);
-                        d.note = Some(format!(
+                        d.note = Some(super::failure::cap(format!(
                             "digests differ; not explained element by element: {e:#}"
-                        ));
+                        )));
                         d
                     }
                 };

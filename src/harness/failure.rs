@@ -99,8 +99,9 @@ impl Failure {
     }
 }
 
-/// `s` cut to at most [`MESSAGE_MAX`] bytes at a character boundary, with `…` when cut.
-fn cap(mut s: String) -> String {
+/// `s` cut to at most [`MESSAGE_MAX`] bytes at a character boundary, with `…` when cut: for
+/// every message that may quote what a program wrote.
+pub fn cap(mut s: String) -> String {
     if s.len() > MESSAGE_MAX {
         let mut end = MESSAGE_MAX;
         while !s.is_char_boundary(end) {

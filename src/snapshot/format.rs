@@ -22,8 +22,7 @@ use std::path::Path;
 /// committed snapshots stay byte-identical.
 const SOURCE: &str = "src/snapshot.rs";
 
-/// The most bytes of a malformed input quoted in an error message.
-pub const MAX_QUOTE: usize = 200;
+pub use crate::quote::{excerpt, MAX_QUOTE};
 
 /// The digests of one case (what is compared) and the metadata it was recorded with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,18 +59,6 @@ fn fail<T>(line: usize, message: impl Into<String>) -> Result<T, FormatError> {
         line,
         message: message.into(),
     })
-}
-
-/// `s` quoted for a message, cut to [`MAX_QUOTE`] bytes with `… (N bytes)` when longer.
-pub fn excerpt(s: &str) -> String {
-    if s.len() <= MAX_QUOTE {
-        return format!("{s:?}");
-    }
-    let mut cut = MAX_QUOTE;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{:?}… ({} bytes)", &s[..cut], s.len())
 }
 
 /// Whether `d` is a digest as bitexact writes them: 64 lowercase hex digits.

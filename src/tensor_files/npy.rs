@@ -101,7 +101,8 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header> {
             )
         })?;
     let text = std::str::from_utf8(&bytes[start..end]).context(".npy header is not UTF-8")?;
-    let dict = parse_dict(text).with_context(|| format!("malformed .npy header {text:?}"))?;
+    let dict = parse_dict(text)
+        .with_context(|| format!("malformed .npy header {}", crate::quote::excerpt(text)))?;
     let descr = dict.descr.context(".npy header has no 'descr'")?;
     let fortran = dict.fortran.context(".npy header has no 'fortran_order'")?;
     let file_shape = dict.shape.context(".npy header has no 'shape'")?;
@@ -163,7 +164,7 @@ fn dtype(descr: &str) -> Result<(DType, bool, bool)> {
         // complex as its real view (torch.view_as_real): real, imaginary in a trailing dim.
         "c8" => (DType::F32, true),
         "c16" => (DType::F64, true),
-        _ => bail!("unsupported dtype {descr:?}"),
+        _ => bail!("unsupported dtype {}", crate::quote::excerpt(descr)),
     };
     Ok((d.0, d.1, big))
 }
@@ -300,8 +301,9 @@ impl Parser<'_> {
             }
             let text = std::str::from_utf8(&self.0[..digits])?;
             dims.push(
-                text.parse::<usize>()
-                    .with_context(|| format!("dimension {text} too large"))?,
+                text.parse::<usize>().with_context(|| {
+                    format!("dimension {} too large", crate::quote::excerpt(text))
+                })?,
             );
             self.0 = &self.0[digits..];
             self.eat(b'L'); // Python 2 long literal
