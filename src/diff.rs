@@ -52,10 +52,10 @@ impl TensorDiff {
     }
 }
 
-/// Element `i` as (text, numeric value, ordered-integer key for ULP distance).
-fn element(t: &Tensor, i: usize) -> (String, f64, i128) {
-    let w = t.dtype().size();
-    let b = &t.bytes()[i * w..(i + 1) * w];
+/// One element's bytes `b` of `dtype` as (text, numeric value, ordered-integer key for ULP
+/// distance).
+fn element(dtype: DType, b: &[u8]) -> (String, f64, i128) {
+    let w = b.len();
     let mut raw = [0u8; 8];
     raw[..w].copy_from_slice(b);
     let bits = u64::from_le_bytes(raw);
@@ -70,7 +70,7 @@ fn element(t: &Tensor, i: usize) -> (String, f64, i128) {
     // Text as the narrowest type that prints the value exactly (f32 for f32 and bf16).
     let float = |v: f64, sign: u64| (format!("{v:?}"), v, ordered(bits, sign));
     let float32 = |v: f32, sign: u64| (format!("{v:?}"), v as f64, ordered(bits, sign));
-    match t.dtype() {
+    match dtype {
         DType::F32 => float32(f32::from_bits(bits as u32), 1 << 31),
         DType::F64 => float(f64::from_bits(bits), 1 << 63),
         DType::BF16 => float32(half::bf16::from_bits(bits as u16).to_f32(), 1 << 15),
@@ -120,39 +120,47 @@ pub fn f8_to_f64(b: u8, exp_bits: u32, fn_variant: bool) -> f64 {
     }
 }
 
-/// Explains how `b` (run `runs[1]`) differs from `a` (run `runs[0]`).
-pub fn explain(name: &str, runs: [usize; 2], a: &Tensor, b: &Tensor) -> TensorDiff {
-    let mut d = TensorDiff {
+/// An explanation with nothing differing yet, for `elements` elements of `dtype`.
+fn start(name: &str, runs: [usize; 2], dtype: DType, elements: usize) -> TensorDiff {
+    TensorDiff {
         tensor: name.to_string(),
         runs,
         elements_differing: 0,
-        elements: a.len(),
+        elements,
         first_index: Vec::new(),
         first_values: [String::new(), String::new()],
         max_abs: 0.0,
-        max_ulp: a.dtype().is_float().then_some(0),
+        max_ulp: dtype.is_float().then_some(0),
         note: None,
-    };
-    if a.dtype() != b.dtype() || a.shape() != b.shape() {
-        d.note = Some(format!(
-            "{} {:?} vs {} {:?}: dtype or shape differs",
-            a.dtype(),
-            a.shape(),
-            b.dtype(),
-            b.shape()
-        ));
-        d.max_ulp = None;
-        return d;
     }
-    let w = a.dtype().size();
-    for (i, (x, y)) in a.bytes().chunks(w).zip(b.bytes().chunks(w)).enumerate() {
-        if x == y {
+}
+
+/// The note for two tensors that cannot be compared element-wise.
+fn mismatch(a: (DType, &[usize]), b: (DType, &[usize])) -> String {
+    format!(
+        "{} {:?} vs {} {:?}: dtype or shape differs",
+        a.0, a.1, b.0, b.1
+    )
+}
+
+/// Adds the elements of two aligned windows (`x`, `y`: the same elements of both tensors,
+/// starting at element `offset`) to `d`; `coords` turns a flat index into coordinates.
+fn accumulate(
+    d: &mut TensorDiff,
+    dtype: DType,
+    offset: usize,
+    (x, y): (&[u8], &[u8]),
+    coords: &dyn Fn(usize) -> Vec<usize>,
+) {
+    let w = dtype.size();
+    for (i, (p, q)) in x.chunks(w).zip(y.chunks(w)).enumerate() {
+        if p == q {
             continue;
         }
-        let (xs, xv, xo) = element(a, i);
-        let (ys, yv, yo) = element(b, i);
+        let (xs, xv, xo) = element(dtype, p);
+        let (ys, yv, yo) = element(dtype, q);
         if d.elements_differing == 0 {
-            d.first_index = a.coords(i);
+            d.first_index = coords(offset + i);
             d.first_values = [xs, ys];
         }
         d.elements_differing += 1;
@@ -168,7 +176,53 @@ pub fn explain(name: &str, runs: [usize; 2], a: &Tensor, b: &Tensor) -> TensorDi
             *u = (*u).max((xo - yo).unsigned_abs().min(u64::MAX as u128) as u64);
         }
     }
+}
+
+/// Explains how `b` (run `runs[1]`) differs from `a` (run `runs[0]`).
+pub fn explain(name: &str, runs: [usize; 2], a: &Tensor, b: &Tensor) -> TensorDiff {
+    let mut d = start(name, runs, a.dtype(), a.len());
+    if a.dtype() != b.dtype() || a.shape() != b.shape() {
+        d.note = Some(mismatch((a.dtype(), a.shape()), (b.dtype(), b.shape())));
+        d.max_ulp = None;
+        return d;
+    }
+    accumulate(&mut d, a.dtype(), 0, (a.bytes(), b.bytes()), &|i| {
+        a.coords(i)
+    });
     d
+}
+
+/// Bytes read at a time by [`explain_readers`].
+pub const STREAM_WINDOW: usize = 8 << 20;
+
+/// [`explain`] for two one-dimensional byte outputs of `len` bytes each read from `a` and `b`
+/// side by side in [`STREAM_WINDOW`] windows, so explaining outputs of any size holds two
+/// windows in memory, not two copies (raw files, standard output).
+pub fn explain_readers(
+    name: &str,
+    runs: [usize; 2],
+    (a, len_a): (&mut dyn std::io::Read, u64),
+    (b, len_b): (&mut dyn std::io::Read, u64),
+) -> std::io::Result<TensorDiff> {
+    let mut d = start(name, runs, DType::U8, len_a as usize);
+    if len_a != len_b {
+        d.note = Some(mismatch(
+            (DType::U8, &[len_a as usize]),
+            (DType::U8, &[len_b as usize]),
+        ));
+        d.max_ulp = None;
+        return Ok(d);
+    }
+    let (mut x, mut y) = (vec![0u8; STREAM_WINDOW], vec![0u8; STREAM_WINDOW]);
+    let mut offset = 0usize;
+    while (offset as u64) < len_a {
+        let n = STREAM_WINDOW.min((len_a - offset as u64) as usize);
+        a.read_exact(&mut x[..n])?;
+        b.read_exact(&mut y[..n])?;
+        accumulate(&mut d, DType::U8, offset, (&x[..n], &y[..n]), &|i| vec![i]);
+        offset += n;
+    }
+    Ok(d)
 }
 
 /// A diff entry for an output present in one run and missing in the other.

@@ -49,3 +49,43 @@ with open(os.path.join(os.environ["BITEXACT_OUT"], "h.npy"), "wb") as f:
     let msg = f["message"].as_str().unwrap();
     assert!(msg.contains("h.npy") && msg.contains("bytes)"), "{msg}");
 }
+
+/// Explaining a difference streams the two outputs side by side: a 96 MiB output with one
+/// differing byte, and a long differing standard output, cost two windows, not two copies.
+#[test]
+fn explaining_a_large_difference_streams_both_runs() {
+    let o = common::bitexact(&[
+        "run",
+        "--stdout",
+        "--format",
+        "json",
+        "--",
+        "sh",
+        "-c",
+        "head -c 100663296 /dev/zero > \"$BITEXACT_OUT/big.bin\"; \
+         [ $BITEXACT_RUN = 1 ] && printf x | dd of=\"$BITEXACT_OUT/big.bin\" bs=1 seek=1000 conv=notrunc 2>/dev/null; \
+         head -c 100663296 /dev/zero | tr '\\0' 'a' | fold -w 100; echo run $BITEXACT_RUN",
+    ]);
+    let j = common::json(&o);
+    assert_eq!(o.status.code(), Some(1), "{j}");
+    let case = &j["cases"][0];
+    let diff = case["diff"].as_array().unwrap();
+    let big = diff
+        .iter()
+        .find(|d| d["tensor"] == "big.bin")
+        .expect("big.bin explained");
+    assert_eq!(
+        (
+            big["elements_differing"].as_u64(),
+            big["first_index"][0].as_u64()
+        ),
+        (Some(1), Some(1000))
+    );
+    let out = diff
+        .iter()
+        .find(|d| d["tensor"] == "<stdout>")
+        .expect("stdout explained");
+    assert_eq!(out["elements_differing"], 1, "one line differs: {out}");
+    let rss = case["program"]["harness_peak_rss_bytes"].as_u64().unwrap();
+    assert!(rss < 200 << 20, "bitexact's peak RSS {} MiB", rss >> 20);
+}

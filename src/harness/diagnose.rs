@@ -15,6 +15,7 @@ use crate::digest::{self, Digest};
 use crate::trace::Divergence;
 use crate::vary::{Blame, RunSettings, Variation};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
 
 /// At most this many differing outputs are explained element by element (the rest are
 /// counted in one more line).
@@ -54,28 +55,10 @@ pub fn explain(a: &Collected, i: usize, b: &Collected, j: usize) -> Vec<TensorDi
         .map(|(n, x, y)| match (x, y) {
             (Some(_), None) => diff::missing(n, runs, true),
             (None, Some(_)) => diff::missing(n, runs, false),
-            _ => {
-                let mut d = match (a.loader.load(n), b.loader.load(n)) {
-                    (Ok(x), Ok(y)) => diff::explain(n, runs, &x, &y),
-                    (Err(e), _) | (_, Err(e)) => {
-                        let mut d = diff::missing(n, runs, true);
-                        d.note = Some(super::failure::cap(format!(
-                            "digests differ; not explained element by element: {e:#}"
-                        )));
-                        d
-                    }
-                };
-                if let (Some(x), Some(y)) = (a.loader.text(n), b.loader.text(n)) {
-                    if let Some(lines) = compare_lines(n, &x, &y) {
-                        // Text is compared by lines: the counts are lines, not bytes.
-                        d.elements_differing = lines.differing;
-                        d.elements = lines.total;
-                        d.first_index = vec![lines.first];
-                        d.note = Some(lines.note);
-                    }
-                }
-                d
-            }
+            _ => match (a.loader.raw(n), b.loader.raw(n)) {
+                (Some((pa, text)), Some((pb, _))) => explain_files(n, runs, &pa, &pb, text),
+                _ => explain_loaded(a, b, n, runs),
+            },
         })
         .collect();
     if differing.len() > EXPLAIN_MAX_OUTPUTS {
@@ -88,6 +71,50 @@ pub fn explain(a: &Collected, i: usize, b: &Collected, j: usize) -> Vec<TensorDi
         out.push(d);
     }
     out
+}
+
+/// Explains output `n` by loading it from both runs.
+fn explain_loaded(a: &Collected, b: &Collected, n: &str, runs: [usize; 2]) -> TensorDiff {
+    match (a.loader.load(n), b.loader.load(n)) {
+        (Ok(x), Ok(y)) => diff::explain(n, runs, &x, &y),
+        (Err(e), _) | (_, Err(e)) => {
+            let mut d = diff::missing(n, runs, true);
+            d.note = Some(super::failure::cap(format!(
+                "digests differ; not explained element by element: {e:#}"
+            )));
+            d
+        }
+    }
+}
+
+/// Explains output `n` that lies as plain bytes in files `pa` and `pb`, streaming them side by
+/// side (memory: two windows, whatever their size); text is compared by lines.
+fn explain_files(n: &str, runs: [usize; 2], pa: &Path, pb: &Path, text: bool) -> TensorDiff {
+    let open = |p: &Path| -> std::io::Result<(std::fs::File, u64)> {
+        let f = std::fs::File::open(p)?;
+        let len = f.metadata()?.len();
+        Ok((f, len))
+    };
+    let result = (|| -> std::io::Result<TensorDiff> {
+        let ((mut fa, la), (mut fb, lb)) = (open(pa)?, open(pb)?);
+        let mut d = diff::explain_readers(n, runs, (&mut fa, la), (&mut fb, lb))?;
+        if text {
+            let (fa, fb) = (std::fs::File::open(pa)?, std::fs::File::open(pb)?);
+            if let Some(lines) = compare_lines(n, fa, fb)? {
+                // Text is compared by lines: the counts are lines, not bytes.
+                d.elements_differing = lines.differing;
+                d.elements = lines.total;
+                d.first_index = vec![lines.first];
+                d.note = Some(lines.note);
+            }
+        }
+        Ok(d)
+    })();
+    result.unwrap_or_else(|e| {
+        let mut d = diff::missing(n, runs, true);
+        d.note = Some(format!("digests differ; not explained: {e}"));
+        d
+    })
 }
 
 /// Files shown in the per-file summary of a divergence.
@@ -249,34 +276,64 @@ struct LineDiff {
     note: String,
 }
 
-/// Compares two text outputs line by line (lines over 120 characters cut in the note); `None`
-/// when every line is the same.
-fn compare_lines(name: &str, a: &[u8], b: &[u8]) -> Option<LineDiff> {
-    let (x, y) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
-    let (lx, ly): (Vec<&str>, Vec<&str>) = (x.lines().collect(), y.lines().collect());
-    let total = lx.len().max(ly.len());
-    let differs = |i: usize| lx.get(i) != ly.get(i);
-    let first = (0..total).find(|&i| differs(i))?;
-    let differing = (0..total).filter(|&i| differs(i)).count();
-    let cap = |s: Option<&&str>| match s {
-        None => "(no line)".to_string(),
-        Some(s) if s.chars().count() > 120 => {
-            format!("{:?}…", s.chars().take(120).collect::<String>())
+/// Longest line compared whole; longer lines are compared in pieces of this size.
+const MAX_LINE: u64 = 1 << 20;
+
+/// Compares two text outputs line by line, streaming both (lines over 120 characters cut in
+/// the note); `None` when every line is the same.
+fn compare_lines(
+    name: &str,
+    a: impl std::io::Read,
+    b: impl std::io::Read,
+) -> std::io::Result<Option<LineDiff>> {
+    use std::io::{BufRead, BufReader, Read};
+    let (mut ra, mut rb) = (BufReader::new(a), BufReader::new(b));
+    fn next(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+        buf.clear();
+        let n = Read::take(r, MAX_LINE).read_until(b'\n', buf)?;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
         }
-        Some(s) => format!("{s:?}"),
-    };
+        Ok(n > 0)
+    }
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    let (mut total, mut differing) = (0, 0);
+    let mut first: Option<(usize, String, String)> = None;
+    loop {
+        let (hx, hy) = (next(&mut ra, &mut x)?, next(&mut rb, &mut y)?);
+        if !hx && !hy {
+            break;
+        }
+        let (lx, ly) = (hx.then_some(&x[..]), hy.then_some(&y[..]));
+        if lx != ly {
+            differing += 1;
+            if first.is_none() {
+                let cap = |s: Option<&[u8]>| match s {
+                    None => "(no line)".to_string(),
+                    Some(s) => {
+                        let s = String::from_utf8_lossy(s);
+                        if s.chars().count() > 120 {
+                            format!("{:?}…", s.chars().take(120).collect::<String>())
+                        } else {
+                            format!("{s:?}")
+                        }
+                    }
+                };
+                first = Some((total, cap(lx), cap(ly)));
+            }
+        }
+        total += 1;
+    }
     let name = name.trim_start_matches('<').trim_end_matches('>');
-    Some(LineDiff {
+    Ok(first.map(|(first, p, q)| LineDiff {
         differing,
         total,
         first,
         note: format!(
-            "{name}: {differing}/{total} lines differ; first differing line {}: {} vs {}",
-            first + 1,
-            cap(lx.get(first)),
-            cap(ly.get(first))
+            "{name}: {differing}/{total} lines differ; first differing line {}: {p} vs {q}",
+            first + 1
         ),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -303,12 +360,16 @@ mod tests {
 
     #[test]
     fn text_outputs_are_compared_by_lines() {
-        let d = compare_lines("<stdout>", b"a\nb\nc\n", b"a\nB\nc\nd\n").unwrap();
+        let d = compare_lines("<stdout>", &b"a\nb\nc\n"[..], &b"a\nB\nc\nd\n"[..])
+            .unwrap()
+            .unwrap();
         assert_eq!((d.differing, d.total, d.first), (2, 4, 1));
         assert_eq!(
             d.note,
             "stdout: 2/4 lines differ; first differing line 2: \"b\" vs \"B\""
         );
-        assert!(compare_lines("<stdout>", b"a\n", b"a\n").is_none());
+        assert!(compare_lines("<stdout>", &b"a\n"[..], &b"a\n"[..])
+            .unwrap()
+            .is_none());
     }
 }

@@ -28,8 +28,10 @@ use std::collections::BTreeMap;
 pub trait Loader: Send {
     /// The tensor behind output `name`.
     fn load(&self, name: &str) -> Result<Tensor>;
-    /// The bytes of a text output (a program's standard output), for a line-level note.
-    fn text(&self, _name: &str) -> Option<Vec<u8>> {
+    /// Where output `name` lies as plain bytes in a file, and whether it is text compared by
+    /// lines (a program's standard output): such outputs are explained by streaming the two
+    /// files side by side instead of loading them.
+    fn raw(&self, _name: &str) -> Option<(std::path::PathBuf, bool)> {
         None
     }
 }

@@ -125,12 +125,14 @@ impl Loader for RunFiles {
         collect::load(&self.out, self.stdout.as_deref(), name)
     }
 
-    fn text(&self, name: &str) -> Option<Vec<u8>> {
-        let path = self
-            .stdout
-            .as_ref()
-            .filter(|_| name == collect::STDOUT_NAME)?;
-        crate::atomic::read_regular(path, collect::EXPLAIN_MAX_BYTES).ok()
+    fn raw(&self, name: &str) -> Option<(PathBuf, bool)> {
+        if name == collect::STDOUT_NAME {
+            return self.stdout.clone().map(|p| (p, true));
+        }
+        let path = self.out.join(name);
+        let plain = crate::tensor_files::FileKind::of(name) == crate::tensor_files::FileKind::Raw;
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        (plain && regular).then_some((path, false))
     }
 }
 
