@@ -341,7 +341,8 @@ fn stream_digest(dtype: DType, shape: &[usize], len: usize, r: &mut dyn Read) ->
         return Ok(digest_parts(dtype, shape, &data));
     }
     let mut buf = Vec::new();
-    let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK_BYTES));
+    // Grows with the data read, not with the length a header claims.
+    let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK_BYTES).min(1 << 16));
     let mut left = len;
     while left > 0 {
         let n = left.min(16 * CHUNK_BYTES);

@@ -36,6 +36,12 @@ impl Header {
         !self.swaps() && !self.transposes()
     }
 
+    /// The element width to byte-swap when that is the only conversion the data needs
+    /// (big-endian, row-major): it can then be streamed.
+    pub fn swap_only(&self) -> Option<usize> {
+        (self.swaps() && !self.transposes()).then(|| self.dtype.size())
+    }
+
     /// Whether elements need their bytes reversed.
     fn swaps(&self) -> bool {
         self.big_endian && self.dtype.size() > 1

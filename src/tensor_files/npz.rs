@@ -59,18 +59,23 @@ pub(crate) fn read<'a>(bytes: &'a [u8], sink: &mut dyn Sink<'a>) -> Result<()> {
             let mut r = zip
                 .by_index(i)
                 .map_err(|e| anyhow!("entry {name:?}: {e}"))?;
-            inflate(key, &mut r, sink).with_context(ctx)?;
+            let size = r.size();
+            inflate(key, size, &mut r, sink).with_context(ctx)?;
         }
     }
     Ok(())
 }
 
-/// Reads one compressed entry from `r` (a decompressing reader) into `sink`.
-fn inflate<'a>(key: String, r: &mut dyn Read, sink: &mut dyn Sink<'a>) -> Result<()> {
+/// Reads one compressed entry of declared (uncompressed) `size` from `r` (a decompressing
+/// reader) into `sink`, streaming: a plain entry, a canonical array and a big-endian one are
+/// hashed as they inflate, never held whole (the declared size is checked against the data).
+fn inflate<'a>(key: String, size: u64, r: &mut dyn Read, sink: &mut dyn Sink<'a>) -> Result<()> {
     let mut head = read_up_to(r, 10)?;
     if !head.starts_with(MAGIC) {
-        head.extend(read_up_to(r, u64::MAX)?);
-        return sink.take(Some(key), View::raw(&head).into_owned());
+        let len = usize::try_from(size).map_err(|_| anyhow!("entry size {size} too large"))?;
+        let mut all = Cursor::new(head).chain(&mut *r);
+        sink.stream(key, DType::U8, vec![len], len, &mut all)?;
+        return end_of_entry(r);
     }
     if matches!(head.get(6), Some(2 | 3)) {
         head.extend(read_up_to(r, 2)?); // 4-byte header length
@@ -80,6 +85,9 @@ fn inflate<'a>(key: String, r: &mut dyn Read, sink: &mut dyn Sink<'a>) -> Result
     let h = npy::parse_header(&head)?;
     if h.is_canonical() && h.dtype != DType::Bool {
         sink.stream(key, h.dtype, h.shape.clone(), h.data_len, r)?;
+    } else if let Some(width) = h.swap_only().filter(|_| h.dtype != DType::Bool) {
+        let mut swapped = Swapped::new(&mut *r, width);
+        sink.stream(key, h.dtype, h.shape.clone(), h.data_len, &mut swapped)?;
     } else {
         let data = read_up_to(r, h.data_len as u64)?;
         short(data.len(), h.data_len)?;
@@ -87,6 +95,48 @@ fn inflate<'a>(key: String, r: &mut dyn Read, sink: &mut dyn Sink<'a>) -> Result
         sink.take(Some(key), v)?;
     }
     end_of_entry(r)
+}
+
+/// A reader that reverses the bytes of every `width`-byte element of `inner` (big-endian data
+/// made little-endian as it streams).
+struct Swapped<'r> {
+    inner: &'r mut dyn Read,
+    width: usize,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl<'r> Swapped<'r> {
+    fn new(inner: &'r mut dyn Read, width: usize) -> Swapped<'r> {
+        Swapped {
+            inner,
+            width,
+            buf: Vec::new(),
+            at: 0,
+        }
+    }
+}
+
+impl Read for Swapped<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.buf.len() {
+            // Whole elements only: a trailing partial element is passed on as it is (the
+            // length check after the stream reports it).
+            self.buf.clear();
+            self.at = 0;
+            (&mut *self.inner)
+                .take(1 << 20)
+                .read_to_end(&mut self.buf)?;
+            let whole = self.buf.len() / self.width * self.width;
+            self.buf[..whole]
+                .chunks_mut(self.width)
+                .for_each(|c| c.reverse());
+        }
+        let n = out.len().min(self.buf.len() - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Reads at most `n` bytes (fewer at the end of the stream); memory follows the bytes read.
@@ -111,4 +161,51 @@ pub(crate) fn end_of_entry(r: &mut dyn Read) -> Result<()> {
         bail!("trailing bytes after the array data");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::super::tests::{npy_file, npz_file};
+    use super::super::{digest_bytes, FileKind, OutputFile};
+    use crate::digest::digest_parts;
+    use crate::tensor::DType;
+
+    fn file(name: &str) -> OutputFile {
+        OutputFile {
+            name: name.into(),
+            path: name.into(),
+            kind: FileKind::of(name),
+            len: 0,
+            modified: None,
+        }
+    }
+
+    /// Deflated big-endian arrays and plain entries over a chunk are streamed (byte-swapped
+    /// on the fly) and digest exactly as their canonical bytes do.
+    #[test]
+    fn streamed_entries_digest_canonically() {
+        let n = (3 << 20) / 4 + 7; // over 3 chunks, not a whole number of them
+        let values: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let le: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let be: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
+        let blob: Vec<u8> = (0..(5 << 20) + 3).map(|i| (i * 31) as u8).collect();
+        let z = npz_file(
+            &[
+                ("x.npy", npy_file(">f4", false, &[n], &be)),
+                ("blob", blob.clone()),
+            ],
+            true,
+        );
+        let got = digest_bytes(&file("a.npz"), &z).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "a.npz:blob".to_string(),
+                    digest_parts(DType::U8, &[blob.len()], &blob)
+                ),
+                ("a.npz:x".to_string(), digest_parts(DType::F32, &[n], &le)),
+            ]
+        );
+    }
 }
