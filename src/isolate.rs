@@ -15,27 +15,22 @@
 //!
 //! **Protocol.** The request (mode, case name, backend, settings or options, output file,
 //! memory limit) travels as JSON in the `BITEXACT_CHILD` environment variable; the result comes
-//! back through the output file, never stdout, so a case that prints cannot corrupt it. `run`
-//! writes one run's outputs ([`crate::tensor_io`]) with its algorithms and trace as metadata;
-//! `check` writes the case's `CaseReport` as JSON.
+//! back through the output file, never stdout, so a case that prints cannot corrupt it. A run
+//! ([`run_in_child`]) writes its outputs ([`crate::tensor_io`]) with its algorithms and trace
+//! as metadata; an assessment ([`assess_in_child`]) writes the case's `CaseReport` as JSON.
 //!
-//! **Hygiene.** Every child runs in its own process group, which is killed as a whole on
-//! timeout (grandchildren included), and receives SIGKILL when its parent dies
-//! (`PR_SET_PDEATHSIG`). An isolated case without `--timeout` is limited to
-//! [`DEFAULT_ISOLATE_TIMEOUT`]. Live child groups are registered ([`register`]) and, with
-//! [`install_signal_handlers`], killed when bitexact gets SIGTERM, SIGINT or SIGHUP (see
-//! [`groups`], which also says what SIGKILL leaves behind: grandchildren).
-
-pub mod groups;
-pub use groups::{
-    group_leading_children, install_signal_handlers, kill_all_children, register, Registered,
-};
+//! **Hygiene** is the process plumbing's ([`crate::process`]): every child runs in its own
+//! process group, killed as a whole on timeout (grandchildren included), receives SIGKILL when
+//! its parent dies (`PR_SET_PDEATHSIG`), and is registered so that SIGTERM, SIGINT or SIGHUP
+//! to bitexact kill it. An isolated case without `--timeout` is limited to
+//! [`DEFAULT_ISOLATE_TIMEOUT`].
 
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
 use crate::harness::{self, CaseReport, CaseRun, ChildRunner, Failure, FailureKind, Options};
 pub use crate::harness::{ChildConfig, Launcher};
+use crate::process::{contain, kill_group, register, signal_name};
 use crate::tensor_io;
 use crate::trace::TraceEntry;
 use crate::vary::RunSettings;
@@ -43,7 +38,6 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,23 +114,6 @@ fn temp_path(tag: &str) -> PathBuf {
     ))
 }
 
-/// Names a signal for messages.
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        15 => "SIGTERM",
-        _ => "signal",
-    }
-}
-
 /// Why a child failed, from its exit status and the tail of its stderr.
 fn failure_cause(status: std::process::ExitStatus, stderr: &str) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -165,37 +142,6 @@ fn failure_cause(status: std::process::ExitStatus, stderr: &str) -> String {
     } else {
         format!("{what}: {tail}")
     }
-}
-
-/// Puts a command's process in its own process group, tied to the parent's life: it gets
-/// SIGKILL when the parent dies, so no child outlives bitexact (its own children are another
-/// matter: see [`groups`]). Callers should [`register`] the child's pid once it is spawned.
-pub fn contain(cmd: &mut Command) {
-    cmd.process_group(0);
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: prctl and getppid are async-signal-safe; the closure only reads a copied pid.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent died between fork and prctl: the death signal will never come.
-            if libc::getppid() != parent {
-                libc::_exit(128 + libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Kills the whole process group led by `child` and reaps `child`.
-pub fn kill_group(child: &mut std::process::Child) {
-    // SAFETY: kill with a negative pid signals the group the child leads (see `contain`).
-    unsafe {
-        libc::kill(-(child.id() as i32), libc::SIGKILL);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Starts a child for `request`, enforcing the timeout; returns the output file's bytes.

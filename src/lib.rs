@@ -76,6 +76,9 @@ pub mod isolate;
 /// The machine fingerprint (internal).
 #[doc(hidden)]
 pub mod platform;
+/// Process plumbing: contained children, live groups, signals (internal).
+#[doc(hidden)]
+pub mod process;
 /// Quoting input in messages (internal).
 #[doc(hidden)]
 pub mod quote;

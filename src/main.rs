@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Child) {
         // Stopping bitexact (Ctrl-C, CI's SIGTERM) kills every child process group first.
-        if let Err(e) = bitexact::isolate::install_signal_handlers() {
+        if let Err(e) = bitexact::process::install_signal_handlers() {
             eprintln!("warning: no signal handlers (children may outlive a stopped bitexact): {e}");
         }
     }
@@ -38,6 +38,11 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Child => bitexact::isolate::child_main(&bitexact::cases::find).map(|_| 0),
     };
+    while bitexact::process::stopping() {
+        // A stop signal arrived: the signal watcher kills what is left and exits with
+        // 128 + signal; this thread must not report a killed child as a failure first.
+        std::thread::park();
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -155,6 +160,9 @@ fn run_with_progress(subjects: &[Subject], config: &SuiteConfig) -> Result<repor
 
 /// Renders `report` and writes it to `out` (atomically) or standard output.
 fn emit(format: Format, out: Option<&Path>, report: &report::Report) -> Result<()> {
+    while bitexact::process::stopping() {
+        std::thread::park(); // no report of runs a stop signal cut short (see `main`)
+    }
     let rendered = report::render(format, report);
     match out {
         Some(path) => write_file(path, rendered.as_bytes()),

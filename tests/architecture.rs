@@ -40,6 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "glob",
             "cleanup",
             "quote",
+            "process",
         ],
     ),
     ("backend", &["backend", "platform", "vary", "trace"]),

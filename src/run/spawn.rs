@@ -4,7 +4,7 @@
 //! the peak resident set size from `wait4`.
 
 use crate::cleanup;
-use crate::isolate;
+use crate::process;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -93,7 +93,7 @@ pub fn run(s: &Spawn) -> Result<Ended> {
     unsafe {
         cmd.pre_exec(move || cleanup::enter(procs.as_ref()));
     }
-    isolate::contain(&mut cmd);
+    process::contain(&mut cmd);
     if let Some(mb) = s.memory_limit_mb {
         // SAFETY: setrlimit is async-signal-safe and touches only the struct built here.
         unsafe {
@@ -132,8 +132,8 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         let _ = tx.send(text.into_owned());
     });
     let pid = child.id() as libc::pid_t;
-    // Killed with its group if bitexact gets SIGTERM, SIGINT or SIGHUP (see isolate::groups).
-    let registered = isolate::register(pid);
+    // Killed with its group if bitexact gets SIGTERM, SIGINT or SIGHUP (see process::groups).
+    let registered = process::register(pid);
     let mut timed_out = false;
     let mut nap = Duration::from_micros(200);
     let (status, rusage) = loop {
@@ -154,7 +154,7 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         }
         if !timed_out && s.timeout.is_some_and(|t| t0.elapsed() > t) {
             timed_out = true;
-            // SAFETY: signals the process group the child leads (see `isolate::contain`).
+            // SAFETY: signals the process group the child leads (see `process::contain`).
             unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
         std::thread::sleep(nap);
@@ -193,7 +193,7 @@ pub fn become_subreaper() {
 /// these are its escaped descendants (re-parented here, see [`become_subreaper`]), which would
 /// otherwise outlive bitexact or keep writing into the next run's outputs.
 fn kill_escaped() {
-    for pid in isolate::group_leading_children() {
+    for pid in process::group_leading_children() {
         // SAFETY: signals that group, then reaps that one child of ours.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
@@ -216,7 +216,7 @@ pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
     }
     let what = match (e.status.code(), e.status.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
-        (None, Some(s)) => format!("killed by signal {s} ({})", isolate::signal_name(s)),
+        (None, Some(s)) => format!("killed by signal {s} ({})", process::signal_name(s)),
         _ => "failed".to_string(),
     };
     let lines: Vec<&str> = e

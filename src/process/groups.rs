@@ -4,7 +4,7 @@
 //! Ctrl-C (SIGINT to the foreground group) or a CI runner's SIGTERM reaches bitexact but not
 //! its children. [`install_signal_handlers`] makes SIGTERM, SIGINT and SIGHUP kill every
 //! child process group (grandchildren included) before bitexact exits with `128 + signal`:
-//! the groups registered here ([`register`], done by [`super::run_child`] for isolated cases
+//! the groups registered here ([`register`], done by `crate::isolate` for isolated cases
 //! and `--vary process` runs) and, to also cover children started elsewhere with
 //! [`super::contain`] (`bitexact run` programs), every direct child that leads its own group,
 //! found in `/proc`.
@@ -22,6 +22,15 @@ const SLOTS: usize = 1024;
 static GROUPS: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
 /// Write end of the self-pipe the signal handler writes the signal number to (-1: none).
 static PIPE: AtomicI32 = AtomicI32::new(-1);
+/// Set once a stop signal arrived: the watcher is cleaning up and will exit the process.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether bitexact is being stopped by a signal. The main thread checks it before it reports
+/// and exits, so a child killed by the stop path cannot make bitexact exit 1 first (the
+/// watcher exits with `128 + signal` once everything is cleaned up).
+pub fn stopping() -> bool {
+    STOPPING.load(Ordering::SeqCst)
+}
 
 /// A registered process group; unregistered when dropped (after the child is reaped).
 pub struct Registered(Option<usize>);
@@ -145,6 +154,7 @@ fn watch(fd: i32) {
         return;
     }
     let sig = i32::from(b);
+    STOPPING.store(true, Ordering::SeqCst);
     let n = kill_all_children();
     // Every run's container (cgroup, marker) and temporary directory, as the normal path does.
     crate::cleanup::run_all();
