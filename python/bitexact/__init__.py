@@ -51,6 +51,10 @@ _MASK64 = (1 << 64) - 1
 
 # The seed of the last seed_everything() call in this process (inherited by forked workers).
 _seed = None
+# Seconds the last seed_everything() took (torch's deterministic switches import a lot).
+_seed_seconds = None
+# Step indices step() wrote, per output directory: a repeated index is an error.
+_steps_written = {}
 _platform_written = False
 
 
@@ -142,9 +146,20 @@ def seed_everything(seed=None, torch=None):
       ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS``, which bitexact sets
       before the process starts.
 
-    The seed is remembered for :func:`worker_init_fn` in this process and forked children.
+    The seed is remembered for :func:`worker_init_fn` in this process and forked children, and
+    recorded with the time this call took in ``.bitexact-platform.json`` (``seed``,
+    ``seed_everything_seconds``), so the report says which seed a run used.
+
+    **Which seed?** ``seed_everything()`` with no argument uses bitexact's seed
+    (``$BITEXACT_SEED``): ``bitexact run --seed S`` and ``--vary seed`` then reach the script,
+    but the script's own seed (say ``--seed 1337`` in its config) is replaced.
+    ``seed_everything(1337)`` keeps the script's seed and its results as they were, but makes
+    ``--seed`` / ``--vary seed`` inert: the runs are still compared, only the seed no longer
+    varies. Pick the first to test that results do not depend on the seed, the second to keep
+    a reference run's numbers.
     """
-    global _seed
+    global _seed, _seed_seconds
+    t0 = __import__("time").perf_counter()
     if seed is None:
         seed = _env_int("BITEXACT_SEED", 0)
     seed = int(seed) & _MASK64
@@ -169,6 +184,7 @@ def seed_everything(seed=None, torch=None):
                 det.fill_uninitialized_memory = True
         if threads is not None and threads > 0:
             t.set_num_threads(threads)
+    _seed_seconds = __import__("time").perf_counter() - t0
     return seed
 
 
@@ -277,10 +293,29 @@ def dump(name, /, **tensors):
     if not active():
         return None
     path = _resolve(name)
+    tensors = _without_none(name, tensors)
     blob = _safetensors.serialize(tensors)
     _atomic_write(path, blob)
     _ensure_platform()
     return path
+
+
+_none_warned = set()
+
+
+def _without_none(name, tensors):
+    """``tensors`` without its ``None`` values (a parameter with no gradient), each named once
+    in a warning: ``dump("g", **{n: p.grad ...})`` works when some gradients do not exist."""
+    missing = [k for k, v in tensors.items() if v is None]
+    for k in missing:
+        if (name, k) not in _none_warned:
+            _none_warned.add((name, k))
+            import warnings
+
+            warnings.warn(
+                "bitexact: %s: %r is None (no tensor), not written" % (name, k), stacklevel=3
+            )
+    return {k: v for k, v in tensors.items() if v is not None}
 
 
 def _rss_bytes():
@@ -317,10 +352,24 @@ def _cuda_allocated():
 def step(i, /, **tensors):
     """``dump(f"step_{i:04d}", **tensors)`` plus a line in ``$BITEXACT_OUT/.bitexact-memory.jsonl``:
     ``{"step": i, "rss_bytes": ..., "torch_cuda_allocated": bytes or null}`` that bitexact checks
-    for growth step over step. Returns the safetensors path; a no-op outside bitexact."""
+    for growth step over step. Returns the safetensors path; a no-op outside bitexact.
+
+    ``i`` is a **global** step index: each may be written once per run. Writing the same index
+    twice (``for i, batch in enumerate(loader)`` inside an epoch loop) raises ``ValueError``
+    instead of silently overwriting the earlier epoch: number steps across epochs
+    (``step(epoch * len(loader) + i, ...)``, or a counter). ``None`` values are skipped with a
+    warning (see :func:`dump`)."""
     if not active():
         return None
     i = int(i)
+    written = _steps_written.setdefault(os.environ["BITEXACT_OUT"], set())
+    if i in written:
+        raise ValueError(
+            "bitexact.step(%d): step %d was already written (step_%04d.safetensors); step "
+            "indices are global, so number them across epochs, e.g. "
+            "step(epoch * len(loader) + i, ...)" % (i, i, i)
+        )
+    written.add(i)
     path = dump("step_%04d" % i, **tensors)
     line = json.dumps(
         {"step": i, "rss_bytes": _rss_bytes(), "torch_cuda_allocated": _cuda_allocated()},
@@ -353,7 +402,8 @@ def platform_info(probe_cuda=False):
     """The dict written to ``.bitexact-platform.json``.
 
     Keys: ``python``, ``python_implementation``, ``os``, ``machine``, ``numpy``, ``torch``
-    (versions or null), and when torch is imported: ``torch_num_threads``, ``cuda`` (torch's
+    (versions or null), ``seed`` (what :func:`seed_everything` used, or null) and
+    ``seed_everything_seconds``, and when torch is imported: ``torch_num_threads``, ``cuda`` (torch's
     CUDA version), ``cudnn``, ``cuda_available``, ``gpu`` (device 0's name), ``gpu_capability``.
     The GPU is queried only when torch has already initialised CUDA, or when ``probe_cuda`` is
     true (querying it earlier would initialise CUDA in the parent of forked loader workers).
@@ -365,6 +415,8 @@ def platform_info(probe_cuda=False):
         "machine": _platform.machine(),
         "numpy": _version("numpy", "numpy"),
         "torch": _version("torch", "torch"),
+        "seed": _seed,
+        "seed_everything_seconds": None if _seed_seconds is None else round(_seed_seconds, 3),
     }
     torch = sys.modules.get("torch")
     if torch is not None:

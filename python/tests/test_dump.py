@@ -200,3 +200,31 @@ def test_platform_file_written_once_on_first_dump(out):
     assert path.exists()
     names = sorted(os.listdir(str(out)))
     assert names == [".bitexact-platform.json", "a.safetensors", "b.safetensors"]
+
+
+def test_a_repeated_step_index_is_an_error_not_an_overwrite(out):
+    # The README's loop inside an epoch loop: the second epoch's step 0 must not silently
+    # replace the first epoch's.
+    bitexact.step(0, w=np.zeros(2))
+    bitexact.step(1, w=np.zeros(2))
+    with pytest.raises(ValueError, match=r"step 0 was already written.*epoch \* len\(loader\)"):
+        bitexact.step(0, w=np.ones(2))
+    header, _, _, _ = read_by_hand(str(out / "step_0000.safetensors"))
+    assert header["w"]["dtype"] == "F64"
+    assert np.frombuffer(read_by_hand(str(out / "step_0000.safetensors"))[2], "<f8").tolist() == [0, 0]
+
+
+def test_none_values_are_skipped_with_a_warning_naming_them(out):
+    with pytest.warns(UserWarning, match=r"step_0005: 'fc.bias' is None"):
+        p = bitexact.step(5, **{"fc.weight": np.ones(2), "fc.bias": None})
+    header, _, _, _ = read_by_hand(p)
+    assert set(header) - {"__metadata__"} == {"fc.weight"}
+
+
+def test_the_platform_file_records_the_seed_used(out, monkeypatch):
+    monkeypatch.setattr(bitexact, "_platform_written", False)
+    bitexact.seed_everything(1234, torch=False)
+    bitexact.dump("a", x=np.ones(1))
+    info = json.loads((out / ".bitexact-platform.json").read_text())
+    assert info["seed"] == 1234
+    assert isinstance(info["seed_everything_seconds"], float)
