@@ -9,7 +9,7 @@ use bitexact::report::Format;
 use bitexact::run::ignore::Ignore;
 use bitexact::run::{project, Program};
 use bitexact::suite::{self, SuiteConfig};
-use bitexact::vary::{Kind, Variation};
+use bitexact::vary::{Kind, Spec, Variation};
 use bitexact::Case;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -272,13 +272,15 @@ pub fn select(filter: Option<&str>) -> Result<Vec<Box<dyn Case>>> {
 impl ReportArgs {
     /// The validated suite settings these flags describe.
     pub fn config(&self) -> Result<SuiteConfig> {
-        let controls = self.controls.controls()?;
+        let mut controls = self.controls.controls()?;
+        let spec = match &self.vary {
+            Some(v) => Spec::parse(v, Kind::Case).map_err(|e| usage(format!("--vary: {e}")))?,
+            None => Spec::default(),
+        };
+        spec.apply(&mut controls);
         let mut config = SuiteConfig::new(backends(self.backend), controls, runs(self.runs)?);
         let o = &mut config.options;
-        if let Some(v) = &self.vary {
-            o.vary =
-                Variation::parse_list(v, Kind::Case).map_err(|e| usage(format!("--vary: {e}")))?;
-        }
+        o.vary = spec.variations;
         if self.memory_limit.is_some() && !self.isolate {
             return Err(usage(
                 "--memory-limit applies to isolated cases only: add --isolate",
@@ -359,7 +361,7 @@ impl ProgramArgs {
     /// The validated program and suite settings these flags describe; the program must be
     /// startable.
     pub fn config(&self) -> Result<(Program, SuiteConfig)> {
-        let controls = self.controls.controls()?;
+        let mut controls = self.controls.controls()?;
         let project = match (&self.config, self.no_config) {
             (_, true) => None,
             (Some(f), _) => Some(
@@ -374,11 +376,11 @@ impl ProgramArgs {
             }
         };
         let file = project.as_ref().map(|p| p.run.clone()).unwrap_or_default();
-        let vary = match self.vary.as_ref().or(file.vary.as_ref()) {
-            Some(v) => Variation::parse_list(v, Kind::Program)
-                .map_err(|e| usage(format!("--vary: {e}")))?,
-            None => Vec::new(),
+        let spec = match self.vary.as_ref().or(file.vary.as_ref()) {
+            Some(v) => Spec::parse(v, Kind::Program).map_err(|e| usage(format!("--vary: {e}")))?,
+            None => Spec::default(),
         };
+        spec.apply(&mut controls);
         let ignore_outputs: Vec<String> = file.ignore.iter().chain(&self.ignore).cloned().collect();
         let ignore_stdout: Vec<String> = file
             .stdout_ignore
@@ -413,7 +415,7 @@ impl ProgramArgs {
         program.validate().map_err(|e| usage(format!("{e:#}")))?;
         let k = runs(self.runs.or(file.runs).unwrap_or(2))?;
         let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, k);
-        config.options.vary = vary;
+        config.options.vary = spec.variations;
         config.snapshots = self.snapshots.clone();
         Ok((program, config))
     }

@@ -16,6 +16,27 @@ pub struct Controls {
     pub workers: usize,
     /// CPU thread-pool size.
     pub threads: usize,
+    /// The thread counts `--vary threads` gives even and odd runs (default
+    /// [`default_thread_pair`]; `--vary threads=A,B` chooses them).
+    #[serde(default = "default_thread_pair")]
+    pub thread_pair: [usize; 2],
+    /// The worker counts `--vary workers` gives even and odd runs (default 0 and 3;
+    /// `--vary workers=A,B` chooses them).
+    #[serde(default = "default_worker_pair")]
+    pub worker_pair: [usize; 2],
+}
+
+/// The thread counts `--vary threads` compares unless told: 1 against the machine's cores,
+/// at most 4 and at least 2 (a 2-core machine gets 1 vs 2, not an oversubscribed 1 vs 4).
+pub fn default_thread_pair() -> [usize; 2] {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    [1, cores.clamp(2, 4)]
+}
+
+/// The worker counts `--vary workers` compares unless told: 0 (load in the calling thread)
+/// against 3.
+pub fn default_worker_pair() -> [usize; 2] {
+    [0, 3]
 }
 
 impl Default for Controls {
@@ -27,6 +48,8 @@ impl Default for Controls {
             benchmark: false,
             workers: 0,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            thread_pair: default_thread_pair(),
+            worker_pair: default_worker_pair(),
         }
     }
 }

@@ -8,6 +8,11 @@ This module is what a training script calls:
 * :func:`seed_everything` -- seed ``random``, numpy and torch from ``BITEXACT_SEED`` and apply
   the determinism controls (``BITEXACT_DETERMINISTIC``, ``BITEXACT_BENCHMARK``,
   ``BITEXACT_THREADS``);
+* :func:`dataloader_kwargs` -- ``DataLoader(ds, **bitexact.dataloader_kwargs())``: the run's
+  worker count, seeded workers and a seeded shuffling generator in one call;
+* :func:`controls` / :func:`workers` / :func:`threads` -- the run's controls (what
+  ``--vary workers`` and friends change); reading them is recorded, so the report can say which
+  varied controls a script never read;
 * :func:`worker_init_fn` / :func:`worker_seed` / :func:`pool_initializer` -- per-worker seeds
   for ``torch.utils.data.DataLoader`` workers and ``multiprocessing`` pools;
 * :func:`dump` / :func:`step` -- write tensors as safetensors into ``$BITEXACT_OUT`` (written
@@ -24,24 +29,30 @@ import hashlib
 import importlib
 import json
 import os
-import platform as _platform
 import random
 import struct
 import sys
 
-from . import _safetensors
+from . import _controls, _platform_info, _safetensors
+from ._controls import controls, threads, workers
+
+_env_flag = _controls.env_flag
 
 __version__ = "0.1.0"
 
 __all__ = [
     "active",
+    "controls",
+    "dataloader_kwargs",
     "dump",
     "out_dir",
     "pool_initializer",
     "seed_everything",
     "step",
+    "threads",
     "worker_init_fn",
     "worker_seed",
+    "workers",
     "write_platform",
 ]
 
@@ -59,29 +70,6 @@ _platform_written = False
 
 
 # ----------------------------------------------------------------------------- environment
-
-def _env_int(name, default):
-    """Integer value of environment variable ``name``, or ``default`` when unset or empty."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw, 10)
-    except ValueError:
-        raise ValueError("bitexact: %s=%r is not a decimal integer" % (name, raw)) from None
-
-
-def _env_flag(name, default):
-    """Boolean value of environment variable ``name`` (``1``/``0``, also true/false/on/off)."""
-    raw = os.environ.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "on", "yes"):
-        return True
-    if raw in ("0", "false", "off", "no"):
-        return False
-    raise ValueError("bitexact: %s=%r is not 1 or 0" % (name, raw))
-
 
 def active():
     """Whether this process runs under ``bitexact run`` (``BITEXACT_OUT`` is set)."""
@@ -108,7 +96,7 @@ def _base_seed():
     (default 0)."""
     if _seed is not None:
         return _seed
-    return _env_int("BITEXACT_SEED", 0)
+    return _controls.seed()
 
 
 def _seed_libraries(seed, use_torch):
@@ -161,12 +149,14 @@ def seed_everything(seed=None, torch=None):
     global _seed, _seed_seconds
     t0 = __import__("time").perf_counter()
     if seed is None:
-        seed = _env_int("BITEXACT_SEED", 0)
+        seed = _controls.seed()
     seed = int(seed) & _MASK64
     _seed = seed
     deterministic = _env_flag("BITEXACT_DETERMINISTIC", True)
     benchmark = _env_flag("BITEXACT_BENCHMARK", False)
-    threads = _env_int("BITEXACT_THREADS", None)
+    _controls.record("deterministic", deterministic)
+    _controls.record("benchmark", benchmark)
+    n_threads = _controls.threads(None)
     if deterministic and not os.environ.get("CUBLAS_WORKSPACE_CONFIG"):
         # Must be set before cuBLAS creates its first handle.
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
@@ -182,8 +172,8 @@ def seed_everything(seed=None, torch=None):
             det = _import("torch.utils.deterministic")
             if det is not None and hasattr(det, "fill_uninitialized_memory"):
                 det.fill_uninitialized_memory = True
-        if threads is not None and threads > 0:
-            t.set_num_threads(threads)
+        if n_threads is not None:
+            t.set_num_threads(n_threads)
     _seed_seconds = __import__("time").perf_counter() - t0
     return seed
 
@@ -232,6 +222,33 @@ def worker_init_fn(worker_id):
     s = worker_seed(worker_id, salt=salt)
     _seed_libraries(s, torch is not None)
     return s
+
+
+def dataloader_kwargs(num_workers=0, seed=None):
+    """Keyword arguments that make a ``torch.utils.data.DataLoader`` follow the run's controls::
+
+        loader = DataLoader(ds, batch_size=64, shuffle=True, **bitexact.dataloader_kwargs())
+
+    * ``num_workers``: :func:`workers` -- ``$BITEXACT_WORKERS`` under ``bitexact run`` (so
+      ``--vary workers`` really changes it), else the ``num_workers`` given here;
+    * ``worker_init_fn``: :func:`worker_init_fn` (seeds ``random``/numpy/torch per worker);
+    * ``generator``: a ``torch.Generator`` seeded with ``seed`` (default: the seed of
+      :func:`seed_everything`, else ``$BITEXACT_SEED``), which fixes the shuffle order and
+      each epoch's worker base seeds independently of other draws from torch's global RNG.
+
+    Call it once per loader: each call returns a fresh generator.
+    """
+    import torch
+
+    if seed is None:
+        seed = _base_seed()
+    generator = torch.Generator()
+    generator.manual_seed(int(seed) & _MASK64)
+    return {
+        "num_workers": workers(num_workers),
+        "worker_init_fn": worker_init_fn,
+        "generator": generator,
+    }
 
 
 def pool_initializer(seed=None):
@@ -382,60 +399,11 @@ def step(i, /, **tensors):
 
 # ----------------------------------------------------------------------------- platform
 
-def _version(module_name, dist_name):
-    """Version of an imported module, else of its installed distribution, else ``None``
-    (never imports the module: importing torch just to report it would cost seconds)."""
-    mod = sys.modules.get(module_name)
-    if mod is not None and getattr(mod, "__version__", None):
-        return str(mod.__version__)
-    try:
-        from importlib import metadata
-    except ImportError:  # Python 3.7
-        return None
-    try:
-        return metadata.version(dist_name)
-    except Exception:
-        return None
-
-
 def platform_info(probe_cuda=False):
-    """The dict written to ``.bitexact-platform.json``.
-
-    Keys: ``python``, ``python_implementation``, ``os``, ``machine``, ``numpy``, ``torch``
-    (versions or null), ``seed`` (what :func:`seed_everything` used, or null) and
-    ``seed_everything_seconds``, and when torch is imported: ``torch_num_threads``, ``cuda`` (torch's
-    CUDA version), ``cudnn``, ``cuda_available``, ``gpu`` (device 0's name), ``gpu_capability``.
-    The GPU is queried only when torch has already initialised CUDA, or when ``probe_cuda`` is
-    true (querying it earlier would initialise CUDA in the parent of forked loader workers).
-    """
-    info = {
-        "python": _platform.python_version(),
-        "python_implementation": _platform.python_implementation(),
-        "os": _platform.system(),
-        "machine": _platform.machine(),
-        "numpy": _version("numpy", "numpy"),
-        "torch": _version("torch", "torch"),
-        "seed": _seed,
-        "seed_everything_seconds": None if _seed_seconds is None else round(_seed_seconds, 3),
-    }
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        info["torch_num_threads"] = torch.get_num_threads()
-        info["cuda"] = getattr(torch.version, "cuda", None)
-        try:
-            v = torch.backends.cudnn.version()
-        except Exception:
-            v = None
-        info["cudnn"] = v
-        try:
-            if torch.cuda.is_initialized() or probe_cuda:
-                info["cuda_available"] = bool(torch.cuda.is_available())
-                if info["cuda_available"]:
-                    info["gpu"] = torch.cuda.get_device_name(0)
-                    info["gpu_capability"] = list(torch.cuda.get_device_capability(0))
-        except Exception:
-            pass
-    return info
+    """The dict written to ``.bitexact-platform.json``: python, numpy and torch versions, the
+    seed :func:`seed_everything` used and its time, torch's threads and CUDA (see
+    :func:`bitexact._platform_info.info`)."""
+    return _platform_info.info(_seed, _seed_seconds, probe_cuda)
 
 
 def write_platform(probe_cuda=False):

@@ -57,7 +57,10 @@ pub fn explain(a: &Collected, i: usize, b: &Collected, j: usize) -> Vec<TensorDi
             (None, Some(_)) => diff::missing(n, runs, false),
             _ => match (a.loader.raw(n), b.loader.raw(n)) {
                 (Some((pa, text)), Some((pb, _))) => explain_files(n, runs, &pa, &pb, text),
-                _ => explain_loaded(a, b, n, runs),
+                _ => match (a.loader.value(n), b.loader.value(n)) {
+                    (Some(x), Some(y)) => diff::values(n, runs, &x, &y),
+                    _ => explain_loaded(a, b, n, runs),
+                },
             },
         })
         .collect();

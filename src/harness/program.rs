@@ -28,6 +28,14 @@ pub struct ProgramInfo {
     /// What the ignore rules left out or masked in run 0.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignored: Vec<Ignored>,
+    /// The controls the program read through the helper in run 0 (`bitexact.controls()`,
+    /// `workers()`, `dataloader_kwargs()`, `seed_everything()`); `None` when it recorded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controls_read: Option<Vec<String>>,
+    /// Varied controls that reach a program only if it reads them (`workers`, `seed`) and that
+    /// it was not seen to read: their variation may not have changed anything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread_controls: Vec<String>,
     /// The project file the settings came from, if one was used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,

@@ -34,6 +34,11 @@ pub trait Loader: Send {
     fn raw(&self, _name: &str) -> Option<(std::path::PathBuf, bool)> {
         None
     }
+    /// The canonical text of output `name` when it is a value rather than a tensor (a
+    /// non-tensor leaf of a `torch.save` file): such outputs are explained as two values.
+    fn value(&self, _name: &str) -> Option<String> {
+        None
+    }
 }
 
 impl Loader for Outputs {
@@ -59,6 +64,8 @@ pub struct Collected {
     pub platform: Option<serde_json::Value>,
     /// What a program's ignore rules left out of this run.
     pub ignored: Vec<Ignored>,
+    /// The controls a program read through the helper (`None`: it recorded none).
+    pub controls_read: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Collected {
@@ -72,6 +79,7 @@ impl Collected {
             steps: Vec::new(),
             platform: None,
             ignored: Vec::new(),
+            controls_read: None,
         }
     }
 

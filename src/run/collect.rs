@@ -9,6 +9,7 @@ use crate::harness::StepMemory;
 use crate::tensor::Tensor;
 use crate::tensor_files::{self, natural_cmp};
 use anyhow::{anyhow, Result};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 /// The output name standard output is compared under (`--stdout`); no file can have it.
@@ -34,6 +35,9 @@ pub struct RunOutputs {
     pub platform: Option<serde_json::Value>,
     /// `.bitexact-memory.jsonl`, in step order.
     pub steps: Vec<StepMemory>,
+    /// The controls the program read through the helper (`.bitexact-controls.jsonl`), or
+    /// `None` when it recorded none (it does not use the helper's control readers).
+    pub controls_read: Option<BTreeSet<String>>,
 }
 
 /// Collects the outputs under `out` (and `stdout`, when compared). A malformed tensor file is
@@ -58,6 +62,7 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
     }
     let mut platform = None;
     let mut steps = Vec::new();
+    let mut controls_read = None;
     for f in metadata {
         let read = || -> Result<String> {
             let bytes = crate::atomic::read_regular(&f.path, METADATA_MAX_BYTES)?;
@@ -68,6 +73,8 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
             platform = Some(
                 serde_json::from_str(&text).map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
             );
+        } else if f.name == CONTROLS_FILE {
+            controls_read = Some(read_controls(&read()?));
         } else if f.name == ".bitexact-memory.jsonl" {
             for (i, line) in read()?.lines().enumerate() {
                 if line.trim().is_empty() {
@@ -84,7 +91,21 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
         digests,
         platform,
         steps,
+        controls_read,
     })
+}
+
+/// Where the helper records each control it read, one JSON object a line:
+/// `{"control": "workers", "value": 3, "pid": 1234}`.
+pub const CONTROLS_FILE: &str = ".bitexact-controls.jsonl";
+
+/// The control names in a [`CONTROLS_FILE`]; lines that are not such an object are skipped
+/// (a line cut short by a killed writer must not hide the others).
+fn read_controls(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("control")?.as_str().map(str::to_string))
+        .collect()
 }
 
 /// The file that holds output `name` (`path` or `path:key`).
@@ -98,6 +119,21 @@ fn file_of<'a>(
                 .strip_prefix(f.name.as_str())
                 .is_some_and(|k| k.starts_with(':'))
     })
+}
+
+/// The canonical text of output `name` of the run that wrote into `out`, when it is a value
+/// of a `torch.save` file (`None` for tensors and every other output).
+pub fn load_value(out: &Path, name: &str) -> Result<Option<String>> {
+    if name == STDOUT_NAME {
+        return Ok(None);
+    }
+    let files = tensor_files::scan(out)?;
+    match file_of(&files, name) {
+        Some(f) if f.kind == tensor_files::FileKind::Torch && f.len <= EXPLAIN_MAX_BYTES => {
+            tensor_files::load_value(f, name)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Loads output `name` of the run that wrote into `out` (and `stdout`), unless its file is too

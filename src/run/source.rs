@@ -12,7 +12,7 @@ use crate::harness::{
 };
 use crate::tensor::Tensor;
 use crate::trace::Divergence;
-use crate::vary::RunSettings;
+use crate::vary::{RunSettings, Variation};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -133,6 +133,10 @@ impl Loader for RunFiles {
         let plain = crate::tensor_files::FileKind::of(name) == crate::tensor_files::FileKind::Raw;
         let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
         (plain && regular).then_some((path, false))
+    }
+
+    fn value(&self, name: &str) -> Option<String> {
+        collect::load_value(&self.out, name).ok().flatten()
     }
 }
 
@@ -266,6 +270,7 @@ impl RunSource for ProgramSource<'_> {
                 steps: c.steps,
                 platform: c.platform,
                 ignored: by_glob,
+                controls_read: c.controls_read,
             })
         });
         Started {
@@ -300,8 +305,50 @@ impl RunSource for ProgramSource<'_> {
         }
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();
+        let read = first.and_then(|c| c.controls_read.as_ref());
+        info.controls_read = read.map(|r| r.iter().cloned().collect());
+        let (unread, note) = unread_controls(&report.variations, read);
+        info.unread_controls = unread;
+        report.notes.extend(note);
         report.program = Some(info);
     }
+}
+
+/// The varied controls that reach a program only when it reads them (through the helper or
+/// its variable), that the program was not seen to read in run 0, and a note saying so.
+/// Other variations act through the environment whatever the program does (`threads`:
+/// `OMP_NUM_THREADS` and friends; `poison`: `MALLOC_PERTURB_`; `hashseed`: `PYTHONHASHSEED`).
+fn unread_controls(
+    varied: &[Variation],
+    read: Option<&std::collections::BTreeSet<String>>,
+) -> (Vec<String>, Option<String>) {
+    let only_if_read: Vec<(&str, &str)> = varied
+        .iter()
+        .filter_map(|v| match v {
+            Variation::Workers => Some(("workers", "BITEXACT_WORKERS")),
+            Variation::Seed => Some(("seed", "BITEXACT_SEED")),
+            _ => None,
+        })
+        .filter(|(name, _)| read.is_none_or(|r| !r.contains(*name)))
+        .collect();
+    if only_if_read.is_empty() {
+        return (Vec::new(), None);
+    }
+    let names: Vec<String> = only_if_read.iter().map(|(n, _)| n.to_string()).collect();
+    let vars: Vec<&str> = only_if_read.iter().map(|(_, v)| *v).collect();
+    let how = "read them with the helper: DataLoader(..., **bitexact.dataloader_kwargs()),                bitexact.workers(), seed_everything() without a seed";
+    let note = match read {
+        Some(_) => format!(
+            "varied but never read by the program: {} (it used the helper, but not for these;              a hard-coded value is not varied, so these runs did not test it; {how})",
+            names.join(", ")
+        ),
+        None => format!(
+            "varied {} reach the program only through {}, and it recorded no controls read              (it does not use the helper's readers): bitexact cannot tell whether they              changed anything; {how}",
+            names.join(", "),
+            vars.join(", ")
+        ),
+    };
+    (names, Some(note))
 }
 
 /// What a run that wrote nothing is told.
@@ -355,6 +402,8 @@ fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>)
         step_memory: first.map(|c| c.steps.clone()).unwrap_or_default(),
         platform: first.and_then(|c| c.platform.clone()),
         ignored: first.map(|c| c.ignored.clone()).unwrap_or_default(),
+        controls_read: None,
+        unread_controls: Vec::new(),
         config: program.config.as_ref().map(|p| p.display().to_string()),
         harness_peak_rss_bytes: None,
     }

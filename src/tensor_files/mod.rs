@@ -27,8 +27,10 @@
 mod natural;
 mod npy;
 mod npz;
+mod pickle;
 mod scan;
 mod st;
+mod torch;
 
 pub use natural::natural_cmp;
 
@@ -53,6 +55,8 @@ pub enum FileKind {
     Npy,
     /// `*.npz`: one tensor per entry.
     Npz,
+    /// `*.pt`, `*.pth` (`torch.save`): one tensor or value per leaf of the saved object.
+    Torch,
     /// Anything else: the bytes as one `u8` tensor of shape `[len]`.
     Raw,
 }
@@ -66,6 +70,8 @@ impl FileKind {
             FileKind::Npy
         } else if name.ends_with(".npz") {
             FileKind::Npz
+        } else if name.ends_with(".pt") || name.ends_with(".pth") {
+            FileKind::Torch
         } else {
             FileKind::Raw
         }
@@ -203,23 +209,39 @@ pub fn digest_dir(dir: &Path) -> Result<Vec<(String, Digest)>> {
 /// Loads the tensor called `name` (a name [`digest_file`] returned for `file`) into memory,
 /// in canonical form, e.g. to explain how it differs between two runs.
 pub fn load(file: &OutputFile, name: &str) -> Result<Tensor> {
-    let key = if name == file.name {
-        None
-    } else {
-        match name
-            .strip_prefix(&file.name)
-            .and_then(|k| k.strip_prefix(':'))
-        {
-            Some(k) => Some(k.to_string()),
-            None => bail!("{name:?} is not a tensor of {}", file.name),
-        }
-    };
-    load_bytes(file, &map(file)?, key)
+    load_bytes(file, &map(file)?, key_of(file, name)?)
         .and_then(|v| {
             let v = v.ok_or_else(|| anyhow!("no tensor {name:?} in it"))?;
             Tensor::from_bytes(v.dtype, &v.shape, v.data.into_owned())
         })
         .map_err(|e| anyhow!("{}: {e:#}", file.name))
+}
+
+/// The canonical text of output `name` of `file` when it is a value of a `torch.save` file
+/// (`ckpt.pt:config.out_dir` -> `'out/run'`), `None` when it is a tensor.
+pub fn load_value(file: &OutputFile, name: &str) -> Result<Option<String>> {
+    if file.kind != FileKind::Torch {
+        return Ok(None);
+    }
+    let v = load_bytes(file, &map(file)?, key_of(file, name)?)
+        .map_err(|e| anyhow!("{}: {e:#}", file.name))?
+        .ok_or_else(|| anyhow!("{}: no output {name:?} in it", file.name))?;
+    Ok(v.text
+        .then(|| String::from_utf8_lossy(&v.data).into_owned()))
+}
+
+/// The key of output `name` inside `file` (`None`: the whole file).
+fn key_of(file: &OutputFile, name: &str) -> Result<Option<String>> {
+    if name == file.name {
+        return Ok(None);
+    }
+    match name
+        .strip_prefix(&file.name)
+        .and_then(|k| k.strip_prefix(':'))
+    {
+        Some(k) => Ok(Some(k.to_string())),
+        None => bail!("{name:?} is not a tensor of {}", file.name),
+    }
 }
 
 /// The tensor under `key` in `file` whose content is `bytes`, if there is one.
@@ -238,6 +260,8 @@ pub(crate) struct View<'a> {
     dtype: DType,
     shape: Vec<usize>,
     data: Cow<'a, [u8]>,
+    /// A value's canonical text (torch.save files), compared as `u8` and explained as text.
+    text: bool,
 }
 
 impl<'a> View<'a> {
@@ -254,7 +278,22 @@ impl<'a> View<'a> {
                 bail!("bool tensor holds the byte {b} (only 0 and 1 are bools)");
             }
         }
-        Ok(View { dtype, shape, data })
+        Ok(View {
+            dtype,
+            shape,
+            data,
+            text: false,
+        })
+    }
+
+    /// A value's canonical text, as one `u8` tensor.
+    pub(crate) fn text(text: String) -> View<'static> {
+        View {
+            dtype: DType::U8,
+            shape: vec![text.len()],
+            data: Cow::Owned(text.into_bytes()),
+            text: true,
+        }
     }
 
     /// The bytes as one `u8` tensor of shape `[len]`.
@@ -263,6 +302,7 @@ impl<'a> View<'a> {
             dtype: DType::U8,
             shape: vec![data.len()],
             data: Cow::Borrowed(data),
+            text: false,
         }
     }
 
@@ -272,6 +312,7 @@ impl<'a> View<'a> {
             dtype: self.dtype,
             shape: self.shape,
             data: Cow::Owned(self.data.into_owned()),
+            text: self.text,
         }
     }
 }
@@ -383,6 +424,7 @@ fn read<'a>(file: &OutputFile, bytes: &'a [u8], sink: &mut dyn Sink<'a>) -> Resu
     match file.kind {
         FileKind::Safetensors => st::read(bytes, sink),
         FileKind::Npz => npz::read(bytes, sink),
+        FileKind::Torch => torch::read(bytes, sink),
         FileKind::Npy => sink.take(None, npy::parse(bytes)?),
         FileKind::Raw => sink.take(None, View::raw(bytes)),
     }

@@ -9,8 +9,8 @@
 //!
 //! | variation | even runs | odd runs | catches |
 //! |---|---|---|---|
-//! | `threads` | 1 CPU thread | 4 CPU threads | work splits that follow the thread count |
-//! | `workers` | 0 loader workers | 3 loader workers | loaders whose output depends on worker count |
+//! | `threads` | 1 CPU thread | 2–4 CPU threads (the machine's cores; `threads=A,B` chooses) | work splits that follow the thread count |
+//! | `workers` | 0 loader workers | 3 loader workers (`workers=A,B` chooses) | loaders whose output depends on worker count |
 //! | `poison`  | scratch / fresh heap filled with `0xFF` | filled with `0x5A` | reads of uninitialised memory |
 //! | `process` | every run in a fresh child process | (same) | process-global state such as `HashMap` order |
 //! | `order`   | — | — | the suite runs again in reverse order; a case whose result changes depends on what ran before it |
@@ -19,18 +19,20 @@
 //! | `seed` | the base seed | base seed + run index | outputs that depend on the seed where they must not (dropout left on in eval); applied only to cases that declare [`crate::case::Case::seed_independent`], and to programs only when named (not part of `all`: a program cannot declare seed independence) |
 
 use crate::controls::Controls;
-use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+mod parse;
+pub use parse::Spec;
 
 /// One condition that can be varied between runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Variation {
-    /// CPU thread count: 1 vs 4.
+    /// CPU thread count: [`Controls::thread_pair`].
     Threads,
-    /// Data-loader worker count: 0 vs 3.
+    /// Data-loader worker count: [`Controls::worker_pair`].
     Workers,
     /// Fresh scratch buffers (programs: fresh heap memory) filled with different bytes per run.
     Poison,
@@ -77,7 +79,7 @@ pub const TABLE: &[Info] = &[
     Info {
         variation: Variation::Threads,
         name: "threads",
-        changes: "CPU threads 1 vs 4",
+        changes: "CPU threads 1 vs the cores (2 to 4); threads=A,B picks the counts",
         catches: "reductions split by thread count",
         cases: true,
         programs: true,
@@ -85,7 +87,7 @@ pub const TABLE: &[Info] = &[
     Info {
         variation: Variation::Workers,
         name: "workers",
-        changes: "data-loader workers 0 vs 3",
+        changes: "data-loader workers 0 vs 3; workers=A,B picks the counts",
         catches: "loaders whose output depends on the worker count",
         cases: true,
         programs: true,
@@ -197,44 +199,6 @@ impl Variation {
         }
         s
     }
-
-    /// Parses `all` or a comma-separated list for `kind`. An unknown or empty name, or one that
-    /// does not apply to `kind`, is an error naming it.
-    pub fn parse_list(s: &str, kind: Kind) -> Result<Vec<Variation>> {
-        let mut out = Vec::new();
-        for part in s.split(',').map(str::trim) {
-            if part.is_empty() {
-                bail!(
-                    "empty variation name in {s:?}; expected all or a list of {}",
-                    Variation::names(kind)
-                );
-            }
-            if part == "all" {
-                // A program cannot declare seed independence: `seed` only when named.
-                let in_all = |v: &Variation| !(kind == Kind::Program && *v == Variation::Seed);
-                out.extend(Variation::all().filter(|v| v.applies_to(kind) && in_all(v)));
-                continue;
-            }
-            match TABLE.iter().find(|i| i.name == part) {
-                Some(i) if i.variation.applies_to(kind) => out.push(i.variation),
-                Some(_) => bail!(
-                    "variation {part:?} does not apply to {}; expected all or a list of {}",
-                    match kind {
-                        Kind::Case => "built-in cases",
-                        Kind::Program => "programs (bitexact run)",
-                    },
-                    Variation::names(kind)
-                ),
-                None => bail!(
-                    "unknown variation {part:?}; expected all or a list of {}",
-                    Variation::names(kind)
-                ),
-            }
-        }
-        out.sort();
-        out.dedup();
-        Ok(out)
-    }
 }
 
 impl fmt::Display for Variation {
@@ -287,8 +251,8 @@ impl RunSettings {
         };
         for v in vary {
             match v {
-                Variation::Threads => s.controls.threads = if odd { 4 } else { 1 },
-                Variation::Workers => s.controls.workers = if odd { 3 } else { 0 },
+                Variation::Threads => s.controls.threads = base.thread_pair[odd as usize],
+                Variation::Workers => s.controls.workers = base.worker_pair[odd as usize],
                 Variation::Poison => s.knobs.poison = Some(if odd { 0x5A } else { 0xFF }),
                 Variation::Process => s.fresh_process = true,
                 Variation::Batch => s.knobs.batch_split = odd.then_some(BATCH_SPLIT),
@@ -366,37 +330,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_lists_and_rejects_unknown_names() {
-        assert_eq!(
-            Variation::parse_list("all", Kind::Case).unwrap(),
-            Variation::all()
-                .filter(|v| v.applies_to(Kind::Case))
-                .collect::<Vec<_>>()
-        );
-        for bad in ["", "threads,", ",", "hashseed"] {
-            assert!(Variation::parse_list(bad, Kind::Case).is_err(), "{bad:?}");
-        }
-        assert_eq!(
-            Variation::parse_list("all", Kind::Program).unwrap(),
-            vec![
-                Variation::Threads,
-                Variation::Workers,
-                Variation::Poison,
-                Variation::Hashseed
-            ]
-        );
-        assert!(Variation::help(Kind::Case).contains("batch: rows"));
-        assert_eq!(
-            Variation::parse_list("poison, threads,poison", Kind::Case).unwrap(),
-            vec![Variation::Threads, Variation::Poison]
-        );
-        assert!(Variation::parse_list("threads,colour", Kind::Case)
-            .unwrap_err()
-            .to_string()
-            .contains("\"colour\""));
-    }
-
-    #[test]
     fn runs_alternate_settings() {
         let base = Controls::default();
         let all: Vec<Variation> = Variation::all().collect();
@@ -404,8 +337,15 @@ mod tests {
             RunSettings::for_run(&base, &all, 0, false),
             RunSettings::for_run(&base, &all, 1, false),
         );
-        assert_eq!((a.controls.threads, b.controls.threads), (1, 4));
+        assert_eq!(
+            [a.controls.threads, b.controls.threads],
+            crate::controls::default_thread_pair()
+        );
         assert_eq!((a.controls.workers, b.controls.workers), (0, 3));
+        let mut chosen = base.clone();
+        chosen.thread_pair = [3, 5];
+        let odd = RunSettings::for_run(&chosen, &[Variation::Threads], 1, false);
+        assert_eq!(odd.controls.threads, 5);
         assert_ne!(a.knobs.poison, b.knobs.poison);
         assert_eq!(
             (a.knobs.batch_split, b.knobs.batch_split),
