@@ -59,7 +59,7 @@ pub enum Command {
         b: PathBuf,
     },
     /// Run any program K times and compare the tensor files it writes into $BITEXACT_OUT
-    /// (safetensors, npy, npz; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.
+    /// (safetensors, npy, npz, torch.save .pt/.pth; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.
     Run(ProgramArgs),
     /// Internal: serve a parent's request in a child process (see `bitexact::isolate`).
     #[command(name = "__child", hide = true)]

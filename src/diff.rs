@@ -252,7 +252,13 @@ pub fn values(name: &str, runs: [usize; 2], a: &str, b: &str) -> TensorDiff {
         format!("{}… ({} bytes)", &s[..n], s.len())
     };
     d.first_values = [cut(a), cut(b)];
-    d.note = Some(format!("{} vs {} (run {} vs run {})", cut(a), cut(b), runs[0], runs[1]));
+    d.note = Some(format!(
+        "{} vs {} (run {} vs run {})",
+        cut(a),
+        cut(b),
+        runs[0],
+        runs[1]
+    ));
     d
 }
 

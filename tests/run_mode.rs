@@ -5,33 +5,9 @@
 //! `ci/python.sh`), or `python3`. Without one those tests say `SKIPPED` and why.
 
 mod common;
-use common::{bitexact, json, stdout};
-use std::path::{Path, PathBuf};
+use common::{bitexact, json, python_with, stdout};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// A Python interpreter that can import every module in `modules`.
-fn python_with(modules: &[&str]) -> Option<String> {
-    let mut candidates: Vec<String> = Vec::new();
-    candidates.extend(std::env::var("BITEXACT_PYTHON").ok());
-    if let Some(home) = std::env::var_os("HOME") {
-        let f = PathBuf::from(home).join(".cache/bitexact/python-path");
-        if let Ok(p) = std::fs::read_to_string(f) {
-            candidates.push(p.trim().to_string());
-        }
-    }
-    candidates.push("python3".into());
-    let probe = modules
-        .iter()
-        .map(|m| format!("import {m}"))
-        .collect::<Vec<_>>()
-        .join("; ");
-    candidates.into_iter().find(|py| {
-        std::process::Command::new(py)
-            .args(["-c", &probe])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-}
 
 /// Live processes whose command line contains `marker`.
 fn processes_named(marker: &str) -> usize {

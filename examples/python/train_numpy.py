@@ -147,7 +147,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     seed = bitexact.seed_everything(torch=False)  # numpy only: skip importing torch
-    workers = int(os.environ.get("BITEXACT_WORKERS") or 2)
+    workers = bitexact.workers(2)  # $BITEXACT_WORKERS under bitexact run (recorded as read)
     params = init_params(seed, args.planted)  # first: its np.empty gets fresh pages
     x, y = make_data(seed, args.planted)
 

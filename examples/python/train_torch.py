@@ -173,7 +173,7 @@ def main(argv=None):
         ap.error("--resume-at must be between 1 and --steps - 1")
     if args.planted == "resume-forgets-rng" and args.resume_at is None:
         ap.error("--planted resume-forgets-rng needs --resume-at K")
-    workers = int(os.environ.get("BITEXACT_WORKERS") or 2)
+    workers = bitexact.workers(2)  # $BITEXACT_WORKERS under bitexact run (recorded as read)
     run_index = os.environ.get("BITEXACT_RUN")
     resume = args.resume_at is not None and (
         args.resume_runs == "all" or run_index is None or int(run_index) % 2 == 1)

@@ -24,6 +24,7 @@ def clean_env(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setattr(bitexact, "_seed", None)
     monkeypatch.setattr(bitexact, "_platform_written", False)
+    monkeypatch.setattr(bitexact._controls, "_recorded", set())
     yield
 
 

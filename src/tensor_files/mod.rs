@@ -1,11 +1,13 @@
 //! Tensor files a program wrote into its output directory (`$BITEXACT_OUT` in run mode):
-//! `*.safetensors`, `*.npy` and `*.npz` are parsed into tensors, any other file is one raw
+//! `*.safetensors`, `*.npy`, `*.npz` and `torch.save`'s `*.pt` / `*.pth` (read without
+//! executing pickle: see `torch.rs`) are parsed into tensors, any other file is one raw
 //! `u8` tensor of shape `[len]`. Files whose name starts with [`METADATA_PREFIX`] are the
 //! Python helper's metadata, never outputs ([`metadata_files`] lists them).
 //!
 //! * **Names**: the path relative to the directory with `/` separators, plus `:key` for each
 //!   tensor of a safetensors file or entry of an npz (`step_3.safetensors:fc1.weight`,
-//!   `stats.npz:mean`, the `.npy` suffix of npz keys dropped as numpy does); an `.npy` or raw
+//!   `stats.npz:mean`, the `.npy` suffix of npz keys dropped as numpy does; the path inside
+//!   a `torch.save` object, `ckpt.pt:model.fc1.weight`); an `.npy` or raw
 //!   file is its path alone. Everything is ordered by [`natural_cmp`] (`step_2` < `step_10`).
 //! * **Digests** are the canonical [`crate::digest::digest_parts`] of each tensor, so the same values
 //!   digest the same whether numpy, safetensors or a Rust [`Tensor`] produced them.

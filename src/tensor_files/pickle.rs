@@ -15,46 +15,8 @@ use anyhow::{anyhow, bail, Result};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-/// Index of a node in [`Graph::nodes`].
-pub(crate) type Id = usize;
-
-/// One value of the object graph.
-#[derive(Debug)]
-pub(crate) enum Node<'a> {
-    None,
-    Bool(bool),
-    Int(i64),
-    /// An integer too large for `i64`: little-endian two's complement bytes.
-    BigInt(&'a [u8]),
-    Float(f64),
-    Str(Cow<'a, str>),
-    Bytes(Cow<'a, [u8]>),
-    List(Vec<Id>),
-    Tuple(Vec<Id>),
-    Dict(Vec<(Id, Id)>),
-    Set(Vec<Id>),
-    /// `module.name` (a class or function, never imported).
-    Global(String, String),
-    /// `callee(*args)`, with the state `BUILD` gave it and the items and elements pickle's
-    /// `SETITEM(S)` / `APPEND(S)` added (e.g. an `OrderedDict`).
-    Call {
-        callee: Id,
-        args: Id,
-        state: Option<Id>,
-        items: Vec<(Id, Id)>,
-        elements: Vec<Id>,
-    },
-    /// A persistent id (`BINPERSID`): how torch refers to a tensor storage.
-    Persistent(Id),
-}
-
-/// The nodes one pickle made, and the root it returned.
-pub(crate) struct Graph<'a> {
-    /// Every node; ids index it.
-    pub nodes: Vec<Node<'a>>,
-    /// What `STOP` returned.
-    pub root: Id,
-}
+mod node;
+pub(crate) use node::{kind, Graph, Id, Node};
 
 /// Reads one pickle from the start of `data`: its graph and how many bytes it took.
 pub(crate) fn load(data: &[u8]) -> Result<(Graph<'_>, usize)> {
@@ -190,7 +152,9 @@ impl<'a> Machine<'a> {
     fn run(&mut self) -> Result<Id> {
         loop {
             let at = self.at;
-            let op = self.take(1).map_err(|_| anyhow!("pickle: ends without STOP"))?[0];
+            let op = self
+                .take(1)
+                .map_err(|_| anyhow!("pickle: ends without STOP"))?[0];
             match op {
                 b'.' => return self.pop(),
                 0x80 => {
@@ -442,72 +406,5 @@ fn small_int(b: &[u8]) -> Option<i64> {
     Some(i64::from_le_bytes(buf))
 }
 
-/// The kind of a node, for error messages.
-pub(crate) fn kind(n: &Node) -> &'static str {
-    match n {
-        Node::None => "None",
-        Node::Bool(_) => "bool",
-        Node::Int(_) | Node::BigInt(_) => "int",
-        Node::Float(_) => "float",
-        Node::Str(_) => "str",
-        Node::Bytes(_) => "bytes",
-        Node::List(_) => "list",
-        Node::Tuple(_) => "tuple",
-        Node::Dict(_) => "dict",
-        Node::Set(_) => "set",
-        Node::Global(..) => "global",
-        Node::Call { .. } => "object",
-        Node::Persistent(_) => "persistent id",
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_containers_memo_and_calls() {
-        // pickle.dumps({"a": [1, 2.5, None], "b": ("x", True)}, protocol=2) by hand:
-        let mut p = vec![0x80, 2, b'}', b'q', 0, b'(', 0x8c, 1, b'a', b']', b'q', 1];
-        p.extend([b'(', b'K', 1, b'G']);
-        p.extend(2.5f64.to_be_bytes());
-        p.extend([b'N', b'e', 0x8c, 1, b'b', 0x8c, 1, b'x', 0x88, 0x86, b'u']);
-        // and a second reference to the list, through the memo: d["c"] = d["a"]
-        p.extend([0x8c, 1, b'c', b'h', 1, b's', b'.']);
-        let (g, used) = load(&p).unwrap();
-        assert_eq!(used, p.len());
-        let Node::Dict(items) = &g.nodes[g.root] else {
-            panic!("{:?}", g.nodes[g.root])
-        };
-        assert_eq!(items.len(), 3);
-        assert_eq!(items[0].1, items[2].1, "memo GET gives the same node");
-        let Node::List(l) = &g.nodes[items[0].1] else {
-            panic!()
-        };
-        assert!(matches!(g.nodes[l[1]], Node::Float(f) if f == 2.5));
-    }
-
-    #[test]
-    fn integers_of_every_width() {
-        assert_eq!(small_int(&[0xff]), Some(-1));
-        assert_eq!(small_int(&[0x00, 0x01]), Some(256));
-        assert_eq!(small_int(&[]), Some(0));
-        assert_eq!(small_int(&[0; 9]), None);
-    }
-
-    #[test]
-    fn malformed_input_is_an_error() {
-        for bad in [
-            &b""[..],
-            b"\x80\x02",
-            b"\x80\x09.",
-            b"X\xff\xff\xff\xff",
-            b"h\x05.",
-            b"e.",
-            b"]\x8c\x01aNs.",
-            b"\xff",
-        ] {
-            assert!(load(bad).is_err(), "{bad:?}");
-        }
-    }
-}
+mod tests;

@@ -61,6 +61,7 @@ pub(crate) fn read<'a>(bytes: &'a [u8], sink: &mut dyn Sink<'a>) -> Result<()> {
         leaves: 0,
         path: Vec::new(),
         names: HashMap::new(),
+        memo: std::cell::RefCell::new(vec![0; graph.nodes.len()]),
         sink,
     };
     walk.visit(graph.root, &mut Vec::new())
@@ -113,7 +114,11 @@ fn zip_format(bytes: &[u8]) -> Result<(Graph<'_>, Storages<'_>, bool)> {
 
 /// An entry's bytes: borrowed when stored (torch writes storages uncompressed and aligned),
 /// inflated when compressed (growth follows the data, checked against the declared size).
-fn entry<'a>(zip: &mut ZipArchive<Cursor<&'a [u8]>>, bytes: &'a [u8], name: &str) -> Result<Cow<'a, [u8]>> {
+fn entry<'a>(
+    zip: &mut ZipArchive<Cursor<&'a [u8]>>,
+    bytes: &'a [u8],
+    name: &str,
+) -> Result<Cow<'a, [u8]>> {
     let e = zip
         .by_name(name)
         .map_err(|e| anyhow!("entry {name:?}: {e}"))?;
@@ -170,7 +175,10 @@ fn owned_graph(bytes: &[u8]) -> Result<Graph<'static>> {
             Node::Persistent(p) => Node::Persistent(p),
         })
         .collect();
-    Ok(Graph { nodes, root: g.root })
+    Ok(Graph {
+        nodes,
+        root: g.root,
+    })
 }
 
 /// The pickle and storages of the legacy format.
@@ -225,7 +233,9 @@ fn legacy_format(bytes: &[u8]) -> Result<(Graph<'_>, Storages<'_>, bool)> {
             .checked_mul(es as u64)
             .and_then(|l| usize::try_from(l).ok())
             .filter(|&l| l <= bytes.len() - at)
-            .ok_or_else(|| anyhow!("legacy storage {key:?}: {count} elements run past the end of the file"))?;
+            .ok_or_else(|| {
+                anyhow!("legacy storage {key:?}: {count} elements run past the end of the file")
+            })?;
         storages.insert(key.to_string(), Cow::Borrowed(&bytes[at..at + len]));
         at += len;
     }
@@ -295,7 +305,13 @@ struct Walk<'g, 'a, 's> {
     leaves: usize,
     path: Vec<String>,
     names: HashMap<String, usize>,
+    /// Which nodes are values (see `walk::is_value`).
+    memo: std::cell::RefCell<Vec<u8>>,
     sink: &'s mut dyn Sink<'a>,
 }
 
+mod text;
 mod walk;
+
+#[cfg(test)]
+mod tests;

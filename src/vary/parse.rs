@@ -165,7 +165,10 @@ mod tests {
         let mut c = Controls::default();
         s.apply(&mut c);
         assert_eq!((c.thread_pair, c.worker_pair), ([1, 2], [2, 0]));
-        assert_eq!(Spec::parse("threads", Kind::Case).unwrap().thread_pair, None);
+        assert_eq!(
+            Spec::parse("threads", Kind::Case).unwrap().thread_pair,
+            None
+        );
         for (bad, says) in [
             ("threads=1", "give two counts"),
             ("threads=0,2", "at least 1"),

@@ -23,3 +23,29 @@ pub fn stdout(o: &Output) -> String {
 pub fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
 }
+
+use std::path::PathBuf;
+
+/// A Python interpreter that can import every module in `modules`.
+pub fn python_with(modules: &[&str]) -> Option<String> {
+    let mut candidates: Vec<String> = Vec::new();
+    candidates.extend(std::env::var("BITEXACT_PYTHON").ok());
+    if let Some(home) = std::env::var_os("HOME") {
+        let f = PathBuf::from(home).join(".cache/bitexact/python-path");
+        if let Ok(p) = std::fs::read_to_string(f) {
+            candidates.push(p.trim().to_string());
+        }
+    }
+    candidates.push("python3".into());
+    let probe = modules
+        .iter()
+        .map(|m| format!("import {m}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    candidates.into_iter().find(|py| {
+        std::process::Command::new(py)
+            .args(["-c", &probe])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}

@@ -1,12 +1,14 @@
 //! The walk over a `torch.save` object graph: which nodes are tensors, containers to descend
 //! into, or values, and the canonical text of a value (see the parent module's docs).
 
+use super::text::text;
 use super::{storage_of, Walk, MAX_DEPTH, MAX_LEAVES};
 use crate::tensor::DType;
 use crate::tensor_files::pickle::{Graph, Id, Node};
 use crate::tensor_files::View;
 use anyhow::{anyhow, bail, Result};
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 /// What a node is to the walk.
 enum Shape<'n> {
@@ -37,7 +39,13 @@ fn tuple<'n>(g: &'n Graph, id: Id) -> &'n [Id] {
 }
 
 /// What `callee(*args)` is, for the few callees torch files use; `None`: an opaque object.
-fn call_shape<'n>(g: &'n Graph, callee: Id, args: Id, depth: usize) -> Result<Option<Shape<'n>>> {
+fn call_shape<'n>(
+    g: &'n Graph,
+    callee: Id,
+    args: Id,
+    depth: usize,
+    memo: &RefCell<Vec<u8>>,
+) -> Result<Option<Shape<'n>>> {
     if depth > MAX_DEPTH {
         bail!("calls nested deeper than {MAX_DEPTH} levels");
     }
@@ -49,12 +57,12 @@ fn call_shape<'n>(g: &'n Graph, callee: Id, args: Id, depth: usize) -> Result<Op
         Some(("torch._utils", "_rebuild_tensor_v3")) => Some(Shape::Tensor(a, true)),
         Some(("torch._utils", "_rebuild_parameter" | "_rebuild_parameter_with_state")) => {
             match a.first() {
-                Some(&data) => Some(shape(g, data, depth + 1)?),
+                Some(&data) => Some(shape(g, data, depth + 1, memo)?),
                 None => None,
             }
         }
         Some(("torch._tensor", "_rebuild_from_type_v2")) => match a {
-            [func, _, inner, ..] => call_shape(g, *func, *inner, depth + 1)?,
+            [func, _, inner, ..] => call_shape(g, *func, *inner, depth + 1, memo)?,
             _ => None,
         },
         Some(("builtins" | "__builtin__", "set" | "frozenset" | "list" | "tuple"))
@@ -67,7 +75,7 @@ fn call_shape<'n>(g: &'n Graph, callee: Id, args: Id, depth: usize) -> Result<Op
 }
 
 /// What node `id` is to the walk.
-fn shape<'n>(g: &'n Graph, id: Id, depth: usize) -> Result<Shape<'n>> {
+fn shape<'n>(g: &'n Graph, id: Id, depth: usize, memo: &RefCell<Vec<u8>>) -> Result<Shape<'n>> {
     Ok(match &g.nodes[id] {
         Node::Dict(items) => Shape::Map(items.iter().map(|&(k, v)| (key(g, k), v)).collect()),
         Node::List(v) | Node::Tuple(v) | Node::Set(v) => Shape::Seq(v),
@@ -78,7 +86,7 @@ fn shape<'n>(g: &'n Graph, id: Id, depth: usize) -> Result<Shape<'n>> {
             items,
             elements,
         } => {
-            if let Some(s) = call_shape(g, *callee, *args, depth)? {
+            if let Some(s) = call_shape(g, *callee, *args, depth, memo)? {
                 return Ok(s);
             }
             let ordered_dict = global(g, *callee) == Some(("collections", "OrderedDict"));
@@ -92,7 +100,7 @@ fn shape<'n>(g: &'n Graph, id: Id, depth: usize) -> Result<Shape<'n>> {
                 let all = items.iter().chain(attrs);
                 return Ok(Shape::Map(all.map(|&(k, v)| (key(g, k), v)).collect()));
             }
-            if is_value(g, id, depth) {
+            if is_value(g, id, depth, memo) {
                 return Ok(Shape::Leaf);
             }
             // An object holding tensors or containers: its class, arguments, state and items.
@@ -107,7 +115,12 @@ fn shape<'n>(g: &'n Graph, id: Id, depth: usize) -> Result<Shape<'n>> {
             }
             m.extend(items.iter().map(|&(k, v)| (key(g, k), v)));
             if !elements.is_empty() {
-                m.extend(elements.iter().enumerate().map(|(i, &v)| (i.to_string(), v)));
+                m.extend(
+                    elements
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &v)| (i.to_string(), v)),
+                );
             }
             Shape::Map(m)
         }
@@ -115,15 +128,23 @@ fn shape<'n>(g: &'n Graph, id: Id, depth: usize) -> Result<Shape<'n>> {
     })
 }
 
-/// Whether node `id` is a value: no tensor or dict anywhere inside it.
-fn is_value(g: &Graph, id: Id, depth: usize) -> bool {
+/// Whether node `id` is a value: no tensor or dict anywhere inside it. Answers are memoized
+/// per node (`memo`: 0 unknown, 1 no, 2 yes; a node being checked counts as no), so shared
+/// references cost one check each and cycles end.
+fn is_value(g: &Graph, id: Id, depth: usize, memo: &RefCell<Vec<u8>>) -> bool {
+    match memo.borrow().get(id) {
+        Some(1) => return false,
+        Some(2) => return true,
+        _ => {}
+    }
     if depth > MAX_DEPTH {
         return false;
     }
-    match &g.nodes[id] {
+    memo.borrow_mut()[id] = 1;
+    let yes = match &g.nodes[id] {
         Node::Dict(_) | Node::Persistent(_) => false,
         Node::List(v) | Node::Tuple(v) | Node::Set(v) => {
-            v.iter().all(|&x| x != id && is_value(g, x, depth + 1))
+            v.iter().all(|&x| is_value(g, x, depth + 1, memo))
         }
         Node::Call {
             callee,
@@ -138,57 +159,19 @@ fn is_value(g: &Graph, id: Id, depth: usize) -> bool {
                 && state.is_none()
                 && items.is_empty()
                 && elements.is_empty()
-                && is_value(g, *args, depth + 1)
+                && is_value(g, *args, depth + 1, memo)
         }
         _ => true,
-    }
+    };
+    memo.borrow_mut()[id] = if yes { 2 } else { 1 };
+    yes
 }
 
 /// A dict key as a name component: a string as itself, anything else as its text.
 fn key(g: &Graph, id: Id) -> String {
     match &g.nodes[id] {
         Node::Str(s) if !s.is_empty() => s.to_string(),
-        _ => text(g, id, 0),
-    }
-}
-
-/// The canonical text of a value (Python-like: `'s'`, `b'…'`, `1`, `0.5`, `(1, 2)`,
-/// `torch.device('cpu')`).
-pub(super) fn text(g: &Graph, id: Id, depth: usize) -> String {
-    if depth > MAX_DEPTH {
-        return "…".into();
-    }
-    let join = |v: &[Id]| {
-        let parts: Vec<String> = v.iter().map(|&x| text(g, x, depth + 1)).collect();
-        parts.join(", ")
-    };
-    match &g.nodes[id] {
-        Node::None => "None".into(),
-        Node::Bool(b) => if *b { "True" } else { "False" }.into(),
-        Node::Int(i) => i.to_string(),
-        Node::BigInt(b) => {
-            let hex: String = b.iter().rev().map(|x| format!("{x:02x}")).collect();
-            format!("int(0x{hex})")
-        }
-        Node::Float(f) => format!("{f:?}"),
-        Node::Str(s) => format!("'{}'", s.escape_debug()),
-        Node::Bytes(b) => format!("b'{}'", b.escape_ascii()),
-        Node::List(v) => format!("[{}]", join(v)),
-        Node::Tuple(v) if v.len() == 1 => format!("({},)", join(v)),
-        Node::Tuple(v) => format!("({})", join(v)),
-        Node::Set(v) => format!("{{{}}}", join(v)),
-        Node::Dict(items) => {
-            let parts: Vec<String> = items
-                .iter()
-                .map(|&(k, v)| format!("{}: {}", text(g, k, depth + 1), text(g, v, depth + 1)))
-                .collect();
-            format!("{{{}}}", parts.join(", "))
-        }
-        Node::Global(m, n) => format!("{m}.{n}"),
-        Node::Call { callee, args, .. } => {
-            format!("{}({})", text(g, *callee, depth + 1), join(tuple(g, *args)))
-        }
-        Node::Persistent(_) => "<storage>".into(),
+        _ => text(g, id),
     }
 }
 
@@ -196,18 +179,25 @@ impl<'g, 'a, 's> Walk<'g, 'a, 's> {
     /// Walks node `id` at the current path; `on_path` holds the containers above it.
     pub(super) fn visit(&mut self, id: Id, on_path: &mut Vec<Id>) -> Result<()> {
         if self.path.len() > MAX_DEPTH {
-            bail!("{}: nested deeper than {MAX_DEPTH} levels", self.path.join("."));
+            bail!(
+                "{}: nested deeper than {MAX_DEPTH} levels",
+                self.path.join(".")
+            );
         }
         if on_path.contains(&id) {
             return self.value("<cycle>".into());
         }
-        let children = match shape(self.g, id, 0)? {
+        let children = match shape(self.g, id, 0, &self.memo)? {
             Shape::Tensor(args, v3) => return self.tensor(args, v3),
-            Shape::Leaf => return self.value(text(self.g, id, 0)),
-            Shape::Seq(v) if v.iter().all(|&x| is_value(self.g, x, 0)) => {
-                return self.value(text(self.g, id, 0))
+            Shape::Leaf => return self.value(text(self.g, id)),
+            Shape::Seq(v) if v.iter().all(|&x| is_value(self.g, x, 0, &self.memo)) => {
+                return self.value(text(self.g, id))
             }
-            Shape::Seq(v) => v.iter().enumerate().map(|(i, &x)| (i.to_string(), x)).collect(),
+            Shape::Seq(v) => v
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (i.to_string(), x))
+                .collect(),
             Shape::Map(m) if m.is_empty() => return self.value("{}".into()),
             Shape::Map(m) => m,
         };
@@ -279,7 +269,11 @@ impl<'g, 'a, 's> Walk<'g, 'a, 's> {
         }
         let (mut offset, mut shape, mut stride) = (int(1)?, ints(2)?, ints(3)?);
         if shape.len() != stride.len() {
-            bail!("{shown}: {} sizes but {} strides", shape.len(), stride.len());
+            bail!(
+                "{shown}: {} sizes but {} strides",
+                shape.len(),
+                stride.len()
+            );
         }
         if complex {
             offset *= 2;
@@ -291,8 +285,16 @@ impl<'g, 'a, 's> Walk<'g, 'a, 's> {
             .storages
             .get(&key)
             .ok_or_else(|| anyhow!("{shown}: storage {key:?} is missing from the file"))?;
-        let bytes = gather(data, dtype, offset, &shape, &stride, self.limit, self.big_endian)
-            .map_err(|e| anyhow!("{shown}: {e:#}"))?;
+        let bytes = gather(
+            data,
+            dtype,
+            offset,
+            &shape,
+            &stride,
+            self.limit,
+            self.big_endian,
+        )
+        .map_err(|e| anyhow!("{shown}: {e:#}"))?;
         let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
         self.sink.take(name, View::new(dtype, shape, bytes)?)
     }
@@ -369,7 +371,9 @@ fn gather<'a>(
         });
     }
     if out_len > limit as u64 {
-        bail!("the strided tensor expands to {out_len} bytes, over the {limit} allowed for this file");
+        bail!(
+            "the strided tensor expands to {out_len} bytes, over the {limit} allowed for this file"
+        );
     }
     let mut out = Vec::with_capacity(out_len as usize);
     let mut index = vec![0u64; shape.len()];
@@ -390,4 +394,25 @@ fn gather<'a>(
         }
     }
     Ok(Cow::Owned(out))
+}
+
+/// [`gather`] of an `f32` tensor of `n` elements with stride `stride` (tests).
+#[cfg(test)]
+pub(super) fn gather_for_test(storage: &[u8], n: u64, stride: u64) -> Result<usize> {
+    gather(
+        &Cow::Borrowed(storage),
+        DType::F32,
+        0,
+        &[n],
+        &[stride],
+        1 << 20,
+        false,
+    )
+    .map(|c| c.len())
+}
+
+/// [`is_value`] from the root (tests).
+#[cfg(test)]
+pub(super) fn is_value_for_test(g: &Graph, id: Id, memo: &RefCell<Vec<u8>>) -> bool {
+    is_value(g, id, 0, memo)
 }
