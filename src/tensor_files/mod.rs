@@ -10,7 +10,7 @@
 //!   a `torch.save` object, `ckpt.pt:model.fc1.weight`); an `.npy` or raw
 //!   file is its path alone. Everything is ordered by [`natural_cmp`] (`step_2` < `step_10`).
 //! * **Digests** are the canonical [`crate::digest::digest_parts`] of each tensor, so the same values
-//!   digest the same whether numpy, safetensors or a Rust [`Tensor`] produced them.
+//!   digest the same whether numpy, safetensors or a Rust [`Tensor`](crate::tensor::Tensor) produced them.
 //! * **Zero-copy**: files are memory-mapped (`memmap2`) and little-endian row-major data is
 //!   hashed in place (chunked, in parallel). Big-endian or Fortran-order `.npy` data is
 //!   converted to canonical order first (a copy); compressed npz entries are inflated as a
@@ -26,6 +26,7 @@
 //!   from a header is allocated before it is checked against the bytes really there.
 //!   safetensors `__metadata__` is not compared.
 
+mod load;
 mod natural;
 mod npy;
 mod npz;
@@ -34,10 +35,11 @@ mod scan;
 mod st;
 mod torch;
 
+pub use load::{load, load_value};
 pub use natural::natural_cmp;
 
 use crate::digest::{chunk_digests_parts, digest_parts, Digest, CHUNK_BYTES};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::DType;
 use anyhow::{anyhow, bail, Result};
 use rayon::prelude::*;
 use sha2::Digest as _;
@@ -208,55 +210,6 @@ pub fn digest_dir(dir: &Path) -> Result<Vec<(String, Digest)>> {
     Ok(out)
 }
 
-/// Loads the tensor called `name` (a name [`digest_file`] returned for `file`) into memory,
-/// in canonical form, e.g. to explain how it differs between two runs.
-pub fn load(file: &OutputFile, name: &str) -> Result<Tensor> {
-    load_bytes(file, &map(file)?, key_of(file, name)?)
-        .and_then(|v| {
-            let v = v.ok_or_else(|| anyhow!("no tensor {name:?} in it"))?;
-            Tensor::from_bytes(v.dtype, &v.shape, v.data.into_owned())
-        })
-        .map_err(|e| anyhow!("{}: {e:#}", file.name))
-}
-
-/// The canonical text of output `name` of `file` when it is a value of a `torch.save` file
-/// (`ckpt.pt:config.out_dir` -> `'out/run'`), `None` when it is a tensor.
-pub fn load_value(file: &OutputFile, name: &str) -> Result<Option<String>> {
-    if file.kind != FileKind::Torch {
-        return Ok(None);
-    }
-    let v = load_bytes(file, &map(file)?, key_of(file, name)?)
-        .map_err(|e| anyhow!("{}: {e:#}", file.name))?
-        .ok_or_else(|| anyhow!("{}: no output {name:?} in it", file.name))?;
-    Ok(v.text
-        .then(|| String::from_utf8_lossy(&v.data).into_owned()))
-}
-
-/// The key of output `name` inside `file` (`None`: the whole file).
-fn key_of(file: &OutputFile, name: &str) -> Result<Option<String>> {
-    if name == file.name {
-        return Ok(None);
-    }
-    match name
-        .strip_prefix(&file.name)
-        .and_then(|k| k.strip_prefix(':'))
-    {
-        Some(k) => Ok(Some(k.to_string())),
-        None => bail!("{name:?} is not a tensor of {}", file.name),
-    }
-}
-
-/// The tensor under `key` in `file` whose content is `bytes`, if there is one.
-fn load_bytes(
-    file: &OutputFile,
-    bytes: &[u8],
-    key: Option<String>,
-) -> Result<Option<View<'static>>> {
-    let mut sink = LoadSink { key, found: None };
-    read(file, bytes, &mut sink)?;
-    Ok(sink.found)
-}
-
 /// A tensor read from a file: dtype, shape and canonical bytes (borrowed when possible).
 pub(crate) struct View<'a> {
     dtype: DType,
@@ -401,24 +354,6 @@ fn stream_digest(dtype: DType, shape: &[usize], len: usize, r: &mut dyn Read) ->
         left -= n;
     }
     Ok(chunk_digests_parts(dtype, shape, &chunks))
-}
-
-/// Keeps the one tensor asked for.
-struct LoadSink {
-    key: Option<String>,
-    found: Option<View<'static>>,
-}
-
-impl<'a> Sink<'a> for LoadSink {
-    fn wants(&self, key: &str) -> bool {
-        self.found.is_none() && self.key.as_deref().is_none_or(|k| k == key)
-    }
-    fn take(&mut self, key: Option<String>, v: View<'a>) -> Result<()> {
-        if key == self.key {
-            self.found = Some(v.into_owned());
-        }
-        Ok(())
-    }
 }
 
 /// Parses `bytes` (the content of `file`) into `sink`.

@@ -1,8 +1,8 @@
 //! Reader tests: round trips for every dtype, canonicalisation, error messages, scanning, and
 //! proptests that no byte string makes a reader panic.
 
-use super::*;
-use crate::digest::tensor_digest;
+use super::{load::load_bytes, *};
+use crate::{digest::tensor_digest, tensor::Tensor};
 use half::{bf16, f16};
 use proptest::prelude::*;
 use std::io::Write;

@@ -44,8 +44,9 @@ type Storages<'a> = HashMap<String, Cow<'a, [u8]>>;
 
 /// Hands every tensor and value of the `torch.save` file `bytes` to `sink`.
 pub(crate) fn read<'a>(bytes: &'a [u8], sink: &mut dyn Sink<'a>) -> Result<()> {
+    let mut inflated = Vec::new();
     let (graph, storages, big_endian) = if bytes.starts_with(b"PK") {
-        zip_format(bytes)?
+        zip_format(bytes, &mut inflated)?
     } else if bytes.starts_with(&[0x80, 0x02, 0x8a, 0x0a]) {
         legacy_format(bytes)?
     } else if bytes.len() > 262 && &bytes[257..262] == b"ustar" {
@@ -67,8 +68,12 @@ pub(crate) fn read<'a>(bytes: &'a [u8], sink: &mut dyn Sink<'a>) -> Result<()> {
     walk.visit(graph.root, &mut Vec::new())
 }
 
-/// The pickle and storages of the zip format.
-fn zip_format(bytes: &[u8]) -> Result<(Graph<'_>, Storages<'_>, bool)> {
+/// The pickle and storages of the zip format (a compressed pickle is inflated into
+/// `inflated`).
+fn zip_format<'a: 'b, 'b>(
+    bytes: &'a [u8],
+    inflated: &'b mut Vec<u8>,
+) -> Result<(Graph<'b>, Storages<'a>, bool)> {
     let mut zip =
         ZipArchive::new(Cursor::new(bytes)).map_err(|e| anyhow!("not a valid zip archive: {e}"))?;
     let names: Vec<String> = zip
@@ -102,13 +107,16 @@ fn zip_format(bytes: &[u8]) -> Result<(Graph<'_>, Storages<'_>, bool)> {
             None => pickle_bytes = Some(data),
         }
     }
-    let pickle_bytes = pickle_bytes.expect("data.pkl is among the names");
-    // The graph borrows strings from the pickle: keep it alive by leaking nothing, copying
-    // only when the entry was compressed (owned) — then the graph owns its strings instead.
-    let graph = match pickle_bytes {
-        Cow::Borrowed(b) => pickle::load(b).context("data.pkl")?.0,
-        Cow::Owned(v) => owned_graph(&v).context("data.pkl")?,
+    // The graph borrows its strings from the pickle: from the file, or from `inflated` when
+    // the entry was compressed (torch never compresses, other zip tools may).
+    let pickle_bytes: &'b [u8] = match pickle_bytes.expect("data.pkl is among the names") {
+        Cow::Borrowed(b) => b,
+        Cow::Owned(v) => {
+            *inflated = v;
+            inflated
+        }
     };
+    let graph = pickle::load(pickle_bytes).context("data.pkl")?.0;
     Ok((graph, storages, big_endian))
 }
 
@@ -138,47 +146,6 @@ fn entry<'a>(
     e.take(size).read_to_end(&mut data)?;
     super::npz::short(data.len(), size as usize).with_context(|| format!("entry {name:?}"))?;
     Ok(Cow::Owned(data))
-}
-
-/// A graph read from bytes that do not outlive this call: its borrowed strings are copied.
-fn owned_graph(bytes: &[u8]) -> Result<Graph<'static>> {
-    let (g, _) = pickle::load(bytes)?;
-    let nodes = g
-        .nodes
-        .into_iter()
-        .map(|n| match n {
-            Node::Str(s) => Node::Str(Cow::Owned(s.into_owned())),
-            Node::Bytes(b) => Node::Bytes(Cow::Owned(b.into_owned())),
-            Node::BigInt(b) => Node::Bytes(Cow::Owned(b.to_vec())),
-            Node::None => Node::None,
-            Node::Bool(b) => Node::Bool(b),
-            Node::Int(i) => Node::Int(i),
-            Node::Float(f) => Node::Float(f),
-            Node::List(v) => Node::List(v),
-            Node::Tuple(v) => Node::Tuple(v),
-            Node::Dict(v) => Node::Dict(v),
-            Node::Set(v) => Node::Set(v),
-            Node::Global(m, n) => Node::Global(m, n),
-            Node::Call {
-                callee,
-                args,
-                state,
-                items,
-                elements,
-            } => Node::Call {
-                callee,
-                args,
-                state,
-                items,
-                elements,
-            },
-            Node::Persistent(p) => Node::Persistent(p),
-        })
-        .collect();
-    Ok(Graph {
-        nodes,
-        root: g.root,
-    })
 }
 
 /// The pickle and storages of the legacy format.

@@ -176,7 +176,7 @@ mod tests {
             ("threads=x,2", "\"x\""),
             ("workers=1,99999", "\"99999\""),
             ("poison=1,2", "takes no counts"),
-            ("threads=1,,2", "empty variation"),
+            ("threads=1,,2", "give two counts"),
         ] {
             let e = Spec::parse(bad, Kind::Program).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -122,3 +122,27 @@ fn shared_references_do_not_explode() {
         t.len()
     );
 }
+
+/// The same archive with every entry deflated (torch stores, other zip tools may compress)
+/// digests the same.
+#[test]
+fn a_compressed_archive_reads_like_the_stored_one() {
+    use std::io::{Read, Write};
+    let mut src = zip::ZipArchive::new(std::io::Cursor::new(CKPT)).unwrap();
+    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for i in 0..src.len() {
+        let mut e = src.by_index(i).unwrap();
+        let mut data = Vec::new();
+        e.read_to_end(&mut data).unwrap();
+        out.start_file(e.name().unwrap().into_owned(), opts)
+            .unwrap();
+        out.write_all(&data).unwrap();
+    }
+    let deflated = out.finish().unwrap().into_inner();
+    assert_eq!(
+        digest_bytes(&file(), &deflated).unwrap(),
+        digest_bytes(&file(), CKPT).unwrap()
+    );
+}
