@@ -241,16 +241,7 @@ pub fn missing(name: &str, runs: [usize; 2], present_in_first: bool) -> TensorDi
 /// `config.out_dir: 'a' vs 'b'`, each side cut to [`crate::quote::MAX_QUOTE`] bytes.
 pub fn values(name: &str, runs: [usize; 2], a: &str, b: &str) -> TensorDiff {
     let mut d = explain(name, runs, &Tensor::scalar(0u8), &Tensor::scalar(1u8));
-    let cut = |s: &str| {
-        if s.len() <= crate::quote::MAX_QUOTE {
-            return s.to_string();
-        }
-        let mut n = crate::quote::MAX_QUOTE;
-        while !s.is_char_boundary(n) {
-            n -= 1;
-        }
-        format!("{}… ({} bytes)", &s[..n], s.len())
-    };
+    let cut = crate::quote::cut;
     d.first_values = [cut(a), cut(b)];
     d.note = Some(format!(
         "{} vs {} (run {} vs run {})",

@@ -306,7 +306,6 @@ impl RunSource for ProgramSource<'_> {
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();
         let read = first.and_then(|c| c.controls_read.as_ref());
-        info.controls_read = read.map(|r| r.iter().cloned().collect());
         let (unread, note) = unread_controls(&report.variations, read);
         info.unread_controls = unread;
         report.notes.extend(note);
@@ -336,14 +335,18 @@ fn unread_controls(
     }
     let names: Vec<String> = only_if_read.iter().map(|(n, _)| n.to_string()).collect();
     let vars: Vec<&str> = only_if_read.iter().map(|(_, v)| *v).collect();
-    let how = "read them with the helper: DataLoader(..., **bitexact.dataloader_kwargs()),                bitexact.workers(), seed_everything() without a seed";
+    let how = "read them with the helper: DataLoader(..., **bitexact.dataloader_kwargs()), \
+               bitexact.workers(), seed_everything() without a seed";
     let note = match read {
         Some(_) => format!(
-            "varied but never read by the program: {} (it used the helper, but not for these;              a hard-coded value is not varied, so these runs did not test it; {how})",
+            "varied but never read by the program: {} (it used the helper, but not for these; \
+             a hard-coded value is not varied, so these runs did not test it; {how})",
             names.join(", ")
         ),
         None => format!(
-            "varied {} reach the program only through {}, and it recorded no controls read              (it does not use the helper's readers): bitexact cannot tell whether they              changed anything; {how}",
+            "varied {} reach the program only through {}, and it recorded no controls read \
+             (it does not use the helper's readers): bitexact cannot tell whether they \
+             changed anything; {how}",
             names.join(", "),
             vars.join(", ")
         ),
@@ -402,7 +405,9 @@ fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>)
         step_memory: first.map(|c| c.steps.clone()).unwrap_or_default(),
         platform: first.and_then(|c| c.platform.clone()),
         ignored: first.map(|c| c.ignored.clone()).unwrap_or_default(),
-        controls_read: None,
+        controls_read: first
+            .and_then(|c| c.controls_read.as_ref())
+            .map(|r| r.iter().cloned().collect()),
         unread_controls: Vec::new(),
         config: program.config.as_ref().map(|p| p.display().to_string()),
         harness_peak_rss_bytes: None,

@@ -17,16 +17,20 @@ pub fn load(file: &OutputFile, name: &str) -> Result<Tensor> {
 }
 
 /// The canonical text of output `name` of `file` when it is a value of a `torch.save` file
-/// (`ckpt.pt:config.out_dir` -> `'out/run'`), `None` when it is a tensor.
+/// (`ckpt.pt:config.out_dir` -> `'out/run'`), `None` when it is a tensor (never copied).
 pub fn load_value(file: &OutputFile, name: &str) -> Result<Option<String>> {
     if file.kind != FileKind::Torch {
         return Ok(None);
     }
-    let v = load_bytes(file, &map(file)?, key_of(file, name)?)
-        .map_err(|e| anyhow!("{}: {e:#}", file.name))?
+    let mut sink = ValueSink {
+        key: key_of(file, name)?,
+        found: None,
+    };
+    read(file, &map(file)?, &mut sink).map_err(|e| anyhow!("{}: {e:#}", file.name))?;
+    let found = sink
+        .found
         .ok_or_else(|| anyhow!("{}: no output {name:?} in it", file.name))?;
-    Ok(v.text
-        .then(|| String::from_utf8_lossy(&v.data).into_owned()))
+    Ok(found)
 }
 
 /// The key of output `name` inside `file` (`None`: the whole file).
@@ -67,6 +71,27 @@ impl<'a> Sink<'a> for LoadSink {
     fn take(&mut self, key: Option<String>, v: View<'a>) -> Result<()> {
         if key == self.key {
             self.found = Some(v.into_owned());
+        }
+        Ok(())
+    }
+}
+
+/// Keeps the text of the one output asked for, if it is a value (`Some(None)`: a tensor).
+struct ValueSink {
+    key: Option<String>,
+    found: Option<Option<String>>,
+}
+
+impl<'a> Sink<'a> for ValueSink {
+    fn wants(&self, key: &str) -> bool {
+        self.found.is_none() && self.key.as_deref().is_none_or(|k| k == key)
+    }
+    fn take(&mut self, key: Option<String>, v: View<'a>) -> Result<()> {
+        if key == self.key {
+            self.found = Some(
+                v.text
+                    .then(|| String::from_utf8_lossy(&v.data).into_owned()),
+            );
         }
         Ok(())
     }
