@@ -6,3 +6,6 @@ if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
 if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
+# The Python package's native module (src/python.rs): the library and binary with `python` on
+# (tests define their own counting allocator, which that feature's module also installs).
+cargo clippy --lib --bins --features python -- -D warnings

@@ -57,6 +57,11 @@ fn command(launcher: &Launcher) -> Command {
             c.arg("__child");
             c
         }
+        Launcher::Command { program, args } => {
+            let mut c = Command::new(program);
+            c.args(args).arg("__child");
+            c
+        }
         Launcher::TestBinary { exe, test } => {
             let mut c = Command::new(exe);
             c.args(["--exact", test, "--nocapture", "--test-threads=1", "-q"]);
@@ -203,7 +208,7 @@ fn run_child(cfg: &ChildConfig, mode: Mode, case: &str, backend: Backend) -> Res
         Launcher::TestBinary { test, .. } => format!(
             "the child wrote no result: test {test:?} did not reach bitexact::check for this case"
         ),
-        Launcher::Binary(_) => "the child wrote no result".to_string(),
+        Launcher::Binary(_) | Launcher::Command { .. } => "the child wrote no result".to_string(),
     })
 }
 

@@ -49,6 +49,9 @@ pub mod case;
 /// What must not outlive bitexact: run containers and temporary directories (internal).
 #[doc(hidden)]
 pub mod cleanup;
+/// The command line, shared by the binary and the Python package (internal).
+#[doc(hidden)]
+pub mod cli;
 /// Controls (re-exported at the root).
 #[doc(hidden)]
 pub mod controls;
@@ -79,6 +82,10 @@ pub mod platform;
 /// Process plumbing: contained children, live groups, signals (internal).
 #[doc(hidden)]
 pub mod process;
+/// The Python package's native module `bitexact._native` (internal; feature `python`).
+#[cfg(feature = "python")]
+#[doc(hidden)]
+pub mod python;
 /// Quoting input in messages (internal).
 #[doc(hidden)]
 pub mod quote;

@@ -42,6 +42,14 @@ use std::time::{Duration, Instant};
 pub enum Launcher {
     /// The `bitexact` binary at this path (`EXE __child`).
     Binary(PathBuf),
+    /// The bitexact command line behind another program: `PROGRAM ARGS… __child` (the Python
+    /// package's `python -m bitexact`).
+    Command {
+        /// The program to start (the Python interpreter).
+        program: PathBuf,
+        /// Its arguments before `__child` (`-m bitexact`).
+        args: Vec<String>,
+    },
     /// A libtest test binary, re-run for the one test named here.
     TestBinary {
         /// Path of the test binary.

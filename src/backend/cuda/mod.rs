@@ -151,11 +151,16 @@ impl Gpu {
         &self.stream
     }
 
-    /// Kernel `name` of `file` (compiled and loaded once per process).
-    pub fn function(&self, file: &'static str, name: &str) -> Result<CudaFunction> {
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
         self.ctx
             .bind_to_thread()
-            .map_err(|e| anyhow!("binding the CUDA context: {e:?}"))?;
+            .map_err(|e| anyhow!("binding the CUDA context: {e:?}"))
+    }
+
+    /// Kernel `name` of `file` (compiled and loaded once per process).
+    pub fn function(&self, file: &'static str, name: &str) -> Result<CudaFunction> {
+        self.bind()?;
         let module = {
             let mut mods = self.modules.lock().unwrap();
             match mods.get(file) {

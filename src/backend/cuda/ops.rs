@@ -4,9 +4,12 @@
 //! implementation tables name these functions.
 
 use super::geometry::{self, cover};
-use super::{dim32, gpu, launch};
+use super::{dim32, gpu, launch, Gpu};
+use crate::digest::Digest;
 use crate::rng::Stream;
+use crate::tensor::DType;
 use anyhow::{anyhow, Result};
+use cudarc::driver::DevicePtr;
 use cudarc::driver::PushKernelArg;
 
 /// `reduce_sum` by per-block tree sums added with atomicAdd (nondeterministic).
@@ -329,19 +332,53 @@ pub fn sha256_chunks(data: &[u8], chunk_bytes: usize) -> Result<Vec<[u8; 32]>> {
     }
     let g = gpu()?;
     let dd = g.upload(data)?;
-    let chunks = data.len().div_ceil(chunk_bytes);
+    let (ptr, _sync) = dd.device_ptr(g.stream());
+    sha256_device_chunks(&g, ptr, data.len(), chunk_bytes)
+}
+
+/// SHA-256 of each `chunk_bytes` chunk of `len` bytes of device memory at `ptr` (in the
+/// primary context of device 0), by the `sha256_chunks` kernel; only the digests come back.
+fn sha256_device_chunks(
+    g: &Gpu,
+    ptr: u64,
+    len: usize,
+    chunk_bytes: usize,
+) -> Result<Vec<[u8; 32]>> {
+    let chunks = len.div_ceil(chunk_bytes);
     let mut out = g.zeros::<u8>(32 * chunks)?;
-    let (len, cb) = (data.len() as u64, chunk_bytes as u64);
+    let (len, cb) = (len as u64, chunk_bytes as u64);
     let f = g.function("sha256.cu", "sha256_chunks")?;
     g.timed(|s| {
         let mut l = s.launch_builder(&f);
-        l.arg(&dd).arg(&len).arg(&cb).arg(&mut out);
+        l.arg(&ptr).arg(&len).arg(&cb).arg(&mut out);
         launch(&mut l, geometry::sha256(chunks as u64), "sha256_chunks")
     })?;
     Ok(g.download(&out)?
         .chunks_exact(32)
         .map(|c| c.try_into().expect("32 bytes"))
         .collect())
+}
+
+/// The canonical digest of a `dtype` tensor of `shape` whose `len` bytes live in device memory
+/// at `ptr` (device 0, primary context: torch's CUDA tensors): chunks hashed on the device,
+/// combined on the host exactly as [`crate::digest::digest_parts`] combines them, so the digest
+/// equals the host digest of the same bytes. A tensor of at most one chunk is copied down and
+/// hashed on the host (the canonical encoding hashes it whole).
+pub fn device_digest(ptr: u64, len: usize, dtype: DType, shape: &[usize]) -> Result<Digest> {
+    use crate::digest::{self, CHUNK_BYTES};
+    let g = gpu()?;
+    if len <= CHUNK_BYTES {
+        let mut host = vec![0u8; len];
+        if len > 0 {
+            g.bind()?;
+            // SAFETY: `host` holds `len` bytes; the caller vouches for `len` bytes at `ptr`.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, ptr) }
+                .map_err(|e| anyhow!("copying {len} bytes from the device: {e:?}"))?;
+        }
+        return Ok(digest::digest_parts(dtype, shape, &host));
+    }
+    let chunks = sha256_device_chunks(&g, ptr, len, CHUNK_BYTES)?;
+    Ok(digest::chunk_digests_parts(dtype, shape, &chunks))
 }
 
 /// The canonical digest of `t` ([`crate::digest::tensor_digest`]) with the chunks of a large

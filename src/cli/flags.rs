@@ -1,16 +1,16 @@
-//! The command line's flags (binary only): parsed by clap, then validated into the library's
+//! The command line's flags: parsed by clap, then validated into the library's
 //! settings ([`SuiteConfig`]) before any case runs, so every usage error exits 2 up front.
 
+use crate::backend::Backend;
+use crate::controls::{parse_switch, Controls};
+use crate::harness::{ChildConfig, Launcher};
+use crate::report::Format;
+use crate::run::ignore::Ignore;
+use crate::run::{project, Program};
+use crate::suite::{self, SuiteConfig};
+use crate::vary::{Kind, Spec, Variation};
+use crate::Case;
 use anyhow::Result;
-use bitexact::backend::Backend;
-use bitexact::controls::{parse_switch, Controls};
-use bitexact::harness::{ChildConfig, Launcher};
-use bitexact::report::Format;
-use bitexact::run::ignore::Ignore;
-use bitexact::run::{project, Program};
-use bitexact::suite::{self, SuiteConfig};
-use bitexact::vary::{Kind, Spec, Variation};
-use bitexact::Case;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -61,7 +61,7 @@ pub enum Command {
     /// Run any program K times and compare the tensor files it writes into $BITEXACT_OUT
     /// (safetensors, npy, npz, torch.save .pt/.pth; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.
     Run(ProgramArgs),
-    /// Internal: serve a parent's request in a child process (see `bitexact::isolate`).
+    /// Internal: serve a parent's request in a child process (see `crate::isolate`).
     #[command(name = "__child", hide = true)]
     Child,
 }
@@ -259,7 +259,7 @@ pub fn timeout(t: Option<f64>) -> Result<Option<Duration>> {
 
 /// The built-in cases matching `filter`; none is a usage error.
 pub fn select(filter: Option<&str>) -> Result<Vec<Box<dyn Case>>> {
-    let selected = bitexact::cases::select(filter);
+    let selected = crate::cases::select(filter);
     if selected.is_empty() {
         return Err(usage(format!(
             "no case matches --filter {:?}; `bitexact list` shows them all",
@@ -271,7 +271,7 @@ pub fn select(filter: Option<&str>) -> Result<Vec<Box<dyn Case>>> {
 
 impl ReportArgs {
     /// The validated suite settings these flags describe.
-    pub fn config(&self) -> Result<SuiteConfig> {
+    pub fn config(&self, me: Launcher) -> Result<SuiteConfig> {
         let mut controls = self.controls.controls()?;
         let spec = match &self.vary {
             Some(v) => Spec::parse(v, Kind::Case).map_err(|e| usage(format!("--vary: {e}")))?,
@@ -289,8 +289,7 @@ impl ReportArgs {
         if self.memory_limit.is_some_and(|mb| mb < 64) {
             return Err(usage("--memory-limit must be at least 64 MiB (a smaller limit cannot even start the runtime)"));
         }
-        let exe = std::env::current_exe().map_err(|e| usage(format!("locating bitexact: {e}")))?;
-        let mut children = ChildConfig::new(Launcher::Binary(exe));
+        let mut children = ChildConfig::new(me);
         children.timeout = timeout(self.timeout)?;
         children.memory_limit_mb = self.memory_limit;
         o.trace = self.trace.is_some();
@@ -398,7 +397,7 @@ impl ProgramArgs {
                 return Err(usage("--name must not be empty"))
             }
             Some(n) => n.clone(),
-            None => bitexact::run::default_name(&self.command),
+            None => crate::run::default_name(&self.command),
         };
         let program = Program {
             command: self.command.clone(),

@@ -1,0 +1,187 @@
+//! `bitexact._native`, the Python package's native module (feature `python`, built by maturin
+//! from `python/pyproject.toml`). It is a thin face of this crate, never a second
+//! implementation:
+//! - [`main`]: the whole `bitexact` command line ([`crate::cli::main`]), behind the package's
+//!   console script, so `pip install` puts the same command on PATH. Children that re-run the
+//!   command line (`--isolate`, `--vary process`) start as `python -m bitexact __child`.
+//! - [`digest_ptr`] / [`digests_ptr`]: the canonical digest ([`crate::digest::digest_parts`],
+//!   chunked and parallel with rayon) of host memory the Python side hands over as an address
+//!   and a length (numpy's `__array_interface__`, torch's `data_ptr()`), with the GIL
+//!   released and no copy.
+//! - [`digest_bytes`]: the same over a `bytes` object.
+//! - [`cuda_status`] / [`digest_cuda_ptr`]: the same digest of device memory, chunks hashed by
+//!   the SHA-256 kernel on the GPU ([`crate::backend::cuda`]), where a CUDA device is usable.
+//!
+//! The Python wrappers in `python/bitexact/_digest.py` keep the owning array or tensor alive
+//! for the whole call and check contiguity, dtype and byte order before an address crosses
+//! over; these functions check the length against dtype × shape.
+
+use crate::digest::{self, Digest};
+use crate::harness::Launcher;
+use crate::tensor::DType;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use rayon::prelude::*;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// Counts heap bytes so `bitexact run` and `report` show peak memory per run, as the binary
+/// does.
+#[global_allocator]
+static ALLOC: crate::memory::CountingAlloc = crate::memory::CountingAlloc;
+
+/// The dtype named `name` (`f32`, `bf16`, `f8e4m3`, … as in reports).
+fn dtype(name: &str) -> PyResult<DType> {
+    DType::ALL
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+            PyValueError::new_err(format!(
+                "unknown dtype {name:?} (one of: {})",
+                names.join(", ")
+            ))
+        })
+}
+
+/// Checks that `nbytes` is exactly `shape`'s element count times the dtype's size.
+fn expect_bytes(dtype: DType, shape: &[usize], nbytes: usize) -> PyResult<()> {
+    let want = shape
+        .iter()
+        .try_fold(dtype.size(), |n, &d| n.checked_mul(d))
+        .ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} overflows")))?;
+    if want != nbytes {
+        return Err(PyValueError::new_err(format!(
+            "{nbytes} bytes do not hold a {dtype} tensor of shape {shape:?} ({want} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// One host tensor handed over by address: the bytes at `ptr`, `nbytes` long.
+struct Host {
+    ptr: usize,
+    nbytes: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+impl Host {
+    fn new(ptr: usize, nbytes: usize, dtype_name: &str, shape: Vec<usize>) -> PyResult<Host> {
+        let dtype = dtype(dtype_name)?;
+        expect_bytes(dtype, &shape, nbytes)?;
+        if ptr == 0 && nbytes > 0 {
+            return Err(PyValueError::new_err(
+                "a null address with a non-empty length",
+            ));
+        }
+        Ok(Host {
+            ptr,
+            nbytes,
+            dtype,
+            shape,
+        })
+    }
+
+    fn digest(&self) -> Digest {
+        let data: &[u8] = if self.nbytes == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller (the package's `_digest.py`) passes the address and length of
+            // a contiguous host buffer that it keeps alive for the whole call and that nothing
+            // writes meanwhile (documented on `digest_ptr`).
+            unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.nbytes) }
+        };
+        digest::digest_parts(self.dtype, &self.shape, data)
+    }
+}
+
+/// Runs the `bitexact` command line with `argv` (the program name first) and returns its exit
+/// code. `python` is the interpreter that children re-run the command line with
+/// (`python -m bitexact __child`). The GIL is released for the whole run.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<OsString>, python: PathBuf) -> u8 {
+    let me = Launcher::Command {
+        program: python,
+        args: vec!["-m".into(), "bitexact".into()],
+    };
+    py.detach(|| crate::cli::main(argv, me))
+}
+
+/// The canonical hex digest of the `nbytes` bytes at address `ptr`, read as a `dtype` tensor
+/// of `shape` (row-major, little-endian). Unsafe by contract: the buffer must stay alive and
+/// unchanged for the call; use `bitexact.digest`, which guarantees it.
+#[pyfunction]
+fn digest_ptr(
+    py: Python<'_>,
+    ptr: usize,
+    nbytes: usize,
+    dtype: &str,
+    shape: Vec<usize>,
+) -> PyResult<String> {
+    let t = Host::new(ptr, nbytes, dtype, shape)?;
+    Ok(py.detach(|| t.digest()).hex())
+}
+
+/// [`digest_ptr`] for many tensors at once, `(ptr, nbytes, dtype, shape)` each, hashed in
+/// parallel with one release of the GIL; digests in the order given.
+#[pyfunction]
+fn digests_ptr(
+    py: Python<'_>,
+    items: Vec<(usize, usize, String, Vec<usize>)>,
+) -> PyResult<Vec<String>> {
+    let tensors = items
+        .into_iter()
+        .map(|(p, n, d, s)| Host::new(p, n, &d, s))
+        .collect::<PyResult<Vec<Host>>>()?;
+    Ok(py.detach(|| tensors.par_iter().map(|t| t.digest().hex()).collect()))
+}
+
+/// The canonical hex digest of a `bytes` object read as a `dtype` tensor of `shape`.
+#[pyfunction]
+fn digest_bytes(py: Python<'_>, data: &[u8], dtype: &str, shape: Vec<usize>) -> PyResult<String> {
+    let d = self::dtype(dtype)?;
+    expect_bytes(d, &shape, data.len())?;
+    Ok(py.detach(|| digest::digest_parts(d, &shape, data)).hex())
+}
+
+/// `None` when digests of CUDA memory can be computed on the device here, else the reason
+/// they cannot (no driver, no device, no NVRTC), as `bitexact report` words it.
+#[pyfunction]
+fn cuda_status(py: Python<'_>) -> Option<String> {
+    py.detach(|| crate::backend::cuda::Gpu::get().err())
+}
+
+/// The canonical hex digest of `nbytes` bytes of device memory at `ptr` on CUDA device 0 (in
+/// the primary context torch also uses), read as a `dtype` tensor of `shape`. Chunks are
+/// hashed by the SHA-256 kernel on the device; only the 32-byte chunk digests come back. The
+/// caller must have finished the work that writes the buffer (`bitexact.digest` synchronizes
+/// torch's current stream first).
+#[pyfunction]
+fn digest_cuda_ptr(
+    py: Python<'_>,
+    ptr: u64,
+    nbytes: usize,
+    dtype: &str,
+    shape: Vec<usize>,
+) -> PyResult<String> {
+    let d = self::dtype(dtype)?;
+    expect_bytes(d, &shape, nbytes)?;
+    py.detach(|| crate::backend::cuda::ops::device_digest(ptr, nbytes, d, &shape))
+        .map(|d| d.hex())
+        .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
+}
+
+/// The module `bitexact._native`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("CHUNK_BYTES", digest::CHUNK_BYTES)?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(digest_ptr, m)?)?;
+    m.add_function(wrap_pyfunction!(digests_ptr, m)?)?;
+    m.add_function(wrap_pyfunction!(digest_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
+    m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
+    Ok(())
+}
