@@ -18,7 +18,14 @@ This module is what a training script calls:
 * :func:`dump` / :func:`step` -- write tensors as safetensors into ``$BITEXACT_OUT`` (written
   by hand: no safetensors package needed); :func:`step` also records memory per step;
 * :func:`write_platform` -- ``.bitexact-platform.json`` (python/numpy/torch/CUDA versions);
-* :func:`active` -- whether the script runs under bitexact.
+* :func:`active` -- whether the script runs under bitexact;
+* :func:`digest` / :func:`digests` -- bitexact's canonical digest of a numpy array, torch tensor
+  (CPU or CUDA) or bytes, computed natively by the Rust crate (``bitexact._native``): the digest
+  ``bitexact run`` reports for the same values in a file. Needs the installed package
+  (``pip install bitexact-harness``); everything else here is pure Python.
+
+The installed package also gives the ``bitexact`` command (``bitexact run``, ``report``, ...),
+the same command line as the Rust binary.
 
 Outside bitexact (``BITEXACT_OUT`` unset) :func:`dump` and :func:`step` do nothing, while
 :func:`seed_everything` still seeds, so a script behaves the same when run plainly.
@@ -35,6 +42,7 @@ import sys
 
 from . import _controls, _platform_info, _safetensors
 from ._controls import controls, threads, workers
+from ._digest import cuda_status, digest, digests
 
 _env_flag = _controls.env_flag
 
@@ -43,7 +51,10 @@ __version__ = "0.1.0"
 __all__ = [
     "active",
     "controls",
+    "cuda_status",
     "dataloader_kwargs",
+    "digest",
+    "digests",
     "dump",
     "out_dir",
     "pool_initializer",

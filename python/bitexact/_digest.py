@@ -1,0 +1,237 @@
+"""Canonical digests from Python: :func:`digest` and :func:`digests`.
+
+The digest is bitexact's canonical tensor digest (SHA-256 over a header of format version,
+dtype tag, rank and dimensions, then the row-major little-endian bytes; tensors over 1 MiB as
+1 MiB chunks hashed in parallel and the chunk digests hashed), computed by the Rust crate in
+the native module ``bitexact._native``: the same code ``bitexact run`` hashes files with, so a
+tensor hashed here and the same values written by :func:`bitexact.dump` (or ``np.save``,
+``safetensors``) and hashed by ``bitexact run`` give one digest. There is no second
+implementation in Python: without the native module these functions raise ``ImportError``.
+
+What is hashed, and how it crosses over:
+
+* numpy arrays, torch tensors and anything with ``__array_interface__`` or ``__dlpack__``:
+  the address and length of their memory (``__array_interface__``, ``data_ptr()``), no copy;
+  the GIL is released while hashing. A non-contiguous array or tensor is made contiguous
+  (C order) first, a big-endian numpy array little-endian; both copy.
+* dtypes: bool, int8..int64, uint8..uint64, float16/32/64, bfloat16, float8_e4m3fn and
+  float8_e5m2 (torch, or ml_dtypes' numpy types). Complex arrays are hashed as their real view
+  (a trailing dimension of 2, real then imaginary), as ``bitexact run`` reads complex ``.npy``.
+* CUDA tensors: on device 0, when the CUDA backend is usable (``cuda_status()`` is ``None``),
+  the chunks are hashed on the GPU by bitexact's SHA-256 kernel in the primary context torch
+  uses, after torch's current stream is synchronized; only the chunk digests come back. Any
+  other device tensor is copied to the host first.
+* ``bytes``-like data with ``dtype=`` (a name such as ``"f32"``, ``"bf16"``, ``"F8_E4M3"``, or a
+  numpy/torch dtype) and ``shape=`` (default: one dimension).
+* Python numbers and nested lists: as :func:`bitexact.dump` stores them (bool, int64 or
+  float64).
+"""
+
+import sys
+
+from . import _safetensors
+
+try:
+    from . import _native
+except ImportError as _e:  # a source checkout on PYTHONPATH, or a pure-Python copy
+    _native = None
+    _native_error = str(_e)
+else:
+    _native_error = None
+
+# safetensors dtype name (what dump() writes) -> bitexact dtype name.
+_ST_TO_NAME = {
+    "BOOL": "bool", "U8": "u8", "I8": "i8", "U16": "u16", "I16": "i16", "U32": "u32",
+    "I32": "i32", "U64": "u64", "I64": "i64", "F16": "f16", "BF16": "bf16", "F32": "f32",
+    "F64": "f64", "F8_E4M3": "f8e4m3", "F8_E5M2": "f8e5m2",
+}
+_NAMES = set(_ST_TO_NAME.values())
+_TORCH_COMPLEX = {"complex64": "f32", "complex128": "f64"}
+_NUMPY_COMPLEX = {8: "f32", 16: "f64"}
+
+
+def native():
+    """The native module ``bitexact._native``; ``ImportError`` saying how to get it if absent."""
+    if _native is None:
+        raise ImportError(
+            "bitexact.digest needs bitexact's native module (bitexact._native), which this "
+            "copy of the package lacks (%s). It comes with the installed package: "
+            "`pip install bitexact-harness`, or `pip install ./python` from a bitexact checkout "
+            "(builds with a Rust toolchain). dump() and step() work without it." % _native_error
+        )
+    return _native
+
+
+def cuda_status():
+    """``None`` when CUDA tensors are hashed on the device, else the reason they are not."""
+    return native().cuda_status()
+
+
+def _dtype_name(dtype):
+    """bitexact's name for ``dtype``: a bitexact or safetensors name, or a numpy/torch dtype."""
+    s = str(dtype).replace("torch.", "")
+    if s in _NAMES:
+        return s
+    if s.upper() in _ST_TO_NAME:
+        return _ST_TO_NAME[s.upper()]
+    if s in _safetensors._TORCH:
+        return _ST_TO_NAME[_safetensors._TORCH[s][0]]
+    if s in _safetensors._NUMPY_NAMES:
+        return _ST_TO_NAME[_safetensors._NUMPY_NAMES[s]]
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            dt = None
+        if dt is not None and (dt.kind, dt.itemsize) in _safetensors._NUMPY_KINDS:
+            return _ST_TO_NAME[_safetensors._NUMPY_KINDS[(dt.kind, dt.itemsize)]]
+    raise TypeError("bitexact.digest: unknown dtype %r (one of: %s)" % (dtype, ", ".join(sorted(_NAMES))))
+
+
+class _Host:
+    """A host tensor ready to hash: its address, length, dtype name and shape, plus the object
+    that owns the memory (kept alive until the digest is computed)."""
+
+    __slots__ = ("ptr", "nbytes", "dtype", "shape", "owner")
+
+    def __init__(self, ptr, nbytes, dtype, shape, owner):
+        self.ptr, self.nbytes, self.dtype, self.shape, self.owner = ptr, nbytes, dtype, shape, owner
+
+    def args(self):
+        return (self.ptr, self.nbytes, self.dtype, self.shape)
+
+
+def _from_numpy(a):
+    dt = a.dtype
+    if dt.byteorder == ">" or (dt.byteorder == "=" and sys.byteorder == "big"):
+        a = a.astype(dt.newbyteorder("<"))
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")  # np.ascontiguousarray would make a 0-d array 1-d
+    if dt.kind == "c" and dt.itemsize in _NUMPY_COMPLEX:
+        # The real view: (real, imaginary) in a trailing dimension, as `bitexact run` reads
+        # complex .npy files (torch.view_as_real).
+        name = _NUMPY_COMPLEX[dt.itemsize]
+        a = a.reshape(-1).view("<f%d" % (dt.itemsize // 2)).reshape(a.shape + (2,))
+    else:
+        st = _safetensors._NUMPY_NAMES.get(dt.name) or _safetensors._NUMPY_KINDS.get(
+            (dt.kind, dt.itemsize))
+        if st is None:
+            raise TypeError("bitexact.digest: numpy dtype %s has no bitexact dtype" % dt)
+        name = _ST_TO_NAME[st]
+    ptr = a.__array_interface__["data"][0]
+    return _Host(ptr, a.nbytes, name, list(a.shape), a)
+
+
+def _from_torch(t):
+    """A host view of CPU tensor ``t``, or ``None`` with the tensor to hash on the device."""
+    name = str(t.dtype).replace("torch.", "")
+    t = t.detach()
+    if getattr(t, "is_conj", None) and t.is_conj():
+        t = t.resolve_conj()
+    if getattr(t, "is_neg", None) and t.is_neg():
+        t = t.resolve_neg()
+    if getattr(t, "is_sparse", False):
+        t = t.to_dense()
+    if name in _TORCH_COMPLEX:
+        import torch
+
+        t = torch.view_as_real(t.contiguous())
+        name = _TORCH_COMPLEX[name]
+    elif name in _safetensors._TORCH:
+        name = _ST_TO_NAME[_safetensors._TORCH[name][0]]
+    else:
+        raise TypeError("bitexact.digest: torch dtype %s has no bitexact dtype" % t.dtype)
+    if t.device.type != "cpu":
+        return None, (t, name)
+    t = t.contiguous()
+    if sys.byteorder == "big":
+        raise TypeError("bitexact.digest: big-endian hosts are not supported for torch tensors")
+    return _Host(t.data_ptr(), t.numel() * t.element_size(), name, list(t.shape), t), None
+
+
+def _cuda_digest(t, name):
+    """Digest of a device tensor: on the GPU when bitexact's CUDA backend is usable and the
+    tensor is on device 0, else through a host copy."""
+    import torch
+
+    t = t.contiguous()
+    nat = native()
+    if t.device.type == "cuda" and (t.device.index or 0) == 0 and nat.cuda_status() is None:
+        torch.cuda.current_stream(t.device).synchronize()
+        return nat.digest_cuda_ptr(t.data_ptr(), t.numel() * t.element_size(), name, list(t.shape))
+    host, _ = _from_torch(t.cpu())
+    return nat.digest_ptr(*host.args())
+
+
+def _bytes_host(data, dtype, shape):
+    name = _dtype_name(dtype)
+    view = memoryview(data).cast("B")
+    size = _safetensors.ITEMSIZE[[k for k, v in _ST_TO_NAME.items() if v == name][0]]
+    if shape is None:
+        if view.nbytes % size:
+            raise ValueError("bitexact.digest: %d bytes are not a whole number of %s elements"
+                             % (view.nbytes, name))
+        shape = [view.nbytes // size]
+    shape = [int(d) for d in shape]
+    return name, shape, view
+
+
+def _prepare(x, dtype=None, shape=None):
+    """``("host", _Host)``, ``("bytes", (data, dtype, shape))`` or ``("device", digest)``."""
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        if dtype is None:
+            raise TypeError("bitexact.digest: bytes need dtype= (and shape=, default 1-d)")
+        name, shape, view = _bytes_host(x, dtype, shape)
+        return "bytes", (bytes(view) if not isinstance(x, bytes) else x, name, shape)
+    if dtype is not None or shape is not None:
+        raise TypeError("bitexact.digest: dtype= and shape= apply to bytes only")
+    if _safetensors._is_torch_tensor(x):
+        host, device = _from_torch(x)
+        if device is not None:
+            return "device", _cuda_digest(*device)
+        return "host", host
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, np.ndarray):
+        return "host", _from_numpy(x)
+    if isinstance(x, (bool, int, float, list, tuple)):
+        st, shape, data = _safetensors._encode_python(x)
+        return "bytes", (data, _ST_TO_NAME[st], shape)
+    if hasattr(x, "__array_interface__") or hasattr(x, "__dlpack__"):
+        import numpy as np
+
+        a = np.asarray(x) if hasattr(x, "__array_interface__") else np.from_dlpack(x)
+        return "host", _from_numpy(a)
+    raise TypeError("bitexact.digest: cannot hash %s (a numpy array, torch tensor, bytes with "
+                    "dtype=, or Python numbers)" % type(x).__name__)
+
+
+def digest(x, *, dtype=None, shape=None):
+    """The canonical hex digest of ``x``: a numpy array, a torch tensor (CPU or CUDA), Python
+    numbers or nested lists, or bytes with ``dtype=`` and ``shape=``. Equal to the digest
+    ``bitexact run`` reports for the same values in a file, and to the Rust ``Tensor`` digest."""
+    nat = native()
+    kind, v = _prepare(x, dtype, shape)
+    if kind == "host":
+        return nat.digest_ptr(*v.args())
+    if kind == "bytes":
+        return nat.digest_bytes(*v)
+    return v
+
+
+def digests(**tensors):
+    """``{name: digest(value)}`` for every keyword argument; host tensors are hashed together
+    in parallel with one release of the GIL."""
+    nat = native()
+    out, hosts = {}, []
+    for name, value in tensors.items():
+        kind, v = _prepare(value)
+        if kind == "host":
+            hosts.append((name, v))
+        elif kind == "bytes":
+            out[name] = nat.digest_bytes(*v)
+        else:
+            out[name] = v
+    for (name, _), d in zip(hosts, nat.digests_ptr([h.args() for _, h in hosts])):
+        out[name] = d
+    return {name: out[name] for name in tensors}
