@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The Python helper (python/) and its examples (examples/python/): installs numpy, safetensors,
-# pytest and ./python into a venv at ${BITEXACT_PY_VENV:-~/.cache/bitexact/venv} (created once,
-# then reused), tries to add torch, and runs `pytest python/tests`.
+# The Python package (python/: the helper, the native module bitexact._native and the
+# `bitexact` console script) and its tests: makes a venv at
+# ${BITEXACT_PY_VENV:-~/.cache/bitexact/venv} (created once, then reused) with numpy,
+# safetensors, pytest and maturin, builds the wheel from this checkout with
+# `maturin build --release` into target/wheels/ (the file name is written to
+# ~/.cache/bitexact/wheel-path for ci/wheel.sh), installs it, tries to add torch, and runs
+# `pytest python/tests` against the installed package.
 #
 # - No venv module (Debian without python3-venv): the packages go to "<venv>-target" with
 #   `pip install --target`, and "<venv>-python" is a wrapper script that runs python3 with them
-#   on PYTHONPATH (the same fallback as ci/ptx.sh).
+#   on PYTHONPATH (the same fallback as ci/ptx.sh). The console script is then
+#   "<venv>-target/bin/bitexact".
 # - torch: `pip install torch` (PyPI's wheel brings the CUDA libraries, ~3 GB, about a minute
 #   and a half here; BITEXACT_TORCH_INDEX=https://download.pytorch.org/whl/cpu for the small CPU
 #   build; BITEXACT_SKIP_TORCH=1 to not try). When it cannot be installed the script prints
@@ -38,14 +43,18 @@ else
     echo "ci/python.sh: no usable venv module; installing with pip --target into $target"
 fi
 
-if ! "$py" -c 'import numpy, safetensors, pytest' 2>/dev/null; then
-    install numpy safetensors pytest
+if ! "$py" -c 'import numpy, safetensors, pytest, maturin' 2>/dev/null; then
+    install numpy safetensors pytest 'maturin>=1.9.4,<2'
 fi
-# The helper itself, from this checkout (reinstalled every time: it is what is being tested).
-# pip's isolated build fetches setuptools; offline, fall back to the setuptools already there.
-install --no-deps --force-reinstall ./python 2>/dev/null ||
-    install --no-deps --force-reinstall --no-build-isolation ./python
-rm -rf python/build python/bitexact.egg-info  # setuptools' in-tree build leftovers
+# The package itself, built from this checkout (every time: it is what is being tested).
+# maturin compiles the crate with its `python` feature (release, target/release/) and packs it
+# with python/bitexact/ into one abi3 wheel.
+rm -f target/wheels/bitexact_harness-*.whl
+(cd python && "$py" -m maturin build --release --quiet --out ../target/wheels)
+wheel="$(ls target/wheels/bitexact_harness-*.whl)"
+echo "$PWD/$wheel" >"$cache/wheel-path"
+install --no-deps --force-reinstall "$wheel"
+echo "ci/python.sh: installed $wheel"
 
 if "$py" -c 'import torch' 2>/dev/null; then
     echo "ci/python.sh: torch $("$py" -c 'import torch; print(torch.__version__)') (already installed)"

@@ -1,14 +1,27 @@
-"""Test setup: import the helper from this source tree (python/), installed or not, and give
-each test a clean bitexact environment."""
+"""Test setup: import the installed package when there is one (what users get: the native
+module, the console script; test_native checks its Python files are this checkout's), else the
+helper from this source tree (python/, pure Python); and give each test a clean bitexact
+environment."""
 
 import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+try:
+    import bitexact  # noqa: F401  (installed)
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import bitexact  # noqa: E402
+
+
+def pytest_report_header(config):
+    from bitexact import _digest
+
+    where = os.path.dirname(os.path.abspath(bitexact.__file__))
+    native = "native module present" if _digest._native else "no native module (pure Python)"
+    return "bitexact imported from %s (%s)" % (where, native)
 
 _VARS = [
     "BITEXACT_OUT", "BITEXACT_RUN", "BITEXACT_SEED", "BITEXACT_DETERMINISTIC",
