@@ -134,7 +134,18 @@ fn digests_ptr(
         .into_iter()
         .map(|(p, n, d, s)| Host::new(p, n, &d, s))
         .collect::<PyResult<Vec<Host>>>()?;
-    Ok(py.detach(|| tensors.par_iter().map(|t| t.digest().hex()).collect()))
+    // Parallel across tensors in jobs of about a chunk's worth of bytes each: many tiny
+    // tensors stay on one thread (scheduling them singly costs more than hashing them), large
+    // ones are also chunked in parallel inside `digest_parts`.
+    let total: usize = tensors.iter().map(|t| t.nbytes).sum();
+    let per_job = (digest::CHUNK_BYTES * tensors.len() / total.max(1)).max(1);
+    Ok(py.detach(|| {
+        tensors
+            .par_iter()
+            .with_min_len(per_job)
+            .map(|t| t.digest().hex())
+            .collect()
+    }))
 }
 
 /// The canonical hex digest of a `bytes` object read as a `dtype` tensor of `shape`.

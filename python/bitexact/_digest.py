@@ -27,6 +27,7 @@ What is hashed, and how it crosses over:
   float64).
 """
 
+import gc
 import sys
 
 from . import _safetensors
@@ -123,31 +124,51 @@ def _from_numpy(a):
     return _Host(ptr, a.nbytes, name, list(a.shape), a)
 
 
+# torch dtype -> (bitexact name, complex?), filled on first use of each dtype.
+_torch_dtypes = {}
+
+
+def _torch_dtype(dtype):
+    hit = _torch_dtypes.get(dtype)
+    if hit is None:
+        s = str(dtype).replace("torch.", "")
+        if s in _TORCH_COMPLEX:
+            hit = (_TORCH_COMPLEX[s], True)
+        elif s in _safetensors._TORCH:
+            hit = (_ST_TO_NAME[_safetensors._TORCH[s][0]], False)
+        else:
+            raise TypeError("bitexact.digest: torch dtype %s has no bitexact dtype" % dtype)
+        _torch_dtypes[dtype] = hit
+    return hit
+
+
 def _from_torch(t):
-    """A host view of CPU tensor ``t``, or ``None`` with the tensor to hash on the device."""
-    name = str(t.dtype).replace("torch.", "")
-    t = t.detach()
-    if getattr(t, "is_conj", None) and t.is_conj():
+    """``(host view, None)`` of a tensor in host memory, or ``(None, (tensor, dtype name))``
+    for one on a device. Fast path first: op traces hash many small tensors."""
+    name, is_complex = _torch_dtype(t.dtype)
+    if t.requires_grad:
+        t = t.detach()
+    if t.is_conj():  # lazy conjugate / negative views (torch >= 1.10 / 1.11)
         t = t.resolve_conj()
-    if getattr(t, "is_neg", None) and t.is_neg():
+    if t.is_neg():
         t = t.resolve_neg()
-    if getattr(t, "is_sparse", False):
+    if t.layout != _torch_strided():
         t = t.to_dense()
-    if name in _TORCH_COMPLEX:
+    if is_complex:
         import torch
 
         t = torch.view_as_real(t.contiguous())
-        name = _TORCH_COMPLEX[name]
-    elif name in _safetensors._TORCH:
-        name = _ST_TO_NAME[_safetensors._TORCH[name][0]]
-    else:
-        raise TypeError("bitexact.digest: torch dtype %s has no bitexact dtype" % t.dtype)
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         return None, (t, name)
-    t = t.contiguous()
+    if not t.is_contiguous():
+        t = t.contiguous()
     if sys.byteorder == "big":
         raise TypeError("bitexact.digest: big-endian hosts are not supported for torch tensors")
     return _Host(t.data_ptr(), t.numel() * t.element_size(), name, list(t.shape), t), None
+
+
+def _torch_strided():
+    return sys.modules["torch"].strided
 
 
 def _cuda_digest(t, name):
@@ -224,8 +245,16 @@ def digests(**tensors):
     in parallel with one release of the GIL."""
     nat = native()
     out, hosts = {}, []
-    for name, value in tensors.items():
-        kind, v = _prepare(value)
+    # Preparing many tensors makes many short-lived objects while all of them stay referenced:
+    # the cyclic GC would rescan the growing list over and over (2x the time at 100 000).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        prepared = [(name, _prepare(value)) for name, value in tensors.items()]
+    finally:
+        if was_enabled:
+            gc.enable()
+    for name, (kind, v) in prepared:
         if kind == "host":
             hosts.append((name, v))
         elif kind == "bytes":
