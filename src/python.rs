@@ -164,10 +164,10 @@ fn cuda_status(py: Python<'_>) -> Option<String> {
 }
 
 /// The canonical hex digest of `nbytes` bytes of device memory at `ptr` on CUDA device 0 (in
-/// the primary context torch also uses), read as a `dtype` tensor of `shape`. Chunks are
-/// hashed by the SHA-256 kernel on the device; only the 32-byte chunk digests come back. The
-/// caller must have finished the work that writes the buffer (`bitexact.digest` synchronizes
-/// torch's current stream first).
+/// the primary context torch also uses), read as a `dtype` tensor of `shape`, hashed on
+/// `stream` (torch's current stream, `torch.cuda.current_stream().cuda_stream`), so it runs
+/// after the work queued there. Chunks are hashed by the SHA-256 kernel on the device; only the
+/// 32-byte chunk digests come back.
 #[pyfunction]
 fn digest_cuda_ptr(
     py: Python<'_>,
@@ -175,10 +175,11 @@ fn digest_cuda_ptr(
     nbytes: usize,
     dtype: &str,
     shape: Vec<usize>,
+    stream: u64,
 ) -> PyResult<String> {
     let d = self::dtype(dtype)?;
     expect_bytes(d, &shape, nbytes)?;
-    py.detach(|| crate::backend::cuda::ops::device_digest(ptr, nbytes, d, &shape))
+    py.detach(|| crate::backend::cuda::ops::device_digest(ptr, nbytes, d, &shape, stream))
         .map(|d| d.hex())
         .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
 }

@@ -19,8 +19,8 @@ What is hashed, and how it crosses over:
   (a trailing dimension of 2, real then imaginary), as ``bitexact run`` reads complex ``.npy``.
 * CUDA tensors: on device 0, when the CUDA backend is usable (``cuda_status()`` is ``None``),
   the chunks are hashed on the GPU by bitexact's SHA-256 kernel in the primary context torch
-  uses, after torch's current stream is synchronized; only the chunk digests come back. Any
-  other device tensor is copied to the host first.
+  uses, on torch's current stream (so after the work queued there); only the chunk digests
+  come back. Any other device tensor is copied to the host first.
 * ``bytes``-like data with ``dtype=`` (a name such as ``"f32"``, ``"bf16"``, ``"F8_E4M3"``, or a
   numpy/torch dtype) and ``shape=`` (default: one dimension).
 * Python numbers and nested lists: as :func:`bitexact.dump` stores them (bool, int64 or
@@ -179,8 +179,10 @@ def _cuda_digest(t, name):
     t = t.contiguous()
     nat = native()
     if t.device.type == "cuda" and (t.device.index or 0) == 0 and nat.cuda_status() is None:
-        torch.cuda.current_stream(t.device).synchronize()
-        return nat.digest_cuda_ptr(t.data_ptr(), t.numel() * t.element_size(), name, list(t.shape))
+        # Hashed on torch's current stream, after the work torch queued there.
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        return nat.digest_cuda_ptr(t.data_ptr(), t.numel() * t.element_size(), name,
+                                   list(t.shape), stream)
     host, _ = _from_torch(t.cpu())
     return nat.digest_ptr(*host.args())
 

@@ -151,6 +151,17 @@ impl Gpu {
         &self.stream
     }
 
+    /// A stream owned by another library in this GPU's context (torch's current stream), as a
+    /// cudarc stream that does not destroy it when dropped.
+    ///
+    /// # Safety
+    /// `raw` must be a valid `CUstream` of device 0's primary context (or 0, the legacy
+    /// default stream), kept alive by its owner while the wrapper is used.
+    pub unsafe fn borrowed_stream(&self, raw: u64) -> Arc<CudaStream> {
+        self.ctx
+            .wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream)
+    }
+
     /// Makes this GPU's context current on the calling thread.
     pub fn bind(&self) -> Result<()> {
         self.ctx

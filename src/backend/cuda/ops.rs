@@ -9,8 +9,9 @@ use crate::digest::Digest;
 use crate::rng::Stream;
 use crate::tensor::DType;
 use anyhow::{anyhow, Result};
-use cudarc::driver::DevicePtr;
 use cudarc::driver::PushKernelArg;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use std::sync::Arc;
 
 /// `reduce_sum` by per-block tree sums added with atomicAdd (nondeterministic).
 pub fn reduce_sum_atomic(x: &[f32]) -> Result<f32> {
@@ -333,52 +334,82 @@ pub fn sha256_chunks(data: &[u8], chunk_bytes: usize) -> Result<Vec<[u8; 32]>> {
     let g = gpu()?;
     let dd = g.upload(data)?;
     let (ptr, _sync) = dd.device_ptr(g.stream());
-    sha256_device_chunks(&g, ptr, data.len(), chunk_bytes)
+    let mut out = g.zeros::<u8>(32 * data.len().div_ceil(chunk_bytes))?;
+    g.timed(|s| launch_sha256(&g, s, ptr, data.len(), chunk_bytes, &mut out))?;
+    Ok(split_digests(&g.download(&out)?))
 }
 
-/// SHA-256 of each `chunk_bytes` chunk of `len` bytes of device memory at `ptr` (in the
-/// primary context of device 0), by the `sha256_chunks` kernel; only the digests come back.
-fn sha256_device_chunks(
+/// Launches `sha256_chunks` on stream `s` over `len` bytes of device memory at `ptr`, one
+/// 32-byte digest per `chunk_bytes` chunk into `out`.
+fn launch_sha256(
     g: &Gpu,
+    s: &Arc<CudaStream>,
     ptr: u64,
     len: usize,
     chunk_bytes: usize,
-) -> Result<Vec<[u8; 32]>> {
-    let chunks = len.div_ceil(chunk_bytes);
-    let mut out = g.zeros::<u8>(32 * chunks)?;
+    out: &mut CudaSlice<u8>,
+) -> Result<()> {
+    let chunks = len.div_ceil(chunk_bytes) as u64;
     let (len, cb) = (len as u64, chunk_bytes as u64);
     let f = g.function("sha256.cu", "sha256_chunks")?;
-    g.timed(|s| {
-        let mut l = s.launch_builder(&f);
-        l.arg(&ptr).arg(&len).arg(&cb).arg(&mut out);
-        launch(&mut l, geometry::sha256(chunks as u64), "sha256_chunks")
-    })?;
-    Ok(g.download(&out)?
+    let mut l = s.launch_builder(&f);
+    l.arg(&ptr).arg(&len).arg(&cb).arg(out);
+    launch(&mut l, geometry::sha256(chunks), "sha256_chunks")
+}
+
+fn split_digests(bytes: &[u8]) -> Vec<[u8; 32]> {
+    bytes
         .chunks_exact(32)
         .map(|c| c.try_into().expect("32 bytes"))
-        .collect())
+        .collect()
 }
 
 /// The canonical digest of a `dtype` tensor of `shape` whose `len` bytes live in device memory
-/// at `ptr` (device 0, primary context: torch's CUDA tensors): chunks hashed on the device,
-/// combined on the host exactly as [`crate::digest::digest_parts`] combines them, so the digest
-/// equals the host digest of the same bytes. A tensor of at most one chunk is copied down and
-/// hashed on the host (the canonical encoding hashes it whole).
-pub fn device_digest(ptr: u64, len: usize, dtype: DType, shape: &[usize]) -> Result<Digest> {
+/// at `ptr` on device 0, hashed in order on `stream`, a raw `CUstream` of the primary context
+/// (torch's current stream: 0 is the legacy default stream), so the kernel runs after the
+/// work torch queued there. Chunks are hashed on the device and combined on the host exactly as
+/// [`crate::digest::digest_parts`] combines them, so the digest equals the host digest of the
+/// same bytes; a tensor of at most one chunk is copied down and hashed on the host (the
+/// canonical encoding hashes it whole).
+pub fn device_digest(
+    ptr: u64,
+    len: usize,
+    dtype: DType,
+    shape: &[usize],
+    stream: u64,
+) -> Result<Digest> {
     use crate::digest::{self, CHUNK_BYTES};
     let g = gpu()?;
+    g.bind()?;
+    // SAFETY: the caller passes torch's current stream of device 0, which torch keeps alive
+    // for the call; device 0's primary context is the one `Gpu` retains.
+    let s = unsafe { g.borrowed_stream(stream) };
+    fn fail(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> anyhow::Error {
+        move |e| anyhow!("{what} on the GPU: {e:?}")
+    }
     if len <= CHUNK_BYTES {
         let mut host = vec![0u8; len];
         if len > 0 {
-            g.bind()?;
             // SAFETY: `host` holds `len` bytes; the caller vouches for `len` bytes at `ptr`.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, ptr) }
-                .map_err(|e| anyhow!("copying {len} bytes from the device: {e:?}"))?;
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut host, ptr, s.cu_stream()) }
+                .map_err(fail("copying the tensor"))?;
+            s.synchronize().map_err(fail("waiting for the copy"))?;
         }
         return Ok(digest::digest_parts(dtype, shape, &host));
     }
-    let chunks = sha256_device_chunks(&g, ptr, len, CHUNK_BYTES)?;
-    Ok(digest::chunk_digests_parts(dtype, shape, &chunks))
+    let mut out = s
+        .alloc_zeros::<u8>(32 * len.div_ceil(CHUNK_BYTES))
+        .map_err(fail("allocating the chunk digests"))?;
+    launch_sha256(&g, &s, ptr, len, CHUNK_BYTES, &mut out)?;
+    let chunks = s
+        .clone_dtoh(&out)
+        .map_err(fail("copying the chunk digests"))?;
+    s.synchronize().map_err(fail("hashing"))?;
+    Ok(digest::chunk_digests_parts(
+        dtype,
+        shape,
+        &split_digests(&chunks),
+    ))
 }
 
 /// The canonical digest of `t` ([`crate::digest::tensor_digest`]) with the chunks of a large
