@@ -197,6 +197,7 @@ impl Ctx {
                 algorithm: self.last_algorithm.to_string(),
                 inputs: inputs.iter().map(|v| trace_digest(*v)).collect(),
                 output: trace_digest(output),
+                ..Default::default()
             });
         }
     }

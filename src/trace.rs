@@ -2,6 +2,12 @@
 //! differ can be compared op by op and the first op whose output differs while its inputs
 //! matched can be named (first-divergence localization).
 //!
+//! One record type ([`TraceEntry`]) and one localizer ([`first_divergence`]) serve built-in
+//! cases (recorded by `Ctx::record`) and programs (`bitexact run --trace ops`: the Python
+//! tracer's `.bitexact-trace-rank<R>.jsonl`, read by [`program::read_jsonl`]). Records are
+//! aligned by identity, not position: (rank, step, phase, module, op, the call's number among
+//! calls of that op there), so one extra op does not misalign the rest.
+//!
 //! Trace digests are SHA-256 over the values' little-endian bytes (no header: the op and call
 //! index identify them). Traces are JSON-serialisable, so they can be saved with
 //! `bitexact report --trace FILE` and compared across processes and machines with
@@ -78,7 +84,7 @@ pub fn trace_digest(v: TraceArg) -> String {
 }
 
 /// One op call in a trace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceEntry {
     /// Position of the call in the run (0-based).
     pub call: usize,
@@ -88,8 +94,56 @@ pub struct TraceEntry {
     pub algorithm: String,
     /// Digests of the inputs, in argument order.
     pub inputs: Vec<String>,
-    /// Digest of the output.
+    /// Digest of the output (programs: every result, `dtype[shape]:digest`, comma-separated).
     pub output: String,
+    /// Step the call belongs to (programs: optimizer steps completed before it; cases: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step: u64,
+    /// Rank of the process that made the call (`RANK`; 0 alone).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rank: u64,
+    /// `forward` or `backward` (programs), empty for cases.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// The innermost module running (`Net.encoder.fc1`), empty outside modules and for cases.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub module: String,
+    /// The program's own source line that led to the call (`train.py:88`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+impl TraceEntry {
+    /// The identity a record is aligned by, without its occurrence number.
+    fn place(&self) -> (u64, u64, &str, &str, &str) {
+        (self.rank, self.step, &self.phase, &self.module, &self.op)
+    }
+
+    /// `step 3, rank 0, aten::mm (call 17 of aten::mm) in module enc.fc1 (backward),
+    /// train.py:88` for program records; `call 4 `matmul`` for a case's.
+    fn describe(&self, occurrence: usize) -> String {
+        if self.phase.is_empty() && self.module.is_empty() && self.source.is_empty() {
+            return format!("call {} `{}`", self.call, self.op);
+        }
+        let mut s = format!(
+            "step {}, rank {}, {} (call {} of {})",
+            self.step, self.rank, self.op, occurrence, self.op
+        );
+        if !self.module.is_empty() {
+            s.push_str(&format!(" in module {}", self.module));
+        }
+        if !self.phase.is_empty() {
+            s.push_str(&format!(" ({})", self.phase));
+        }
+        if !self.source.is_empty() {
+            s.push_str(&format!(", {}", self.source));
+        }
+        s
+    }
 }
 
 /// Where two traces first diverge.
@@ -107,71 +161,116 @@ pub struct Divergence {
     pub explanation: String,
 }
 
-/// Compares two traces and names the first divergence, if any.
+/// Each record of `trace` with its identity: (index, occurrence number of its place).
+fn identities(trace: &[TraceEntry]) -> Vec<usize> {
+    let mut seen: std::collections::HashMap<(u64, u64, &str, &str, &str), usize> =
+        std::collections::HashMap::new();
+    trace
+        .iter()
+        .map(|e| {
+            let n = seen.entry(e.place()).or_insert(0);
+            *n += 1;
+            *n - 1
+        })
+        .collect()
+}
+
+/// Compares two traces and names the first divergence, if any: in `a`'s order, the first
+/// record whose counterpart in `b` (same rank, step, phase, module, op and occurrence) is
+/// missing or differs. A missing counterpart means control flow diverged (said with what `b`
+/// does at that position); one whose inputs matched is the origin (this op is
+/// nondeterministic); one whose inputs already differed received the difference from outside
+/// the traced ops. Records of `b` with no counterpart in `a` are reported after `a` is done.
 pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
-    for (x, y) in a.iter().zip(b) {
-        if x == y {
-            continue;
-        }
-        if x.op != y.op {
+    let (ia, ib) = (identities(a), identities(b));
+    let index: std::collections::HashMap<_, usize> = b
+        .iter()
+        .zip(&ib)
+        .enumerate()
+        .map(|(j, (e, &n))| ((e.place(), n), j))
+        .collect();
+    for (pos, (x, &n)) in a.iter().zip(&ia).enumerate() {
+        let Some(&j) = index.get(&(x.place(), n)) else {
+            let other = b
+                .get(pos)
+                .map_or("makes no more op calls".to_string(), |y| {
+                    format!("calls {}", y.describe(ib[pos] + 1))
+                });
             return Some(Divergence {
                 call: x.call,
                 op: x.op.clone(),
                 inputs_matched: false,
                 explanation: format!(
-                    "call {}: the runs called different ops (`{}` vs `{}`): control flow diverged",
-                    x.call, x.op, y.op
+                    "control flow diverged: run 0 calls {} where the other run {other}",
+                    x.describe(n + 1)
                 ),
             });
-        }
-        let inputs_matched = x.inputs == y.inputs;
-        let explanation = if inputs_matched && x.algorithm != y.algorithm {
-            format!(
-                "first divergence at call {} `{}`: same inputs, algorithm changed ({} vs {})",
-                x.call, x.op, x.algorithm, y.algorithm
-            )
-        } else if inputs_matched {
-            format!(
-                "first divergence at call {} `{}` ({} vs {}): same inputs, different output — this op is nondeterministic",
-                x.call, x.op, x.algorithm, y.algorithm
-            )
-        } else {
-            let mut which: Vec<String> = x
-                .inputs
-                .iter()
-                .zip(&y.inputs)
-                .enumerate()
-                .filter(|(_, (p, q))| p != q)
-                .map(|(i, _)| format!("input {i}"))
-                .collect();
-            if x.inputs.len() != y.inputs.len() {
-                which.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
-            }
-            format!(
-                "call {} `{}` already received different inputs ({}) although every earlier traced output matched: \
-                 the divergence comes from code between traced ops",
-                x.call,
-                x.op,
-                which.join(", ")
-            )
         };
-        return Some(Divergence {
-            call: x.call,
-            op: x.op.clone(),
-            inputs_matched,
-            explanation,
-        });
+        let y = &b[j];
+        if x.inputs == y.inputs && x.output == y.output && x.algorithm == y.algorithm {
+            continue;
+        }
+        return Some(differing(x, y, n + 1));
     }
-    (a.len() != b.len()).then(|| Divergence {
-        call: a.len().min(b.len()),
-        op: String::new(),
-        inputs_matched: true,
-        explanation: format!(
-            "the runs made {} and {} op calls: control flow diverged",
-            a.len(),
-            b.len()
-        ),
-    })
+    let seen: std::collections::HashSet<_> =
+        a.iter().zip(&ia).map(|(e, &n)| (e.place(), n)).collect();
+    b.iter()
+        .zip(&ib)
+        .find(|(e, &n)| !seen.contains(&(e.place(), n)))
+        .map(|(y, &n)| Divergence {
+            call: y.call,
+            op: y.op.clone(),
+            inputs_matched: false,
+            explanation: format!(
+                "control flow diverged: the other run also calls {}, which run 0 never makes ({} and {} op calls)",
+                y.describe(n + 1),
+                a.len(),
+                b.len()
+            ),
+        })
+}
+
+/// The divergence at counterparts `x` and `y` (occurrence `occ`) that differ.
+fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
+    let inputs_matched = x.inputs == y.inputs;
+    let program = !x.phase.is_empty();
+    let at = x.describe(occ);
+    let explanation = if inputs_matched && x.algorithm != y.algorithm {
+        format!(
+            "first divergence at {at}: same inputs, algorithm changed ({} vs {})",
+            x.algorithm, y.algorithm
+        )
+    } else if inputs_matched && program {
+        format!("first divergence: {at} — inputs identical, output differs: this op is nondeterministic")
+    } else if inputs_matched {
+        format!(
+            "first divergence at {at} ({} vs {}): same inputs, different output — this op is nondeterministic",
+            x.algorithm, y.algorithm
+        )
+    } else {
+        let mut which: Vec<String> = x
+            .inputs
+            .iter()
+            .zip(&y.inputs)
+            .enumerate()
+            .filter(|(_, (p, q))| p != q)
+            .map(|(i, _)| format!("input {i}"))
+            .collect();
+        if x.inputs.len() != y.inputs.len() {
+            which.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
+        }
+        format!(
+            "{at} already received different inputs ({}) although every earlier traced output matched: \
+             the divergence comes from code between traced ops",
+            which.join(", ")
+        )
+    };
+    Divergence {
+        call: x.call,
+        op: x.op.clone(),
+        inputs_matched,
+        explanation,
+    }
 }
 
 /// The traces of one case on one backend, as saved by `--trace FILE`.
@@ -280,6 +379,8 @@ pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<D
     }
     out
 }
+
+pub mod program;
 
 #[cfg(test)]
 mod tests;

@@ -154,6 +154,7 @@ fn fixtures(dir: &Path) {
             algorithm: "tiled".into(),
             inputs: vec!["a".into()],
             output: out.into(),
+            ..Default::default()
         }]],
     };
     let file = |cases| TraceFile {

@@ -322,10 +322,20 @@ def dump(name, /, **tensors):
         return None
     path = _resolve(name)
     tensors = _without_none(name, tensors)
-    blob = _safetensors.serialize(tensors)
+    tracer = sys.modules.get("bitexact._trace")  # dump's own tensor copies are not the program's ops
+    with tracer.paused() if tracer is not None else _no_pause():
+        blob = _safetensors.serialize(tensors)
     _atomic_write(path, blob)
     _ensure_platform()
     return path
+
+
+class _no_pause:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 _none_warned = set()
@@ -399,6 +409,9 @@ def step(i, /, **tensors):
         )
     written.add(i)
     path = dump("step_%04d" % i, **tensors)
+    tracer = sys.modules.get("bitexact._trace")  # under `bitexact run --trace ops`
+    if tracer is not None:
+        tracer.on_helper_step(i)
     line = json.dumps(
         {"step": i, "rss_bytes": _rss_bytes(), "torch_cuda_allocated": _cuda_allocated()},
         separators=(", ", ": "),

@@ -351,6 +351,11 @@ pub struct ProgramArgs {
     /// Ignore any project file.
     #[arg(long)]
     pub no_config: bool,
+    /// `ops`: trace every PyTorch op of the program's Python process (no code change: a
+    /// `sitecustomize` starts bitexact's tracer) and name the first op that diverged, with its
+    /// module, step and source line.
+    #[arg(long, value_name = "LEVEL", value_parser = ["ops"])]
+    pub trace: Option<String>,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -410,6 +415,7 @@ impl ProgramArgs {
             keep: self.keep.clone(),
             ignore,
             config: project.as_ref().map(|p| p.path.clone()),
+            trace_ops: self.trace.is_some(),
         };
         program.validate().map_err(|e| usage(format!("{e:#}")))?;
         let k = runs(self.runs.or(file.runs).unwrap_or(2))?;

@@ -30,6 +30,7 @@ pub mod ignore;
 pub mod project;
 mod source;
 pub mod spawn;
+pub mod trace;
 
 pub use source::ProgramSource;
 
@@ -62,6 +63,8 @@ pub struct Program {
     pub ignore: ignore::Ignore,
     /// The project file the settings came from, if one was used.
     pub config: Option<PathBuf>,
+    /// `--trace ops`: trace every PyTorch op of the program's Python process ([`trace`]).
+    pub trace_ops: bool,
 }
 
 impl Program {
@@ -77,6 +80,7 @@ impl Program {
             keep: None,
             ignore: ignore::Ignore::default(),
             config: None,
+            trace_ops: false,
         }
     }
 
@@ -171,6 +175,16 @@ pub fn env_for(
     }
     if c.deterministic {
         env.insert("CUBLAS_WORKSPACE_CONFIG".into(), ":4096:8".into());
+    }
+    if program.trace_ops {
+        let inject = trace::inject_dir(out);
+        let mut path = inject.display().to_string();
+        if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+            path.push(':');
+            path.push_str(&old.to_string_lossy());
+        }
+        env.insert("PYTHONPATH".into(), path);
+        env.insert("BITEXACT_TRACE".into(), "ops".into());
     }
     if let Some(p) = settings.knobs.poison {
         env.insert("MALLOC_PERTURB_".into(), p.to_string());

@@ -74,6 +74,9 @@ impl<'a> ProgramSource<'a> {
             None => private_dir()?,
         };
         let on_signal = (!root.1).then(|| crate::cleanup::register_dir(&root.0));
+        if program.trace_ops {
+            super::trace::write_inject_dir(&root.0)?;
+        }
         Ok(ProgramSource {
             program,
             root,
@@ -118,6 +121,8 @@ struct RunFiles {
     _owned: Vec<Scratch>,
     out: PathBuf,
     stdout: Option<PathBuf>,
+    /// How many op calls the run's trace holds (`--trace ops`).
+    op_calls: Option<usize>,
 }
 
 impl Loader for RunFiles {
@@ -136,6 +141,9 @@ impl Loader for RunFiles {
     }
 
     fn value(&self, name: &str) -> Option<String> {
+        if name == crate::trace::program::OPS_NAME {
+            return self.op_calls.map(|n| format!("{n} op calls"));
+        }
         collect::load_value(&self.out, name).ok().flatten()
     }
 }
@@ -235,6 +243,7 @@ impl RunSource for ProgramSource<'_> {
             );
         }
         let rules = self.program.ignore.clone();
+        let trace_ops = self.program.trace_ops;
         let handle = std::thread::spawn(move || {
             let unreadable =
                 |e: anyhow::Error| Failure::from_error(FailureKind::UnreadableOutput, &e);
@@ -251,6 +260,15 @@ impl RunSource for ProgramSource<'_> {
                 other => other,
             };
             let mut c = collect::collect(&dest, stdout.as_deref()).map_err(unreadable)?;
+            let trace = if trace_ops {
+                crate::trace::program::read_dir(&dest).map_err(unreadable)?
+            } else {
+                None
+            };
+            if let Some(t) = &trace {
+                let ops = crate::trace::program::OPS_NAME.to_string();
+                c.digests.push((ops, crate::trace::program::digest(t)));
+            }
             let mut by_glob = rules.filter(&mut c.digests);
             by_glob.append(&mut ignored);
             if c.digests.is_empty() {
@@ -265,8 +283,9 @@ impl RunSource for ProgramSource<'_> {
                     _owned: owned,
                     out: dest,
                     stdout,
+                    op_calls: trace.as_ref().map(Vec::len),
                 }),
-                trace: None,
+                trace,
                 steps: c.steps,
                 platform: c.platform,
                 ignored: by_glob,
@@ -295,7 +314,13 @@ impl RunSource for ProgramSource<'_> {
         _controls: &Controls,
         _opts: &Options,
     ) -> Option<Divergence> {
-        diagnose::first_output_divergence(first, other)
+        match (&first.trace, &other.trace) {
+            // Op traces name the op; without them (or when they agree while the files differ,
+            // e.g. host-side arithmetic after the last op), the first differing output file.
+            (Some(a), Some(b)) => crate::trace::first_divergence(a, b),
+            _ => None,
+        }
+        .or_else(|| diagnose::first_output_divergence(first, other))
     }
 
     fn describe(&self, report: &mut CaseReport, metas: &[RunMeta], first: Option<&Collected>) {

@@ -9,6 +9,7 @@ fn e(call: usize, op: &str, inputs: &[&str], output: &str) -> TraceEntry {
         algorithm: "x".into(),
         inputs: inputs.iter().map(|s| s.to_string()).collect(),
         output: output.into(),
+        ..Default::default()
     }
 }
 
@@ -88,6 +89,7 @@ fn case(name: &str, output: &str) -> CaseTraces {
         algorithm: "tiled".into(),
         inputs: vec!["a".into(), "b".into()],
         output: output.into(),
+        ..Default::default()
     };
     CaseTraces {
         name: name.into(),

@@ -1,0 +1,211 @@
+"""Op traces of unmodified PyTorch programs (``bitexact run --trace ops``).
+
+``bitexact run --trace ops`` puts a ``sitecustomize`` on the program's ``PYTHONPATH`` that
+calls :func:`install_from_env` (and then runs any ``sitecustomize`` it shadows), so a script
+that never imports bitexact is traced. Every ATen op call the process makes (a
+``TorchDispatchMode``: forward and backward) becomes one JSON line in
+``$BITEXACT_OUT/.bitexact-trace-rank<R>.jsonl`` (metadata: never compared as an output)::
+
+    {"v": 2, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
+     "op": "aten::addmm", "occ": 3, "src": "train.py:42",
+     "in": ["f32[64,10]:<digest>", ...], "out": ["f32[64,10]:<digest>"]}
+
+- ``step``: optimizer steps completed so far (``torch.optim`` step hooks), or, for a script
+  without an optimizer, the index after its last ``bitexact.step(i)``.
+- ``module``: the innermost module running (``torch.utils.module_tracker``: forward hooks,
+  and gradient hooks for the backward), by fully qualified name from the root's class name.
+- ``occ``: the call's number among calls of the same op in the same step, rank, module and
+  phase: what aligns two runs' streams (identity, not position).
+- ``src``: the innermost frame in the program's own code (not torch, not bitexact).
+- digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
+  result, from the native module; a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
+  is recorded as ``dtype[shape]:-`` (not hashed). Non-tensor arguments are not recorded.
+
+View and alias ops (``is_view``) carry no new data and are skipped. Only the process that
+installed the tracer records (DataLoader workers, forked or spawned, do not). No tensor is kept
+after it is hashed. The tracer never changes what the program computes.
+"""
+
+import atexit
+import json
+import os
+import sys
+import threading
+
+ENV = "BITEXACT_TRACE"
+OWNER_ENV = "BITEXACT_TRACE_OWNER"
+MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"
+FILE_PREFIX = ".bitexact-trace-rank"
+DIGEST_HEX = 32
+
+_state = None
+_paused = threading.local()
+
+
+class paused:
+    """``with paused():`` ops inside are not traced (bitexact's own work, e.g. ``dump``)."""
+
+    def __enter__(self):
+        _paused.depth = getattr(_paused, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _paused.depth -= 1
+
+
+class _State:
+    def __init__(self, path, rank, max_bytes):
+        self.file = open(path, "w", buffering=1 << 20)
+        self.lock = threading.Lock()
+        self.rank = rank
+        self.max_bytes = max_bytes
+        self.pid = os.getpid()
+        self.step = 0
+        self.optimizer_steps = 0
+        self.occurrences = {}
+        self.tracker = None
+        self.skip_dirs = ()
+
+    def close(self):
+        with self.lock:
+            if not self.file.closed:
+                self.file.close()
+
+
+def _source(skip_dirs):
+    """``file:line`` of the innermost frame in the program's own code: not torch, bitexact, the
+    standard library or installed packages (relative to the working directory when inside it)."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not (name.startswith(skip_dirs) or name.startswith("<") or "-packages" + os.sep in name):
+            rel = os.path.relpath(name)
+            return "%s:%d" % (name if rel.startswith("..") else rel, f.f_lineno)
+        f = f.f_back
+    return ""
+
+
+def _module(tracker):
+    parents = tracker.parents
+    if len(parents) <= 1:
+        return ""
+    return max((p for p in parents if p != "Global"), key=lambda p: (p.count("."), len(p)))
+
+
+# Ops whose results are uninitialized memory: recorded by dtype and shape only.
+_UNINITIALIZED = ("aten::empty", "aten::new_empty", "aten::resize_")
+
+
+def _describe(tensors, state, hash_them=True):
+    """``["f32[2,3]:<digest>", ...]`` for the tensors, hashed together by the native module."""
+    from . import _digest
+
+    out, hosts = [], []
+    for t in tensors:
+        kind = None
+        try:
+            if not hash_them or t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
+                raise ValueError
+            kind, v = _digest._prepare(t)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+        name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
+        label = "%s[%s]" % (name, ",".join(str(d) for d in t.shape))
+        if kind == "host":
+            hosts.append((len(out), v))
+            out.append(label)
+        elif kind == "device":
+            out.append("%s:%s" % (label, v[:DIGEST_HEX]))
+        else:
+            out.append(label + ":-")
+    if hosts:
+        digests = _digest.native().digests_ptr([h.args() for _, h in hosts])
+        for (i, _), d in zip(hosts, digests):
+            out[i] = "%s:%s" % (out[i], d[:DIGEST_HEX])
+    return out
+
+
+def _make_mode():
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Tracer(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            result = func(*args, **kwargs)
+            state = _state
+            if (state is not None and not func.is_view and os.getpid() == state.pid
+                    and not getattr(_paused, "depth", 0)):
+                _record(state, func, args, kwargs, result, tree_leaves, torch.Tensor)
+            return result
+
+    return Tracer()
+
+
+def _record(state, func, args, kwargs, result, leaves, tensor_type):
+    ins = [x for x in leaves((args, kwargs)) if isinstance(x, tensor_type)]
+    outs = [x for x in leaves(result) if isinstance(x, tensor_type)]
+    phase = "backward" if state.tracker.is_bw else "forward"
+    module = _module(state.tracker)
+    op = func.name()
+    with state.lock:
+        key = (state.step, module, phase, op)
+        occ = state.occurrences.get(key, 0)
+        state.occurrences[key] = occ + 1
+        step = state.step
+    record = {
+        "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
+        "op": op, "occ": occ, "src": _source(state.skip_dirs),
+        "in": _describe(ins, state), "out": _describe(outs, state, not op.startswith(_UNINITIALIZED)),
+    }
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    with state.lock:
+        if not state.file.closed:
+            state.file.write(line)
+
+
+def on_helper_step(i):
+    """``bitexact.step(i)`` was called: for a script without an optimizer, later ops belong to
+    step ``i + 1``."""
+    state = _state
+    if state is not None and state.optimizer_steps == 0:
+        with state.lock:
+            state.step = int(i) + 1
+
+
+def install_from_env():
+    """Starts tracing this process when ``$BITEXACT_TRACE`` is ``ops`` and ``$BITEXACT_OUT`` is
+    set (what ``bitexact run --trace ops`` gives), once, in the first Python process only."""
+    global _state
+    if _state is not None or os.environ.get(ENV) != "ops" or not os.environ.get("BITEXACT_OUT"):
+        return False
+    owner = os.environ.get(OWNER_ENV)
+    if owner and owner != str(os.getpid()):
+        return False  # a child process of the traced program (DataLoader workers, tools)
+    os.environ[OWNER_ENV] = str(os.getpid())
+    import torch
+    import torch.optim.optimizer as optimizer
+    from torch.utils.module_tracker import ModuleTracker
+
+    rank = int(os.environ.get("RANK", "0"))
+    max_bytes = int(os.environ.get(MAX_BYTES_ENV, str(64 << 20)))
+    path = os.path.join(os.environ["BITEXACT_OUT"], "%s%d.jsonl" % (FILE_PREFIX, rank))
+    state = _State(path, rank, max_bytes)
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    here = os.path.dirname(os.path.abspath(__file__))
+    stdlib = os.path.dirname(os.path.abspath(os.__file__))
+    state.skip_dirs = (torch_dir, here, stdlib)
+    state.tracker = ModuleTracker()
+    state.tracker.__enter__()
+
+    def after_step(_optimizer, _args, _kwargs):
+        with state.lock:
+            state.optimizer_steps += 1
+            state.step = state.optimizer_steps
+
+    optimizer.register_optimizer_step_post_hook(after_step)
+    mode = _make_mode()
+    mode.__enter__()
+    _state = state
+    atexit.register(state.close)
+    return True

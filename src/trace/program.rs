@@ -1,0 +1,178 @@
+//! Op traces of programs: the Python tracer's stream (`bitexact run --trace ops`; see
+//! `python/bitexact/_trace.py`), one JSON object a line in
+//! `$BITEXACT_OUT/.bitexact-trace-rank<R>.jsonl`, read into [`TraceEntry`] records:
+//!
+//! ```text
+//! {"v": 2, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1", "op": "aten::addmm",
+//!  "occ": 3, "src": "train.py:42", "in": ["f32[64,10]:<digest>"], "out": ["f32[64,10]:<digest>"]}
+//! ```
+//!
+//! Version 2 of the trace schema (version 1 is the built-in cases' trace file).
+
+use super::TraceEntry;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+use std::io::BufRead;
+use std::path::Path;
+
+/// The schema version of a program trace line.
+pub const VERSION: u32 = 2;
+
+/// File name prefix of a rank's trace under `$BITEXACT_OUT` (metadata, never compared).
+pub const FILE_PREFIX: &str = ".bitexact-trace-rank";
+
+/// Most records read from one trace (a bound on memory; the rest is reported as cut).
+pub const MAX_RECORDS: usize = 20_000_000;
+
+/// The output name under which a traced run's op stream is compared (one digest over every
+/// record), so a script that writes no file is still checked.
+pub const OPS_NAME: &str = "<ops>";
+
+/// One digest over every record of `trace` (all fields but the call position), in order.
+pub fn digest(trace: &[TraceEntry]) -> crate::digest::Digest {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    for e in trace {
+        let fields = [
+            &e.rank.to_string(),
+            &e.step.to_string(),
+            &e.phase,
+            &e.module,
+            &e.op,
+            &e.source,
+            &e.inputs.join(","),
+            &e.output,
+        ];
+        for f in fields {
+            h.update((f.len() as u64).to_le_bytes());
+            h.update(f.as_bytes());
+        }
+    }
+    crate::digest::Digest(h.finalize().into())
+}
+
+/// One line as the tracer writes it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    v: u32,
+    step: u64,
+    rank: u64,
+    phase: String,
+    module: String,
+    op: String,
+    #[allow(dead_code)] // the localizer recomputes occurrences from the order
+    occ: u64,
+    src: String,
+    #[serde(rename = "in")]
+    inputs: Vec<String>,
+    out: Vec<String>,
+}
+
+/// Reads a rank's trace. A last line cut short (a run killed mid-write) is dropped; any other
+/// malformed line is an error naming the file and line.
+pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = std::io::BufReader::new(file).lines().peekable();
+    let mut out = Vec::new();
+    let mut n = 0;
+    while let Some(line) = lines.next() {
+        n += 1;
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: Line = match serde_json::from_str(&line) {
+            Ok(l) => l,
+            Err(_) if lines.peek().is_none() => break, // cut short by the end of the run
+            Err(e) => return Err(anyhow!("{} line {n}: {e}", path.display())),
+        };
+        if parsed.v != VERSION {
+            bail!(
+                "{} line {n}: trace version {} (this build reads {VERSION})",
+                path.display(),
+                parsed.v
+            );
+        }
+        if out.len() == MAX_RECORDS {
+            bail!("{}: more than {MAX_RECORDS} op records", path.display());
+        }
+        out.push(TraceEntry {
+            call: out.len(),
+            op: parsed.op,
+            algorithm: String::new(),
+            inputs: parsed.inputs,
+            output: parsed.out.join(","),
+            step: parsed.step,
+            rank: parsed.rank,
+            phase: parsed.phase,
+            module: parsed.module,
+            source: parsed.src,
+        });
+    }
+    Ok(out)
+}
+
+/// The traces of every rank under `dir` (`.bitexact-trace-rank<R>.jsonl`), concatenated in
+/// rank order; `None` when there is none.
+pub fn read_dir(dir: &Path) -> Result<Option<Vec<TraceEntry>>> {
+    let mut files: Vec<(u64, std::path::PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rank = name
+            .strip_prefix(FILE_PREFIX)
+            .and_then(|r| r.strip_suffix(".jsonl"))
+            .and_then(|r| r.parse().ok());
+        if let (Some(rank), true) = (rank, e.file_type()?.is_file()) {
+            files.push((rank, e.path()));
+        }
+    }
+    if files.is_empty() {
+        return Ok(None);
+    }
+    files.sort();
+    let mut all = Vec::new();
+    for (_, f) in files {
+        all.extend(read_jsonl(&f)?);
+    }
+    Ok(Some(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"{"v":2,"step":1,"rank":0,"phase":"backward","module":"Net.fc1","op":"aten::mm","occ":0,"src":"t.py:9","in":["f32[2,2]:aa"],"out":["f32[2,2]:bb"]}"#;
+
+    #[test]
+    fn reads_lines_and_drops_a_cut_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+        std::fs::write(&p, format!("{LINE}\n{LINE}\n{{\"v\":2,\"st")).unwrap();
+        let t = read_dir(dir.path()).unwrap().unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[1].call, 1);
+        assert_eq!(
+            (t[0].module.as_str(), t[0].source.as_str()),
+            ("Net.fc1", "t.py:9")
+        );
+        std::fs::write(&p, format!("{{\"v\":2}}\n{LINE}\n")).unwrap();
+        let e = read_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("line 1"), "{e}");
+        std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":3"))).unwrap();
+        assert!(read_dir(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("trace version 3"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(".bitexact-trace-rank0.jsonl"), &bytes).unwrap();
+            let _ = read_dir(dir.path());
+        }
+    }
+}
