@@ -21,7 +21,10 @@ that never imports bitexact is traced. Every ATen op call the process makes (a
   result, from the native module; a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
   is recorded as ``dtype[shape]:-`` (not hashed). Non-tensor arguments are not recorded.
 
-View and alias ops (``is_view``) carry no new data and are skipped. Only the process that
+View and alias ops (``is_view``) carry no new data and are skipped, and so are allocations of
+uninitialized memory (``aten::empty*``) and ``aten::set_`` (how a DataLoader batch is received
+from a worker, at a moment that depends on worker timing: the batch is hashed where the program
+first uses it). Only the process that
 installed the tracer records (DataLoader workers, forked or spawned, do not). No tensor is kept
 after it is hashed. The tracer never changes what the program computes.
 """
@@ -91,11 +94,13 @@ def _module(tracker):
     return max((p for p in parents if p != "Global"), key=lambda p: (p.count("."), len(p)))
 
 
-# Ops whose results are uninitialized memory: recorded by dtype and shape only.
-_UNINITIALIZED = ("aten::empty", "aten::new_empty", "aten::resize_")
+# Ops that are not computation and are not recorded: allocations of uninitialized memory, and
+# pointing a tensor at existing storage (how a DataLoader batch is received from a worker, at a
+# moment that depends on worker timing).
+_NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_")
 
 
-def _describe(tensors, state, hash_them=True):
+def _describe(tensors, state):
     """``["f32[2,3]:<digest>", ...]`` for the tensors, hashed together by the native module."""
     from . import _digest
 
@@ -103,7 +108,7 @@ def _describe(tensors, state, hash_them=True):
     for t in tensors:
         kind = None
         try:
-            if not hash_them or t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
+            if t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
                 raise ValueError
             kind, v = _digest._prepare(t)
         except (TypeError, ValueError, RuntimeError):
@@ -145,9 +150,11 @@ def _make_mode():
 def _record(state, func, args, kwargs, result, leaves, tensor_type):
     ins = [x for x in leaves((args, kwargs)) if isinstance(x, tensor_type)]
     outs = [x for x in leaves(result) if isinstance(x, tensor_type)]
+    op = func.name()
+    if op.startswith(_NOT_COMPUTATION):
+        return
     phase = "backward" if state.tracker.is_bw else "forward"
     module = _module(state.tracker)
-    op = func.name()
     with state.lock:
         key = (state.step, module, phase, op)
         occ = state.occurrences.get(key, 0)
@@ -156,7 +163,7 @@ def _record(state, func, args, kwargs, result, leaves, tensor_type):
     record = {
         "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
         "op": op, "occ": occ, "src": _source(state.skip_dirs),
-        "in": _describe(ins, state), "out": _describe(outs, state, not op.startswith(_UNINITIALIZED)),
+        "in": _describe(ins, state), "out": _describe(outs, state),
     }
     line = json.dumps(record, separators=(",", ":")) + "\n"
     with state.lock:

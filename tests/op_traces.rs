@@ -1,0 +1,120 @@
+//! `bitexact run --trace ops` on unmodified PyTorch scripts (`examples/python/ops_trace.py`,
+//! which never imports bitexact): the deterministic script passes, a planted unseeded noise is
+//! localized to its op, module, phase, step and source line, a random branch is reported as
+//! control flow diverging, and a `sitecustomize` the injected one shadows still runs. Needs a
+//! Python with torch and the installed bitexact package (ci/python.sh); says `SKIPPED` without.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+fn python(test: &str) -> Option<String> {
+    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]);
+    if py.is_none() {
+        bitexact::check::skip_notice(
+            test,
+            "no Python with torch and the installed bitexact package (run ci/python.sh)",
+        );
+    }
+    py
+}
+
+fn example() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/python/ops_trace.py")
+        .display()
+        .to_string()
+}
+
+/// `bitexact run --trace ops --format json ARGS -- PY SCRIPT…`: (exit code, the case).
+fn run(args: &[&str], program: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    c.args(["run", "--trace", "ops", "--format", "json"])
+        .args(args)
+        .arg("--")
+        .args(program);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    let report = common::json(&o);
+    (o.status.code().unwrap(), report["cases"][0].clone())
+}
+
+fn divergence(case: &serde_json::Value) -> String {
+    case["divergence"]["explanation"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn an_unmodified_script_is_traced_and_deterministic() {
+    let Some(py) = python("an_unmodified_script_is_traced_and_deterministic") else {
+        return;
+    };
+    let (code, case) = run(&[], &[&py, &example()], &[]);
+    assert_eq!(code, 0, "{case:#}");
+    assert!(case["digests"]["<ops>"].is_string(), "{case:#}");
+}
+
+#[test]
+fn unseeded_noise_is_named_with_its_op_module_and_line() {
+    let Some(py) = python("unseeded_noise_is_named_with_its_op_module_and_line") else {
+        return;
+    };
+    let (code, case) = run(&[], &[&py, &example(), "--planted", "noise"], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    let d = divergence(&case);
+    let source = std::fs::read_to_string(example()).unwrap();
+    let line = 1 + source
+        .lines()
+        .position(|l| l.contains("torch.randn(x.shape, generator=self.gen)"))
+        .unwrap();
+    for want in [
+        "step 0, rank 0, aten::randn.generator",
+        "in module Classifier.head (forward)",
+        &format!("ops_trace.py:{line} "),
+        "inputs identical, output differs",
+    ] {
+        assert!(d.contains(want), "{want:?} not in {d}");
+    }
+    assert_eq!(case["divergence"]["inputs_matched"], true);
+}
+
+#[test]
+fn a_random_branch_is_control_flow_diverging() {
+    let Some(py) = python("a_random_branch_is_control_flow_diverging") else {
+        return;
+    };
+    let (code, case) = run(
+        &["--runs", "4"],
+        &[&py, &example(), "--planted", "branch"],
+        &[],
+    );
+    assert_eq!(code, 1, "{case:#}");
+    let d = divergence(&case);
+    assert!(d.contains("control flow diverged"), "{d}");
+    assert!(d.contains("aten::relu") && d.contains("aten::gelu"), "{d}");
+    assert!(d.contains("in module Classifier (forward)"), "{d}");
+}
+
+#[test]
+fn a_shadowed_sitecustomize_still_runs() {
+    let Some(py) = python("a_shadowed_sitecustomize_still_runs") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("sitecustomize.py"),
+        "import os\nopen(os.path.join(os.environ['BITEXACT_OUT'], 'chained.txt'), 'w').write('yes')\n",
+    )
+    .unwrap();
+    let script = "import torch; torch.manual_seed(0); print(float((torch.randn(3) * 2).sum()))";
+    let path = dir.path().display().to_string();
+    let (code, case) = run(&[], &[&py, "-c", script], &[("PYTHONPATH", &path)]);
+    assert_eq!(code, 0, "{case:#}");
+    assert!(case["digests"]["chained.txt"].is_string(), "{case:#}");
+    assert!(case["digests"]["<ops>"].is_string(), "{case:#}");
+}
