@@ -77,7 +77,7 @@ echo "$py" >"$cache/python-path"
 echo "ci/python.sh: python=$py (also in $cache/python-path)"
 
 status=0
-"$py" -m pytest -q -p no:cacheprovider python/tests || status=$?
+"$py" -m pytest -q -rs -p no:cacheprovider python/tests || status=$?
 if [ "$status" -eq 5 ]; then
     echo "ci/python.sh: pytest collected no tests in python/tests" >&2
 fi

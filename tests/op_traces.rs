@@ -64,9 +64,31 @@ fn unseeded_noise_is_named_with_its_op_module_and_line() {
     let Some(py) = python("unseeded_noise_is_named_with_its_op_module_and_line") else {
         return;
     };
-    let (code, case) = run(&[], &[&py, &example(), "--planted", "noise"], &[]);
+    let keep = tempfile::tempdir().unwrap();
+    let kept = keep.path().join("runs");
+    let (code, case) = run(
+        &["--keep", kept.to_str().unwrap()],
+        &[&py, &example(), "--planted", "noise"],
+        &[],
+    );
     assert_eq!(code, 1, "{case:#}");
     let d = divergence(&case);
+    // The kept traces give the same answer through diff-trace, from anywhere.
+    let o = common::bitexact(&[
+        "diff-trace",
+        kept.join("run-0").to_str().unwrap(),
+        kept.join("run-1/.bitexact-trace-rank0.jsonl")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(common::stdout(&o).trim(), d);
+    let o = common::bitexact(&[
+        "diff-trace",
+        kept.join("run-0").to_str().unwrap(),
+        kept.join("run-0").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stdout(&o));
     let source = std::fs::read_to_string(example()).unwrap();
     let line = 1 + source
         .lines()

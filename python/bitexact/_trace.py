@@ -16,6 +16,9 @@ that never imports bitexact is traced. Every ATen op call the process makes (a
   and gradient hooks for the backward), by fully qualified name from the root's class name.
 - ``occ``: the call's number among calls of the same op in the same step, rank, module and
   phase: what aligns two runs' streams (identity, not position).
+- cost controls: ``$BITEXACT_TRACE_STEPS`` (``A..B`` inclusive, ``A..``) records only those
+  steps, ``$BITEXACT_TRACE_SKIP`` (comma-separated globs such as ``aten::copy_*``) leaves ops
+  out (``--trace-steps``, ``--trace-skip``, ``--trace-max-bytes``).
 - ``src``: the innermost frame in the program's own code (not torch, not bitexact).
 - digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
   result, from the native module; a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
@@ -38,6 +41,8 @@ import threading
 ENV = "BITEXACT_TRACE"
 OWNER_ENV = "BITEXACT_TRACE_OWNER"
 MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"
+STEPS_ENV = "BITEXACT_TRACE_STEPS"  # "A..B" (inclusive) or "A.."
+SKIP_ENV = "BITEXACT_TRACE_SKIP"  # comma-separated op-name globs
 FILE_PREFIX = ".bitexact-trace-rank"
 DIGEST_HEX = 32
 
@@ -67,6 +72,9 @@ class _State:
         self.occurrences = {}
         self.tracker = None
         self.skip_dirs = ()
+        self.first_step, self.last_step = 0, None
+        self.skip_globs = ()
+        self.skipped_ops = {}  # op name -> whether --trace-skip matches it
 
     def close(self):
         with self.lock:
@@ -151,8 +159,17 @@ def _record(state, func, args, kwargs, result, leaves, tensor_type):
     ins = [x for x in leaves((args, kwargs)) if isinstance(x, tensor_type)]
     outs = [x for x in leaves(result) if isinstance(x, tensor_type)]
     op = func.name()
-    if op.startswith(_NOT_COMPUTATION):
+    if op.startswith(_NOT_COMPUTATION) or state.step < state.first_step or (
+            state.last_step is not None and state.step > state.last_step):
         return
+    if state.skip_globs:
+        skip = state.skipped_ops.get(op)
+        if skip is None:
+            import fnmatch
+
+            skip = state.skipped_ops[op] = any(fnmatch.fnmatchcase(op, g) for g in state.skip_globs)
+        if skip:
+            return
     phase = "backward" if state.tracker.is_bw else "forward"
     module = _module(state.tracker)
     with state.lock:
@@ -202,6 +219,9 @@ def install_from_env():
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
+    first, _, last = os.environ.get(STEPS_ENV, "0..").partition("..")
+    state.first_step, state.last_step = int(first or 0), (int(last) if last else None)
+    state.skip_globs = tuple(g for g in os.environ.get(SKIP_ENV, "").split(",") if g)
     state.tracker = ModuleTracker()
     state.tracker.__enter__()
 

@@ -356,12 +356,47 @@ pub struct ProgramArgs {
     /// module, step and source line.
     #[arg(long, value_name = "LEVEL", value_parser = ["ops"])]
     pub trace: Option<String>,
+    /// With --trace: record only these steps (`A..B` inclusive, `A..`, or `N`), e.g. the first
+    /// diverging step found by a run without tracing.
+    #[arg(long, value_name = "A..B", requires = "trace")]
+    pub trace_steps: Option<String>,
+    /// With --trace: tensors larger than this many bytes are recorded by dtype and shape only
+    /// (not compared; the report counts them). Default 64 MiB.
+    #[arg(long, value_name = "BYTES", requires = "trace")]
+    pub trace_max_bytes: Option<u64>,
+    /// With --trace: do not record ops whose name matches this glob (`aten::copy_*`).
+    /// Repeatable.
+    #[arg(long, value_name = "GLOB", requires = "trace")]
+    pub trace_skip: Vec<String>,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
 }
 
 impl ProgramArgs {
+    /// The validated `--trace` settings, if tracing.
+    fn trace_options(&self) -> Result<Option<crate::run::trace::TraceOptions>> {
+        use crate::run::trace::TraceOptions;
+        if self.trace.is_none() {
+            return Ok(None);
+        }
+        let steps = match &self.trace_steps {
+            Some(s) => Some(
+                TraceOptions::parse_steps(s).map_err(|e| usage(format!("--trace-steps: {e:#}")))?,
+            ),
+            None => None,
+        };
+        let t = TraceOptions {
+            steps,
+            max_bytes: self
+                .trace_max_bytes
+                .unwrap_or(crate::run::trace::DEFAULT_MAX_BYTES),
+            skip: self.trace_skip.clone(),
+        };
+        t.validate().map_err(|e| usage(format!("{e:#}")))?;
+        Ok(Some(t))
+    }
+
     /// The validated program and suite settings these flags describe; the program must be
     /// startable.
     pub fn config(&self) -> Result<(Program, SuiteConfig)> {
@@ -415,7 +450,7 @@ impl ProgramArgs {
             keep: self.keep.clone(),
             ignore,
             config: project.as_ref().map(|p| p.path.clone()),
-            trace_ops: self.trace.is_some(),
+            trace: self.trace_options()?,
         };
         program.validate().map_err(|e| usage(format!("{e:#}")))?;
         let k = runs(self.runs.or(file.runs).unwrap_or(2))?;

@@ -245,7 +245,38 @@ fn snapshot(command: SnapshotCommand) -> Result<u8> {
 
 /// Exit 0 when every case in either file has identical traces, 1 when any differs or is in one
 /// file only, 2 when a file is unreadable or not a valid trace file (version, duplicates).
+/// Program op traces (`bitexact run --trace ops --keep DIR`: a run directory or its
+/// `.bitexact-trace-rank<R>.jsonl`) are compared the same way, with the same answer.
 fn diff_trace(a: &Path, b: &Path) -> Result<u8> {
+    let program = |p: &Path| p.is_dir() || p.extension().is_some_and(|x| x == "jsonl");
+    if program(a) || program(b) {
+        let load = |p: &Path| -> Result<Vec<trace::TraceEntry>> {
+            let t = if p.is_dir() {
+                trace::program::read_dir(p)?.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}: no {}<R>.jsonl in it (keep runs with `bitexact run --trace ops --keep DIR`)",
+                        p.display(),
+                        trace::program::FILE_PREFIX
+                    )
+                })?
+            } else {
+                trace::program::read_jsonl(p)?
+            };
+            Ok(t)
+        };
+        let bad = |e: anyhow::Error| usage(format!("{e:#}"));
+        let (ta, tb) = (load(a).map_err(bad)?, load(b).map_err(bad)?);
+        return Ok(match trace::first_divergence(&ta, &tb) {
+            None => {
+                println!("identical op traces ({} op calls)", ta.len());
+                0
+            }
+            Some(d) => {
+                println!("{}", d.explanation);
+                1
+            }
+        });
+    }
     let load = |p: &Path| TraceFile::load(p).map_err(|e| usage(format!("{e:#}")));
     let (ta, tb) = (load(a)?, load(b)?);
     let diffs = trace::diff_files(&ta, &tb);

@@ -64,7 +64,7 @@ pub struct Program {
     /// The project file the settings came from, if one was used.
     pub config: Option<PathBuf>,
     /// `--trace ops`: trace every PyTorch op of the program's Python process ([`trace`]).
-    pub trace_ops: bool,
+    pub trace: Option<trace::TraceOptions>,
 }
 
 impl Program {
@@ -80,7 +80,7 @@ impl Program {
             keep: None,
             ignore: ignore::Ignore::default(),
             config: None,
-            trace_ops: false,
+            trace: None,
         }
     }
 
@@ -176,7 +176,8 @@ pub fn env_for(
     if c.deterministic {
         env.insert("CUBLAS_WORKSPACE_CONFIG".into(), ":4096:8".into());
     }
-    if program.trace_ops {
+    if let Some(t) = &program.trace {
+        env.extend(t.env());
         let inject = trace::inject_dir(out);
         let mut path = inject.display().to_string();
         if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
@@ -184,7 +185,6 @@ pub fn env_for(
             path.push_str(&old.to_string_lossy());
         }
         env.insert("PYTHONPATH".into(), path);
-        env.insert("BITEXACT_TRACE".into(), "ops".into());
     }
     if let Some(p) = settings.knobs.poison {
         env.insert("MALLOC_PERTURB_".into(), p.to_string());

@@ -74,7 +74,7 @@ impl<'a> ProgramSource<'a> {
             None => private_dir()?,
         };
         let on_signal = (!root.1).then(|| crate::cleanup::register_dir(&root.0));
-        if program.trace_ops {
+        if program.trace.is_some() {
             super::trace::write_inject_dir(&root.0)?;
         }
         Ok(ProgramSource {
@@ -243,7 +243,7 @@ impl RunSource for ProgramSource<'_> {
             );
         }
         let rules = self.program.ignore.clone();
-        let trace_ops = self.program.trace_ops;
+        let trace_ops = self.program.trace.is_some();
         let handle = std::thread::spawn(move || {
             let unreadable =
                 |e: anyhow::Error| Failure::from_error(FailureKind::UnreadableOutput, &e);
@@ -327,6 +327,30 @@ impl RunSource for ProgramSource<'_> {
         if let Some(c) = first {
             let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
             report.memory_growth = crate::memory::step_growth(&steps);
+        }
+        if let (Some(t), Some(opts)) = (first.and_then(|c| c.trace.as_ref()), &self.program.trace) {
+            let capped = t
+                .iter()
+                .flat_map(|e| {
+                    e.inputs
+                        .iter()
+                        .map(String::as_str)
+                        .chain(e.output.split(','))
+                })
+                .filter(|d| d.ends_with(":-"))
+                .count();
+            report.notes.push(format!(
+                "op trace: {} op calls{}",
+                t.len(),
+                if capped > 0 {
+                    format!(
+                        "; {capped} tensors over --trace-max-bytes ({} bytes) recorded by dtype and shape only, not compared",
+                        opts.max_bytes
+                    )
+                } else {
+                    String::new()
+                }
+            ));
         }
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();

@@ -11,8 +11,80 @@
 //! The script's own seeding is left alone; a Python that cannot import `bitexact` prints why
 //! on standard error and runs untraced (the report then compares files only).
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// Largest tensor hashed in a trace unless `--trace-max-bytes` says otherwise (64 MiB).
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+
+/// What `--trace ops` records: the cost controls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceOptions {
+    /// Only these steps, inclusive (`--trace-steps A..B`, `A..`, `N`); all when `None`.
+    pub steps: Option<(u64, Option<u64>)>,
+    /// Tensors larger than this are recorded by dtype and shape only (`--trace-max-bytes`).
+    pub max_bytes: u64,
+    /// Ops not recorded, as globs over names like `aten::copy_` (`--trace-skip`).
+    pub skip: Vec<String>,
+}
+
+impl Default for TraceOptions {
+    fn default() -> Self {
+        TraceOptions {
+            steps: None,
+            max_bytes: DEFAULT_MAX_BYTES,
+            skip: Vec::new(),
+        }
+    }
+}
+
+impl TraceOptions {
+    /// Parses `--trace-steps`: `A..B` (A through B), `A..` (A onwards) or `N` (that step).
+    pub fn parse_steps(s: &str) -> Result<(u64, Option<u64>)> {
+        let num = |t: &str| -> Result<u64> {
+            t.trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{t:?} is not a step number"))
+        };
+        let (a, b) = match s.split_once("..") {
+            None => (num(s)?, Some(num(s)?)),
+            Some((a, "")) => (num(a)?, None),
+            Some((a, b)) => (num(a)?, Some(num(b)?)),
+        };
+        if b.is_some_and(|b| b < a) {
+            bail!("{s:?}: the last step comes before the first");
+        }
+        Ok((a, b))
+    }
+
+    /// Checks the skip globs (no commas: they travel comma-separated).
+    pub fn validate(&self) -> Result<()> {
+        if let Some(g) = self.skip.iter().find(|g| g.is_empty() || g.contains(',')) {
+            bail!("--trace-skip {g:?}: an op-name glob, non-empty and without commas");
+        }
+        Ok(())
+    }
+
+    /// The variables the tracer reads (`python/bitexact/_trace.py`).
+    pub fn env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::from([
+            ("BITEXACT_TRACE".to_string(), "ops".to_string()),
+            (
+                "BITEXACT_TRACE_MAX_BYTES".to_string(),
+                self.max_bytes.to_string(),
+            ),
+        ]);
+        if let Some((a, b)) = self.steps {
+            let b = b.map(|b| b.to_string()).unwrap_or_default();
+            env.insert("BITEXACT_TRACE_STEPS".into(), format!("{a}..{b}"));
+        }
+        if !self.skip.is_empty() {
+            env.insert("BITEXACT_TRACE_SKIP".into(), self.skip.join(","));
+        }
+        env
+    }
+}
 
 /// The `sitecustomize.py` the program's Python runs first.
 const SITECUSTOMIZE: &str = include_str!("../../python/bitexact/_sitecustomize.py");
@@ -27,4 +99,34 @@ pub fn write_inject_dir(root: &Path) -> Result<()> {
     let dir = inject_dir(&root.join("out"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     crate::atomic::write_atomically(&dir.join("sitecustomize.py"), SITECUSTOMIZE.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_parse_and_bad_ones_are_named() {
+        assert_eq!(TraceOptions::parse_steps("3..5").unwrap(), (3, Some(5)));
+        assert_eq!(TraceOptions::parse_steps("3..").unwrap(), (3, None));
+        assert_eq!(TraceOptions::parse_steps("7").unwrap(), (7, Some(7)));
+        for bad in ["", "a..2", "5..3", "..2", "1..x", "-1"] {
+            assert!(TraceOptions::parse_steps(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn steps_round_trip(a in 0u64..1000, n in proptest::option::of(0u64..1000)) {
+            let b = n.map(|n| a + n);
+            let o = TraceOptions { steps: Some((a, b)), ..TraceOptions::default() };
+            let text = o.env()["BITEXACT_TRACE_STEPS"].clone();
+            proptest::prop_assert_eq!(TraceOptions::parse_steps(&text).unwrap(), (a, b));
+        }
+
+        #[test]
+        fn parse_never_panics(s in ".{0,20}") {
+            let _ = TraceOptions::parse_steps(&s);
+        }
+    }
 }
