@@ -134,11 +134,14 @@ fn digests_ptr(
         .into_iter()
         .map(|(p, n, d, s)| Host::new(p, n, &d, s))
         .collect::<PyResult<Vec<Host>>>()?;
-    // Parallel across tensors in jobs of about a chunk's worth of bytes each: many tiny
-    // tensors stay on one thread (scheduling them singly costs more than hashing them), large
-    // ones are also chunked in parallel inside `digest_parts`.
+    // Small batches (an op's few tensors under op tracing) on this thread: waking the pool
+    // costs more than hashing them. Larger ones in parallel, in jobs of about a chunk's worth
+    // of bytes each; large tensors are also chunked in parallel inside `digest_parts`.
     let total: usize = tensors.iter().map(|t| t.nbytes).sum();
-    let per_job = (digest::CHUNK_BYTES * tensors.len() / total.max(1)).max(1);
+    if total <= digest::CHUNK_BYTES {
+        return Ok(py.detach(|| tensors.iter().map(|t| t.digest().hex()).collect()));
+    }
+    let per_job = (digest::CHUNK_BYTES * tensors.len() / total).max(1);
     Ok(py.detach(|| {
         tensors
             .par_iter()

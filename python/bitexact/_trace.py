@@ -137,10 +137,22 @@ def _describe(tensors, state):
     return out
 
 
+def _tensors(x, cls, out):
+    """Appends the tensors in ``x`` (nested tuples, lists and dict values) to ``out``."""
+    if isinstance(x, cls):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _tensors(v, cls, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _tensors(v, cls, out)
+    return out
+
+
 def _make_mode():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
     class Tracer(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -149,15 +161,13 @@ def _make_mode():
             state = _state
             if (state is not None and not func.is_view and os.getpid() == state.pid
                     and not getattr(_paused, "depth", 0)):
-                _record(state, func, args, kwargs, result, tree_leaves, torch.Tensor)
+                _record(state, func, args, kwargs, result, torch.Tensor)
             return result
 
     return Tracer()
 
 
-def _record(state, func, args, kwargs, result, leaves, tensor_type):
-    ins = [x for x in leaves((args, kwargs)) if isinstance(x, tensor_type)]
-    outs = [x for x in leaves(result) if isinstance(x, tensor_type)]
+def _record(state, func, args, kwargs, result, tensor_type):
     op = func.name()
     if op.startswith(_NOT_COMPUTATION) or state.step < state.first_step or (
             state.last_step is not None and state.step > state.last_step):
@@ -170,6 +180,8 @@ def _record(state, func, args, kwargs, result, leaves, tensor_type):
             skip = state.skipped_ops[op] = any(fnmatch.fnmatchcase(op, g) for g in state.skip_globs)
         if skip:
             return
+    ins = _tensors(kwargs, tensor_type, _tensors(args, tensor_type, []))
+    outs = _tensors(result, tensor_type, [])
     phase = "backward" if state.tracker.is_bw else "forward"
     module = _module(state.tracker)
     with state.lock:
@@ -177,10 +189,11 @@ def _record(state, func, args, kwargs, result, leaves, tensor_type):
         occ = state.occurrences.get(key, 0)
         state.occurrences[key] = occ + 1
         step = state.step
+    described = _describe(ins + outs, state)
     record = {
         "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
         "op": op, "occ": occ, "src": _source(state.skip_dirs),
-        "in": _describe(ins, state), "out": _describe(outs, state),
+        "in": described[:len(ins)], "out": described[len(ins):],
     }
     line = json.dumps(record, separators=(",", ":")) + "\n"
     with state.lock:
@@ -200,28 +213,45 @@ def on_helper_step(i):
 def install_from_env():
     """Starts tracing this process when ``$BITEXACT_TRACE`` is ``ops`` and ``$BITEXACT_OUT`` is
     set (what ``bitexact run --trace ops`` gives), once, in the first Python process only."""
-    global _state
     if _state is not None or os.environ.get(ENV) != "ops" or not os.environ.get("BITEXACT_OUT"):
         return False
     owner = os.environ.get(OWNER_ENV)
     if owner and owner != str(os.getpid()):
         return False  # a child process of the traced program (DataLoader workers, tools)
     os.environ[OWNER_ENV] = str(os.getpid())
+    rank = int(os.environ.get("RANK", "0"))
+    first, _, last = os.environ.get(STEPS_ENV, "0..").partition("..")
+    start(
+        os.path.join(os.environ["BITEXACT_OUT"], "%s%d.jsonl" % (FILE_PREFIX, rank)),
+        rank=rank,
+        max_bytes=int(os.environ.get(MAX_BYTES_ENV, str(64 << 20))),
+        steps=(int(first or 0), int(last) if last else None),
+        skip=tuple(g for g in os.environ.get(SKIP_ENV, "").split(",") if g),
+    )
+    atexit.register(stop)
+    return True
+
+
+_active = None  # (mode, tracker, optimizer hook handle) while tracing
+
+
+def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=()):
+    """Traces this process's ops into ``path`` until :func:`stop` (``bitexact run --trace ops``
+    calls it through :func:`install_from_env`; benchmarks call it directly)."""
+    global _state, _active
     import torch
     import torch.optim.optimizer as optimizer
     from torch.utils.module_tracker import ModuleTracker
 
-    rank = int(os.environ.get("RANK", "0"))
-    max_bytes = int(os.environ.get(MAX_BYTES_ENV, str(64 << 20)))
-    path = os.path.join(os.environ["BITEXACT_OUT"], "%s%d.jsonl" % (FILE_PREFIX, rank))
+    if _state is not None:
+        raise RuntimeError("bitexact: op tracing is already on")
     state = _State(path, rank, max_bytes)
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
-    first, _, last = os.environ.get(STEPS_ENV, "0..").partition("..")
-    state.first_step, state.last_step = int(first or 0), (int(last) if last else None)
-    state.skip_globs = tuple(g for g in os.environ.get(SKIP_ENV, "").split(",") if g)
+    state.first_step, state.last_step = steps
+    state.skip_globs = tuple(skip)
     state.tracker = ModuleTracker()
     state.tracker.__enter__()
 
@@ -230,9 +260,25 @@ def install_from_env():
             state.optimizer_steps += 1
             state.step = state.optimizer_steps
 
-    optimizer.register_optimizer_step_post_hook(after_step)
+    hook = optimizer.register_optimizer_step_post_hook(after_step)
     mode = _make_mode()
     mode.__enter__()
     _state = state
-    atexit.register(state.close)
-    return True
+    _active = (mode, state.tracker, hook)
+
+
+def stop():
+    """Stops tracing and closes the trace file (idempotent)."""
+    global _state, _active
+    state, active = _state, _active
+    _state, _active = None, None
+    if active is not None:
+        mode, tracker, hook = active
+        try:
+            mode.__exit__(None, None, None)
+            tracker.__exit__()
+        except Exception:  # at interpreter exit the mode stack may already be gone
+            pass
+        hook.remove()
+    if state is not None:
+        state.close()
