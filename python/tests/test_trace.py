@@ -1,0 +1,128 @@
+"""The op tracer (bitexact._trace, what `bitexact run --trace ops` injects): records, modules,
+phases, steps, cost controls, and what it leaves out."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from bitexact import _digest  # noqa: E402
+
+pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
+
+import bitexact  # noqa: E402
+from bitexact import _trace  # noqa: E402
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.fc2 = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def train(steps=2):
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = torch.randn(3, 4)
+    for _ in range(steps):
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture
+def trace(tmp_path):
+    path = str(tmp_path / "t.jsonl")
+    yield path
+    _trace.stop()
+
+
+def test_records_ops_with_module_phase_step_and_line(trace):
+    _trace.start(trace)
+    train()
+    _trace.stop()
+    rs = records(trace)
+    assert {r["v"] for r in rs} == {2}
+    addmm = [r for r in rs if r["op"] == "aten::addmm" and r["phase"] == "forward"]
+    assert [(r["step"], r["module"], r["occ"]) for r in addmm] == [
+        (0, "Net.fc1", 0), (0, "Net.fc2", 0), (1, "Net.fc1", 0), (1, "Net.fc2", 0)]
+    assert addmm[0]["src"].endswith("test_trace.py:27")  # self.fc1(x) in Net.forward
+    assert addmm[0]["in"][0].startswith("f32[8]:") and addmm[0]["out"][0].startswith("f32[3,8]:")
+    back = [r for r in rs if r["phase"] == "backward"]
+    assert back and {r["module"] for r in back} >= {"Net.fc1", "Net.fc2"}
+    assert not any(r["op"].startswith(("aten::empty", "aten::set_", "aten::view", "aten::t."))
+                   for r in rs)
+    # Digests are the canonical ones, truncated.
+    x = torch.tensor([1.0, 2.0])
+    _trace.start(trace)
+    y = x * 2
+    _trace.stop()
+    (mul,) = [r for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    assert mul["out"] == ["f32[2]:" + bitexact.digest(y)[:32]]
+
+
+def test_same_program_same_trace_and_a_changed_value_shows(tmp_path):
+    a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    for p in (a, b):
+        _trace.start(p)
+        train()
+        _trace.stop()
+    assert records(a) == records(b)
+
+
+def test_cost_controls(trace):
+    _trace.start(trace, steps=(1, 1), skip=("aten::add*",), max_bytes=16)
+    train(3)
+    _trace.stop()
+    rs = records(trace)
+    assert {r["step"] for r in rs} == {1}
+    assert not any(r["op"].startswith("aten::add") for r in rs)
+    # Tensors over max_bytes: dtype and shape only.
+    assert any(d == "f32[3,8]:-" for r in rs for d in r["out"])
+
+
+def test_dump_and_worker_processes_are_not_traced(trace, tmp_path, monkeypatch):
+    monkeypatch.setenv("BITEXACT_OUT", str(tmp_path))
+    _trace.start(trace)
+    bitexact.dump("x", t=torch.ones(3).t())
+    ds = torch.utils.data.TensorDataset(torch.arange(8.0))
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2,
+                                         collate_fn=lambda b: torch.stack([v[0] * 3 for v in b]))
+    batches = list(loader)
+    _trace.stop()
+    ops = [r["op"] for r in records(trace)]
+    assert "aten::mul.Tensor" not in ops  # the workers' `v * 3`
+    assert len(batches) == 2
+
+
+def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_path):
+    script = (
+        "import os, bitexact._trace as t\n"
+        "print(t.install_from_env())\n"
+        "os.environ['BITEXACT_TRACE_OWNER'] = '1'\n"
+        "t._state = None\n"
+        "print(t.install_from_env())\n"
+    )
+    env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
+    env.pop("BITEXACT_TRACE_OWNER", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                         check=True).stdout.split()
+    assert out == [b"True", b"False"]
+    assert (tmp_path / ".bitexact-trace-rank0.jsonl").exists()
+    env.pop("BITEXACT_TRACE")
+    out = subprocess.run([sys.executable, "-c", "import bitexact._trace as t; print(t.install_from_env())"],
+                         env=env, stdout=subprocess.PIPE, check=True).stdout.split()
+    assert out == [b"False"]
