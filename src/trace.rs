@@ -94,7 +94,7 @@ pub struct TraceEntry {
     pub algorithm: String,
     /// Digests of the inputs, in argument order.
     pub inputs: Vec<String>,
-    /// Digest of the output (programs: every result, `dtype[shape]:digest`, comma-separated).
+    /// Digest of the output (programs: every result, `dtype[shape]:digest`, `;`-separated).
     pub output: String,
     /// Step the call belongs to (programs: optimizer steps completed before it; cases: 0).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -173,6 +173,14 @@ fn identities(trace: &[TraceEntry]) -> Vec<usize> {
             *n - 1
         })
         .collect()
+}
+
+/// The identity of record `index` of `trace`, as the tracer's capture request reads it
+/// (`BITEXACT_TRACE_CAPTURE`): `[rank, step, phase, module, op, occurrence]` in JSON.
+pub fn identity_json(trace: &[TraceEntry], index: usize) -> String {
+    let e = &trace[index];
+    let occ = identities(trace)[index];
+    serde_json::json!([e.rank, e.step, e.phase, e.module, e.op, occ]).to_string()
 }
 
 /// Compares two traces and names the first divergence, if any: in `a`'s order, the first

@@ -82,7 +82,13 @@ fn unseeded_noise_is_named_with_its_op_module_and_line() {
             .unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(common::stdout(&o).trim(), d);
+    let (located, captured) = d.split_once("; captured in 2 more runs: ").expect(&d);
+    assert_eq!(common::stdout(&o).trim(), located);
+    // The op's output, captured in a re-run of runs 0 and 1, explained element by element.
+    assert!(
+        captured.starts_with("output 0: ") && captured.contains("elements differ"),
+        "{captured}"
+    );
     let o = common::bitexact(&[
         "diff-trace",
         kept.join("run-0").to_str().unwrap(),

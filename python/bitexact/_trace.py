@@ -43,6 +43,10 @@ OWNER_ENV = "BITEXACT_TRACE_OWNER"
 MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"
 STEPS_ENV = "BITEXACT_TRACE_STEPS"  # "A..B" (inclusive) or "A.."
 SKIP_ENV = "BITEXACT_TRACE_SKIP"  # comma-separated op-name globs
+# [rank, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
+# CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
+CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE"
+CAPTURE_FILE = ".bitexact-capture.safetensors"
 FILE_PREFIX = ".bitexact-trace-rank"
 DIGEST_HEX = 32
 
@@ -75,6 +79,8 @@ class _State:
         self.first_step, self.last_step = 0, None
         self.skip_globs = ()
         self.skipped_ops = {}  # op name -> whether --trace-skip matches it
+        self.capture = None  # identity list of the op to save, until saved
+        self.out_dir = os.path.dirname(path)
 
     def close(self):
         with self.lock:
@@ -189,6 +195,9 @@ def _record(state, func, args, kwargs, result, tensor_type):
         occ = state.occurrences.get(key, 0)
         state.occurrences[key] = occ + 1
         step = state.step
+    if state.capture is not None and state.capture == [state.rank, step, phase, module, op, occ]:
+        state.capture = None
+        _save(state, ins, outs)
     described = _describe(ins + outs, state)
     record = {
         "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
@@ -199,6 +208,18 @@ def _record(state, func, args, kwargs, result, tensor_type):
     with state.lock:
         if not state.file.closed:
             state.file.write(line)
+
+
+def _save(state, ins, outs):
+    """Writes the op's tensors to ``CAPTURE_FILE`` (host copies, bits kept)."""
+    from . import _safetensors
+
+    tensors = {"in%d" % i: t for i, t in enumerate(ins)}
+    tensors.update({"out%d" % i: t for i, t in enumerate(outs)})
+    with paused():
+        blob = _safetensors.serialize({k: v.detach() for k, v in tensors.items()})
+    with open(os.path.join(state.out_dir, CAPTURE_FILE), "wb") as f:
+        f.write(blob)
 
 
 def on_helper_step(i):
@@ -228,6 +249,8 @@ def install_from_env():
         steps=(int(first or 0), int(last) if last else None),
         skip=tuple(g for g in os.environ.get(SKIP_ENV, "").split(",") if g),
     )
+    if os.environ.get(CAPTURE_ENV):
+        _state.capture = json.loads(os.environ[CAPTURE_ENV])
     atexit.register(stop)
     return True
 

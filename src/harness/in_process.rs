@@ -208,13 +208,16 @@ impl RunSource for CaseSource<'_> {
 
     fn localize(
         &self,
-        _first: &Collected,
-        _other: &Collected,
+        first: &Collected,
+        other: &Collected,
         j: usize,
         metas: &[RunMeta],
         controls: &Controls,
         opts: &Options,
     ) -> Option<Divergence> {
+        if let (Some(a), Some(b)) = (&first.trace, &other.trace) {
+            return crate::trace::first_divergence(a, b);
+        }
         // Only cases that record op traces can be localized: others cost nothing more.
         if !opts.localize || metas.iter().all(|m| m.recorded_ops == 0) {
             return None;

@@ -172,10 +172,7 @@ pub fn assess_with_progress(
         (Some(f), _, _) => report.evidence.failure = Some(f.clone()),
         (None, Some(first), Some((j, other))) => {
             report.diff = diagnose::explain(first, 0, other, *j);
-            report.divergence = match (&first.trace, &other.trace) {
-                (Some(a), Some(b)) => crate::trace::first_divergence(a, b),
-                _ => source.localize(first, other, *j, &p.metas, controls, opts),
-            };
+            report.divergence = source.localize(first, other, *j, &p.metas, controls, opts);
             if opts.blame && !opts.vary.is_empty() {
                 report.blame = Some(diagnose::blame(source, controls, opts, progress));
             }

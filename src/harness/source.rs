@@ -157,8 +157,9 @@ pub trait RunSource: Sync {
     }
     /// Makes run `index` under `settings`.
     fn start(&self, index: usize, settings: &RunSettings) -> Started;
-    /// Names the first divergence between run 0 and run `j` when their traces do not (traced
-    /// re-runs for cases, the first differing output in write order for programs).
+    /// Names the first divergence between run 0 and run `j`: from their op traces when both
+    /// have one (programs also capture the op's tensors in a re-run to explain it), else by
+    /// traced re-runs (cases) or the first differing output in write order (programs).
     fn localize(
         &self,
         _first: &Collected,

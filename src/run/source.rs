@@ -60,6 +60,8 @@ pub struct ProgramSource<'a> {
     /// Removes `root` if bitexact is stopped by a signal (not a `--keep` directory).
     _on_signal: Option<crate::cleanup::DirGuard>,
     passes: std::sync::atomic::AtomicUsize,
+    /// The op whose tensors the tracer saves in the next runs (a localization re-run).
+    capture: std::sync::Mutex<Option<String>>,
 }
 
 impl<'a> ProgramSource<'a> {
@@ -82,6 +84,7 @@ impl<'a> ProgramSource<'a> {
             root,
             _on_signal: on_signal,
             passes: std::sync::atomic::AtomicUsize::new(0),
+            capture: std::sync::Mutex::new(None),
         })
     }
 
@@ -115,6 +118,61 @@ impl<'a> ProgramSource<'a> {
     }
 }
 
+impl ProgramSource<'_> {
+    /// Re-runs runs 0 and `j` with the tracer saving the tensors of the op with identity `key`
+    /// (`record`), and explains how its outputs differ: `; re-run to capture it: output 0
+    /// f32[5,16]: 37/80 elements differ, …`. Two more runs, said in the text; a capture that
+    /// fails is said too, never fatal.
+    fn explain_op(
+        &self,
+        key: &str,
+        record: &crate::trace::TraceEntry,
+        j: usize,
+        controls: &Controls,
+        opts: &Options,
+    ) -> String {
+        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.to_string());
+        let mut runs = Vec::new();
+        for index in [0, j] {
+            let settings = crate::vary::RunSettings::for_run(controls, &opts.vary, index, false);
+            let started = self.start(index, &settings);
+            runs.push(started.outputs.and_then(|pending| pending()));
+        }
+        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let (a, b) = match (&runs[0], &runs[1]) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(f), _) | (_, Err(f)) => {
+                return format!(" (re-running to capture the op failed: {})", f.message)
+            }
+        };
+        let outputs = record.output.split(';').filter(|o| !o.is_empty()).count();
+        let mut parts = Vec::new();
+        for i in 0..outputs {
+            let name = format!("{}:out{i}", super::trace::CAPTURE_FILE);
+            match (a.loader.load(&name), b.loader.load(&name)) {
+                (Ok(x), Ok(y)) if x == y => parts.push(format!(
+                    "output {i} identical in the re-runs (the difference did not recur)"
+                )),
+                (Ok(x), Ok(y)) => {
+                    let d = crate::diff::explain(&format!("output {i}"), [0, j], &x, &y);
+                    parts.push(d.summary());
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    parts.push(format!("output {i}: not captured ({e:#})"))
+                }
+            }
+        }
+        format!(
+            "; captured in 2 more runs: {}",
+            if parts.is_empty() {
+                "no tensor outputs".to_string()
+            } else {
+                parts.join("; ")
+            }
+        )
+    }
+}
+
 /// A run's files, kept until the harness drops them (then removed unless kept).
 struct RunFiles {
     /// The run's directory and files, removed with the loader (unless kept).
@@ -127,6 +185,14 @@ struct RunFiles {
 
 impl Loader for RunFiles {
     fn load(&self, name: &str) -> Result<Tensor> {
+        if let Some(key) = name.strip_prefix(super::trace::CAPTURE_FILE) {
+            let path = self.out.join(super::trace::CAPTURE_FILE);
+            let file = crate::tensor_files::OutputFile::new(super::trace::CAPTURE_FILE, &path)?;
+            return crate::tensor_files::load(
+                &file,
+                &format!("{}{key}", super::trace::CAPTURE_FILE),
+            );
+        }
         collect::load(&self.out, self.stdout.as_deref(), name)
     }
 
@@ -172,7 +238,15 @@ impl RunSource for ProgramSource<'_> {
         dest_name.push(".stdout");
         let stdout = self.program.stdout.then(|| PathBuf::from(dest_name));
         let out = self.out_path();
-        let env = env_for(self.program, settings, index, &out);
+        let mut env = env_for(self.program, settings, index, &out);
+        if let Some(key) = self
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            env.insert(super::trace::CAPTURE_ENV.into(), key);
+        }
         // One program run at a time per process: after each run the subreaper sweep reaps
         // whatever was left, which must not be another thread's program.
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -309,18 +383,25 @@ impl RunSource for ProgramSource<'_> {
         &self,
         first: &Collected,
         other: &Collected,
-        _j: usize,
+        j: usize,
         _metas: &[RunMeta],
-        _controls: &Controls,
-        _opts: &Options,
+        controls: &Controls,
+        opts: &Options,
     ) -> Option<Divergence> {
-        match (&first.trace, &other.trace) {
-            // Op traces name the op; without them (or when they agree while the files differ,
-            // e.g. host-side arithmetic after the last op), the first differing output file.
-            (Some(a), Some(b)) => crate::trace::first_divergence(a, b),
-            _ => None,
+        let (Some(a), Some(b)) = (&first.trace, &other.trace) else {
+            return diagnose::first_output_divergence(first, other);
+        };
+        // Op traces name the op; when they agree while the files differ (host-side arithmetic
+        // after the last op, say), the first differing output file.
+        let Some(mut d) = crate::trace::first_divergence(a, b) else {
+            return diagnose::first_output_divergence(first, other);
+        };
+        if d.inputs_matched && d.call < a.len() {
+            let key = crate::trace::identity_json(a, d.call);
+            let what = self.explain_op(&key, &a[d.call], j, controls, opts);
+            d.explanation.push_str(&what);
         }
-        .or_else(|| diagnose::first_output_divergence(first, other))
+        Some(d)
     }
 
     fn describe(&self, report: &mut CaseReport, metas: &[RunMeta], first: Option<&Collected>) {
@@ -335,7 +416,7 @@ impl RunSource for ProgramSource<'_> {
                     e.inputs
                         .iter()
                         .map(String::as_str)
-                        .chain(e.output.split(','))
+                        .chain(e.output.split(';'))
                 })
                 .filter(|d| d.ends_with(":-"))
                 .count();

@@ -15,6 +15,13 @@ use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The variable asking the tracer to save one op's tensors (`[rank, step, phase, module, op,
+/// occurrence]` as JSON), for the explanation of a localized divergence.
+pub const CAPTURE_ENV: &str = "BITEXACT_TRACE_CAPTURE";
+
+/// Where the tracer saves them: `in0…`, `out0…` in a safetensors file under `$BITEXACT_OUT`.
+pub const CAPTURE_FILE: &str = ".bitexact-capture.safetensors";
+
 /// Largest tensor hashed in a trace unless `--trace-max-bytes` says otherwise (64 MiB).
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 

@@ -40,7 +40,7 @@ pub fn digest(trace: &[TraceEntry]) -> crate::digest::Digest {
             &e.module,
             &e.op,
             &e.source,
-            &e.inputs.join(","),
+            &e.inputs.join(";"),
             &e.output,
         ];
         for f in fields {
@@ -102,7 +102,7 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
             op: parsed.op,
             algorithm: String::new(),
             inputs: parsed.inputs,
-            output: parsed.out.join(","),
+            output: parsed.out.join(";"),
             step: parsed.step,
             rank: parsed.rank,
             phase: parsed.phase,
