@@ -146,3 +146,22 @@ fn a_shadowed_sitecustomize_still_runs() {
     assert!(case["digests"]["chained.txt"].is_string(), "{case:#}");
     assert!(case["digests"]["<ops>"].is_string(), "{case:#}");
 }
+
+#[test]
+fn module_traces_name_the_module_that_received_the_difference() {
+    let Some(py) = python("module_traces_name_the_module_that_received_the_difference") else {
+        return;
+    };
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    c.args(["run", "--trace", "modules", "--format", "json", "--"])
+        .args([&py, &example(), "--planted", "noise"]);
+    let o = c.output().unwrap();
+    let case = common::json(&o)["cases"][0].clone();
+    assert_eq!(o.status.code(), Some(1), "{case:#}");
+    let d = divergence(&case);
+    assert!(
+        d.contains("module output") && d.contains("in module Classifier.head.fc (forward)"),
+        "{d}"
+    );
+    assert!(d.contains("already received different inputs"), "{d}");
+}

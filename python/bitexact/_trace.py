@@ -1,4 +1,5 @@
-"""Op traces of unmodified PyTorch programs (``bitexact run --trace ops``).
+"""Op traces of unmodified PyTorch programs (``bitexact run --trace ops`` or, the cheaper rung,
+``--trace modules``: module outputs and parameter gradients only).
 
 ``bitexact run --trace ops`` puts a ``sitecustomize`` on the program's ``PYTHONPATH`` that
 calls :func:`install_from_env` (and then runs any ``sitecustomize`` it shadows), so a script
@@ -80,6 +81,7 @@ class _State:
         self.skip_globs = ()
         self.skipped_ops = {}  # op name -> whether --trace-skip matches it
         self.capture = None  # identity list of the op to save, until saved
+        self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
         self.out_dir = os.path.dirname(path)
 
     def close(self):
@@ -173,10 +175,14 @@ def _make_mode():
     return Tracer()
 
 
+def _in_steps(state):
+    return state.step >= state.first_step and (state.last_step is None
+                                                or state.step <= state.last_step)
+
+
 def _record(state, func, args, kwargs, result, tensor_type):
     op = func.name()
-    if op.startswith(_NOT_COMPUTATION) or state.step < state.first_step or (
-            state.last_step is not None and state.step > state.last_step):
+    if op.startswith(_NOT_COMPUTATION) or not _in_steps(state):
         return
     if state.skip_globs:
         skip = state.skipped_ops.get(op)
@@ -189,7 +195,12 @@ def _record(state, func, args, kwargs, result, tensor_type):
     ins = _tensors(kwargs, tensor_type, _tensors(args, tensor_type, []))
     outs = _tensors(result, tensor_type, [])
     phase = "backward" if state.tracker.is_bw else "forward"
-    module = _module(state.tracker)
+    _emit(state, op, phase, _module(state.tracker), ins, outs)
+
+
+def _emit(state, op, phase, module, ins, outs):
+    """Writes one record: its occurrence number, the capture if it is the one asked for, the
+    digests."""
     with state.lock:
         key = (state.step, module, phase, op)
         occ = state.occurrences.get(key, 0)
@@ -232,9 +243,11 @@ def on_helper_step(i):
 
 
 def install_from_env():
-    """Starts tracing this process when ``$BITEXACT_TRACE`` is ``ops`` and ``$BITEXACT_OUT`` is
-    set (what ``bitexact run --trace ops`` gives), once, in the first Python process only."""
-    if _state is not None or os.environ.get(ENV) != "ops" or not os.environ.get("BITEXACT_OUT"):
+    """Starts tracing this process when ``$BITEXACT_TRACE`` is ``ops`` or ``modules`` and
+    ``$BITEXACT_OUT`` is set (what ``bitexact run --trace LEVEL`` gives), once, in the first
+    Python process only."""
+    level = os.environ.get(ENV)
+    if _state is not None or level not in ("ops", "modules") or not os.environ.get("BITEXACT_OUT"):
         return False
     owner = os.environ.get(OWNER_ENV)
     if owner and owner != str(os.getpid()):
@@ -248,6 +261,7 @@ def install_from_env():
         max_bytes=int(os.environ.get(MAX_BYTES_ENV, str(64 << 20))),
         steps=(int(first or 0), int(last) if last else None),
         skip=tuple(g for g in os.environ.get(SKIP_ENV, "").split(",") if g),
+        level=level,
     )
     if os.environ.get(CAPTURE_ENV):
         _state.capture = json.loads(os.environ[CAPTURE_ENV])
@@ -255,12 +269,43 @@ def install_from_env():
     return True
 
 
-_active = None  # (mode, tracker, optimizer hook handle) while tracing
+_active = None  # (mode or None, tracker, hook handles) while tracing
 
 
-def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=()):
-    """Traces this process's ops into ``path`` until :func:`stop` (``bitexact run --trace ops``
-    calls it through :func:`install_from_env`; benchmarks call it directly)."""
+def _module_hooks(state, torch):
+    """``--trace modules``: every module's forward output (op ``module output``) and, before
+    each optimizer step, every parameter's gradient (op ``parameter grad``, phase
+    ``backward``, the parameter's name as module)."""
+    from torch.nn.modules import module as nn_module
+    import torch.optim.optimizer as optimizer
+
+    def after_forward(mod, args, output):
+        if os.getpid() != state.pid or getattr(_paused, "depth", 0) or not _in_steps(state):
+            return
+        name = state.tracker._known_modules.get(mod) or type(mod).__name__
+        for pname, p in mod.named_parameters(prefix=name):
+            state.param_names.setdefault(id(p), pname)
+        _emit(state, "module output", "forward", name, _tensors(args, torch.Tensor, []),
+              _tensors(output, torch.Tensor, []))
+
+    def before_step(opt, _args, _kwargs):
+        if os.getpid() != state.pid or not _in_steps(state):
+            return
+        for group in opt.param_groups:
+            for i, p in enumerate(group["params"]):
+                if p.grad is not None:
+                    name = state.param_names.get(id(p), "param%d" % i)
+                    _emit(state, "parameter grad", "backward", name, [p.detach()], [p.grad])
+
+    return [nn_module.register_module_forward_hook(after_forward),
+            optimizer.register_optimizer_step_pre_hook(before_step)]
+
+
+def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops"):
+    """Traces this process into ``path`` until :func:`stop` (``bitexact run --trace ops``
+    calls it through :func:`install_from_env`; benchmarks call it directly). ``level`` is
+    ``ops`` (every ATen op) or ``modules`` (module outputs and parameter gradients only: the
+    cheaper rung, for long runs)."""
     global _state, _active
     import torch
     import torch.optim.optimizer as optimizer
@@ -283,11 +328,15 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=()):
             state.optimizer_steps += 1
             state.step = state.optimizer_steps
 
-    hook = optimizer.register_optimizer_step_post_hook(after_step)
-    mode = _make_mode()
-    mode.__enter__()
+    hooks = [optimizer.register_optimizer_step_post_hook(after_step)]
+    mode = None
+    if level == "modules":
+        hooks += _module_hooks(state, torch)
+    else:
+        mode = _make_mode()
+        mode.__enter__()
     _state = state
-    _active = (mode, state.tracker, hook)
+    _active = (mode, state.tracker, hooks)
 
 
 def stop():
@@ -296,12 +345,14 @@ def stop():
     state, active = _state, _active
     _state, _active = None, None
     if active is not None:
-        mode, tracker, hook = active
+        mode, tracker, hooks = active
         try:
-            mode.__exit__(None, None, None)
+            if mode is not None:
+                mode.__exit__(None, None, None)
             tracker.__exit__()
         except Exception:  # at interpreter exit the mode stack may already be gone
             pass
-        hook.remove()
+        for h in hooks:
+            h.remove()
     if state is not None:
         state.close()

@@ -126,3 +126,15 @@ def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_pat
     out = subprocess.run([sys.executable, "-c", "import bitexact._trace as t; print(t.install_from_env())"],
                          env=env, stdout=subprocess.PIPE, check=True).stdout.split()
     assert out == [b"False"]
+
+
+def test_module_level_records_module_outputs_and_gradients(trace):
+    _trace.start(trace, level="modules")
+    train(2)
+    _trace.stop()
+    rs = records(trace)
+    assert {r["op"] for r in rs} == {"module output", "parameter grad"}
+    outs = [(r["step"], r["module"]) for r in rs if r["op"] == "module output"]
+    assert outs == [(0, "Net.fc1"), (0, "Net.fc2"), (0, "Net"), (1, "Net.fc1"), (1, "Net.fc2"), (1, "Net")]
+    grads = sorted(r["module"] for r in rs if r["op"] == "parameter grad" and r["step"] == 0)
+    assert grads == ["Net.fc1.bias", "Net.fc1.weight", "Net.fc2.bias", "Net.fc2.weight"]

@@ -5,14 +5,11 @@ use crate::backend::Backend;
 use crate::controls::{parse_switch, Controls};
 use crate::harness::{ChildConfig, Launcher};
 use crate::report::Format;
-use crate::run::ignore::Ignore;
-use crate::run::{project, Program};
 use crate::suite::{self, SuiteConfig};
 use crate::vary::{Kind, Spec, Variation};
 use crate::Case;
 use anyhow::Result;
-use clap::{Parser, Subcommand, ValueEnum};
-use std::ffi::OsString;
+use clap::{Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -24,47 +21,6 @@ pub const MAX_THREADS: usize = 1024;
 pub const MAX_WORKERS: usize = 256;
 /// Longest `--timeout`: one week.
 pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
-
-#[derive(Parser)]
-#[command(
-    name = "bitexact",
-    version,
-    about = "Determinism test harness for GPU kernels and training steps"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Subcommand)]
-pub enum Command {
-    /// Run every matching case K times per backend, compare the runs bit for bit, and report.
-    Report(ReportArgs),
-    /// List every case with its backends and the ops it uses.
-    List {
-        /// Only cases whose name contains this (comma-separated; `*` globs).
-        #[arg(long)]
-        filter: Option<String>,
-    },
-    /// Write or review committed snapshots (see `bitexact snapshot --help`).
-    Snapshot {
-        #[command(subcommand)]
-        command: SnapshotCommand,
-    },
-    /// Compare two trace files (from `report --trace FILE`) and name the first diverging op.
-    DiffTrace {
-        /// First trace file.
-        a: PathBuf,
-        /// Second trace file.
-        b: PathBuf,
-    },
-    /// Run any program K times and compare the tensor files it writes into $BITEXACT_OUT
-    /// (safetensors, npy, npz, torch.save .pt/.pth; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.
-    Run(ProgramArgs),
-    /// Internal: serve a parent's request in a child process (see `crate::isolate`).
-    #[command(name = "__child", hide = true)]
-    Child,
-}
 
 #[derive(Subcommand)]
 pub enum SnapshotCommand {
@@ -99,7 +55,7 @@ pub struct ControlArgs {
     workers: Option<usize>,
     /// CPU thread-pool size, 1 to 1024 [env: BITEXACT_THREADS].
     #[arg(long)]
-    threads: Option<usize>,
+    pub threads: Option<usize>,
 }
 
 impl ControlArgs {
@@ -299,164 +255,5 @@ impl ReportArgs {
         config.cross_device = self.backend == Some(BackendArg::All);
         config.cost_of_determinism = true;
         Ok(config)
-    }
-}
-
-#[derive(clap::Args)]
-pub struct ProgramArgs {
-    /// Runs of the program (2 to 10000; default 2, or `runs` in the project file).
-    #[arg(long)]
-    pub runs: Option<usize>,
-    #[command(flatten)]
-    pub controls: ControlArgs,
-    #[arg(long, help = Variation::help(Kind::Program))]
-    pub vary: Option<String>,
-    /// Seconds before a run is killed with its whole process group (default: no limit).
-    #[arg(long)]
-    pub timeout: Option<f64>,
-    /// Address-space limit of each run in MiB.
-    #[arg(long)]
-    pub memory_limit: Option<u64>,
-    /// Compare the outputs with the committed snapshot under this directory; a missing or
-    /// changed one is written as pending `.snap.new` (never in CI).
-    #[arg(long)]
-    pub snapshots: Option<PathBuf>,
-    /// Output format: text, json, junit or markdown.
-    #[arg(long, default_value = "text", value_parser = Format::parse)]
-    pub format: Format,
-    /// Write the report to this file instead of standard output.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Case name in the report and snapshots (default `run/<program or script file name>`).
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Keep each run's outputs under DIR/run-<i> (an empty or new directory).
-    #[arg(long, value_name = "DIR")]
-    pub keep: Option<PathBuf>,
-    /// Compare standard output too (first differing line shown).
-    #[arg(long)]
-    pub stdout: bool,
-    /// Leave outputs whose name matches this glob out of the comparison (`logs/*`,
-    /// `ckpt.pt:optimizer.*`; `*` matches any run of characters). Repeatable.
-    #[arg(long, value_name = "GLOB")]
-    pub ignore: Vec<String>,
-    /// Mask what this regular expression matches in every line of standard output before
-    /// comparing it (`'[0-9.]+ ms/batch'`); implies --stdout. Repeatable.
-    #[arg(long, value_name = "REGEX")]
-    pub stdout_ignore: Vec<String>,
-    /// Read settings from this project file instead of the nearest `bitexact.toml` or
-    /// `pyproject.toml` `[tool.bitexact]` table of the current directory and its parents.
-    #[arg(long, value_name = "FILE", conflicts_with = "no_config")]
-    pub config: Option<PathBuf>,
-    /// Ignore any project file.
-    #[arg(long)]
-    pub no_config: bool,
-    /// `ops`: trace every PyTorch op of the program's Python process (no code change: a
-    /// `sitecustomize` starts bitexact's tracer) and name the first op that diverged, with its
-    /// module, step and source line.
-    #[arg(long, value_name = "LEVEL", value_parser = ["ops"])]
-    pub trace: Option<String>,
-    /// With --trace: record only these steps (`A..B` inclusive, `A..`, or `N`), e.g. the first
-    /// diverging step found by a run without tracing.
-    #[arg(long, value_name = "A..B", requires = "trace")]
-    pub trace_steps: Option<String>,
-    /// With --trace: tensors larger than this many bytes are recorded by dtype and shape only
-    /// (not compared; the report counts them). Default 64 MiB.
-    #[arg(long, value_name = "BYTES", requires = "trace")]
-    pub trace_max_bytes: Option<u64>,
-    /// With --trace: do not record ops whose name matches this glob (`aten::copy_*`).
-    /// Repeatable.
-    #[arg(long, value_name = "GLOB", requires = "trace")]
-    pub trace_skip: Vec<String>,
-    /// The program and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
-    pub command: Vec<OsString>,
-}
-
-impl ProgramArgs {
-    /// The validated `--trace` settings, if tracing.
-    fn trace_options(&self) -> Result<Option<crate::run::trace::TraceOptions>> {
-        use crate::run::trace::TraceOptions;
-        if self.trace.is_none() {
-            return Ok(None);
-        }
-        let steps = match &self.trace_steps {
-            Some(s) => Some(
-                TraceOptions::parse_steps(s).map_err(|e| usage(format!("--trace-steps: {e:#}")))?,
-            ),
-            None => None,
-        };
-        let t = TraceOptions {
-            steps,
-            max_bytes: self
-                .trace_max_bytes
-                .unwrap_or(crate::run::trace::DEFAULT_MAX_BYTES),
-            skip: self.trace_skip.clone(),
-        };
-        t.validate().map_err(|e| usage(format!("{e:#}")))?;
-        Ok(Some(t))
-    }
-
-    /// The validated program and suite settings these flags describe; the program must be
-    /// startable.
-    pub fn config(&self) -> Result<(Program, SuiteConfig)> {
-        let mut controls = self.controls.controls()?;
-        let project = match (&self.config, self.no_config) {
-            (_, true) => None,
-            (Some(f), _) => Some(
-                project::read(f)
-                    .and_then(|p| p.ok_or_else(|| anyhow::anyhow!("no [tool.bitexact] table")))
-                    .map_err(|e| usage(format!("--config {}: {e:#}", f.display())))?,
-            ),
-            (None, _) => {
-                let cwd = std::env::current_dir()
-                    .map_err(|e| usage(format!("current directory: {e}")))?;
-                project::discover(&cwd).map_err(|e| usage(format!("{e:#}")))?
-            }
-        };
-        let file = project.as_ref().map(|p| p.run.clone()).unwrap_or_default();
-        let spec = match self.vary.as_ref().or(file.vary.as_ref()) {
-            Some(v) => Spec::parse(v, Kind::Program).map_err(|e| usage(format!("--vary: {e}")))?,
-            None => Spec::default(),
-        };
-        spec.apply(&mut controls);
-        let ignore_outputs: Vec<String> = file.ignore.iter().chain(&self.ignore).cloned().collect();
-        let ignore_stdout: Vec<String> = file
-            .stdout_ignore
-            .iter()
-            .chain(&self.stdout_ignore)
-            .cloned()
-            .collect();
-        let ignore =
-            Ignore::new(&ignore_outputs, &ignore_stdout).map_err(|e| usage(format!("{e:#}")))?;
-        if self.memory_limit.is_some_and(|mb| mb < 16) {
-            return Err(usage("--memory-limit must be at least 16 MiB"));
-        }
-        let name = match &self.name {
-            Some(n) if n.trim().is_empty() || n.contains('\0') => {
-                return Err(usage("--name must not be empty"))
-            }
-            Some(n) => n.clone(),
-            None => crate::run::default_name(&self.command),
-        };
-        let program = Program {
-            command: self.command.clone(),
-            name,
-            threads_given: self.controls.threads.is_some()
-                || std::env::var_os("BITEXACT_THREADS").is_some(),
-            timeout: timeout(self.timeout.or(file.timeout))?,
-            memory_limit_mb: self.memory_limit,
-            stdout: self.stdout || file.stdout == Some(true) || ignore.masks_stdout(),
-            keep: self.keep.clone(),
-            ignore,
-            config: project.as_ref().map(|p| p.path.clone()),
-            trace: self.trace_options()?,
-        };
-        program.validate().map_err(|e| usage(format!("{e:#}")))?;
-        let k = runs(self.runs.or(file.runs).unwrap_or(2))?;
-        let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, k);
-        config.options.vary = spec.variations;
-        config.snapshots = self.snapshots.clone();
-        Ok((program, config))
     }
 }

@@ -5,7 +5,9 @@
 //! so `pip install` gives the same command. Exit codes: 0 everything that ran passed, 1 a difference,
 //! mismatch, missed planted bug or error, 2 bad usage or unreadable input (before any work).
 
+pub mod commands;
 pub mod flags;
+pub mod run_flags;
 
 use crate::harness::Launcher;
 use crate::report::{self, Format};
@@ -15,8 +17,10 @@ use crate::trace::{self, TraceFile};
 use crate::Case;
 use anyhow::{Context, Result};
 use clap::Parser;
-use flags::{usage, Cli, Command, ProgramArgs, ReportArgs, SnapshotCommand, UsageError};
+use commands::{Cli, Command};
+use flags::{usage, ReportArgs, SnapshotCommand, UsageError};
 use indicatif::{ProgressBar, ProgressStyle};
+use run_flags::ProgramArgs;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;

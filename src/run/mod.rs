@@ -26,6 +26,7 @@
 //! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`.
 
 pub mod collect;
+mod files;
 pub mod ignore;
 pub mod project;
 mod source;

@@ -3,30 +3,20 @@
 //! background thread (while the next run executes), filtered by the ignore rules, and kept
 //! until the harness drops them (then removed, unless `--keep`).
 
+use super::files::{RunFiles, Scratch};
 use super::{collect, env_for, spawn, Program};
 use crate::backend::Backend;
 use crate::controls::Controls;
 use crate::harness::{
-    diagnose, CaseReport, Collected, Failure, FailureKind, Loader, Options, ProgramInfo,
-    ProgramRun, RunMeta, RunSource, Started,
+    diagnose, CaseReport, Collected, Failure, FailureKind, Options, ProgramInfo, ProgramRun,
+    RunMeta, RunSource, Started,
 };
-use crate::tensor::Tensor;
 use crate::trace::Divergence;
 use crate::vary::{RunSettings, Variation};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-
-/// A directory removed on drop (unless kept).
-struct Scratch(PathBuf, bool);
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !self.1 && std::fs::remove_dir_all(&self.0).is_err() {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
 
 /// A new private directory in TMPDIR (mode 0700), created exclusively under an unpredictable
 /// name. A missing TMPDIR is an error, never created.
@@ -115,102 +105,6 @@ impl<'a> ProgramSource<'a> {
             ),
             p => (self.root.0.join(format!(".pass{p}-run-{index}")), false),
         })
-    }
-}
-
-impl ProgramSource<'_> {
-    /// Re-runs runs 0 and `j` with the tracer saving the tensors of the op with identity `key`
-    /// (`record`), and explains how its outputs differ: `; re-run to capture it: output 0
-    /// f32[5,16]: 37/80 elements differ, …`. Two more runs, said in the text; a capture that
-    /// fails is said too, never fatal.
-    fn explain_op(
-        &self,
-        key: &str,
-        record: &crate::trace::TraceEntry,
-        j: usize,
-        controls: &Controls,
-        opts: &Options,
-    ) -> String {
-        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.to_string());
-        let mut runs = Vec::new();
-        for index in [0, j] {
-            let settings = crate::vary::RunSettings::for_run(controls, &opts.vary, index, false);
-            let started = self.start(index, &settings);
-            runs.push(started.outputs.and_then(|pending| pending()));
-        }
-        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let (a, b) = match (&runs[0], &runs[1]) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(f), _) | (_, Err(f)) => {
-                return format!(" (re-running to capture the op failed: {})", f.message)
-            }
-        };
-        let outputs = record.output.split(';').filter(|o| !o.is_empty()).count();
-        let mut parts = Vec::new();
-        for i in 0..outputs {
-            let name = format!("{}:out{i}", super::trace::CAPTURE_FILE);
-            match (a.loader.load(&name), b.loader.load(&name)) {
-                (Ok(x), Ok(y)) if x == y => parts.push(format!(
-                    "output {i} identical in the re-runs (the difference did not recur)"
-                )),
-                (Ok(x), Ok(y)) => {
-                    let d = crate::diff::explain(&format!("output {i}"), [0, j], &x, &y);
-                    parts.push(d.summary());
-                }
-                (Err(e), _) | (_, Err(e)) => {
-                    parts.push(format!("output {i}: not captured ({e:#})"))
-                }
-            }
-        }
-        format!(
-            "; captured in 2 more runs: {}",
-            if parts.is_empty() {
-                "no tensor outputs".to_string()
-            } else {
-                parts.join("; ")
-            }
-        )
-    }
-}
-
-/// A run's files, kept until the harness drops them (then removed unless kept).
-struct RunFiles {
-    /// The run's directory and files, removed with the loader (unless kept).
-    _owned: Vec<Scratch>,
-    out: PathBuf,
-    stdout: Option<PathBuf>,
-    /// How many op calls the run's trace holds (`--trace ops`).
-    op_calls: Option<usize>,
-}
-
-impl Loader for RunFiles {
-    fn load(&self, name: &str) -> Result<Tensor> {
-        if let Some(key) = name.strip_prefix(super::trace::CAPTURE_FILE) {
-            let path = self.out.join(super::trace::CAPTURE_FILE);
-            let file = crate::tensor_files::OutputFile::new(super::trace::CAPTURE_FILE, &path)?;
-            return crate::tensor_files::load(
-                &file,
-                &format!("{}{key}", super::trace::CAPTURE_FILE),
-            );
-        }
-        collect::load(&self.out, self.stdout.as_deref(), name)
-    }
-
-    fn raw(&self, name: &str) -> Option<(PathBuf, bool)> {
-        if name == collect::STDOUT_NAME {
-            return self.stdout.clone().map(|p| (p, true));
-        }
-        let path = self.out.join(name);
-        let plain = crate::tensor_files::FileKind::of(name) == crate::tensor_files::FileKind::Raw;
-        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
-        (plain && regular).then_some((path, false))
-    }
-
-    fn value(&self, name: &str) -> Option<String> {
-        if name == crate::trace::program::OPS_NAME {
-            return self.op_calls.map(|n| format!("{n} op calls"));
-        }
-        collect::load_value(&self.out, name).ok().flatten()
     }
 }
 
@@ -398,7 +292,15 @@ impl RunSource for ProgramSource<'_> {
         };
         if d.inputs_matched && d.call < a.len() {
             let key = crate::trace::identity_json(a, d.call);
-            let what = self.explain_op(&key, &a[d.call], j, controls, opts);
+            let what = super::trace::explain_captured(
+                self,
+                &self.capture,
+                &key,
+                &a[d.call],
+                j,
+                controls,
+                opts,
+            );
             d.explanation.push_str(&what);
         }
         Some(d)
@@ -410,28 +312,7 @@ impl RunSource for ProgramSource<'_> {
             report.memory_growth = crate::memory::step_growth(&steps);
         }
         if let (Some(t), Some(opts)) = (first.and_then(|c| c.trace.as_ref()), &self.program.trace) {
-            let capped = t
-                .iter()
-                .flat_map(|e| {
-                    e.inputs
-                        .iter()
-                        .map(String::as_str)
-                        .chain(e.output.split(';'))
-                })
-                .filter(|d| d.ends_with(":-"))
-                .count();
-            report.notes.push(format!(
-                "op trace: {} op calls{}",
-                t.len(),
-                if capped > 0 {
-                    format!(
-                        "; {capped} tensors over --trace-max-bytes ({} bytes) recorded by dtype and shape only, not compared",
-                        opts.max_bytes
-                    )
-                } else {
-                    String::new()
-                }
-            ));
+            report.notes.push(super::trace::note(t, opts));
         }
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();

@@ -11,9 +11,13 @@
 //! The script's own seeding is left alone; a Python that cannot import `bitexact` prints why
 //! on standard error and runs untraced (the report then compares files only).
 
+use crate::controls::Controls;
+use crate::harness::{Options, RunSource};
+use crate::trace::TraceEntry;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// The variable asking the tracer to save one op's tensors (`[rank, step, phase, module, op,
 /// occurrence]` as JSON), for the explanation of a localized divergence.
@@ -25,9 +29,11 @@ pub const CAPTURE_FILE: &str = ".bitexact-capture.safetensors";
 /// Largest tensor hashed in a trace unless `--trace-max-bytes` says otherwise (64 MiB).
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 
-/// What `--trace ops` records: the cost controls.
+/// What `--trace` records: the level and the cost controls.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceOptions {
+    /// `ops` (every ATen op) or `modules` (module outputs and parameter gradients only).
+    pub level: String,
     /// Only these steps, inclusive (`--trace-steps A..B`, `A..`, `N`); all when `None`.
     pub steps: Option<(u64, Option<u64>)>,
     /// Tensors larger than this are recorded by dtype and shape only (`--trace-max-bytes`).
@@ -39,6 +45,7 @@ pub struct TraceOptions {
 impl Default for TraceOptions {
     fn default() -> Self {
         TraceOptions {
+            level: "ops".into(),
             steps: None,
             max_bytes: DEFAULT_MAX_BYTES,
             skip: Vec::new(),
@@ -76,7 +83,7 @@ impl TraceOptions {
     /// The variables the tracer reads (`python/bitexact/_trace.py`).
     pub fn env(&self) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([
-            ("BITEXACT_TRACE".to_string(), "ops".to_string()),
+            ("BITEXACT_TRACE".to_string(), self.level.clone()),
             (
                 "BITEXACT_TRACE_MAX_BYTES".to_string(),
                 self.max_bytes.to_string(),
@@ -106,6 +113,81 @@ pub fn write_inject_dir(root: &Path) -> Result<()> {
     let dir = inject_dir(&root.join("out"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     crate::atomic::write_atomically(&dir.join("sitecustomize.py"), SITECUSTOMIZE.as_bytes())
+}
+
+/// Re-runs runs 0 and `j` with the tracer saving the tensors of the op with identity `key`
+/// (`record`), and explains how its outputs differ: `; re-run to capture it: output 0
+/// f32[5,16]: 37/80 elements differ, …`. Two more runs, said in the text; a capture that
+/// fails is said too, never fatal.
+pub(super) fn explain_captured(
+    source: &dyn RunSource,
+    capture: &Mutex<Option<String>>,
+    key: &str,
+    record: &crate::trace::TraceEntry,
+    j: usize,
+    controls: &Controls,
+    opts: &Options,
+) -> String {
+    *capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.to_string());
+    let mut runs = Vec::new();
+    for index in [0, j] {
+        let settings = crate::vary::RunSettings::for_run(controls, &opts.vary, index, false);
+        let started = source.start(index, &settings);
+        runs.push(started.outputs.and_then(|pending| pending()));
+    }
+    *capture.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let (a, b) = match (&runs[0], &runs[1]) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(f), _) | (_, Err(f)) => {
+            return format!(" (re-running to capture the op failed: {})", f.message)
+        }
+    };
+    let outputs = record.output.split(';').filter(|o| !o.is_empty()).count();
+    let mut parts = Vec::new();
+    for i in 0..outputs {
+        let name = format!("{}:out{i}", CAPTURE_FILE);
+        match (a.loader.load(&name), b.loader.load(&name)) {
+            (Ok(x), Ok(y)) if x == y => parts.push(format!(
+                "output {i} identical in the re-runs (the difference did not recur)"
+            )),
+            (Ok(x), Ok(y)) => {
+                let d = crate::diff::explain(&format!("output {i}"), [0, j], &x, &y);
+                parts.push(d.summary());
+            }
+            (Err(e), _) | (_, Err(e)) => parts.push(format!("output {i}: not captured ({e:#})")),
+        }
+    }
+    format!(
+        "; captured in 2 more runs: {}",
+        if parts.is_empty() {
+            "no tensor outputs".to_string()
+        } else {
+            parts.join("; ")
+        }
+    )
+}
+
+/// The report's note on a trace: how many op calls, and how many tensors were over the size cap
+/// (recorded by dtype and shape only, so not compared).
+pub(super) fn note(t: &[TraceEntry], opts: &TraceOptions) -> String {
+    let capped = t
+        .iter()
+        .flat_map(|e| {
+            e.inputs
+                .iter()
+                .map(String::as_str)
+                .chain(e.output.split(';'))
+        })
+        .filter(|d| d.ends_with(":-"))
+        .count();
+    let mut s = format!("op trace: {} op calls", t.len());
+    if capped > 0 {
+        s.push_str(&format!(
+            "; {capped} tensors over --trace-max-bytes ({} bytes) recorded by dtype and shape only, not compared",
+            opts.max_bytes
+        ));
+    }
+    s
 }
 
 #[cfg(test)]

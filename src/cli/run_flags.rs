@@ -1,0 +1,174 @@
+//! The flags of `bitexact run` (a program and how to check it), validated into a
+//! [`Program`] and the suite settings before any run.
+
+use super::flags::{runs, timeout, usage, ControlArgs};
+use crate::backend::Backend;
+use crate::report::Format;
+use crate::run::ignore::Ignore;
+use crate::run::{project, Program};
+use crate::suite::SuiteConfig;
+use crate::vary::{Kind, Spec, Variation};
+use anyhow::Result;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ProgramArgs {
+    /// Runs of the program (2 to 10000; default 2, or `runs` in the project file).
+    #[arg(long)]
+    pub runs: Option<usize>,
+    #[command(flatten)]
+    pub controls: ControlArgs,
+    #[arg(long, help = Variation::help(Kind::Program))]
+    pub vary: Option<String>,
+    /// Seconds before a run is killed with its whole process group (default: no limit).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Address-space limit of each run in MiB.
+    #[arg(long)]
+    pub memory_limit: Option<u64>,
+    /// Compare the outputs with the committed snapshot under this directory; a missing or
+    /// changed one is written as pending `.snap.new` (never in CI).
+    #[arg(long)]
+    pub snapshots: Option<PathBuf>,
+    /// Output format: text, json, junit or markdown.
+    #[arg(long, default_value = "text", value_parser = Format::parse)]
+    pub format: Format,
+    /// Write the report to this file instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Case name in the report and snapshots (default `run/<program or script file name>`).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Keep each run's outputs under DIR/run-<i> (an empty or new directory).
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<PathBuf>,
+    /// Compare standard output too (first differing line shown).
+    #[arg(long)]
+    pub stdout: bool,
+    /// Leave outputs whose name matches this glob out of the comparison (`logs/*`,
+    /// `ckpt.pt:optimizer.*`; `*` matches any run of characters). Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub ignore: Vec<String>,
+    /// Mask what this regular expression matches in every line of standard output before
+    /// comparing it (`'[0-9.]+ ms/batch'`); implies --stdout. Repeatable.
+    #[arg(long, value_name = "REGEX")]
+    pub stdout_ignore: Vec<String>,
+    /// Read settings from this project file instead of the nearest `bitexact.toml` or
+    /// `pyproject.toml` `[tool.bitexact]` table of the current directory and its parents.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_config")]
+    pub config: Option<PathBuf>,
+    /// Ignore any project file.
+    #[arg(long)]
+    pub no_config: bool,
+    /// `ops`: trace every PyTorch op of the program's Python process (no code change: a
+    /// `sitecustomize` starts bitexact's tracer) and name the first op that diverged, with its
+    /// module, step and source line. `modules`: the cheaper rung for long runs, module outputs
+    /// and parameter gradients only.
+    #[arg(long, value_name = "LEVEL", value_parser = ["ops", "modules"])]
+    pub trace: Option<String>,
+    /// With --trace: record only these steps (`A..B` inclusive, `A..`, or `N`), e.g. the first
+    /// diverging step found by a run without tracing.
+    #[arg(long, value_name = "A..B", requires = "trace")]
+    pub trace_steps: Option<String>,
+    /// With --trace: tensors larger than this many bytes are recorded by dtype and shape only
+    /// (not compared; the report counts them). Default 64 MiB.
+    #[arg(long, value_name = "BYTES", requires = "trace")]
+    pub trace_max_bytes: Option<u64>,
+    /// With --trace: do not record ops whose name matches this glob (`aten::copy_*`).
+    /// Repeatable.
+    #[arg(long, value_name = "GLOB", requires = "trace")]
+    pub trace_skip: Vec<String>,
+    /// The program and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
+impl ProgramArgs {
+    /// The validated `--trace` settings, if tracing.
+    fn trace_options(&self) -> Result<Option<crate::run::trace::TraceOptions>> {
+        use crate::run::trace::TraceOptions;
+        if self.trace.is_none() {
+            return Ok(None);
+        }
+        let steps = match &self.trace_steps {
+            Some(s) => Some(
+                TraceOptions::parse_steps(s).map_err(|e| usage(format!("--trace-steps: {e:#}")))?,
+            ),
+            None => None,
+        };
+        let t = TraceOptions {
+            level: self.trace.clone().unwrap_or_default(),
+            steps,
+            max_bytes: self
+                .trace_max_bytes
+                .unwrap_or(crate::run::trace::DEFAULT_MAX_BYTES),
+            skip: self.trace_skip.clone(),
+        };
+        t.validate().map_err(|e| usage(format!("{e:#}")))?;
+        Ok(Some(t))
+    }
+
+    /// The validated program and suite settings these flags describe; the program must be
+    /// startable.
+    pub fn config(&self) -> Result<(Program, SuiteConfig)> {
+        let mut controls = self.controls.controls()?;
+        let project = match (&self.config, self.no_config) {
+            (_, true) => None,
+            (Some(f), _) => Some(
+                project::read(f)
+                    .and_then(|p| p.ok_or_else(|| anyhow::anyhow!("no [tool.bitexact] table")))
+                    .map_err(|e| usage(format!("--config {}: {e:#}", f.display())))?,
+            ),
+            (None, _) => {
+                let cwd = std::env::current_dir()
+                    .map_err(|e| usage(format!("current directory: {e}")))?;
+                project::discover(&cwd).map_err(|e| usage(format!("{e:#}")))?
+            }
+        };
+        let file = project.as_ref().map(|p| p.run.clone()).unwrap_or_default();
+        let spec = match self.vary.as_ref().or(file.vary.as_ref()) {
+            Some(v) => Spec::parse(v, Kind::Program).map_err(|e| usage(format!("--vary: {e}")))?,
+            None => Spec::default(),
+        };
+        spec.apply(&mut controls);
+        let ignore_outputs: Vec<String> = file.ignore.iter().chain(&self.ignore).cloned().collect();
+        let ignore_stdout: Vec<String> = file
+            .stdout_ignore
+            .iter()
+            .chain(&self.stdout_ignore)
+            .cloned()
+            .collect();
+        let ignore =
+            Ignore::new(&ignore_outputs, &ignore_stdout).map_err(|e| usage(format!("{e:#}")))?;
+        if self.memory_limit.is_some_and(|mb| mb < 16) {
+            return Err(usage("--memory-limit must be at least 16 MiB"));
+        }
+        let name = match &self.name {
+            Some(n) if n.trim().is_empty() || n.contains('\0') => {
+                return Err(usage("--name must not be empty"))
+            }
+            Some(n) => n.clone(),
+            None => crate::run::default_name(&self.command),
+        };
+        let program = Program {
+            command: self.command.clone(),
+            name,
+            threads_given: self.controls.threads.is_some()
+                || std::env::var_os("BITEXACT_THREADS").is_some(),
+            timeout: timeout(self.timeout.or(file.timeout))?,
+            memory_limit_mb: self.memory_limit,
+            stdout: self.stdout || file.stdout == Some(true) || ignore.masks_stdout(),
+            keep: self.keep.clone(),
+            ignore,
+            config: project.as_ref().map(|p| p.path.clone()),
+            trace: self.trace_options()?,
+        };
+        program.validate().map_err(|e| usage(format!("{e:#}")))?;
+        let k = runs(self.runs.or(file.runs).unwrap_or(2))?;
+        let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, k);
+        config.options.vary = spec.variations;
+        config.snapshots = self.snapshots.clone();
+        Ok((program, config))
+    }
+}

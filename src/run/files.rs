@@ -1,0 +1,59 @@
+//! A program run's files as the harness sees them: kept until the harness drops them (then
+//! removed unless kept), loaded lazily to explain a difference.
+
+use super::collect;
+use crate::harness::Loader;
+use crate::tensor::Tensor;
+use anyhow::Result;
+use std::path::PathBuf;
+
+/// A directory removed on drop (unless kept).
+pub(super) struct Scratch(pub(super) PathBuf, pub(super) bool);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !self.1 && std::fs::remove_dir_all(&self.0).is_err() {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// A run's files, kept until the harness drops them (then removed unless kept).
+pub(super) struct RunFiles {
+    /// The run's directory and files, removed with the loader (unless kept).
+    pub(super) _owned: Vec<Scratch>,
+    pub(super) out: PathBuf,
+    pub(super) stdout: Option<PathBuf>,
+    /// How many op calls the run's trace holds (`--trace ops`).
+    pub(super) op_calls: Option<usize>,
+}
+
+impl Loader for RunFiles {
+    fn load(&self, name: &str) -> Result<Tensor> {
+        if let Some(key) = name.strip_prefix(super::trace::CAPTURE_FILE) {
+            let path = self.out.join(super::trace::CAPTURE_FILE);
+            let file = crate::tensor_files::OutputFile::new(super::trace::CAPTURE_FILE, &path)?;
+            return crate::tensor_files::load(
+                &file,
+                &format!("{}{key}", super::trace::CAPTURE_FILE),
+            );
+        }
+        collect::load(&self.out, self.stdout.as_deref(), name)
+    }
+
+    fn raw(&self, name: &str) -> Option<(PathBuf, bool)> {
+        if name == collect::STDOUT_NAME {
+            return self.stdout.clone().map(|p| (p, true));
+        }
+        let path = self.out.join(name);
+        let plain = crate::tensor_files::FileKind::of(name) == crate::tensor_files::FileKind::Raw;
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        (plain && regular).then_some((path, false))
+    }
+
+    fn value(&self, name: &str) -> Option<String> {
+        if name == crate::trace::program::OPS_NAME {
+            return self.op_calls.map(|n| format!("{n} op calls"));
+        }
+        collect::load_value(&self.out, name).ok().flatten()
+    }
+}
