@@ -165,3 +165,34 @@ fn module_traces_name_the_module_that_received_the_difference() {
     );
     assert!(d.contains("already received different inputs"), "{d}");
 }
+
+#[test]
+fn blame_names_the_op_each_variation_breaks() {
+    let Some(py) = python("blame_names_the_op_each_variation_breaks") else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/conv_threads.py");
+    let (code, case) = run(
+        &["--vary", "threads"],
+        &[&py, script.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 1, "{case:#}");
+    let blame = &case["blame"];
+    assert_eq!(
+        blame["broken_by"],
+        serde_json::json!(["threads"]),
+        "{blame:#}"
+    );
+    let (variation, at) = (&blame["first_ops"][0][0], blame["first_ops"][0][1].as_str());
+    assert_eq!(variation, "threads", "{blame:#}");
+    let at = at.unwrap_or_default();
+    assert!(
+        at.contains("aten::") && at.contains("conv_threads.py:"),
+        "{at}"
+    );
+    assert!(blame["explanation"]
+        .as_str()
+        .unwrap()
+        .contains("threads: first at step "));
+}

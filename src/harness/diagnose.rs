@@ -198,6 +198,7 @@ pub fn blame(
 ) -> Blame {
     let t0 = std::time::Instant::now();
     let mut passes: Vec<(String, usize)> = Vec::new();
+    let mut first_ops: Vec<(Variation, String)> = Vec::new();
     let mut diverges = |vary: &[Variation], purpose: String| {
         let p = pass(
             source,
@@ -208,6 +209,17 @@ pub fn blame(
             progress,
         );
         passes.push((purpose, p.metas.len()));
+        // With op traces (a program under `--trace`), where this variation's runs diverged.
+        let traces = p
+            .first
+            .as_ref()
+            .and_then(|a| a.trace.as_ref())
+            .zip(p.differing.as_ref().and_then(|(_, b)| b.trace.as_ref()));
+        if let (Some((a, b)), [v]) = (traces, vary) {
+            if let Some(d) = crate::trace::first_divergence(a, b) {
+                first_ops.push((*v, short(&d.explanation)));
+            }
+        }
         p.diverged()
     };
     let blame = if diverges(&[], "blame: control".into()) {
@@ -221,7 +233,16 @@ pub fn blame(
             .collect();
         Blame::new(true, broken)
     };
-    blame.with_cost(&passes, t0.elapsed().as_secs_f64())
+    blame
+        .with_first_ops(first_ops)
+        .with_cost(&passes, t0.elapsed().as_secs_f64())
+}
+
+/// A localizer explanation cut to where it happened: `aten::addmm (call 1 of aten::addmm) in
+/// module Sequential.4 (forward), train.py:40`.
+fn short(explanation: &str) -> String {
+    let at = explanation.split(" — ").next().unwrap_or(explanation);
+    at.trim_start_matches("first divergence: ").to_string()
 }
 
 /// The `order` variation: runs the cases that passed once more, in reverse order, in this

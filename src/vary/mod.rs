@@ -282,9 +282,27 @@ pub struct Blame {
     /// Wall time of those runs, seconds.
     #[serde(default)]
     pub seconds: f64,
+    /// For each variation in `broken_by` whose runs recorded op traces: where its runs first
+    /// diverged (`aten::addmm … in module Sequential.4 (forward), train.py:40`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_ops: Vec<(Variation, String)>,
 }
 
 impl Blame {
+    /// The same blame, with where each variation's runs first diverged (op traces), said in the
+    /// explanation: `breaks when varying: threads (threads: first at aten::addmm …)`.
+    pub fn with_first_ops(mut self, first_ops: Vec<(Variation, String)>) -> Blame {
+        if !first_ops.is_empty() {
+            let each: Vec<String> = first_ops
+                .iter()
+                .map(|(v, at)| format!("{}: first at {at}", v.name()))
+                .collect();
+            self.explanation = format!("{} ({})", self.explanation, each.join("; "));
+        }
+        self.first_ops = first_ops;
+        self
+    }
+
     /// The same blame, with what it cost: the passes it made (purpose, runs) and their time.
     pub fn with_cost(mut self, passes: &[(String, usize)], seconds: f64) -> Blame {
         self.runs = passes.iter().map(|(_, n)| n).sum();
@@ -321,6 +339,7 @@ impl Blame {
             explanation,
             runs: 0,
             seconds: 0.0,
+            first_ops: Vec::new(),
         }
     }
 }
