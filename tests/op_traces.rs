@@ -196,3 +196,24 @@ fn blame_names_the_op_each_variation_breaks() {
         .unwrap()
         .contains("threads: first at step "));
 }
+
+#[test]
+fn dropout_left_on_in_eval_is_named_under_a_varied_seed() {
+    let Some(py) = python("dropout_left_on_in_eval_is_named_under_a_varied_seed") else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/eval_dropout.py");
+    let script = script.to_str().unwrap();
+    let flags = ["--seed-everything", "--vary", "seed"];
+    let (code, case) = run(&flags, &[&py, script], &[]);
+    assert_eq!(code, 0, "{case:#}");
+    let (code, case) = run(&flags, &[&py, script, "--planted", "train-mode"], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    let d = divergence(&case);
+    assert!(d.contains("in module Net.drop (forward)"), "{d}");
+    assert!(d.contains("inputs identical, output differs"), "{d}");
+    assert!(
+        case["digests"]["predictions.pt:predictions"].is_string(),
+        "{case:#}"
+    );
+}

@@ -1,18 +1,29 @@
-# Written by `bitexact run --trace ops` into a private directory put first on the program's
-# PYTHONPATH (the Rust binary embeds this file): starts bitexact's op tracer in this Python
-# process (bitexact._trace), then runs the `sitecustomize` module this one shadows, if any.
+# Written by `bitexact run --trace ops|modules` or `--seed-everything` into a private directory
+# put first on the program's PYTHONPATH (the Rust binary embeds this file): seeds this Python
+# process with bitexact.seed_everything() when asked ($BITEXACT_SEED_EVERYTHING=1, the first
+# process only), starts bitexact's op tracer (bitexact._trace) when asked ($BITEXACT_TRACE),
+# then runs the `sitecustomize` module this one shadows, if any.
 import os
 import sys
 
 
 def _bitexact_trace():
+    if not os.environ.get("BITEXACT_TRACE") and os.environ.get("BITEXACT_SEED_EVERYTHING") != "1":
+        return
     try:
         import bitexact._trace
     except ImportError as e:
         sys.stderr.write(
-            "bitexact: --trace ops: this Python cannot import the bitexact package (%s); install "
-            "it where the program runs: pip install bitexact-harness\n" % e
+            "bitexact: --trace / --seed-everything: this Python cannot import the bitexact "
+            "package (%s); install it where the program runs: pip install bitexact-harness\n" % e
         )
+        return
+    if os.environ.get("BITEXACT_SEED_EVERYTHING") == "1" and not os.environ.get("BITEXACT_SEEDED"):
+        os.environ["BITEXACT_SEEDED"] = str(os.getpid())  # child processes keep their own seeding
+        import bitexact
+
+        bitexact.seed_everything()
+    if not os.environ.get("BITEXACT_TRACE"):
         return
     try:
         bitexact._trace.install_from_env()

@@ -21,6 +21,8 @@ that never imports bitexact is traced. Every ATen op call the process makes (a
   steps, ``$BITEXACT_TRACE_SKIP`` (comma-separated globs such as ``aten::copy_*``) leaves ops
   out (``--trace-steps``, ``--trace-skip``, ``--trace-max-bytes``).
 - ``src``: the innermost frame in the program's own code (not torch, not bitexact).
+- ``in``: the tensors the op reads; a tensor it writes (in-place ``self``, ``out=``) is a result
+  only, since it is hashed after the op.
 - digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
   result, from the native module; a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
   is recorded as ``dtype[shape]:-`` (not hashed). Non-tensor arguments are not recorded.
@@ -175,6 +177,22 @@ def _make_mode():
     return Tracer()
 
 
+_written = {}
+
+
+def _written_args(func):
+    """Positions and names of the arguments ``func`` writes (``Tensor(a!)``): in-place
+    ``self`` and ``out=``. Hashed after the op they hold its result, not what it read."""
+    hit = _written.get(func)
+    if hit is None:
+        hit = set()
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                hit.update((i, a.name))
+        _written[func] = hit
+    return hit
+
+
 def _in_steps(state):
     return state.step >= state.first_step and (state.last_step is None
                                                 or state.step <= state.last_step)
@@ -192,6 +210,10 @@ def _record(state, func, args, kwargs, result, tensor_type):
             skip = state.skipped_ops[op] = any(fnmatch.fnmatchcase(op, g) for g in state.skip_globs)
         if skip:
             return
+    written = _written_args(func)
+    if written:  # in-place and out= ops: the written tensor is a result, not an input
+        args = [a for i, a in enumerate(args) if i not in written]
+        kwargs = {k: v for k, v in kwargs.items() if k not in written}
     ins = _tensors(kwargs, tensor_type, _tensors(args, tensor_type, []))
     outs = _tensors(result, tensor_type, [])
     phase = "backward" if state.tracker.is_bw else "forward"

@@ -67,6 +67,12 @@ pub struct ProgramArgs {
     /// and parameter gradients only.
     #[arg(long, value_name = "LEVEL", value_parser = ["ops", "modules"])]
     pub trace: Option<String>,
+    /// Seed the program's Python at start-up with `bitexact.seed_everything()` (random, numpy,
+    /// torch from the run's seed), through the same injected `sitecustomize` as --trace: a
+    /// script that never imports bitexact then follows --seed and --vary seed. Its own seeding
+    /// still wins where it seeds.
+    #[arg(long)]
+    pub seed_everything: bool,
     /// With --trace: record only these steps (`A..B` inclusive, `A..`, or `N`), e.g. the first
     /// diverging step found by a run without tracing.
     #[arg(long, value_name = "A..B", requires = "trace")]
@@ -163,6 +169,7 @@ impl ProgramArgs {
             ignore,
             config: project.as_ref().map(|p| p.path.clone()),
             trace: self.trace_options()?,
+            seed_everything: self.seed_everything,
         };
         program.validate().map_err(|e| usage(format!("{e:#}")))?;
         let k = runs(self.runs.or(file.runs).unwrap_or(2))?;

@@ -66,6 +66,10 @@ pub struct Program {
     pub config: Option<PathBuf>,
     /// `--trace ops`: trace every PyTorch op of the program's Python process ([`trace`]).
     pub trace: Option<trace::TraceOptions>,
+    /// `--seed-everything`: the injected `sitecustomize` calls `bitexact.seed_everything()` at
+    /// start-up (random, numpy, torch from `BITEXACT_SEED`; `--vary seed` then reaches a
+    /// script that never imports bitexact). A script's own seeding still wins where it runs.
+    pub seed_everything: bool,
 }
 
 impl Program {
@@ -82,7 +86,14 @@ impl Program {
             ignore: ignore::Ignore::default(),
             config: None,
             trace: None,
+            seed_everything: false,
         }
+    }
+
+    /// Whether the program's Python gets bitexact's `sitecustomize` (`--trace`,
+    /// `--seed-everything`).
+    pub fn injects(&self) -> bool {
+        self.trace.is_some() || self.seed_everything
     }
 
     /// Checks what can be checked before any run: the program can be started and `--keep` is
@@ -179,6 +190,11 @@ pub fn env_for(
     }
     if let Some(t) = &program.trace {
         env.extend(t.env());
+    }
+    if program.seed_everything {
+        env.insert(trace::SEED_ENV.into(), "1".into());
+    }
+    if program.injects() {
         let inject = trace::inject_dir(out);
         let mut path = inject.display().to_string();
         if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {

@@ -66,7 +66,7 @@ impl<'a> ProgramSource<'a> {
             None => private_dir()?,
         };
         let on_signal = (!root.1).then(|| crate::cleanup::register_dir(&root.0));
-        if program.trace.is_some() {
+        if program.injects() {
             super::trace::write_inject_dir(&root.0)?;
         }
         Ok(ProgramSource {

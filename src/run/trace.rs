@@ -19,6 +19,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+/// The variable asking the injected `sitecustomize` to call `bitexact.seed_everything()`
+/// (`--seed-everything`).
+pub const SEED_ENV: &str = "BITEXACT_SEED_EVERYTHING";
+
 /// The variable asking the tracer to save one op's tensors (`[rank, step, phase, module, op,
 /// occurrence]` as JSON), for the explanation of a localized divergence.
 pub const CAPTURE_ENV: &str = "BITEXACT_TRACE_CAPTURE";
