@@ -9,29 +9,12 @@
 //! (default `~/.cache/bitexact/python-path`) and torch installed; `BITEXACT_REPS` steps per mode
 //! (default 20), medians.
 
-use std::process::Command;
+#[path = "common/python.rs"]
+mod python;
 
 fn main() {
-    let py = std::env::var("BITEXACT_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        std::fs::read_to_string(format!("{home}/.cache/bitexact/python-path"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "python3".into())
-    });
     let reps = std::env::var("BITEXACT_REPS").unwrap_or_else(|_| "20".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/op_trace.py");
-    let out = Command::new(py)
-        .args([script, &reps])
-        .output()
-        .expect("run python");
-    if !out.status.success() {
-        eprintln!(
-            "op_trace: the Python side failed (needs torch and the installed package):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::process::exit(1);
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = python::run_json("op_trace.py", &[&reps], "torch and the installed package");
     let f = |k: &str| v[k].as_f64();
     let base = f("untraced").expect("untraced");
     println!("one training step, median of {reps}:");

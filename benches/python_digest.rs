@@ -10,17 +10,9 @@
 
 use bitexact::digest::digest_parts;
 use bitexact::DType;
-use std::process::Command;
+#[path = "common/python.rs"]
+mod python;
 use std::time::Instant;
-
-fn python() -> String {
-    std::env::var("BITEXACT_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        std::fs::read_to_string(format!("{home}/.cache/bitexact/python-path"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "python3".into())
-    })
-}
 
 fn main() {
     let reps: usize = std::env::var("BITEXACT_REPS")
@@ -39,19 +31,11 @@ fn main() {
         rust = rust.min(t0.elapsed().as_secs_f64());
     }
     drop(data);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/python_digest.py");
-    let out = Command::new(python())
-        .args([script, &reps.to_string()])
-        .output()
-        .expect("run python");
-    if !out.status.success() {
-        eprintln!(
-            "python_digest: the Python side failed (needs the installed package and torch):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::process::exit(1);
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let v = python::run_json(
+        "python_digest.py",
+        &[&reps.to_string()],
+        "the installed package and torch",
+    );
     let f = |k: &str| v[k].as_f64().expect(k);
     let gb = |s: f64| n as f64 / s / 1e9;
     println!("1 GiB f32, best of {reps}:");
