@@ -217,3 +217,12 @@ fn dropout_left_on_in_eval_is_named_under_a_varied_seed() {
         "{case:#}"
     );
 }
+
+#[test]
+fn a_program_that_records_no_trace_is_said_so() {
+    let (code, case) = run(&[], &["sh", "-c", "echo hi > \"$BITEXACT_OUT/x.txt\""], &[]);
+    assert_eq!(code, 0, "{case:#}");
+    let notes = case["notes"].to_string();
+    assert!(notes.contains("recorded no op trace"), "{notes}");
+    assert!(case["digests"].get("<ops>").is_none(), "{case:#}");
+}

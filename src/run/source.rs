@@ -311,8 +311,13 @@ impl RunSource for ProgramSource<'_> {
             let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
             report.memory_growth = crate::memory::step_growth(&steps);
         }
-        if let (Some(t), Some(opts)) = (first.and_then(|c| c.trace.as_ref()), &self.program.trace) {
-            report.notes.push(super::trace::note(t, opts));
+        match (first.map(|c| c.trace.as_ref()), &self.program.trace) {
+            (Some(Some(t)), Some(opts)) => report.notes.push(super::trace::note(t, opts)),
+            (Some(None), Some(opts)) => report.notes.push(format!(
+                "--trace {}: run 0 recorded no op trace (not a Python program, no torch, or its Python cannot import the bitexact package: see its standard error); its files were compared",
+                opts.level
+            )),
+            _ => {}
         }
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();
