@@ -55,7 +55,7 @@ impl Loader for Files {
 }
 
 fn collected(dir: &Path) -> Collected {
-    let c = collect::collect(dir, None).unwrap();
+    let c = collect::collect(dir, None, false).unwrap();
     let mut out = Collected::of_outputs(Default::default(), None);
     out.digests = c.digests;
     out.loader = Box::new(Files(dir.to_path_buf()));
@@ -66,7 +66,9 @@ fn collected(dir: &Path) -> Collected {
 fn measure(root: &Path, n: usize) -> (f64, f64) {
     let files = root.join(format!("files-{n}"));
     many_files(&files, n);
-    let t_files = best(3, || collect::collect(&files, None).unwrap().digests.len());
+    let t_files = best(3, || {
+        collect::collect(&files, None, false).unwrap().digests.len()
+    });
     let (a, b) = (root.join(format!("a-{n}")), root.join(format!("b-{n}")));
     many_tensors(&a, n, 1.0);
     many_tensors(&b, n, 2.0);

@@ -119,7 +119,7 @@ fn is_zero(v: &u64) -> bool {
 
 impl TraceEntry {
     /// The identity a record is aligned by, without its occurrence number.
-    fn place(&self) -> (u64, u64, &str, &str, &str) {
+    fn key(&self) -> (u64, u64, &str, &str, &str) {
         (self.rank, self.step, &self.phase, &self.module, &self.op)
     }
 
@@ -161,14 +161,15 @@ pub struct Divergence {
     pub explanation: String,
 }
 
-/// Each record of `trace` with its identity: (index, occurrence number of its place).
+/// The occurrence number of each record of `trace` among the records with the same key: with
+/// the key, the identity two traces are aligned by.
 fn identities(trace: &[TraceEntry]) -> Vec<usize> {
     let mut seen: std::collections::HashMap<(u64, u64, &str, &str, &str), usize> =
         std::collections::HashMap::new();
     trace
         .iter()
         .map(|e| {
-            let n = seen.entry(e.place()).or_insert(0);
+            let n = seen.entry(e.key()).or_insert(0);
             *n += 1;
             *n - 1
         })
@@ -183,6 +184,21 @@ pub fn identity_json(trace: &[TraceEntry], index: usize) -> String {
     serde_json::json!([e.rank, e.step, e.phase, e.module, e.op, occ]).to_string()
 }
 
+impl Divergence {
+    /// The explanation without its verdict, when it has one: `step 0, rank 0, aten::addmm
+    /// (call 1 of aten::addmm) in module Sequential.4 (forward), train.py:40` out of
+    /// `first divergence: … — inputs identical, output differs: …` (as [`differing`] words
+    /// it); other explanations whole.
+    pub fn place(&self) -> &str {
+        let at = self
+            .explanation
+            .split(" — ")
+            .next()
+            .unwrap_or(&self.explanation);
+        at.trim_start_matches("first divergence: ")
+    }
+}
+
 /// Compares two traces and names the first divergence, if any: in `a`'s order, the first
 /// record whose counterpart in `b` (same rank, step, phase, module, op and occurrence) is
 /// missing or differs. A missing counterpart means control flow diverged (said with what `b`
@@ -195,10 +211,10 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
         .iter()
         .zip(&ib)
         .enumerate()
-        .map(|(j, (e, &n))| ((e.place(), n), j))
+        .map(|(j, (e, &n))| ((e.key(), n), j))
         .collect();
     for (pos, (x, &n)) in a.iter().zip(&ia).enumerate() {
-        let Some(&j) = index.get(&(x.place(), n)) else {
+        let Some(&j) = index.get(&(x.key(), n)) else {
             let other = b
                 .get(pos)
                 .map_or("makes no more op calls".to_string(), |y| {
@@ -221,10 +237,10 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
         return Some(differing(x, y, n + 1));
     }
     let seen: std::collections::HashSet<_> =
-        a.iter().zip(&ia).map(|(e, &n)| (e.place(), n)).collect();
+        a.iter().zip(&ia).map(|(e, &n)| (e.key(), n)).collect();
     b.iter()
         .zip(&ib)
-        .find(|(e, &n)| !seen.contains(&(e.place(), n)))
+        .find(|(e, &n)| !seen.contains(&(e.key(), n)))
         .map(|(y, &n)| Divergence {
             call: y.call,
             op: y.op.clone(),

@@ -47,6 +47,7 @@ _ST_TO_NAME = {
     "F64": "f64", "F8_E4M3": "f8e4m3", "F8_E5M2": "f8e5m2",
 }
 _NAMES = set(_ST_TO_NAME.values())
+_NAME_SIZE = {name: _safetensors.ITEMSIZE[st] for st, name in _ST_TO_NAME.items()}
 _TORCH_COMPLEX = {"complex64": "f32", "complex128": "f64"}
 _NUMPY_COMPLEX = {8: "f32", 16: "f64"}
 
@@ -190,7 +191,7 @@ def _cuda_digest(t, name):
 def _bytes_host(data, dtype, shape):
     name = _dtype_name(dtype)
     view = memoryview(data).cast("B")
-    size = _safetensors.ITEMSIZE[[k for k, v in _ST_TO_NAME.items() if v == name][0]]
+    size = _NAME_SIZE[name]
     if shape is None:
         if view.nbytes % size:
             raise ValueError("bitexact.digest: %d bytes are not a whole number of %s elements"

@@ -68,7 +68,7 @@ class paused:
 
 
 class _State:
-    def __init__(self, path, rank, max_bytes):
+    def __init__(self, path, rank, max_bytes, steps, skip):
         self.file = open(path, "w", buffering=1 << 20)
         self.lock = threading.Lock()
         self.rank = rank
@@ -79,8 +79,8 @@ class _State:
         self.occurrences = {}
         self.tracker = None
         self.skip_dirs = ()
-        self.first_step, self.last_step = 0, None
-        self.skip_globs = ()
+        self.first_step, self.last_step = steps
+        self.skip_globs = tuple(skip)
         self.skipped_ops = {}  # op name -> whether --trace-skip matches it
         self.capture = None  # identity list of the op to save, until saved
         self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
@@ -169,8 +169,7 @@ def _make_mode():
             kwargs = kwargs or {}
             result = func(*args, **kwargs)
             state = _state
-            if (state is not None and not func.is_view and os.getpid() == state.pid
-                    and not getattr(_paused, "depth", 0)):
+            if state is not None and not func.is_view and _mine(state):
                 _record(state, func, args, kwargs, result, torch.Tensor)
             return result
 
@@ -191,6 +190,12 @@ def _written_args(func):
                 hit.update((i, a.name))
         _written[func] = hit
     return hit
+
+
+def _mine(state):
+    """Whether a call now is the traced program's own: in the process that started tracing
+    (not a forked DataLoader worker) and outside bitexact's own work (:class:`paused`)."""
+    return os.getpid() == state.pid and not getattr(_paused, "depth", 0)
 
 
 def _in_steps(state):
@@ -302,7 +307,7 @@ def _module_hooks(state, torch):
     import torch.optim.optimizer as optimizer
 
     def after_forward(mod, args, output):
-        if os.getpid() != state.pid or getattr(_paused, "depth", 0) or not _in_steps(state):
+        if not _mine(state) or not _in_steps(state):
             return
         name = state.tracker._known_modules.get(mod) or type(mod).__name__
         for pname, p in mod.named_parameters(prefix=name):
@@ -335,13 +340,11 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
-    state = _State(path, rank, max_bytes)
+    state = _State(path, rank, max_bytes, steps, skip)
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
-    state.first_step, state.last_step = steps
-    state.skip_globs = tuple(skip)
     state.tracker = ModuleTracker()
     state.tracker.__enter__()
 

@@ -217,7 +217,7 @@ pub fn blame(
             .zip(p.differing.as_ref().and_then(|(_, b)| b.trace.as_ref()));
         if let (Some((a, b)), [v]) = (traces, vary) {
             if let Some(d) = crate::trace::first_divergence(a, b) {
-                first_ops.push((*v, short(&d.explanation)));
+                first_ops.push((*v, d.place().to_string()));
             }
         }
         p.diverged()
@@ -236,13 +236,6 @@ pub fn blame(
     blame
         .with_first_ops(first_ops)
         .with_cost(&passes, t0.elapsed().as_secs_f64())
-}
-
-/// A localizer explanation cut to where it happened: `aten::addmm (call 1 of aten::addmm) in
-/// module Sequential.4 (forward), train.py:40`.
-fn short(explanation: &str) -> String {
-    let at = explanation.split(" — ").next().unwrap_or(explanation);
-    at.trim_start_matches("first divergence: ").to_string()
 }
 
 /// The `order` variation: runs the cases that passed once more, in reverse order, in this

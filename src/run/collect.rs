@@ -38,11 +38,14 @@ pub struct RunOutputs {
     /// The controls the program read through the helper (`.bitexact-controls.jsonl`), or
     /// `None` when it recorded none (it does not use the helper's control readers).
     pub controls_read: Option<BTreeSet<String>>,
+    /// The op trace of every rank (`.bitexact-trace-rank<R>.jsonl`), when asked for and
+    /// written (`--trace`).
+    pub trace: Option<Vec<crate::trace::TraceEntry>>,
 }
 
-/// Collects the outputs under `out` (and `stdout`, when compared). A malformed tensor file is
-/// an error naming it.
-pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
+/// Collects the outputs under `out` (and `stdout`, when compared), and the op traces when
+/// `traces`. A malformed tensor or trace file is an error naming it.
+pub fn collect(out: &Path, stdout: Option<&Path>, traces: bool) -> Result<RunOutputs> {
     // One walk: every file with the time it was written, then its digests.
     let (files, metadata) = tensor_files::scan_all(out)?;
     let per_file = tensor_files::digest_files(&files)?;
@@ -63,6 +66,7 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
     let mut platform = None;
     let mut steps = Vec::new();
     let mut controls_read = None;
+    let mut trace_files = Vec::new();
     for f in metadata {
         let read = || -> Result<String> {
             let bytes = crate::atomic::read_regular(&f.path, METADATA_MAX_BYTES)?;
@@ -84,6 +88,8 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
                     .map_err(|e| anyhow!("{} line {}: {e}", f.name, i + 1))?;
                 steps.push(s);
             }
+        } else if let Some(rank) = crate::trace::program::rank_of(&f.name).filter(|_| traces) {
+            trace_files.push((rank, f.path.clone()));
         }
     }
     steps.sort_by_key(|s| s.step);
@@ -92,6 +98,7 @@ pub fn collect(out: &Path, stdout: Option<&Path>) -> Result<RunOutputs> {
         platform,
         steps,
         controls_read,
+        trace: crate::trace::program::read_ranks(trace_files)?,
     })
 }
 

@@ -29,13 +29,10 @@ pub(super) struct RunFiles {
 
 impl Loader for RunFiles {
     fn load(&self, name: &str) -> Result<Tensor> {
-        if let Some(key) = name.strip_prefix(super::trace::CAPTURE_FILE) {
+        if name.starts_with(super::trace::CAPTURE_FILE) {
             let path = self.out.join(super::trace::CAPTURE_FILE);
             let file = crate::tensor_files::OutputFile::new(super::trace::CAPTURE_FILE, &path)?;
-            return crate::tensor_files::load(
-                &file,
-                &format!("{}{key}", super::trace::CAPTURE_FILE),
-            );
+            return crate::tensor_files::load(&file, name);
         }
         collect::load(&self.out, self.stdout.as_deref(), name)
     }

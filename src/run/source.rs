@@ -227,12 +227,9 @@ impl RunSource for ProgramSource<'_> {
                 }
                 other => other,
             };
-            let mut c = collect::collect(&dest, stdout.as_deref()).map_err(unreadable)?;
-            let trace = if trace_ops {
-                crate::trace::program::read_dir(&dest).map_err(unreadable)?
-            } else {
-                None
-            };
+            let mut c =
+                collect::collect(&dest, stdout.as_deref(), trace_ops).map_err(unreadable)?;
+            let trace = c.trace.take();
             if let Some(t) = &trace {
                 let ops = crate::trace::program::OPS_NAME.to_string();
                 c.digests.push((ops, crate::trace::program::digest(t)));

@@ -113,21 +113,16 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
     Ok(out)
 }
 
-/// The traces of every rank under `dir` (`.bitexact-trace-rank<R>.jsonl`), concatenated in
-/// rank order; `None` when there is none.
-pub fn read_dir(dir: &Path) -> Result<Option<Vec<TraceEntry>>> {
-    let mut files: Vec<(u64, std::path::PathBuf)> = Vec::new();
-    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let rank = name
-            .strip_prefix(FILE_PREFIX)
-            .and_then(|r| r.strip_suffix(".jsonl"))
-            .and_then(|r| r.parse().ok());
-        if let (Some(rank), true) = (rank, e.file_type()?.is_file()) {
-            files.push((rank, e.path()));
-        }
-    }
+/// The rank `R` of a trace file named `.bitexact-trace-rank<R>.jsonl`.
+pub fn rank_of(name: &str) -> Option<u64> {
+    name.strip_prefix(FILE_PREFIX)?
+        .strip_suffix(".jsonl")?
+        .parse()
+        .ok()
+}
+
+/// The traces of `(rank, file)` pairs, concatenated in rank order; `None` when there is none.
+pub fn read_ranks(mut files: Vec<(u64, std::path::PathBuf)>) -> Result<Option<Vec<TraceEntry>>> {
     if files.is_empty() {
         return Ok(None);
     }
@@ -137,6 +132,20 @@ pub fn read_dir(dir: &Path) -> Result<Option<Vec<TraceEntry>>> {
         all.extend(read_jsonl(&f)?);
     }
     Ok(Some(all))
+}
+
+/// The traces of every rank under `dir` (`.bitexact-trace-rank<R>.jsonl`), concatenated in
+/// rank order; `None` when there is none.
+pub fn read_dir(dir: &Path) -> Result<Option<Vec<TraceEntry>>> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let rank = rank_of(&e.file_name().to_string_lossy());
+        if let (Some(rank), true) = (rank, e.file_type()?.is_file()) {
+            files.push((rank, e.path()));
+        }
+    }
+    read_ranks(files)
 }
 
 #[cfg(test)]

@@ -176,3 +176,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn place_is_the_explanation_without_its_verdict() {
+    let x = |out: &str| TraceEntry {
+        op: "aten::mm".into(),
+        phase: "forward".into(),
+        module: "Net.fc1".into(),
+        source: "t.py:3".into(),
+        inputs: vec!["a".into()],
+        output: out.into(),
+        ..Default::default()
+    };
+    let d = first_divergence(&[x("b")], &[x("c")]).unwrap();
+    assert_eq!(
+        d.place(),
+        "step 0, rank 0, aten::mm (call 1 of aten::mm) in module Net.fc1 (forward), t.py:3"
+    );
+    assert!(d
+        .explanation
+        .ends_with("inputs identical, output differs: this op is nondeterministic"));
+}
