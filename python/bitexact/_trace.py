@@ -25,7 +25,9 @@ that never imports bitexact is traced. Every ATen op call the process makes (a
   only, since it is hashed after the op.
 - digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
   result, from the native module; a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
-  is recorded as ``dtype[shape]:-`` (not hashed). Non-tensor arguments are not recorded.
+  is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
+  (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
+  Non-tensor arguments are not recorded.
 
 View and alias ops (``is_view``) carry no new data and are skipped, and so are allocations of
 uninitialized memory (``aten::empty*``) and ``aten::set_`` (how a DataLoader batch is received
@@ -118,15 +120,22 @@ def _module(tracker):
 _NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_")
 
 
-def _describe(tensors, state):
+# Results that are scratch memory, not values: the RNN workspaces handed to the backward
+# (uninitialized bytes; they differ between identical runs). Recorded by dtype and shape only.
+# Verified for mkldnn_rnn_layer (CPU LSTM: result 3, a u8 buffer); _cudnn_rnn's reserve
+# (result 3) is the same kind of buffer on CUDA.
+_SCRATCH_RESULTS = {"aten::mkldnn_rnn_layer": {3}, "aten::_cudnn_rnn": {3}}
+
+
+def _describe(tensors, state, scratch=()):
     """``["f32[2,3]:<digest>", ...]`` for the tensors, hashed together by the native module."""
     from . import _digest
 
     out, hosts = [], []
-    for t in tensors:
+    for i, t in enumerate(tensors):
         kind = None
         try:
-            if t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
+            if i in scratch or t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
                 raise ValueError
             kind, v = _digest._prepare(t)
         except (TypeError, ValueError, RuntimeError):
@@ -236,7 +245,8 @@ def _emit(state, op, phase, module, ins, outs):
     if state.capture is not None and state.capture == [state.rank, step, phase, module, op, occ]:
         state.capture = None
         _save(state, ins, outs)
-    described = _describe(ins + outs, state)
+    scratch = {len(ins) + i for i in _SCRATCH_RESULTS.get(op.split(".")[0], ())}
+    described = _describe(ins + outs, state, scratch)
     record = {
         "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
         "op": op, "occ": occ, "src": _source(state.skip_dirs),
