@@ -159,6 +159,14 @@ pub struct Divergence {
     pub inputs_matched: bool,
     /// One line for reports.
     pub explanation: String,
+    /// Distributed runs (traces of several ranks): the rank whose first differing op is named,
+    /// the origin when its inputs matched ([`ranks`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u64>,
+    /// Distributed runs: where each other rank first differed (`rank 0 received it through
+    /// c10d::allreduce_ at step 0 (backward)`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub receivers: Vec<String>,
 }
 
 /// The occurrence number of each record of `trace` among the records with the same key: with
@@ -199,13 +207,21 @@ impl Divergence {
     }
 }
 
-/// Compares two traces and names the first divergence, if any: in `a`'s order, the first
-/// record whose counterpart in `b` (same rank, step, phase, module, op and occurrence) is
-/// missing or differs. A missing counterpart means control flow diverged (said with what `b`
-/// does at that position); one whose inputs matched is the origin (this op is
-/// nondeterministic); one whose inputs already differed received the difference from outside
-/// the traced ops. Records of `b` with no counterpart in `a` are reported after `a` is done.
+/// Compares two traces and names the first divergence, if any. Traces of several ranks (a
+/// distributed run) are compared rank by rank and the origin rank is told apart from the
+/// ranks that received the difference ([`ranks::localize`]); one rank's stream is compared
+/// by [`first_divergence_in`].
 pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
+    ranks::localize(a, b)
+}
+
+/// The first divergence of one stream: in `a`'s order, the first record whose counterpart in
+/// `b` (same rank, step, phase, module, op and occurrence) is missing or differs. A missing
+/// counterpart means control flow diverged (said with what `b` does at that position); one
+/// whose inputs matched is the origin (this op is nondeterministic); one whose inputs already
+/// differed received the difference from outside the traced ops. Records of `b` with no
+/// counterpart in `a` are reported after `a` is done.
+fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
     let (ia, ib) = (identities(a), identities(b));
     let index: std::collections::HashMap<_, usize> = b
         .iter()
@@ -228,6 +244,8 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
                     "control flow diverged: run 0 calls {} where the other run {other}",
                     x.describe(n + 1)
                 ),
+                rank: None,
+                receivers: Vec::new(),
             });
         };
         let y = &b[j];
@@ -251,6 +269,8 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
                 a.len(),
                 b.len()
             ),
+            rank: None,
+            receivers: Vec::new(),
         })
 }
 
@@ -294,6 +314,8 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
         op: x.op.clone(),
         inputs_matched,
         explanation,
+        rank: None,
+        receivers: Vec::new(),
     }
 }
 
@@ -388,6 +410,8 @@ pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<D
             op: String::new(),
             inputs_matched: false,
             explanation: format!("no trace of this case in the {which} file"),
+            rank: None,
+            receivers: Vec::new(),
         })
     };
     let mut out = Vec::new();
@@ -405,6 +429,7 @@ pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<D
 }
 
 pub mod program;
+pub mod ranks;
 
 #[cfg(test)]
 mod tests;

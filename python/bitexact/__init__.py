@@ -16,7 +16,8 @@ This module is what a training script calls:
 * :func:`worker_init_fn` / :func:`worker_seed` / :func:`pool_initializer` -- per-worker seeds
   for ``torch.utils.data.DataLoader`` workers and ``multiprocessing`` pools;
 * :func:`dump` / :func:`step` -- write tensors as safetensors into ``$BITEXACT_OUT`` (written
-  by hand: no safetensors package needed); :func:`step` also records memory per step;
+  by hand: no safetensors package needed); :func:`step` also records memory per step; a rank
+  of a torch.distributed run (``torchrun``) writes under ``$BITEXACT_OUT/rank<RANK>/``;
 * :func:`write_platform` -- ``.bitexact-platform.json`` (python/numpy/torch/CUDA versions);
 * :func:`active` -- whether the script runs under bitexact;
 * :func:`digest` / :func:`digests` -- bitexact's canonical digest of a numpy array, torch tensor
@@ -40,7 +41,7 @@ import random
 import struct
 import sys
 
-from . import _controls, _platform_info, _safetensors
+from . import _controls, _dist, _platform_info, _safetensors
 from ._controls import controls, threads, workers
 from ._digest import cuda_status, digest, digests
 
@@ -88,8 +89,10 @@ def active():
 
 
 def out_dir():
-    """The run's output directory (``$BITEXACT_OUT``), or ``None`` outside bitexact."""
-    return os.environ.get("BITEXACT_OUT") or None
+    """The run's output directory, or ``None`` outside bitexact: ``$BITEXACT_OUT``, or for a
+    rank of a torch.distributed run (``RANK`` and ``WORLD_SIZE`` set, e.g. by ``torchrun``)
+    ``$BITEXACT_OUT/rank<RANK>`` (created), where :func:`dump` and :func:`step` write too."""
+    return _dist.out_root()
 
 
 def _import(name):
@@ -283,8 +286,8 @@ def pool_initializer(seed=None):
 # ----------------------------------------------------------------------------- outputs
 
 def _resolve(name, suffix=".safetensors"):
-    """Absolute output path of ``name`` under ``$BITEXACT_OUT``; refuses paths that escape it."""
-    root = os.environ["BITEXACT_OUT"]
+    """Absolute output path of ``name`` under :func:`out_dir`; refuses paths that escape it."""
+    root = out_dir()
     name = os.fspath(name)
     if not name.endswith(suffix):
         name += suffix
@@ -400,7 +403,7 @@ def step(i, /, **tensors):
     if not active():
         return None
     i = int(i)
-    written = _steps_written.setdefault(os.environ["BITEXACT_OUT"], set())
+    written = _steps_written.setdefault(out_dir(), set())
     if i in written:
         raise ValueError(
             "bitexact.step(%d): step %d was already written (step_%04d.safetensors); step "
@@ -416,7 +419,7 @@ def step(i, /, **tensors):
         {"step": i, "rss_bytes": _rss_bytes(), "torch_cuda_allocated": _cuda_allocated()},
         separators=(", ", ": "),
     )
-    with open(os.path.join(os.environ["BITEXACT_OUT"], MEMORY_FILE), "a") as f:
+    with open(os.path.join(out_dir(), MEMORY_FILE), "a") as f:
         f.write(line + "\n")
     return path
 
@@ -437,7 +440,7 @@ def write_platform(probe_cuda=False):
     global _platform_written
     if not active():
         return None
-    path = os.path.join(os.environ["BITEXACT_OUT"], PLATFORM_FILE)
+    path = os.path.join(out_dir(), PLATFORM_FILE)
     text = json.dumps(platform_info(probe_cuda), indent=2, sort_keys=True) + "\n"
     _atomic_write(path, text.encode("utf-8"))
     _platform_written = True

@@ -1,7 +1,7 @@
 # Written by `bitexact run --trace ops|modules` or `--seed-everything` into a private directory
 # put first on the program's PYTHONPATH (the Rust binary embeds this file): seeds this Python
 # process with bitexact.seed_everything() when asked ($BITEXACT_SEED_EVERYTHING=1, the first
-# process only), starts bitexact's op tracer (bitexact._trace) when asked ($BITEXACT_TRACE),
+# process of each rank only), starts bitexact's op tracer (bitexact._trace) when asked ($BITEXACT_TRACE),
 # then runs the `sitecustomize` module this one shadows, if any.
 import os
 import sys
@@ -18,8 +18,11 @@ def _bitexact_trace():
             "package (%s); install it where the program runs: pip install bitexact-harness\n" % e
         )
         return
-    if os.environ.get("BITEXACT_SEED_EVERYTHING") == "1" and not os.environ.get("BITEXACT_SEEDED"):
-        os.environ["BITEXACT_SEEDED"] = str(os.getpid())  # child processes keep their own seeding
+    from bitexact import _dist
+
+    # Once per rank, in its first process (child processes keep their own seeding); never in
+    # a torch.distributed launcher (torchrun's agent computes nothing).
+    if os.environ.get("BITEXACT_SEED_EVERYTHING") == "1" and _dist.claim("BITEXACT_SEEDED"):
         import bitexact
 
         bitexact.seed_everything()

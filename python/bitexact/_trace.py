@@ -5,7 +5,9 @@
 calls :func:`install_from_env` (and then runs any ``sitecustomize`` it shadows), so a script
 that never imports bitexact is traced. Every ATen op call the process makes (a
 ``TorchDispatchMode``: forward and backward) becomes one JSON line in
-``$BITEXACT_OUT/.bitexact-trace-rank<R>.jsonl`` (metadata: never compared as an output)::
+``$BITEXACT_OUT/.bitexact-trace-rank<R>.jsonl`` (metadata: never compared as an output; a rank
+of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
+:mod:`bitexact._dist`)::
 
     {"v": 2, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
      "op": "aten::addmm", "occ": 3, "src": "train.py:42",
@@ -33,8 +35,16 @@ View and alias ops (``is_view``) carry no new data and are skipped, and so are a
 uninitialized memory (``aten::empty*``) and ``aten::set_`` (how a DataLoader batch is received
 from a worker, at a moment that depends on worker timing: the batch is hashed where the program
 first uses it). Only the process that
-installed the tracer records (DataLoader workers, forked or spawned, do not). No tensor is kept
+installed the tracer records (DataLoader workers, forked or spawned, do not), and batch loading
+in that process (``num_workers=0``) is not traced either, so the stream does not depend on the
+worker count. No tensor is kept
 after it is hashed. The tracer never changes what the program computes.
+
+Collectives (``c10d::allreduce_`` from ``dist.all_reduce`` and DDP's gradient buckets,
+``c10d::broadcast_``, ...) are recorded like ops: their ``in`` is this rank's contribution,
+hashed before the call, and their ``out`` what the rank received, hashed after waiting for the
+collective. That is what tells the rank where a difference started (its first differing op had
+identical inputs) from the ranks that received it through a collective.
 """
 
 import atexit
@@ -114,10 +124,10 @@ def _module(tracker):
     return max((p for p in parents if p != "Global"), key=lambda p: (p.count("."), len(p)))
 
 
-# Ops that are not computation and are not recorded: allocations of uninitialized memory, and
+# Ops that are not computation and are not recorded: allocations of uninitialized memory,
 # pointing a tensor at existing storage (how a DataLoader batch is received from a worker, at a
-# moment that depends on worker timing).
-_NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_")
+# moment that depends on worker timing), and the profiler's markers (DDP's forward).
+_NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_", "profiler::")
 
 
 # Results that are scratch memory, not values: the RNN workspaces handed to the backward
@@ -176,8 +186,10 @@ def _make_mode():
     class Tracer(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            result = func(*args, **kwargs)
             state = _state
+            if func.namespace in _COLLECTIVES and state is not None and _mine(state):
+                return _collective(state, func, args, kwargs, torch.Tensor)
+            result = func(*args, **kwargs)
             if state is not None and not func.is_view and _mine(state):
                 _record(state, func, args, kwargs, result, torch.Tensor)
             return result
@@ -212,18 +224,52 @@ def _in_steps(state):
                                                 or state.step <= state.last_step)
 
 
+# Namespaces of torch.distributed's collectives (``dist.all_reduce``, DDP's gradient buckets:
+# ``c10d::allreduce_``; functional collectives: ``_c10d_functional::all_reduce``).
+_COLLECTIVES = ("c10d", "_c10d_functional")
+
+
+def _collective(state, func, args, kwargs, tensor_type):
+    """Runs collective ``func`` and records it: its tensors are hashed **before** the call
+    (this rank's contribution: ``c10d`` ops write their tensors in place without saying so in
+    their schema) and, after waiting for its ``Work``, its results (what the rank received).
+    Functional collectives return tensors still being written: their results are recorded by
+    dtype and shape only (the op that waits for them shows the values). Waiting early changes
+    when the program blocks, never what it computes."""
+    op = func.name()
+    record = _in_steps(state) and not _skipped(state, op)
+    ins = _tensors(kwargs, tensor_type, _tensors(args, tensor_type, []))
+    before = _describe(ins, state) if record else None
+    result = func(*args, **kwargs)
+    if not record:
+        return result
+    parts = result if isinstance(result, (tuple, list)) else (result,)
+    for r in parts:
+        if not isinstance(r, tensor_type) and hasattr(r, "wait"):
+            r.wait()
+    outs = _tensors(result, tensor_type, [])
+    scratch = range(len(outs)) if func.namespace == "_c10d_functional" else ()
+    phase = "backward" if state.tracker.is_bw else "forward"
+    _emit(state, op, phase, _module(state.tracker), ins, outs, before, scratch)
+    return result
+
+
+def _skipped(state, op):
+    """Whether ``--trace-skip`` leaves ``op`` out."""
+    if not state.skip_globs:
+        return False
+    skip = state.skipped_ops.get(op)
+    if skip is None:
+        import fnmatch
+
+        skip = state.skipped_ops[op] = any(fnmatch.fnmatchcase(op, g) for g in state.skip_globs)
+    return skip
+
+
 def _record(state, func, args, kwargs, result, tensor_type):
     op = func.name()
-    if op.startswith(_NOT_COMPUTATION) or not _in_steps(state):
+    if op.startswith(_NOT_COMPUTATION) or not _in_steps(state) or _skipped(state, op):
         return
-    if state.skip_globs:
-        skip = state.skipped_ops.get(op)
-        if skip is None:
-            import fnmatch
-
-            skip = state.skipped_ops[op] = any(fnmatch.fnmatchcase(op, g) for g in state.skip_globs)
-        if skip:
-            return
     written = _written_args(func)
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         args = [a for i, a in enumerate(args) if i not in written]
@@ -234,9 +280,10 @@ def _record(state, func, args, kwargs, result, tensor_type):
     _emit(state, op, phase, _module(state.tracker), ins, outs)
 
 
-def _emit(state, op, phase, module, ins, outs):
+def _emit(state, op, phase, module, ins, outs, described_ins=None, scratch_outs=()):
     """Writes one record: its occurrence number, the capture if it is the one asked for, the
-    digests."""
+    digests (``described_ins``: the inputs' already, hashed before the op ran;
+    ``scratch_outs``: results recorded by dtype and shape only)."""
     with state.lock:
         key = (state.step, module, phase, op)
         occ = state.occurrences.get(key, 0)
@@ -245,12 +292,16 @@ def _emit(state, op, phase, module, ins, outs):
     if state.capture is not None and state.capture == [state.rank, step, phase, module, op, occ]:
         state.capture = None
         _save(state, ins, outs)
-    scratch = {len(ins) + i for i in _SCRATCH_RESULTS.get(op.split(".")[0], ())}
-    described = _describe(ins + outs, state, scratch)
+    scratch = set(_SCRATCH_RESULTS.get(op.split(".")[0], ())) | set(scratch_outs)
+    if described_ins is None:
+        described = _describe(ins + outs, state, {len(ins) + i for i in scratch})
+        described_ins, described_outs = described[:len(ins)], described[len(ins):]
+    else:
+        described_outs = _describe(outs, state, scratch)
     record = {
         "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
         "op": op, "occ": occ, "src": _source(state.skip_dirs),
-        "in": described[:len(ins)], "out": described[len(ins):],
+        "in": described_ins, "out": described_outs,
     }
     line = json.dumps(record, separators=(",", ":")) + "\n"
     with state.lock:
@@ -266,7 +317,8 @@ def _save(state, ins, outs):
     tensors.update({"out%d" % i: t for i, t in enumerate(outs)})
     with paused():
         blob = _safetensors.serialize({k: v.detach() for k, v in tensors.items()})
-    with open(os.path.join(state.out_dir, CAPTURE_FILE), "wb") as f:
+    root = os.environ.get("BITEXACT_OUT") or state.out_dir  # one capture per run, any rank
+    with open(os.path.join(root, CAPTURE_FILE), "wb") as f:
         f.write(blob)
 
 
@@ -282,18 +334,20 @@ def on_helper_step(i):
 def install_from_env():
     """Starts tracing this process when ``$BITEXACT_TRACE`` is ``ops`` or ``modules`` and
     ``$BITEXACT_OUT`` is set (what ``bitexact run --trace LEVEL`` gives), once, in the first
-    Python process only."""
+    Python process of each rank (see :mod:`bitexact._dist`)."""
     level = os.environ.get(ENV)
     if _state is not None or level not in ("ops", "modules") or not os.environ.get("BITEXACT_OUT"):
         return False
-    owner = os.environ.get(OWNER_ENV)
-    if owner and owner != str(os.getpid()):
-        return False  # a child process of the traced program (DataLoader workers, tools)
-    os.environ[OWNER_ENV] = str(os.getpid())
-    rank = int(os.environ.get("RANK", "0"))
+    from . import _dist
+
+    # The first process of each rank (not its DataLoader workers or tools; not torchrun's
+    # agent, which computes nothing).
+    if not _dist.claim(OWNER_ENV):
+        return False
+    rank = _dist.rank() or 0
     first, _, last = os.environ.get(STEPS_ENV, "0..").partition("..")
     start(
-        os.path.join(os.environ["BITEXACT_OUT"], "%s%d.jsonl" % (FILE_PREFIX, rank)),
+        os.path.join(_dist.out_root(), "%s%d.jsonl" % (FILE_PREFIX, rank)),
         rank=rank,
         max_bytes=int(os.environ.get(MAX_BYTES_ENV, str(64 << 20))),
         steps=(int(first or 0), int(last) if last else None),
@@ -338,6 +392,38 @@ def _module_hooks(state, torch):
             optimizer.register_optimizer_step_pre_hook(before_step)]
 
 
+class _Restore:
+    """A hook handle that puts back an attribute replaced by the tracer."""
+
+    def __init__(self, owner, name, original):
+        self.owner, self.name, self.original = owner, name, original
+
+    def remove(self):
+        setattr(self.owner, self.name, self.original)
+
+
+def _pause_loading():
+    """Leaves a DataLoader's own work out of the trace (sampling indices, its seed, loading
+    and collating a batch in this process when ``num_workers=0``): with workers most of it
+    runs in them, untraced, so tracing it here would make the op stream depend on the worker
+    count. The batch is hashed where the program first uses it, either way. Returns handles
+    that put the originals back."""
+    from torch.utils.data import dataloader
+
+    handles = []
+    for cls, name in ((dataloader.DataLoader, "__iter__"),
+                      (dataloader._BaseDataLoaderIter, "__next__")):
+        original = cls.__dict__[name]
+
+        def wrapper(self, _original=original):
+            with paused():
+                return _original(self)
+
+        setattr(cls, name, wrapper)
+        handles.append(_Restore(cls, name, original))
+    return handles
+
+
 def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops"):
     """Traces this process into ``path`` until :func:`stop` (``bitexact run --trace ops``
     calls it through :func:`install_from_env`; benchmarks call it directly). ``level`` is
@@ -363,7 +449,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
             state.optimizer_steps += 1
             state.step = state.optimizer_steps
 
-    hooks = [optimizer.register_optimizer_step_post_hook(after_step)]
+    hooks = [optimizer.register_optimizer_step_post_hook(after_step)] + _pause_loading()
     mode = None
     if level == "modules":
         hooks += _module_hooks(state, torch)

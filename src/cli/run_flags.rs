@@ -85,6 +85,14 @@ pub struct ProgramArgs {
     /// Repeatable.
     #[arg(long, value_name = "GLOB", requires = "trace")]
     pub trace_skip: Vec<String>,
+    /// Processes of a distributed command: the value of `{nproc}` in its arguments
+    /// (`torchrun --nproc-per-node {nproc} train.py`). Default 2.
+    #[arg(long, value_name = "N")]
+    pub world_size: Option<usize>,
+    /// With --vary world-size: results that depend on the world size fail the check (exit 1)
+    /// instead of being reported as information.
+    #[arg(long)]
+    pub world_size_invariant: bool,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -113,6 +121,33 @@ impl ProgramArgs {
         };
         t.validate().map_err(|e| usage(format!("{e:#}")))?;
         Ok(Some(t))
+    }
+
+    /// Checks the world-size flags against the command: `{nproc}` must be in it for
+    /// `--world-size` and `--vary world-size`, which compares N ≥ 2 processes with 1.
+    fn check_world_size(&self, vary: &[Variation]) -> Result<()> {
+        use crate::run::distributed::{uses_nproc, NPROC};
+        let varied = vary.contains(&Variation::WorldSize);
+        let has = uses_nproc(&self.command);
+        if varied && !has {
+            return Err(usage(format!(
+                "--vary world-size: the command must take its process count from {NPROC} (e.g. torchrun --nproc-per-node {NPROC} train.py), so bitexact can run it with 1 process"
+            )));
+        }
+        if self.world_size.is_some() && !has {
+            return Err(usage(format!(
+                "--world-size: the command has no {NPROC} to replace (e.g. torchrun --nproc-per-node {NPROC} train.py)"
+            )));
+        }
+        if varied && self.world_size == Some(1) {
+            return Err(usage(
+                "--vary world-size compares --world-size N with 1 process: N must be at least 2",
+            ));
+        }
+        if self.world_size_invariant && !varied {
+            return Err(usage("--world-size-invariant needs --vary world-size"));
+        }
+        Ok(())
     }
 
     /// The validated program and suite settings these flags describe; the program must be
@@ -170,7 +205,12 @@ impl ProgramArgs {
             config: project.as_ref().map(|p| p.path.clone()),
             trace: self.trace_options()?,
             seed_everything: self.seed_everything,
+            world_size: self
+                .world_size
+                .unwrap_or(crate::run::distributed::DEFAULT_WORLD_SIZE),
+            world_size_invariant: self.world_size_invariant,
         };
+        self.check_world_size(&spec.variations)?;
         program.validate().map_err(|e| usage(format!("{e:#}")))?;
         let k = runs(self.runs.or(file.runs).unwrap_or(2))?;
         let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, k);

@@ -185,6 +185,8 @@ pub fn first_output_divergence(a: &Collected, b: &Collected) -> Option<Divergenc
                     _ => "",
                 }
             ),
+            rank: None,
+            receivers: Vec::new(),
         })
 }
 

@@ -25,7 +25,7 @@ pub use in_process::{
     call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
 };
 pub use outcome::{judge, CaseReport, Evidence, Judged, SnapshotStatus, Summary, Verdict};
-pub use program::{Ignored, ProgramInfo, ProgramRun, StepMemory};
+pub use program::{Ignored, ProgramInfo, ProgramRun, StepMemory, WorldSize};
 pub use source::{Collected, Loader, RunMeta, RunSource, Started};
 
 use crate::backend::Backend;
@@ -179,7 +179,7 @@ pub fn assess_with_progress(
         }
         _ => {}
     }
-    source.describe(&mut report, &p.metas, p.first.as_ref());
+    source.describe(&mut report, &p.metas, p.first.as_ref(), controls, opts);
     report.seconds = t0.elapsed().as_secs_f64();
     report.judge()
 }

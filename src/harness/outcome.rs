@@ -139,6 +139,10 @@ pub struct Evidence {
     /// not line up): what differs. Set on the CUDA report by the cross-device comparison.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_device: Option<String>,
+    /// A program's results differ between world sizes where `--world-size-invariant` asked
+    /// them not to (what differs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size_dependence: Option<String>,
 }
 
 /// The result of running one case on one backend K times.
@@ -273,7 +277,8 @@ impl CaseReport {
 /// 2. a run failed → `error` (with the cause);
 /// 3. a planted bug → `caught` when runs differed, the case depended on suite order, it
 ///    reported a finding or its memory grew; `missed` otherwise;
-/// 4. runs differed, or the result depended on suite order → `nondeterministic`;
+/// 4. runs differed, the result depended on suite order, or on the world size where it was
+///    required not to → `nondeterministic`;
 /// 5. a defect found inside the runs → `error`;
 /// 6. the committed snapshot is unreadable → `error`; it differs → `snapshot-mismatch`;
 /// 7. CPU and CUDA differ where they must agree → `device-mismatch`;
@@ -286,7 +291,8 @@ pub fn judge(r: &CaseReport) -> (Verdict, Option<String>) {
     if let Some(f) = &e.failure {
         return (Verdict::Error, Some(f.line()));
     }
-    let differs = r.distinct_digests > 1 || e.order_dependence.is_some();
+    let differs =
+        r.distinct_digests > 1 || e.order_dependence.is_some() || e.world_size_dependence.is_some();
     if let Some(bug) = &e.planted {
         let caught = differs || !r.findings.is_empty() || r.memory_growth.is_some();
         let order = e.order_dependence.as_deref();
@@ -302,7 +308,11 @@ pub fn judge(r: &CaseReport) -> (Verdict, Option<String>) {
         };
     }
     if differs {
-        return (Verdict::Nondeterministic, e.order_dependence.clone());
+        let why = e.order_dependence.clone();
+        return (
+            Verdict::Nondeterministic,
+            why.or(e.world_size_dependence.clone()),
+        );
     }
     if !r.findings.is_empty() {
         let msg = format!("defect found inside the runs: {}", r.findings.join("; "));

@@ -43,6 +43,32 @@ pub struct ProgramInfo {
     /// included), bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness_peak_rss_bytes: Option<u64>,
+    /// What `--vary world-size` found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<WorldSize>,
+}
+
+/// `--vary world-size`: run 0 (`--world-size N` processes) against one run with 1 process,
+/// compared on what both have (rank 0's outputs and trace, shared outputs).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WorldSize {
+    /// The world sizes compared: run 0's, then the extra run's (1).
+    pub sizes: [usize; 2],
+    /// Whether the outputs both runs wrote differ (`None`: the 1-process run failed).
+    pub depends: Option<bool>,
+    /// Outputs both runs wrote that differ, in run 0's order (at most 8 named).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differing: Vec<String>,
+    /// Outputs compared (written by both runs).
+    pub compared: usize,
+    /// Outputs only the larger world size wrote (other ranks' files).
+    pub only_larger: usize,
+    /// With op traces: the first op that differs (rank 0's stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_op: Option<String>,
+    /// One line for reports.
+    pub summary: String,
 }
 
 /// How one run of a program ended.

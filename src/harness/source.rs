@@ -171,6 +171,15 @@ pub trait RunSource: Sync {
     ) -> Option<Divergence> {
         None
     }
-    /// Adds what only this source knows to the report of its main pass (before judging).
-    fn describe(&self, _report: &mut CaseReport, _metas: &[RunMeta], _first: Option<&Collected>) {}
+    /// Adds what only this source knows to the report of its main pass (before judging); a
+    /// program under `--vary world-size` makes its world-size run here.
+    fn describe(
+        &self,
+        _report: &mut CaseReport,
+        _metas: &[RunMeta],
+        _first: Option<&Collected>,
+        _controls: &Controls,
+        _opts: &Options,
+    ) {
+    }
 }

@@ -68,18 +68,24 @@ pub fn collect(out: &Path, stdout: Option<&Path>, traces: bool) -> Result<RunOut
     let mut controls_read = None;
     let mut trace_files = Vec::new();
     for f in metadata {
+        // A rank of a distributed run keeps its metadata under `rank<R>/`: read by base
+        // name; memory and platform from the first file in name order (rank 0).
+        let base = f.name.rsplit('/').next().unwrap_or(&f.name);
         let read = || -> Result<String> {
             let bytes = crate::atomic::read_regular(&f.path, METADATA_MAX_BYTES)?;
             String::from_utf8(bytes).map_err(|_| anyhow!("{}: not UTF-8", f.name))
         };
-        if f.name == ".bitexact-platform.json" {
+        if base == ".bitexact-platform.json" && platform.is_none() {
             let text = read()?;
             platform = Some(
                 serde_json::from_str(&text).map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
             );
-        } else if f.name == CONTROLS_FILE {
-            controls_read = Some(read_controls(&read()?));
-        } else if f.name == ".bitexact-memory.jsonl" {
+        } else if base == CONTROLS_FILE {
+            let read_now = read_controls(&read()?);
+            controls_read
+                .get_or_insert_with(BTreeSet::new)
+                .extend(read_now);
+        } else if base == ".bitexact-memory.jsonl" && steps.is_empty() {
             for (i, line) in read()?.lines().enumerate() {
                 if line.trim().is_empty() {
                     continue;
@@ -88,7 +94,7 @@ pub fn collect(out: &Path, stdout: Option<&Path>, traces: bool) -> Result<RunOut
                     .map_err(|e| anyhow!("{} line {}: {e}", f.name, i + 1))?;
                 steps.push(s);
             }
-        } else if let Some(rank) = crate::trace::program::rank_of(&f.name).filter(|_| traces) {
+        } else if let Some(rank) = crate::trace::program::rank_of(base).filter(|_| traces) {
             trace_files.push((rank, f.path.clone()));
         }
     }

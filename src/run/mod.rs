@@ -21,11 +21,15 @@
 //! memory-mapped files; a differing output is loaded to explain it only up to
 //! [`collect::EXPLAIN_MAX_BYTES`].
 //!
+//! **Distributed programs** (`torchrun …`): see [`distributed`] (`{nproc}`, `--vary
+//! world-size`, ranks' outputs under `$BITEXACT_OUT/rank<R>/`, a failed rank named).
+//!
 //! **Failures** are typed ([`FailureKind`]): `timeout` (killed after `--timeout`),
 //! `out-of-memory` (killed under `--memory-limit`, or a `MemoryError` / "out of memory" in its
 //! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`.
 
 pub mod collect;
+pub mod distributed;
 mod files;
 pub mod ignore;
 pub mod project;
@@ -70,6 +74,12 @@ pub struct Program {
     /// start-up (random, numpy, torch from `BITEXACT_SEED`; `--vary seed` then reaches a
     /// script that never imports bitexact). A script's own seeding still wins where it runs.
     pub seed_everything: bool,
+    /// Processes of a distributed command: what `{nproc}` in its arguments becomes
+    /// (`--world-size`; see [`distributed`]).
+    pub world_size: usize,
+    /// `--world-size-invariant`: under `--vary world-size`, results that depend on the world
+    /// size fail the check (otherwise they are information).
+    pub world_size_invariant: bool,
 }
 
 impl Program {
@@ -87,7 +97,14 @@ impl Program {
             config: None,
             trace: None,
             seed_everything: false,
+            world_size: distributed::DEFAULT_WORLD_SIZE,
+            world_size_invariant: false,
         }
+    }
+
+    /// The command of a run with `world_size` processes (`{nproc}` replaced).
+    pub fn command_for(&self, world_size: Option<usize>) -> Vec<OsString> {
+        distributed::with_world_size(&self.command, world_size.unwrap_or(self.world_size))
     }
 
     /// Whether the program's Python gets bitexact's `sitecustomize` (`--trace`,
@@ -100,6 +117,9 @@ impl Program {
     /// usable. Errors name the culprit.
     pub fn validate(&self) -> Result<()> {
         let program = self.command.first().context("no command given after --")?;
+        if self.world_size == 0 {
+            bail!("--world-size must be at least 1");
+        }
         spawn::resolve(program)?;
         if let Some(k) = &self.keep {
             if k.exists() && (!k.is_dir() || std::fs::read_dir(k)?.next().is_some()) {

@@ -145,8 +145,9 @@ impl RunSource for ProgramSource<'_> {
         // whatever was left, which must not be another thread's program.
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let command = self.program.command_for(settings.knobs.world_size);
         let ended = spawn::run(&spawn::Spawn {
-            command: &self.program.command,
+            command: &command,
             env: &env,
             stdout: stdout.as_deref(),
             timeout: self.program.timeout,
@@ -188,21 +189,9 @@ impl RunSource for ProgramSource<'_> {
             program: Some((run, env)),
             ..RunMeta::default()
         };
-        if let Some(why) = spawn::failure(&ended, self.program.timeout) {
-            let kind = if ended.timed_out {
-                FailureKind::Timeout
-            } else if ended.status.signal() == Some(libc::SIGKILL)
-                && self.program.memory_limit_mb.is_some()
-                || ended.stderr_tail.contains("MemoryError")
-                || ended.stderr_tail.contains("out of memory")
-            {
-                FailureKind::OutOfMemory
-            } else if ended.status.signal().is_some() {
-                FailureKind::Signal
-            } else {
-                FailureKind::ExitStatus
-            };
-            return Started::failed(meta, Failure::new(kind, why));
+        let limited = self.program.memory_limit_mb.is_some();
+        if let Some(f) = spawn::failed(&ended, self.program.timeout, limited) {
+            return Started::failed(meta, f);
         }
         if let Some(what) = replaced {
             return Started::failed(
@@ -303,7 +292,14 @@ impl RunSource for ProgramSource<'_> {
         Some(d)
     }
 
-    fn describe(&self, report: &mut CaseReport, metas: &[RunMeta], first: Option<&Collected>) {
+    fn describe(
+        &self,
+        report: &mut CaseReport,
+        metas: &[RunMeta],
+        first: Option<&Collected>,
+        controls: &Controls,
+        opts: &Options,
+    ) {
         if let Some(c) = first {
             let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
             report.memory_growth = crate::memory::step_growth(&steps);
@@ -322,6 +318,15 @@ impl RunSource for ProgramSource<'_> {
         let (unread, note) = unread_controls(&report.variations, read);
         info.unread_controls = unread;
         report.notes.extend(note);
+        if let (Some(c), true) = (first, opts.vary.contains(&Variation::WorldSize)) {
+            let w = super::distributed::check_world_size(self, self.program, c, controls, opts);
+            report.notes.push(w.summary.clone());
+            if self.program.world_size_invariant && w.depends == Some(true) {
+                report.evidence.world_size_dependence =
+                    Some(format!("--world-size-invariant: {}", w.summary));
+            }
+            info.world_size = Some(w);
+        }
         report.program = Some(info);
     }
 }
@@ -408,7 +413,7 @@ fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>)
     ProgramInfo {
         kind: "run".into(),
         command: program
-            .command
+            .command_for(None)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
@@ -424,5 +429,6 @@ fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>)
         unread_controls: Vec::new(),
         config: program.config.as_ref().map(|p| p.display().to_string()),
         harness_peak_rss_bytes: None,
+        world_size: None,
     }
 }

@@ -4,6 +4,7 @@
 //! the peak resident set size from `wait4`.
 
 use crate::cleanup;
+use crate::harness::{Failure, FailureKind};
 use crate::process;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;
@@ -219,15 +220,41 @@ pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
         (None, Some(s)) => format!("killed by signal {s} ({})", process::signal_name(s)),
         _ => "failed".to_string(),
     };
-    let lines: Vec<&str> = e
-        .stderr_tail
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    let tail = lines[lines.len().saturating_sub(5)..].join("\n      ");
+    // A torch.distributed launch names its failed rank: said first, with that rank's lines.
+    if let Some(rank) = super::distributed::failed_rank(&e.stderr_tail) {
+        let tail = last_lines(&super::distributed::ranks_stderr(&e.stderr_tail));
+        return Some(format!(
+            "{rank} (torchrun {what}); last lines of the ranks' stderr:\n      {tail}"
+        ));
+    }
+    let tail = last_lines(&e.stderr_tail);
     Some(if tail.is_empty() {
         format!("{what} (nothing on stderr)")
     } else {
         format!("{what}; last lines of stderr:\n      {tail}")
     })
+}
+
+/// The last 5 non-empty lines of `text`, indented for a report.
+fn last_lines(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(5)..].join("\n      ")
+}
+
+/// The typed failure of a run that did not succeed: [`failure`]'s words, and its kind.
+pub fn failed(e: &Ended, timeout: Option<Duration>, memory_limited: bool) -> Option<Failure> {
+    let why = failure(e, timeout)?;
+    let kind = if e.timed_out {
+        FailureKind::Timeout
+    } else if e.status.signal() == Some(libc::SIGKILL) && memory_limited
+        || e.stderr_tail.contains("MemoryError")
+        || e.stderr_tail.contains("out of memory")
+    {
+        FailureKind::OutOfMemory
+    } else if e.status.signal().is_some() {
+        FailureKind::Signal
+    } else {
+        FailureKind::ExitStatus
+    };
+    Some(Failure::new(kind, why))
 }

@@ -121,32 +121,57 @@ pub fn rank_of(name: &str) -> Option<u64> {
         .ok()
 }
 
-/// The traces of `(rank, file)` pairs, concatenated in rank order; `None` when there is none.
+/// The traces of `(rank, file)` pairs, concatenated in rank order (each record's `call` is its
+/// position in the whole); `None` when there is none. Two files of one rank are an error.
 pub fn read_ranks(mut files: Vec<(u64, std::path::PathBuf)>) -> Result<Option<Vec<TraceEntry>>> {
     if files.is_empty() {
         return Ok(None);
     }
     files.sort();
+    if let Some(w) = files.windows(2).find(|w| w[0].0 == w[1].0) {
+        bail!(
+            "two op traces of rank {}: {} and {}",
+            w[0].0,
+            w[0].1.display(),
+            w[1].1.display()
+        );
+    }
     let mut all = Vec::new();
     for (_, f) in files {
         all.extend(read_jsonl(&f)?);
     }
+    for (i, e) in all.iter_mut().enumerate() {
+        e.call = i;
+    }
     Ok(Some(all))
 }
 
-/// The traces of every rank under `dir` (`.bitexact-trace-rank<R>.jsonl`), concatenated in
-/// rank order; `None` when there is none.
+/// The traces of every rank under `dir` (`.bitexact-trace-rank<R>.jsonl`, in `dir` or in its
+/// subdirectories up to [`MAX_DEPTH`] levels down: a run's `rank<R>/`, or one directory per
+/// node of a multi-node job gathered into one), concatenated in rank order; `None` when there
+/// is none. Two traces of one rank are an error (point at one run, not a `--keep` directory
+/// of several). Symbolic links are not followed.
 pub fn read_dir(dir: &Path) -> Result<Option<Vec<TraceEntry>>> {
     let mut files = Vec::new();
-    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let e = e?;
-        let rank = rank_of(&e.file_name().to_string_lossy());
-        if let (Some(rank), true) = (rank, e.file_type()?.is_file()) {
-            files.push((rank, e.path()));
+    let mut todo = vec![(dir.to_path_buf(), 0)];
+    while let Some((d, depth)) = todo.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let e = e?;
+            let ty = e.file_type()?;
+            if ty.is_dir() && depth < MAX_DEPTH {
+                todo.push((e.path(), depth + 1));
+            } else if let (Some(rank), true) =
+                (rank_of(&e.file_name().to_string_lossy()), ty.is_file())
+            {
+                files.push((rank, e.path()));
+            }
         }
     }
     read_ranks(files)
 }
+
+/// How deep [`read_dir`] looks for rank traces below the directory it is given.
+pub const MAX_DEPTH: usize = 3;
 
 #[cfg(test)]
 mod tests {

@@ -17,6 +17,7 @@
 //! | `batch`   | rows in one batch | rows in sub-batches of 7 | ops that are not batch-invariant |
 //! | `hashseed` | `PYTHONHASHSEED` = run index | (same) | programs whose result follows Python's string hashing (set order) |
 //! | `seed` | the base seed | base seed + run index | outputs that depend on the seed where they must not (dropout left on in eval); applied only to cases that declare [`crate::case::Case::seed_independent`], and to programs only when named (not part of `all`: a program cannot declare seed independence) |
+//! | `world-size` | — | — | programs only, when named: one more run with 1 process (`{nproc}` in the command) compared with run 0 as information (see `crate::run::distributed`) |
 
 use crate::controls::Controls;
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,10 @@ pub enum Variation {
     Hashseed,
     /// The seed differs on odd runs (only for seed-independent cases; programs: `BITEXACT_SEED`).
     Seed,
+    /// Programs under torch.distributed: one more run with 1 process, compared with run 0 as
+    /// information (`crate::run::distributed`).
+    #[serde(rename = "world-size")]
+    WorldSize,
 }
 
 /// What kind of case a variation applies to.
@@ -141,6 +146,14 @@ pub const TABLE: &[Info] = &[
         cases: true,
         programs: true,
     },
+    Info {
+        variation: Variation::WorldSize,
+        name: "world-size",
+        changes: "one more run with 1 process instead of --world-size N, through {nproc} in the command (torchrun --nproc-per-node {nproc}); reported as information unless --world-size-invariant; only when named",
+        catches: "results that depend on the number of ranks (reduction order of collectives, sharding)",
+        cases: false,
+        programs: true,
+    },
 ];
 
 impl Variation {
@@ -171,9 +184,10 @@ impl Variation {
         }
     }
 
-    /// Whether blame can try it alone on a case (the order variation is a suite pass).
+    /// Whether blame can try it alone on a case (the order variation is a suite pass; the
+    /// world size is compared in a run of its own).
     pub fn blamable(self) -> bool {
-        self != Variation::Order
+        !matches!(self, Variation::Order | Variation::WorldSize)
     }
 
     /// The names that apply to `kind`, comma-separated.
@@ -219,6 +233,9 @@ pub struct Knobs {
     pub poison: Option<u8>,
     /// Rows per sub-batch for batch-capable cases (`None` = one batch).
     pub batch_split: Option<usize>,
+    /// Processes of a distributed program (`{nproc}`; `None` = `--world-size`).
+    #[serde(default)]
+    pub world_size: Option<usize>,
 }
 
 /// Everything one run is made under.
@@ -259,7 +276,8 @@ impl RunSettings {
                 Variation::Seed if odd => {
                     s.controls.seed = base.seed.wrapping_add(run as u64);
                 }
-                Variation::Order | Variation::Hashseed | Variation::Seed => {}
+                Variation::Order | Variation::Hashseed | Variation::Seed | Variation::WorldSize => {
+                }
             }
         }
         s

@@ -32,8 +32,11 @@ impl Spec {
                 );
             }
             if part == "all" {
-                // A program cannot declare seed independence: `seed` only when named.
-                let in_all = |v: &Variation| !(kind == Kind::Program && *v == Variation::Seed);
+                // A program cannot declare seed independence: `seed` only when named; the
+                // world size needs `{nproc}` in the command: only when named.
+                let in_all = |v: &Variation| {
+                    !(kind == Kind::Program && matches!(v, Variation::Seed | Variation::WorldSize))
+                };
                 let all = Variation::all().filter(|v| v.applies_to(kind) && in_all(v));
                 spec.variations.extend(all);
                 continue;

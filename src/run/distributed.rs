@@ -1,0 +1,263 @@
+//! Distributed programs: `bitexact run -- torchrun --standalone --nproc-per-node 2 train.py`.
+//! bitexact launches the user's torch.distributed command as any program (one process group
+//! and container, so `--timeout` and the end of a run kill torchrun's agent and every rank);
+//! the ranks write under `$BITEXACT_OUT/rank<R>/` (the Python helper and tracer read `RANK`),
+//! and their op traces are compared rank by rank ([`crate::trace::ranks`]).
+//!
+//! This module holds what is specific to such commands:
+//! - **`{nproc}`**: the placeholder for the world size in the command's arguments
+//!   (`--nproc-per-node {nproc}` or `--nproc-per-node={nproc}`), replaced by `--world-size N`
+//!   (default 2) in every run, and by 1 in the extra run of `--vary world-size`;
+//! - **a failed rank**: torchrun's "Root Cause (first observed failure)" summary names the
+//!   rank and its exit code; the report says so, with the rank's own last lines of standard
+//!   error (torchrun's log lines and its own traceback left out).
+
+use super::Program;
+use crate::controls::Controls;
+use crate::harness::{Collected, Options, RunSource, WorldSize};
+use crate::trace::program::OPS_NAME;
+use crate::vary::RunSettings;
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
+
+/// The world-size placeholder in a command's arguments.
+pub const NPROC: &str = "{nproc}";
+
+/// Default world size (`--world-size`).
+pub const DEFAULT_WORLD_SIZE: usize = 2;
+
+/// Whether any argument of `command` holds [`NPROC`].
+pub fn uses_nproc(command: &[OsString]) -> bool {
+    command.iter().any(|a| a.to_string_lossy().contains(NPROC))
+}
+
+/// `command` with every [`NPROC`] replaced by `world_size`.
+pub fn with_world_size(command: &[OsString], world_size: usize) -> Vec<OsString> {
+    command
+        .iter()
+        .map(|a| match a.to_str() {
+            Some(s) if s.contains(NPROC) => s.replace(NPROC, &world_size.to_string()).into(),
+            _ => a.clone(),
+        })
+        .collect()
+}
+
+/// The failed rank torchrun names as the root cause in `stderr`: `rank 1 (local_rank 1)
+/// exited with status 1` or `… was killed by signal 9 (SIGKILL)`; `None` when `stderr` has no
+/// such summary (not torchrun, or the summary was cut off).
+pub fn failed_rank(stderr: &str) -> Option<String> {
+    let root = &stderr[stderr.rfind("Root Cause (first observed failure)")?..];
+    let field = |name: &str| {
+        root.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.trim().to_string())
+            })
+            .filter(|v| !v.is_empty())
+    };
+    let rank = field("rank")?;
+    let code = field("exitcode").unwrap_or_default();
+    let code = code.split_whitespace().next().unwrap_or("");
+    let how = match code.parse::<i32>() {
+        Ok(c) if c < 0 => format!(
+            "was killed by signal {} ({})",
+            -c,
+            crate::process::signal_name(-c)
+        ),
+        Ok(c) => format!("exited with status {c}"),
+        Err(_) => "failed".to_string(),
+    };
+    let rank = rank.replace("local_rank: ", "local_rank ");
+    Some(format!("rank {rank} {how}"))
+}
+
+/// The lines of `stderr` the ranks wrote: before torchrun reports the failure (its
+/// `… api.py:…] failed (exitcode …` line), without torchrun's own log lines (`W1124
+/// 21:40:07.436000 27424 torch/distributed/…`).
+pub fn ranks_stderr(stderr: &str) -> String {
+    let end = stderr
+        .lines()
+        .position(|l| is_launcher_log(l) && l.contains("failed (exitcode"))
+        .unwrap_or(usize::MAX);
+    let kept: Vec<&str> = stderr
+        .lines()
+        .take(end)
+        .filter(|l| !is_launcher_log(l))
+        .collect();
+    kept.join("\n")
+}
+
+/// Whether `line` is a log line of torch.distributed's launcher: `W1124 21:40:07.436000 27424
+/// torch/distributed/…`.
+fn is_launcher_log(line: &str) -> bool {
+    let mut words = line.split_whitespace();
+    let level = words.next().unwrap_or("");
+    let starts = level.len() == 5
+        && level.starts_with(['I', 'W', 'E'])
+        && level[1..].chars().all(|c| c.is_ascii_digit());
+    starts && line.contains("torch/distributed/")
+}
+
+/// `--vary world-size`: one more run under run 0's settings with 1 process, compared with run 0
+/// (`first`, `--world-size N` processes) on what both wrote: the outputs both have, and the op
+/// traces of the ranks both have (rank 0), which name the first op that differs. Outputs only
+/// the N-process run wrote (other ranks' files) are counted, not compared.
+pub(super) fn check_world_size(
+    source: &dyn RunSource,
+    program: &Program,
+    first: &Collected,
+    controls: &Controls,
+    opts: &Options,
+) -> WorldSize {
+    let n = program.world_size;
+    let mut settings = RunSettings::for_run(controls, &opts.vary, 0, false);
+    settings.knobs.world_size = Some(1);
+    let mut w = WorldSize {
+        sizes: [n, 1],
+        ..WorldSize::default()
+    };
+    let other = match source.start(0, &settings).outputs.and_then(|p| p()) {
+        Ok(c) => c,
+        Err(f) => {
+            w.summary = format!(
+                "world size: the run with 1 process failed, so world sizes {n} and 1 were not compared: {}",
+                f.message
+            );
+            return w;
+        }
+    };
+    let theirs: HashMap<&str, _> = other.digests.iter().map(|(k, d)| (k.as_str(), d)).collect();
+    let ours: BTreeSet<&str> = first.digests.iter().map(|(k, _)| k.as_str()).collect();
+    let mut differing = Vec::new();
+    for (name, d) in first.digests.iter().filter(|(k, _)| k != OPS_NAME) {
+        match theirs.get(name.as_str()) {
+            Some(e) => {
+                w.compared += 1;
+                if *e != d {
+                    differing.push(name.clone());
+                }
+            }
+            None => w.only_larger += 1,
+        }
+    }
+    let only_one = other
+        .digests
+        .iter()
+        .filter(|(k, _)| k != OPS_NAME && !ours.contains(k.as_str()))
+        .count();
+    if let (Some(a), Some(b)) = (&first.trace, &other.trace) {
+        let ranks: BTreeSet<u64> = b.iter().map(|e| e.rank).collect();
+        let kept = |e: &&crate::trace::TraceEntry| ranks.contains(&e.rank) && !per_rank_list(&e.op);
+        let a: Vec<_> = a.iter().filter(kept).cloned().collect();
+        let b: Vec<_> = b.iter().filter(kept).cloned().collect();
+        w.first_op = crate::trace::first_divergence(&a, &b).map(|d| d.place().to_string());
+    }
+    let depends = !differing.is_empty() || w.first_op.is_some() || only_one > 0;
+    w.depends = Some(depends);
+    let mut s = if depends {
+        format!("world size: results depend on it ({n} vs 1 processes, information)")
+    } else {
+        format!("world size: results identical with {n} and 1 processes")
+    };
+    s.push_str(&format!("; {} outputs compared", w.compared));
+    if let Some(name) = differing.first() {
+        let how = match (first.loader.load(name), other.loader.load(name)) {
+            (Ok(x), Ok(y)) => crate::diff::explain(name, [0, 1], &x, &y).summary(),
+            _ => name.clone(),
+        };
+        s.push_str(&format!(", {} differ, first {how}", differing.len()));
+    }
+    if let Some(op) = &w.first_op {
+        s.push_str(&format!("; first op that differs: {op}"));
+    }
+    if w.only_larger > 0 {
+        s.push_str(&format!(
+            "; {} outputs only with {n} processes (other ranks), not compared",
+            w.only_larger
+        ));
+    }
+    if only_one > 0 {
+        s.push_str(&format!("; {only_one} outputs only with 1 process"));
+    }
+    differing.truncate(8);
+    w.differing = differing;
+    w.summary = s;
+    w
+}
+
+/// Whether collective `op` takes or returns one tensor (or slice) per rank (`allgather_`,
+/// `reduce_scatter_`, `alltoall_`, …): its shapes follow the world size, so a world-size comparison skips it (DDP's
+/// set-up checks gather from every rank before any computation).
+fn per_rank_list(op: &str) -> bool {
+    crate::trace::ranks::is_collective(op)
+        && ["gather", "scatter", "alltoall", "all_to_all"]
+            .iter()
+            .any(|w| op.contains(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Standard error of `torchrun --standalone --nproc-per-node 2` whose rank 1 raised
+    /// (torch 2.15, shortened).
+    const TORCHRUN: &str = "W1124 21:40:04.1 27424 torch/distributed/run.py:982] *****
+Traceback (most recent call last):
+  File \"/tmp/sc/f.py\", line 4, in <module>
+    raise RuntimeError(\"rank one broke\")
+RuntimeError: rank one broke
+W1124 21:40:07.436000 27424 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 27431 closing signal SIGTERM
+E1124 21:40:07.452000 27424 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 27432) of binary: python
+Traceback (most recent call last):
+  File \"/venv/bin/torchrun\", line 8, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 27431)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-24_21:40:07
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 27432)
+  error_file: <N/A>
+============================================================";
+
+    #[test]
+    fn the_root_cause_rank_is_named_with_its_own_stderr() {
+        assert_eq!(
+            failed_rank(TORCHRUN).as_deref(),
+            Some("rank 1 (local_rank 1) exited with status 1")
+        );
+        let own = ranks_stderr(TORCHRUN);
+        assert!(own.ends_with("RuntimeError: rank one broke"), "{own}");
+        assert!(!own.contains("torch/distributed"), "{own}");
+        let killed = TORCHRUN.replace("exitcode  : 1 (pid", "exitcode  : -9 (pid");
+        assert!(failed_rank(&killed)
+            .unwrap()
+            .contains("killed by signal 9 (SIGKILL)"));
+        assert_eq!(failed_rank("Traceback: plain python"), None);
+    }
+
+    #[test]
+    fn nproc_is_replaced_in_every_argument() {
+        let cmd: Vec<OsString> = ["torchrun", "--nproc-per-node={nproc}", "t.py"]
+            .map(OsString::from)
+            .to_vec();
+        assert!(uses_nproc(&cmd));
+        assert_eq!(with_world_size(&cmd, 1)[1], "--nproc-per-node=1");
+        assert!(!uses_nproc(&with_world_size(&cmd, 2)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in ".{0,400}") {
+            let _ = failed_rank(&s);
+            let _ = ranks_stderr(&s);
+            let with = format!("Root Cause (first observed failure):\n{s}");
+            let _ = failed_rank(&with);
+        }
+    }
+}
