@@ -12,9 +12,17 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// One distributed job at a time: each is an agent and two ranks with their DataLoader
+/// workers, and several at once on a 2-core machine only measure the machine.
+static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The launcher: the `torchrun` beside the Python that has torch and bitexact.
 fn torchrun(test: &str) -> Option<String> {
-    let py = common::python_with(&["torch.distributed.run", "bitexact._native", "bitexact._dist"]);
+    let py = common::python_with(&[
+        "torch.distributed.run",
+        "bitexact._native",
+        "bitexact._dist",
+    ]);
     let Some(py) = py else {
         bitexact::check::skip_notice(
             test,
@@ -61,6 +69,7 @@ fn ddp_is_deterministic_rank_by_rank_under_variations() {
     let Some(tr) = torchrun("ddp_is_deterministic_rank_by_rank_under_variations") else {
         return;
     };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let (code, case) = run(
         &tr,
         &["--runs", "3", "--vary", "workers,hashseed,poison"],
@@ -82,15 +91,24 @@ fn a_rank_seeded_per_launch_is_the_origin_and_rank_0_a_receiver() {
     let Some(tr) = torchrun("a_rank_seeded_per_launch_is_the_origin_and_rank_0_a_receiver") else {
         return;
     };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let (code, case) = run(&tr, &["--trace", "ops"], "2", &["--planted", "rank-seed"]);
     assert_eq!(code, 1, "{case:#}");
     let d = &case["divergence"];
     let why = text(&d["explanation"]);
     assert_eq!(d["rank"], 1, "{why}");
     assert!(why.contains("rank 1, aten::bernoulli_"), "{why}");
-    assert!(why.contains("in module DistributedDataParallel.module.drop (forward)"), "{why}");
+    assert!(
+        why.contains("in module DistributedDataParallel.module.drop (forward)"),
+        "{why}"
+    );
     assert!(why.contains("origin: rank 1"), "{why}");
-    let receivers: Vec<String> = d["receivers"].as_array().unwrap().iter().map(text).collect();
+    let receivers: Vec<String> = d["receivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text)
+        .collect();
     assert_eq!(
         receivers,
         vec!["rank 0 received it through c10d::allreduce_ at step 0 (backward)"],
@@ -103,6 +121,7 @@ fn worker_dependent_augmentation_is_blamed_on_the_worker_count() {
     let Some(tr) = torchrun("worker_dependent_augmentation_is_blamed_on_the_worker_count") else {
         return;
     };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let (code, case) = run(
         &tr,
         &["--vary", "workers"],
@@ -110,7 +129,11 @@ fn worker_dependent_augmentation_is_blamed_on_the_worker_count() {
         &["--planted", "worker-augment"],
     );
     assert_eq!(code, 1, "{case:#}");
-    assert_eq!(case["blame"]["broken_by"], serde_json::json!(["workers"]), "{case:#}");
+    assert_eq!(
+        case["blame"]["broken_by"],
+        serde_json::json!(["workers"]),
+        "{case:#}"
+    );
     assert_eq!(case["blame"]["reproducible_when_fixed"], true, "{case:#}");
 }
 
@@ -119,11 +142,15 @@ fn a_failed_rank_is_named_with_its_status_and_stderr() {
     let Some(tr) = torchrun("a_failed_rank_is_named_with_its_status_and_stderr") else {
         return;
     };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let (code, case) = run(&tr, &[], "2", &["--fail-rank", "1"]);
     assert_eq!(code, 1, "{case:#}");
     assert_eq!(case["verdict"], "error", "{case:#}");
     let why = text(&case["message"]);
-    assert!(why.contains("rank 1 (local_rank 1) exited with status 1"), "{why}");
+    assert!(
+        why.contains("rank 1 (local_rank 1) exited with status 1"),
+        "{why}"
+    );
     assert!(why.contains("planted failure at step 0"), "{why}");
     assert!(!why.contains("torch/distributed/elastic"), "{why}");
 }
@@ -147,6 +174,7 @@ fn a_timeout_on_a_hanging_rank_leaves_no_process_behind() {
     let Some(tr) = torchrun("a_timeout_on_a_hanging_rank_leaves_no_process_behind") else {
         return;
     };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     // A copy of the script under a unique name, to find its processes afterwards.
     let dir = tempfile::tempdir().unwrap();
     let script: PathBuf = dir.path().join("hang_ddp_7f3a.py");
@@ -174,6 +202,7 @@ fn vary_world_size_names_the_first_op_that_depends_on_it() {
     let Some(tr) = torchrun("vary_world_size_names_the_first_op_that_depends_on_it") else {
         return;
     };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let (code, case) = run(
         &tr,
         &["--vary", "world-size", "--trace", "ops"],
@@ -196,7 +225,10 @@ fn vary_world_size_names_the_first_op_that_depends_on_it() {
         &[],
     );
     assert_eq!(code, 1, "{case:#}");
-    assert!(text(&case["message"]).contains("--world-size-invariant"), "{case:#}");
+    assert!(
+        text(&case["message"]).contains("--world-size-invariant"),
+        "{case:#}"
+    );
 }
 
 #[test]
@@ -204,6 +236,7 @@ fn two_jobs_traces_are_compared_with_diff_trace() {
     let Some(tr) = torchrun("two_jobs_traces_are_compared_with_diff_trace") else {
         return;
     };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let job = |name: &str, script: &[&str]| {
         let keep = dir.path().join(name);
@@ -231,5 +264,8 @@ fn two_jobs_traces_are_compared_with_diff_trace() {
     let out = common::stdout(&differ);
     assert_eq!(differ.status.code(), Some(1), "{out}");
     assert!(out.contains("origin: rank 1"), "{out}");
-    assert!(out.contains("rank 0 received it through c10d::allreduce_"), "{out}");
+    assert!(
+        out.contains("rank 0 received it through c10d::allreduce_"),
+        "{out}"
+    );
 }

@@ -363,67 +363,6 @@ def install_from_env():
 _active = None  # (mode or None, tracker, hook handles) while tracing
 
 
-def _module_hooks(state, torch):
-    """``--trace modules``: every module's forward output (op ``module output``) and, before
-    each optimizer step, every parameter's gradient (op ``parameter grad``, phase
-    ``backward``, the parameter's name as module)."""
-    from torch.nn.modules import module as nn_module
-    import torch.optim.optimizer as optimizer
-
-    def after_forward(mod, args, output):
-        if not _mine(state) or not _in_steps(state):
-            return
-        name = state.tracker._known_modules.get(mod) or type(mod).__name__
-        for pname, p in mod.named_parameters(prefix=name):
-            state.param_names.setdefault(id(p), pname)
-        _emit(state, "module output", "forward", name, _tensors(args, torch.Tensor, []),
-              _tensors(output, torch.Tensor, []))
-
-    def before_step(opt, _args, _kwargs):
-        if os.getpid() != state.pid or not _in_steps(state):
-            return
-        for group in opt.param_groups:
-            for i, p in enumerate(group["params"]):
-                if p.grad is not None:
-                    name = state.param_names.get(id(p), "param%d" % i)
-                    _emit(state, "parameter grad", "backward", name, [p.detach()], [p.grad])
-
-    return [nn_module.register_module_forward_hook(after_forward),
-            optimizer.register_optimizer_step_pre_hook(before_step)]
-
-
-class _Restore:
-    """A hook handle that puts back an attribute replaced by the tracer."""
-
-    def __init__(self, owner, name, original):
-        self.owner, self.name, self.original = owner, name, original
-
-    def remove(self):
-        setattr(self.owner, self.name, self.original)
-
-
-def _pause_loading():
-    """Leaves a DataLoader's own work out of the trace (sampling indices, its seed, loading
-    and collating a batch in this process when ``num_workers=0``): with workers most of it
-    runs in them, untraced, so tracing it here would make the op stream depend on the worker
-    count. The batch is hashed where the program first uses it, either way. Returns handles
-    that put the originals back."""
-    from torch.utils.data import dataloader
-
-    handles = []
-    for cls, name in ((dataloader.DataLoader, "__iter__"),
-                      (dataloader._BaseDataLoaderIter, "__next__")):
-        original = cls.__dict__[name]
-
-        def wrapper(self, _original=original):
-            with paused():
-                return _original(self)
-
-        setattr(cls, name, wrapper)
-        handles.append(_Restore(cls, name, original))
-    return handles
-
-
 def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops"):
     """Traces this process into ``path`` until :func:`stop` (``bitexact run --trace ops``
     calls it through :func:`install_from_env`; benchmarks call it directly). ``level`` is
@@ -433,6 +372,8 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     import torch
     import torch.optim.optimizer as optimizer
     from torch.utils.module_tracker import ModuleTracker
+
+    from . import _trace_hooks as _hooks
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
@@ -449,10 +390,10 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
             state.optimizer_steps += 1
             state.step = state.optimizer_steps
 
-    hooks = [optimizer.register_optimizer_step_post_hook(after_step)] + _pause_loading()
+    hooks = [optimizer.register_optimizer_step_post_hook(after_step)] + _hooks.pause_loading()
     mode = None
     if level == "modules":
-        hooks += _module_hooks(state, torch)
+        hooks += _hooks.module_hooks(state, torch)
     else:
         mode = _make_mode()
         mode.__enter__()

@@ -45,7 +45,7 @@ pub enum Command {
     },
     /// Run any program K times and compare the tensor files it writes into $BITEXACT_OUT
     /// (safetensors, npy, npz, torch.save .pt/.pth; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.
-    Run(ProgramArgs),
+    Run(Box<ProgramArgs>),
     /// Internal: serve a parent's request in a child process (see `crate::isolate`).
     #[command(name = "__child", hide = true)]
     Child,

@@ -52,7 +52,7 @@ where
         Command::List { filter } => list(filter.as_deref()),
         Command::Snapshot { command } => snapshot(command),
         Command::DiffTrace { a, b } => diff_trace(&a, &b),
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Child => crate::isolate::child_main(&crate::cases::find).map(|_| 0),
     };
     while crate::process::stopping() {

@@ -45,7 +45,7 @@ pub fn with_world_size(command: &[OsString], world_size: usize) -> Vec<OsString>
 /// The failed rank torchrun names as the root cause in `stderr`: `rank 1 (local_rank 1)
 /// exited with status 1` or `… was killed by signal 9 (SIGKILL)`; `None` when `stderr` has no
 /// such summary (not torchrun, or the summary was cut off).
-pub fn failed_rank(stderr: &str) -> Option<String> {
+pub fn failed_rank(stderr: &str) -> Option<(u64, String)> {
     let root = &stderr[stderr.rfind("Root Cause (first observed failure)")?..];
     let field = |name: &str| {
         root.lines()
@@ -67,14 +67,16 @@ pub fn failed_rank(stderr: &str) -> Option<String> {
         Ok(c) => format!("exited with status {c}"),
         Err(_) => "failed".to_string(),
     };
+    let number = rank.split_whitespace().next()?.parse().ok()?;
     let rank = rank.replace("local_rank: ", "local_rank ");
-    Some(format!("rank {rank} {how}"))
+    Some((number, format!("rank {rank} {how}")))
 }
 
-/// The lines of `stderr` the ranks wrote: before torchrun reports the failure (its
-/// `… api.py:…] failed (exitcode …` line), without torchrun's own log lines (`W1124
-/// 21:40:07.436000 27424 torch/distributed/…`).
-pub fn ranks_stderr(stderr: &str) -> String {
+/// The lines of `stderr` rank `rank` wrote: before torchrun reports the failure (its `…
+/// api.py:…] failed (exitcode …` line), without torchrun's own log lines (`W1124
+/// 21:40:07.436000 27424 torch/distributed/…`), and, when torch prefixes the ranks' lines
+/// (`[rank1]: …`), only that rank's (the others mostly say that their peer went away).
+pub fn ranks_stderr(stderr: &str, rank: u64) -> String {
     let end = stderr
         .lines()
         .position(|l| is_launcher_log(l) && l.contains("failed (exitcode"))
@@ -84,7 +86,13 @@ pub fn ranks_stderr(stderr: &str) -> String {
         .take(end)
         .filter(|l| !is_launcher_log(l))
         .collect();
-    kept.join("\n")
+    let prefix = format!("[rank{rank}]:");
+    let own: Vec<&str> = kept
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with(&prefix))
+        .collect();
+    if own.is_empty() { kept } else { own }.join("\n")
 }
 
 /// Whether `line` is a log line of torch.distributed's launcher: `W1124 21:40:07.436000 27424
@@ -147,9 +155,7 @@ pub(super) fn check_world_size(
         .count();
     if let (Some(a), Some(b)) = (&first.trace, &other.trace) {
         let ranks: BTreeSet<u64> = b.iter().map(|e| e.rank).collect();
-        let kept = |e: &&crate::trace::TraceEntry| ranks.contains(&e.rank) && !per_rank_list(&e.op);
-        let a: Vec<_> = a.iter().filter(kept).cloned().collect();
-        let b: Vec<_> = b.iter().filter(kept).cloned().collect();
+        let (a, b) = (computation(a, &ranks), computation(b, &ranks));
         w.first_op = crate::trace::first_divergence(&a, &b).map(|d| d.place().to_string());
     }
     let depends = !differing.is_empty() || w.first_op.is_some() || only_one > 0;
@@ -183,6 +189,27 @@ pub(super) fn check_world_size(
     w.differing = differing;
     w.summary = s;
     w
+}
+
+/// The records of `trace` a world-size comparison looks at: those of `ranks`, from each rank's
+/// first op inside a module on (set-up before it, such as DDP's parameter broadcast and shape
+/// checks, differs with the world size by construction), without collectives whose shapes
+/// follow the world size ([`per_rank_list`]).
+fn computation(
+    trace: &[crate::trace::TraceEntry],
+    ranks: &BTreeSet<u64>,
+) -> Vec<crate::trace::TraceEntry> {
+    let mut started = BTreeSet::new();
+    trace
+        .iter()
+        .filter(|e| {
+            if !e.module.is_empty() {
+                started.insert(e.rank);
+            }
+            ranks.contains(&e.rank) && started.contains(&e.rank) && !per_rank_list(&e.op)
+        })
+        .cloned()
+        .collect()
 }
 
 /// Whether collective `op` takes or returns one tensor (or slice) per rank (`allgather_`,
@@ -227,17 +254,22 @@ Root Cause (first observed failure):
 
     #[test]
     fn the_root_cause_rank_is_named_with_its_own_stderr() {
+        let (rank, what) = failed_rank(TORCHRUN).unwrap();
         assert_eq!(
-            failed_rank(TORCHRUN).as_deref(),
-            Some("rank 1 (local_rank 1) exited with status 1")
+            (rank, what.as_str()),
+            (1, "rank 1 (local_rank 1) exited with status 1")
         );
-        let own = ranks_stderr(TORCHRUN);
+        let own = ranks_stderr(TORCHRUN, 1);
         assert!(own.ends_with("RuntimeError: rank one broke"), "{own}");
         assert!(!own.contains("torch/distributed"), "{own}");
         let killed = TORCHRUN.replace("exitcode  : 1 (pid", "exitcode  : -9 (pid");
         assert!(failed_rank(&killed)
             .unwrap()
+            .1
             .contains("killed by signal 9 (SIGKILL)"));
+        // torch prefixes each rank's lines: only the failed rank's are kept.
+        let prefixed = "[rank1]: RuntimeError: mine\n[rank0]: RuntimeError: peer closed";
+        assert_eq!(ranks_stderr(prefixed, 1), "[rank1]: RuntimeError: mine");
         assert_eq!(failed_rank("Traceback: plain python"), None);
     }
 
@@ -255,7 +287,7 @@ Root Cause (first observed failure):
         #[test]
         fn never_panics(s in ".{0,400}") {
             let _ = failed_rank(&s);
-            let _ = ranks_stderr(&s);
+            let _ = ranks_stderr(&s, 1);
             let with = format!("Root Cause (first observed failure):\n{s}");
             let _ = failed_rank(&with);
         }

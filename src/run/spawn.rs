@@ -221,10 +221,10 @@ pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
         _ => "failed".to_string(),
     };
     // A torch.distributed launch names its failed rank: said first, with that rank's lines.
-    if let Some(rank) = super::distributed::failed_rank(&e.stderr_tail) {
-        let tail = last_lines(&super::distributed::ranks_stderr(&e.stderr_tail));
+    if let Some((n, rank)) = super::distributed::failed_rank(&e.stderr_tail) {
+        let tail = last_lines(&super::distributed::ranks_stderr(&e.stderr_tail, n));
         return Some(format!(
-            "{rank} (torchrun {what}); last lines of the ranks' stderr:\n      {tail}"
+            "{rank} (torchrun {what}); last lines of its stderr:\n      {tail}"
         ));
     }
     let tail = last_lines(&e.stderr_tail);

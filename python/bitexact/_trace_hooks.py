@@ -1,0 +1,68 @@
+"""Hooks of the op tracer (:mod:`bitexact._trace`) besides its dispatch mode: the module and
+gradient hooks of ``--trace modules``, and what keeps a DataLoader's own work out of a trace."""
+
+import os
+
+from . import _trace
+
+
+def module_hooks(state, torch):
+    """``--trace modules``: every module's forward output (op ``module output``) and, before
+    each optimizer step, every parameter's gradient (op ``parameter grad``, phase
+    ``backward``, the parameter's name as module)."""
+    from torch.nn.modules import module as nn_module
+    import torch.optim.optimizer as optimizer
+
+    def after_forward(mod, args, output):
+        if not _trace._mine(state) or not _trace._in_steps(state):
+            return
+        name = state.tracker._known_modules.get(mod) or type(mod).__name__
+        for pname, p in mod.named_parameters(prefix=name):
+            state.param_names.setdefault(id(p), pname)
+        ins = _trace._tensors(args, torch.Tensor, [])
+        outs = _trace._tensors(output, torch.Tensor, [])
+        _trace._emit(state, "module output", "forward", name, ins, outs)
+
+    def before_step(opt, _args, _kwargs):
+        if os.getpid() != state.pid or not _trace._in_steps(state):
+            return
+        for group in opt.param_groups:
+            for i, p in enumerate(group["params"]):
+                if p.grad is not None:
+                    name = state.param_names.get(id(p), "param%d" % i)
+                    _trace._emit(state, "parameter grad", "backward", name, [p.detach()], [p.grad])
+
+    return [nn_module.register_module_forward_hook(after_forward),
+            optimizer.register_optimizer_step_pre_hook(before_step)]
+
+
+class _Restore:
+    """A hook handle that puts back an attribute replaced by the tracer."""
+
+    def __init__(self, owner, name, original):
+        self.owner, self.name, self.original = owner, name, original
+
+    def remove(self):
+        setattr(self.owner, self.name, self.original)
+
+
+def pause_loading():
+    """Leaves a DataLoader's own work out of the trace (sampling indices, its seed, loading
+    and collating a batch in this process when ``num_workers=0``): with workers most of it
+    runs in them, untraced, so tracing it here would make the op stream depend on the worker
+    count. The batch is hashed where the program first uses it, either way. Returns handles
+    that put the originals back."""
+    from torch.utils.data import dataloader
+
+    handles = []
+    for cls, name in ((dataloader.DataLoader, "__iter__"),
+                      (dataloader._BaseDataLoaderIter, "__next__")):
+        original = cls.__dict__[name]
+
+        def wrapper(self, _original=original):
+            with _trace.paused():
+                return _original(self)
+
+        setattr(cls, name, wrapper)
+        handles.append(_Restore(cls, name, original))
+    return handles
