@@ -93,6 +93,11 @@ pub struct ProgramArgs {
     /// instead of being reported as information.
     #[arg(long)]
     pub world_size_invariant: bool,
+    /// Run every run to its end and list every difference. By default a run after the first
+    /// is stopped (its whole process group) as soon as a tensor file it completes differs from
+    /// run 0's, and reported as stopped early.
+    #[arg(long)]
+    pub keep_going: bool,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -209,6 +214,7 @@ impl ProgramArgs {
                 .world_size
                 .unwrap_or(crate::run::distributed::DEFAULT_WORLD_SIZE),
             world_size_invariant: self.world_size_invariant,
+            keep_going: self.keep_going,
         };
         self.check_world_size(&spec.variations)?;
         program.validate().map_err(|e| usage(format!("{e:#}")))?;

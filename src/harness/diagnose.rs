@@ -45,9 +45,10 @@ fn union<'a>(
 /// order, at most [`EXPLAIN_MAX_OUTPUTS`].
 pub fn explain(a: &Collected, i: usize, b: &Collected, j: usize) -> Vec<TensorDiff> {
     let runs = [i, j];
+    // A run stopped early lacks what it had not written yet: not a difference.
     let differing: Vec<_> = union(&a.digests, &b.digests)
         .into_iter()
-        .filter(|(_, x, y)| x != y)
+        .filter(|(_, x, y)| x != y && !(b.partial && y.is_none()))
         .collect();
     let mut out: Vec<TensorDiff> = differing
         .iter()

@@ -86,6 +86,10 @@ pub struct ProgramRun {
     pub seconds: f64,
     /// Peak resident set size, bytes.
     pub peak_rss_bytes: Option<u64>,
+    /// Set when bitexact stopped the run at its first divergence from run 0 (when, and which
+    /// output), before it ended by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
 }
 
 /// Memory after one training step, as the Python helper's `step()` records it.

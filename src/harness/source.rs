@@ -66,6 +66,9 @@ pub struct Collected {
     pub ignored: Vec<Ignored>,
     /// The controls a program read through the helper (`None`: it recorded none).
     pub controls_read: Option<std::collections::BTreeSet<String>>,
+    /// The run was stopped early, at its first divergence: the outputs it never wrote are not
+    /// differences.
+    pub partial: bool,
 }
 
 impl Collected {
@@ -80,6 +83,7 @@ impl Collected {
             platform: None,
             ignored: Vec::new(),
             controls_read: None,
+            partial: false,
         }
     }
 

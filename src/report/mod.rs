@@ -197,7 +197,15 @@ pub fn program_lines(c: &CaseReport) -> Vec<String> {
                 .peak_rss_bytes
                 .map(crate::memory::human)
                 .unwrap_or("?".into());
-            format!("#{} {status} {} {rss}", r.index, text::seconds(r.seconds))
+            let stopped = match &r.stopped_early {
+                Some(why) => format!(" ({why})"),
+                None => String::new(),
+            };
+            format!(
+                "#{} {status} {} {rss}{stopped}",
+                r.index,
+                text::seconds(r.seconds)
+            )
         })
         .collect();
     out.push(format!(

@@ -4,12 +4,13 @@
 //! `.bitexact-memory.jsonl`), and loading one output back to explain a difference (the
 //! harness compares and explains: [`crate::harness::diagnose`]).
 
+use super::watch::Seen;
 use crate::digest::Digest;
 use crate::harness::StepMemory;
 use crate::tensor::Tensor;
 use crate::tensor_files::{self, natural_cmp};
 use anyhow::{anyhow, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 /// The output name standard output is compared under (`--stdout`); no file can have it.
@@ -45,10 +46,37 @@ pub struct RunOutputs {
 
 /// Collects the outputs under `out` (and `stdout`, when compared), and the op traces when
 /// `traces`. A malformed tensor or trace file is an error naming it.
-pub fn collect(out: &Path, stdout: Option<&Path>, traces: bool) -> Result<RunOutputs> {
-    // One walk: every file with the time it was written, then its digests.
+pub fn collect(
+    out: &Path,
+    stdout: Option<&Path>,
+    traces: bool,
+    hashed: &HashMap<String, Seen>,
+) -> Result<RunOutputs> {
+    // One walk: every file with the time it was written, then its digests: the watcher's when
+    // it hashed the file as it is now (same size and time, after its last completion).
     let (files, metadata) = tensor_files::scan_all(out)?;
-    let per_file = tensor_files::digest_files(&files)?;
+    let known = |f: &tensor_files::OutputFile| {
+        hashed
+            .get(&f.name)
+            .filter(|s| s.len == f.len && s.modified.is_some() && s.modified == f.modified)
+    };
+    let todo: Vec<tensor_files::OutputFile> = files
+        .iter()
+        .filter(|f| known(f).is_none())
+        .cloned()
+        .collect();
+    let mut fresh = tensor_files::digest_files(&todo)?.into_iter();
+    let per_file: Vec<Vec<(String, Digest)>> = files
+        .iter()
+        .map(|f| match known(f) {
+            Some(s) => s.digests.clone(),
+            None => fresh.next().unwrap_or_default(),
+        })
+        .collect();
+    let mut names = std::collections::HashSet::new();
+    if let Some((n, _)) = per_file.iter().flatten().find(|(n, _)| !names.insert(n)) {
+        return Err(anyhow!("two outputs are both named {n:?}"));
+    }
     let mut keyed: Vec<_> = files
         .iter()
         .zip(per_file)

@@ -32,10 +32,12 @@ pub mod collect;
 pub mod distributed;
 mod files;
 pub mod ignore;
+mod info;
 pub mod project;
 mod source;
 pub mod spawn;
 pub mod trace;
+pub mod watch;
 
 pub use source::ProgramSource;
 
@@ -80,6 +82,9 @@ pub struct Program {
     /// `--world-size-invariant`: under `--vary world-size`, results that depend on the world
     /// size fail the check (otherwise they are information).
     pub world_size_invariant: bool,
+    /// `--keep-going`: every run to its end, even when its outputs already differ from run
+    /// 0's (otherwise a later run is stopped at its first divergence, see [`watch`]).
+    pub keep_going: bool,
 }
 
 impl Program {
@@ -99,6 +104,7 @@ impl Program {
             seed_everything: false,
             world_size: distributed::DEFAULT_WORLD_SIZE,
             world_size_invariant: false,
+            keep_going: false,
         }
     }
 

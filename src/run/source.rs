@@ -4,19 +4,21 @@
 //! until the harness drops them (then removed, unless `--keep`).
 
 use super::files::{RunFiles, Scratch};
-use super::{collect, env_for, spawn, Program};
+use super::info::{own_peak_rss, program_info, unread_controls};
+use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
 use crate::controls::Controls;
 use crate::harness::{
-    diagnose, CaseReport, Collected, Failure, FailureKind, Options, ProgramInfo, ProgramRun,
-    RunMeta, RunSource, Started,
+    diagnose, CaseReport, Collected, Failure, FailureKind, Options, ProgramRun, RunMeta, RunSource,
+    Started,
 };
 use crate::trace::Divergence;
 use crate::vary::{RunSettings, Variation};
 use anyhow::{Context, Result};
-use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// A new private directory in TMPDIR (mode 0700), created exclusively under an unpredictable
 /// name. A missing TMPDIR is an error, never created.
@@ -52,6 +54,9 @@ pub struct ProgramSource<'a> {
     passes: std::sync::atomic::AtomicUsize,
     /// The op whose tensors the tracer saves in the next runs (a localization re-run).
     capture: std::sync::Mutex<Option<String>>,
+    /// What run 0 of the current pass completed: later runs are compared with it while they
+    /// run ([`watch`]).
+    reference: std::sync::Mutex<Option<Arc<watch::Reference>>>,
 }
 
 impl<'a> ProgramSource<'a> {
@@ -75,7 +80,31 @@ impl<'a> ProgramSource<'a> {
             _on_signal: on_signal,
             passes: std::sync::atomic::AtomicUsize::new(0),
             capture: std::sync::Mutex::new(None),
+            reference: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The watcher of run `index`'s outputs, and the flag it sets to stop the run: a later
+    /// run is compared with run 0 while it runs, unless `--keep-going`, or `--trace` (the
+    /// tracer's buffered stream of a killed run would be cut short of the divergence).
+    fn watcher(&self, index: usize, capturing: bool) -> (Option<watch::Watcher>, Arc<AtomicBool>) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reference = match index {
+            0 => None,
+            _ => self
+                .reference
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        };
+        let compare = reference
+            .filter(|_| !self.program.keep_going && !capturing && self.program.trace.is_none())
+            .map(|reference| watch::Compare {
+                reference,
+                ignore: self.program.ignore.clone(),
+                stop: stop.clone(),
+            });
+        (watch::start(&self.out_path(), compare), stop)
     }
 
     /// The `$BITEXACT_OUT` of every run.
@@ -133,12 +162,13 @@ impl RunSource for ProgramSource<'_> {
         let stdout = self.program.stdout.then(|| PathBuf::from(dest_name));
         let out = self.out_path();
         let mut env = env_for(self.program, settings, index, &out);
-        if let Some(key) = self
+        let capture = self
             .capture
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
+            .clone();
+        let capturing = capture.is_some();
+        if let Some(key) = capture {
             env.insert(super::trace::CAPTURE_ENV.into(), key);
         }
         // One program run at a time per process: after each run the subreaper sweep reaps
@@ -146,14 +176,21 @@ impl RunSource for ProgramSource<'_> {
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let command = self.program.command_for(settings.knobs.world_size);
+        let (watcher, stop) = self.watcher(index, capturing);
         let ended = spawn::run(&spawn::Spawn {
             command: &command,
             env: &env,
             stdout: stdout.as_deref(),
             timeout: self.program.timeout,
             memory_limit_mb: self.program.memory_limit_mb,
+            stop: Some(&stop),
         });
         drop(_one);
+        let watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
+        if index == 0 {
+            let reference = Arc::new(watch::Reference::new(&watched.seen, &out));
+            *self.reference.lock().unwrap_or_else(|e| e.into_inner()) = Some(reference);
+        }
         // The run is over and its processes gone: its outputs move aside, so the next run
         // gets the same path, new and empty.
         // What is at `out` now is checked, never followed: a program that replaced it with a
@@ -182,6 +219,12 @@ impl RunSource for ProgramSource<'_> {
             signal: ended.status.signal(),
             seconds: ended.seconds,
             peak_rss_bytes: ended.peak_rss_bytes,
+            stopped_early: watched.stopped.as_ref().filter(|_| ended.stopped).map(|w| {
+                format!(
+                    "stopped early at {:.2}s: {} differs from run 0's",
+                    w.at, w.name
+                )
+            }),
         };
         let meta = RunMeta {
             seconds: ended.seconds,
@@ -201,6 +244,8 @@ impl RunSource for ProgramSource<'_> {
         }
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
+        let hashed = watched.last();
+        let partial = ended.stopped;
         let handle = std::thread::spawn(move || {
             let unreadable =
                 |e: anyhow::Error| Failure::from_error(FailureKind::UnreadableOutput, &e);
@@ -216,8 +261,8 @@ impl RunSource for ProgramSource<'_> {
                 }
                 other => other,
             };
-            let mut c =
-                collect::collect(&dest, stdout.as_deref(), trace_ops).map_err(unreadable)?;
+            let mut c = collect::collect(&dest, stdout.as_deref(), trace_ops, &hashed)
+                .map_err(unreadable)?;
             let trace = c.trace.take();
             if let Some(t) = &trace {
                 let ops = crate::trace::program::OPS_NAME.to_string();
@@ -244,6 +289,7 @@ impl RunSource for ProgramSource<'_> {
                 platform: c.platform,
                 ignored: by_glob,
                 controls_read: c.controls_read,
+                partial,
             })
         });
         Started {
@@ -331,104 +377,7 @@ impl RunSource for ProgramSource<'_> {
     }
 }
 
-/// The varied controls that reach a program only when it reads them (through the helper or
-/// its variable), that the program was not seen to read in run 0, and a note saying so.
-/// Other variations act through the environment whatever the program does (`threads`:
-/// `OMP_NUM_THREADS` and friends; `poison`: `MALLOC_PERTURB_`; `hashseed`: `PYTHONHASHSEED`).
-fn unread_controls(
-    varied: &[Variation],
-    read: Option<&std::collections::BTreeSet<String>>,
-) -> (Vec<String>, Option<String>) {
-    let only_if_read: Vec<(&str, &str)> = varied
-        .iter()
-        .filter_map(|v| match v {
-            Variation::Workers => Some(("workers", "BITEXACT_WORKERS")),
-            Variation::Seed => Some(("seed", "BITEXACT_SEED")),
-            _ => None,
-        })
-        .filter(|(name, _)| read.is_none_or(|r| !r.contains(*name)))
-        .collect();
-    if only_if_read.is_empty() {
-        return (Vec::new(), None);
-    }
-    let names: Vec<String> = only_if_read.iter().map(|(n, _)| n.to_string()).collect();
-    let vars: Vec<&str> = only_if_read.iter().map(|(_, v)| *v).collect();
-    let how = "read them with the helper: DataLoader(..., **bitexact.dataloader_kwargs()), \
-               bitexact.workers(), seed_everything() without a seed";
-    let note = match read {
-        Some(_) => format!(
-            "varied but never read by the program: {} (it used the helper, but not for these; \
-             a hard-coded value is not varied, so these runs did not test it; {how})",
-            names.join(", ")
-        ),
-        None => format!(
-            "varied {} reach the program only through {}, and it recorded no controls read \
-             (it does not use the helper's readers): bitexact cannot tell whether they \
-             changed anything; {how}",
-            names.join(", "),
-            vars.join(", ")
-        ),
-    };
-    (names, Some(note))
-}
-
 /// What a run that wrote nothing is told.
 const NOTHING_TO_COMPARE: &str = "wrote nothing to compare: write tensors into $BITEXACT_OUT (Python: `bitexact.dump(\"name\", x=tensor)` \
      or `bitexact.step(i, ...)`; numpy: `np.save(os.path.join(os.environ[\"BITEXACT_OUT\"], \"x.npy\"), x)`), \
      or pass --stdout to compare standard output";
-
-/// This process's peak resident set size (`getrusage(RUSAGE_SELF)`), bytes.
-fn own_peak_rss() -> Option<u64> {
-    // SAFETY: an all-zero rusage is valid for getrusage to fill in.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the local we pass.
-    (unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0)
-        .then(|| (ru.ru_maxrss.max(0) as u64) * 1024)
-}
-
-fn program_info(program: &Program, metas: &[RunMeta], first: Option<&Collected>) -> ProgramInfo {
-    let runs: Vec<&(ProgramRun, BTreeMap<String, String>)> =
-        metas.iter().filter_map(|m| m.program.as_ref()).collect();
-    let mut env = runs.first().map(|r| r.1.clone()).unwrap_or_default();
-    if let Some(out) = env.get_mut("BITEXACT_OUT") {
-        out.push_str(" (the same path every run, new and empty each time)");
-    }
-    env.insert(
-        "BITEXACT_RUN".into(),
-        format!("0..{}", runs.len().max(1) - 1),
-    );
-    let mut varied = BTreeMap::new();
-    for k in env
-        .keys()
-        .filter(|k| !["BITEXACT_OUT", "BITEXACT_RUN"].contains(&k.as_str()))
-    {
-        let vals: Vec<String> = runs
-            .iter()
-            .map(|r| r.1.get(k).cloned().unwrap_or_default())
-            .collect();
-        if vals.iter().any(|v| *v != vals[0]) {
-            varied.insert(k.clone(), vals);
-        }
-    }
-    ProgramInfo {
-        kind: "run".into(),
-        command: program
-            .command_for(None)
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        env,
-        varied,
-        runs: runs.iter().map(|r| r.0.clone()).collect(),
-        step_memory: first.map(|c| c.steps.clone()).unwrap_or_default(),
-        platform: first.and_then(|c| c.platform.clone()),
-        ignored: first.map(|c| c.ignored.clone()).unwrap_or_default(),
-        controls_read: first
-            .and_then(|c| c.controls_read.as_ref())
-            .map(|r| r.iter().cloned().collect()),
-        unread_controls: Vec::new(),
-        config: program.config.as_ref().map(|p| p.display().to_string()),
-        harness_peak_rss_bytes: None,
-        world_size: None,
-    }
-}

@@ -30,6 +30,8 @@ pub struct Spawn<'a> {
     pub timeout: Option<Duration>,
     /// Address-space limit in MiB (`RLIMIT_AS`).
     pub memory_limit_mb: Option<u64>,
+    /// Set by the output watcher to stop the run early (its whole process group is killed).
+    pub stop: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// How one run ended.
@@ -44,6 +46,8 @@ pub struct Ended {
     pub stderr_tail: String,
     /// Whether it was killed for exceeding the timeout.
     pub timed_out: bool,
+    /// Whether bitexact stopped it early (its outputs already differed from run 0's).
+    pub stopped: bool,
 }
 
 /// Whether `program` can be started: a path that exists, or a name found on `PATH`. Returns
@@ -136,6 +140,7 @@ pub fn run(s: &Spawn) -> Result<Ended> {
     // Killed with its group if bitexact gets SIGTERM, SIGINT or SIGHUP (see process::groups).
     let registered = process::register(pid);
     let mut timed_out = false;
+    let mut stopped = false;
     let mut nap = Duration::from_micros(200);
     let (status, rusage) = loop {
         let mut status = 0;
@@ -153,7 +158,15 @@ pub fn run(s: &Spawn) -> Result<Ended> {
             }
             return Err(anyhow!("waiting for the program: {e}"));
         }
-        if !timed_out && s.timeout.is_some_and(|t| t0.elapsed() > t) {
+        let stop = s
+            .stop
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst));
+        if !stopped && !timed_out && stop {
+            stopped = true;
+            // SAFETY: signals the process group the child leads (see `process::contain`).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+        if !timed_out && !stopped && s.timeout.is_some_and(|t| t0.elapsed() > t) {
             timed_out = true;
             // SAFETY: signals the process group the child leads (see `process::contain`).
             unsafe { libc::kill(-pid, libc::SIGKILL) };
@@ -179,6 +192,7 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         peak_rss_bytes: rusage.map(|r| (r.ru_maxrss.max(0) as u64) * 1024),
         stderr_tail,
         timed_out,
+        stopped,
     })
 }
 
@@ -212,7 +226,7 @@ pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
             timeout.map_or(0.0, |t| t.as_secs_f64())
         ));
     }
-    if e.status.success() {
+    if e.status.success() || e.stopped {
         return None;
     }
     let what = match (e.status.code(), e.status.signal()) {

@@ -1,0 +1,108 @@
+//! What run mode reports about a program besides its outputs: [`program_info`] (the command,
+//! its environment, how each run ended) and the varied controls it never read.
+
+use super::Program;
+use crate::harness::{Collected, ProgramInfo, ProgramRun, RunMeta};
+use crate::vary::Variation;
+use std::collections::BTreeMap;
+
+/// The varied controls that reach a program only when it reads them (through the helper or
+/// its variable), that the program was not seen to read in run 0, and a note saying so.
+/// Other variations act through the environment whatever the program does (`threads`:
+/// `OMP_NUM_THREADS` and friends; `poison`: `MALLOC_PERTURB_`; `hashseed`: `PYTHONHASHSEED`).
+pub(super) fn unread_controls(
+    varied: &[Variation],
+    read: Option<&std::collections::BTreeSet<String>>,
+) -> (Vec<String>, Option<String>) {
+    let only_if_read: Vec<(&str, &str)> = varied
+        .iter()
+        .filter_map(|v| match v {
+            Variation::Workers => Some(("workers", "BITEXACT_WORKERS")),
+            Variation::Seed => Some(("seed", "BITEXACT_SEED")),
+            _ => None,
+        })
+        .filter(|(name, _)| read.is_none_or(|r| !r.contains(*name)))
+        .collect();
+    if only_if_read.is_empty() {
+        return (Vec::new(), None);
+    }
+    let names: Vec<String> = only_if_read.iter().map(|(n, _)| n.to_string()).collect();
+    let vars: Vec<&str> = only_if_read.iter().map(|(_, v)| *v).collect();
+    let how = "read them with the helper: DataLoader(..., **bitexact.dataloader_kwargs()), \
+               bitexact.workers(), seed_everything() without a seed";
+    let note = match read {
+        Some(_) => format!(
+            "varied but never read by the program: {} (it used the helper, but not for these; \
+             a hard-coded value is not varied, so these runs did not test it; {how})",
+            names.join(", ")
+        ),
+        None => format!(
+            "varied {} reach the program only through {}, and it recorded no controls read \
+             (it does not use the helper's readers): bitexact cannot tell whether they \
+             changed anything; {how}",
+            names.join(", "),
+            vars.join(", ")
+        ),
+    };
+    (names, Some(note))
+}
+
+/// This process's peak resident set size (`getrusage(RUSAGE_SELF)`), bytes.
+pub(super) fn own_peak_rss() -> Option<u64> {
+    // SAFETY: an all-zero rusage is valid for getrusage to fill in.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the local we pass.
+    (unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0)
+        .then(|| (ru.ru_maxrss.max(0) as u64) * 1024)
+}
+
+pub(super) fn program_info(
+    program: &Program,
+    metas: &[RunMeta],
+    first: Option<&Collected>,
+) -> ProgramInfo {
+    let runs: Vec<&(ProgramRun, BTreeMap<String, String>)> =
+        metas.iter().filter_map(|m| m.program.as_ref()).collect();
+    let mut env = runs.first().map(|r| r.1.clone()).unwrap_or_default();
+    if let Some(out) = env.get_mut("BITEXACT_OUT") {
+        out.push_str(" (the same path every run, new and empty each time)");
+    }
+    env.insert(
+        "BITEXACT_RUN".into(),
+        format!("0..{}", runs.len().max(1) - 1),
+    );
+    let mut varied = BTreeMap::new();
+    for k in env
+        .keys()
+        .filter(|k| !["BITEXACT_OUT", "BITEXACT_RUN"].contains(&k.as_str()))
+    {
+        let vals: Vec<String> = runs
+            .iter()
+            .map(|r| r.1.get(k).cloned().unwrap_or_default())
+            .collect();
+        if vals.iter().any(|v| *v != vals[0]) {
+            varied.insert(k.clone(), vals);
+        }
+    }
+    ProgramInfo {
+        kind: "run".into(),
+        command: program
+            .command_for(None)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        env,
+        varied,
+        runs: runs.iter().map(|r| r.0.clone()).collect(),
+        step_memory: first.map(|c| c.steps.clone()).unwrap_or_default(),
+        platform: first.and_then(|c| c.platform.clone()),
+        ignored: first.map(|c| c.ignored.clone()).unwrap_or_default(),
+        controls_read: first
+            .and_then(|c| c.controls_read.as_ref())
+            .map(|r| r.iter().cloned().collect()),
+        unread_controls: Vec::new(),
+        config: program.config.as_ref().map(|p| p.display().to_string()),
+        harness_peak_rss_bytes: None,
+        world_size: None,
+    }
+}

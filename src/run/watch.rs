@@ -1,0 +1,379 @@
+//! Hashing while the program writes, and stopping a run at its first divergence.
+//!
+//! During each run a thread watches `$BITEXACT_OUT` and its subdirectories with inotify. A file
+//! is hashed as soon as it is complete: closed after writing (`IN_CLOSE_WRITE`) or renamed into
+//! place (`IN_MOVED_TO`, how `bitexact.dump` and most savers publish a file). A file rewritten
+//! later is hashed again. When the run ends, the outputs are collected as always
+//! ([`super::collect`]), but a file whose last hash was taken after its last completion and
+//! whose size and modification time are unchanged is not read again ([`Seen`]); anything the
+//! watcher missed (no event, a queue overflow, a run killed mid-write) is hashed then. So the
+//! final digests are exactly those of the files as the program left them.
+//!
+//! **Early stop.** Run 0 of each pass is the reference. In a later run, a tensor file
+//! (safetensors, npy, npz, `torch.save`) that run 0 completed exactly once, and left as it
+//! completed it, is compared as soon as this run completes it: when its digests differ, the
+//! run's whole process group is stopped and the run is reported as stopped early, with the
+//! time and the file. Files run 0 wrote several times (checkpoints rewritten each epoch) and
+//! plain files (logs that grow by appends) are compared only at the end, as are the outputs
+//! the ignore rules leave out. `--keep-going` turns early stop off, and so does `--trace`: the
+//! op trace of a killed run would be cut short of the op that diverged. Capture re-runs are
+//! never stopped.
+
+use crate::digest::Digest;
+use crate::tensor_files::{self, FileKind, OutputFile, METADATA_PREFIX};
+use anyhow::{anyhow, Result};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// One completed file as the watcher hashed it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// Its name under `$BITEXACT_OUT` (`rank0/step_0001.safetensors`).
+    pub name: String,
+    /// Its outputs' digests (`name` or `name:key`).
+    pub digests: Vec<(String, Digest)>,
+    /// Size and modification time when hashed.
+    pub len: u64,
+    /// See `len`.
+    pub modified: Option<SystemTime>,
+}
+
+/// Run 0's completed files: the ones it completed exactly once and left so, by name.
+#[derive(Debug, Default)]
+pub struct Reference(HashMap<String, Vec<(String, Digest)>>);
+
+impl Reference {
+    /// The reference a finished run 0 gives: its files completed once, still as hashed under
+    /// `out`, that are tensor files.
+    pub fn new(seen: &[Seen], out: &Path) -> Reference {
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for s in seen {
+            *count.entry(&s.name).or_default() += 1;
+        }
+        let once = seen.iter().filter(|s| {
+            count[s.name.as_str()] == 1
+                && FileKind::of(&s.name) != FileKind::Raw
+                && unchanged(s, &out.join(&s.name))
+        });
+        Reference(once.map(|s| (s.name.clone(), s.digests.clone())).collect())
+    }
+}
+
+/// Whether the file at `path` still has the size and time `s` was hashed with.
+fn unchanged(s: &Seen, path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| m.is_file() && m.len() == s.len && m.modified().ok() == s.modified)
+}
+
+/// Why a run was stopped early.
+#[derive(Clone, Debug)]
+pub struct Stopped {
+    /// Seconds into the run.
+    pub at: f64,
+    /// The file that differed from run 0's.
+    pub name: String,
+}
+
+/// What the watcher of one run saw.
+#[derive(Debug, Default)]
+pub struct Watched {
+    /// Every hash it took, in completion order.
+    pub seen: Vec<Seen>,
+    /// Set when it stopped the run.
+    pub stopped: Option<Stopped>,
+}
+
+impl Watched {
+    /// The last hash of each file, for [`super::collect`] to reuse when the file is unchanged.
+    pub fn last(&self) -> HashMap<String, Seen> {
+        self.seen
+            .iter()
+            .map(|s| (s.name.clone(), s.clone()))
+            .collect()
+    }
+}
+
+/// A watcher thread; [`Watcher::finish`] after the run has ended.
+pub struct Watcher {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Watched>,
+}
+
+/// How a later run is compared while it runs.
+pub struct Compare {
+    /// Run 0's reference.
+    pub reference: Arc<Reference>,
+    /// Outputs left out of the comparison.
+    pub ignore: super::ignore::Ignore,
+    /// Set to stop the run (read by [`super::spawn::run`]).
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Starts watching `out` (which must exist). `None` when inotify is not available: the run
+/// is then hashed after it ends, as before, and never stopped early.
+pub fn start(out: &Path, compare: Option<Compare>) -> Option<Watcher> {
+    let mut inotify = Inotify::new().ok()?;
+    inotify.add(out, String::new()).ok()?;
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let out = out.to_path_buf();
+    let thread = std::thread::spawn(move || watch(inotify, &out, compare, &flag));
+    Some(Watcher { done, thread })
+}
+
+impl Watcher {
+    /// Reads the last events (the run is over) and returns what was seen.
+    pub fn finish(self) -> Watched {
+        self.done.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// The watcher's loop: until `done`, then one last drain.
+fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBool) -> Watched {
+    let t0 = Instant::now();
+    let mut w = Watched::default();
+    loop {
+        let last = done.load(Ordering::SeqCst);
+        let names = ino.read(if last { 0 } else { 20 });
+        for name in names {
+            let Some(seen) = hash(out, &name) else {
+                continue;
+            };
+            if let (Some(c), None) = (&compare, &w.stopped) {
+                if differs(c, &seen) {
+                    c.stop.store(true, Ordering::SeqCst);
+                    w.stopped = Some(Stopped {
+                        at: t0.elapsed().as_secs_f64(),
+                        name: seen.name.clone(),
+                    });
+                }
+            }
+            w.seen.push(seen);
+        }
+        if last {
+            return w;
+        }
+    }
+}
+
+/// Whether `seen` differs from run 0's file of that name (see the module docs).
+fn differs(c: &Compare, seen: &Seen) -> bool {
+    let Some(theirs) = c.reference.0.get(&seen.name) else {
+        return false;
+    };
+    let (mut a, mut b) = (seen.digests.clone(), theirs.clone());
+    c.ignore.filter(&mut a);
+    c.ignore.filter(&mut b);
+    a != b
+}
+
+/// Hashes the completed file `name` under `out`; `None` when it is gone (a temporary file
+/// renamed away), metadata, or unreadable (the final collection reports that).
+fn hash(out: &Path, name: &str) -> Option<Seen> {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    if base.starts_with(METADATA_PREFIX) {
+        return None;
+    }
+    // A program that replaced `$BITEXACT_OUT` with a link must not make bitexact read
+    // elsewhere (the run then fails when it ends); links to files are never followed.
+    if !std::fs::symlink_metadata(out).is_ok_and(|m| m.is_dir()) {
+        return None;
+    }
+    let path = out.join(name);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let file = OutputFile::new(name, &path).ok()?;
+    let digests = tensor_files::digest_file(&file).ok()?;
+    Some(Seen {
+        name: name.to_string(),
+        digests,
+        len: file.len,
+        modified: file.modified,
+    })
+}
+
+/// An inotify instance watching a directory tree: each watch knows its directory's name under
+/// the root.
+struct Inotify {
+    fd: libc::c_int,
+    dirs: HashMap<libc::c_int, String>,
+    root: PathBuf,
+}
+
+impl Inotify {
+    fn new() -> Result<Inotify> {
+        // SAFETY: plain syscall with flags.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(anyhow!("inotify: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Inotify {
+            fd,
+            dirs: HashMap::new(),
+            root: PathBuf::new(),
+        })
+    }
+
+    /// Watches directory `path`, named `prefix` under the root (`""` for the root itself).
+    fn add(&mut self, path: &Path, prefix: String) -> Result<()> {
+        let c = CString::new(path.as_os_str().as_bytes())?;
+        let mask = libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_CREATE | libc::IN_ONLYDIR;
+        // SAFETY: a valid fd and a NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(self.fd, c.as_ptr(), mask) };
+        if wd < 0 {
+            return Err(anyhow!("inotify: {}", std::io::Error::last_os_error()));
+        }
+        if prefix.is_empty() {
+            self.root = path.to_path_buf();
+        }
+        self.dirs.insert(wd, prefix);
+        Ok(())
+    }
+
+    /// Waits up to `ms` for events and returns the names (under the root) of the files
+    /// completed; new subdirectories are watched, with the files already in them.
+    fn read(&mut self, ms: i32) -> Vec<String> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+            return Vec::new();
+        }
+        let mut names = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: reads into our buffer, at most its length.
+            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            let mut at = 0usize;
+            let head = std::mem::size_of::<libc::inotify_event>();
+            while at + head <= n as usize {
+                // SAFETY: the kernel wrote a whole event here; read unaligned.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+                let raw = &buf[at + head..at + head + ev.len as usize];
+                let base = String::from_utf8_lossy(raw.split(|&b| b == 0).next().unwrap_or(&[]))
+                    .into_owned();
+                at += head + ev.len as usize;
+                let Some(prefix) = self.dirs.get(&ev.wd).cloned() else {
+                    continue;
+                };
+                let name = format!("{prefix}{base}");
+                if ev.mask & libc::IN_ISDIR != 0 {
+                    if ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+                        names.extend(self.watch_new(&name));
+                    }
+                } else if ev.mask & (libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO) != 0 {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+
+    /// Watches the new directory `name` and lists the files already in it.
+    fn watch_new(&mut self, name: &str) -> Vec<String> {
+        let path = self.root.join(name);
+        if self.add(&path, format!("{name}/")).is_err() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        for e in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+            let n = format!("{name}/{}", e.file_name().to_string_lossy());
+            match e.file_type() {
+                Ok(t) if t.is_dir() => found.extend(self.watch_new(&n)),
+                Ok(t) if t.is_file() => found.push(n),
+                _ => {}
+            }
+        }
+        found
+    }
+}
+
+impl Drop for Inotify {
+    fn drop(&mut self) {
+        // SAFETY: our own fd, closed once.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completed_files_are_hashed_in_subdirectories_and_again_when_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = start(dir.path(), None).expect("inotify");
+        std::fs::create_dir_all(dir.path().join("rank1/deep")).unwrap();
+        std::fs::write(dir.path().join("rank1/deep/a.bin"), b"one").unwrap();
+        std::fs::write(dir.path().join("top.bin"), b"first").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::fs::write(dir.path().join("top.bin"), b"second").unwrap();
+        std::fs::write(dir.path().join(".bitexact-memory.jsonl"), b"{}").unwrap();
+        let seen = w.finish().seen;
+        let names: Vec<&str> = seen.iter().map(|s| s.name.as_str()).collect();
+        assert!(names.contains(&"rank1/deep/a.bin"), "{names:?}");
+        assert_eq!(
+            names.iter().filter(|n| **n == "top.bin").count(),
+            2,
+            "{names:?}"
+        );
+        assert!(!names.iter().any(|n| n.contains(".bitexact-")), "{names:?}");
+        let last = w_last(&seen, "top.bin");
+        assert_eq!(last.len, 6);
+    }
+
+    fn w_last<'a>(seen: &'a [Seen], name: &str) -> &'a Seen {
+        seen.iter().rev().find(|s| s.name == name).unwrap()
+    }
+
+    #[test]
+    fn the_reference_holds_tensor_files_completed_once_and_left_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen_of = |name: &str, bytes: &[u8]| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            hash(dir.path(), name).unwrap()
+        };
+        let npy = |v: u8| {
+            let mut b = b"\x93NUMPY\x01\x00".to_vec();
+            let h = "{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }";
+            let pad = 128 - 10 - h.len() - 1;
+            b.extend_from_slice(&((h.len() + pad + 1) as u16).to_le_bytes());
+            b.extend_from_slice(h.as_bytes());
+            b.extend(std::iter::repeat_n(b' ', pad));
+            b.push(b'\n');
+            b.push(v);
+            b
+        };
+        let once = seen_of("once.npy", &npy(1));
+        let twice = [seen_of("twice.npy", &npy(1)), seen_of("twice.npy", &npy(2))];
+        let log = seen_of("log.txt", b"loss 1");
+        let changed = seen_of("changed.npy", &npy(3));
+        // Past the file system's coarse clock tick, so the rewrite has another time.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::write(dir.path().join("changed.npy"), npy(4)).unwrap();
+        let all = [vec![once, log, changed], twice.to_vec()].concat();
+        let r = Reference::new(&all, dir.path());
+        let names: Vec<&String> = r.0.keys().collect();
+        assert_eq!(
+            names,
+            vec!["once.npy"],
+            "only a tensor file completed once and unchanged"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Time to verdict (`bitexact run`): outputs are hashed as the program completes them, and a
+//! run after the first is stopped at its first divergence from run 0 unless `--keep-going`.
+//! The programs are small Python writers (the standard library only: python3 is on every
+//! machine this project supports).
+
+mod common;
+use common::{bitexact, json};
+
+/// Writes `step_<i>.safetensors` (2 f32) every `GAP` seconds for `STEPS` steps, and
+/// `ckpt.safetensors` rewritten every step; odd runs write other values from step `BAD` on
+/// (argv: STEPS GAP BAD; `BAD` past the end: deterministic). With `--rewrite`, it also writes
+/// `late.safetensors` once, closes it, and overwrites it in place (same size, other values)
+/// right after.
+const WRITER: &str = r#"
+import json, os, struct, sys, time
+out = os.environ["BITEXACT_OUT"]; run = int(os.environ["BITEXACT_RUN"])
+steps, gap, bad = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+def blob(vals):
+    data = struct.pack("<%df" % len(vals), *vals)
+    hdr = json.dumps({"x": {"dtype": "F32", "shape": [len(vals)], "data_offsets": [0, len(data)]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    return struct.pack("<Q", len(hdr)) + hdr + data
+def save(name, vals, mode="wb"):
+    with open(os.path.join(out, name), mode) as f:
+        f.write(blob(vals))
+if "--rewrite" in sys.argv:
+    save("late.safetensors", [1.0, 2.0])
+    time.sleep(0.05)
+    save("late.safetensors", [3.0, 4.0], mode="r+b")
+for i in range(steps):
+    v = float(i) + (0.5 if (run % 2 == 1 and i >= bad) else 0.0)
+    save("step_%04d.safetensors" % i, [v, 2 * v])
+    save("ckpt.safetensors", [v])
+    time.sleep(gap)
+"#;
+
+/// `bitexact run --format json ARGS -- python3 writer.py WRITER_ARGS`: (exit code, the case).
+fn run(args: &[&str], writer: &[&str]) -> (i32, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("writer.py");
+    std::fs::write(&script, WRITER).unwrap();
+    let mut all = vec!["run", "--format", "json"];
+    all.extend(args);
+    all.extend(["--", "python3", script.to_str().unwrap()]);
+    all.extend(writer);
+    let o = bitexact(&all);
+    (o.status.code().unwrap(), json(&o)["cases"][0].clone())
+}
+
+#[test]
+fn a_run_that_diverges_is_stopped_and_reported_as_stopped() {
+    let (code, case) = run(&[], &["20", "0.2", "2"]);
+    assert_eq!(code, 1, "{case:#}");
+    let runs = &case["program"]["runs"];
+    assert!(runs[0]["stopped_early"].is_null(), "{case:#}");
+    let stopped = runs[1]["stopped_early"].as_str().unwrap_or_default();
+    assert!(
+        stopped.contains("step_0002.safetensors differs from run 0's"),
+        "{case:#}"
+    );
+    let first = case["divergence"]["explanation"].as_str().unwrap();
+    assert!(first.contains("step_0002.safetensors"), "{first}");
+    // What a stopped run had not written yet is not listed as missing.
+    let diffs = case["diff"].as_array().unwrap();
+    assert!(
+        diffs
+            .iter()
+            .all(|d| !d["tensor"].as_str().unwrap().starts_with("step_0019")),
+        "{case:#}"
+    );
+}
+
+#[test]
+fn keep_going_runs_every_run_to_its_end() {
+    let (code, case) = run(&["--keep-going"], &["6", "0.05", "2"]);
+    assert_eq!(code, 1, "{case:#}");
+    for r in case["program"]["runs"].as_array().unwrap() {
+        assert!(r["stopped_early"].is_null(), "{case:#}");
+        assert_eq!(r["exit_status"], 0, "{case:#}");
+    }
+    let names: Vec<&str> = case["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["tensor"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"step_0005.safetensors:x"), "{names:?}");
+}
+
+#[test]
+fn rewritten_files_are_digested_as_the_program_left_them() {
+    let keep = tempfile::tempdir().unwrap();
+    let kept = keep.path().join("runs");
+    let (code, case) = run(
+        &["--runs", "3", "--keep", kept.to_str().unwrap()],
+        &["4", "0.02", "99", "--rewrite"],
+    );
+    // Deterministic: the checkpoint rewritten every step and the file overwritten in place
+    // right after its first close stop no run.
+    assert_eq!(code, 0, "{case:#}");
+    for r in case["program"]["runs"].as_array().unwrap() {
+        assert!(r["stopped_early"].is_null(), "{case:#}");
+    }
+    // The reported digests are those of the files as left, hashed afresh from the kept run.
+    let fresh = bitexact::tensor_files::digest_dir(&kept.join("run-0")).unwrap();
+    for (name, d) in fresh {
+        assert_eq!(case["digests"][&name], d.hex(), "{name}");
+    }
+}
+
+#[test]
+fn blame_still_works_with_each_varied_run_stopped_at_its_own_divergence() {
+    // The writer diverges on odd runs whatever varies: blame's control pass (everything fixed)
+    // diverges too, each of its runs compared with its own run 0.
+    let (code, case) = run(&["--vary", "hashseed"], &["10", "0.1", "1"]);
+    assert_eq!(code, 1, "{case:#}");
+    assert_eq!(case["blame"]["reproducible_when_fixed"], false, "{case:#}");
+    let stopped = case["program"]["runs"][1]["stopped_early"].as_str();
+    assert!(stopped.is_some_and(|s| s.contains("step_0001")), "{case:#}");
+}
