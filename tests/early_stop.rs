@@ -118,3 +118,17 @@ fn blame_still_works_with_each_varied_run_stopped_at_its_own_divergence() {
     let stopped = case["program"]["runs"][1]["stopped_early"].as_str();
     assert!(stopped.is_some_and(|s| s.contains("step_0001")), "{case:#}");
 }
+
+#[test]
+fn a_file_truncated_while_it_is_hashed_harms_nothing() {
+    // Rewrites a 32 MiB file 30 times (each open truncates it) while bitexact hashes its
+    // earlier completions: reading, not mapping, keeps bitexact alive (no SIGBUS), and the
+    // final digest is the last version's.
+    let script = "import os\nout = os.environ['BITEXACT_OUT']\nfor i in range(30):\n    with open(os.path.join(out, 'big.bin'), 'wb') as f:\n        f.write(bytes([i % 7]) * (32 << 20))\n";
+    let o = bitexact(&[
+        "run", "--format", "json", "--runs", "3", "--", "python3", "-c", script,
+    ]);
+    let case = json(&o)["cases"][0].clone();
+    assert_eq!(o.status.code(), Some(0), "{case:#}");
+    assert_eq!(case["verdict"], "deterministic", "{case:#}");
+}

@@ -186,19 +186,36 @@ fn hash(out: &Path, name: &str) -> Option<Seen> {
         return None;
     }
     let path = out.join(name);
-    let meta = std::fs::symlink_metadata(&path).ok()?;
-    if !meta.is_file() {
+    let stat = || {
+        std::fs::symlink_metadata(&path)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| (m.len(), m.modified().ok()))
+    };
+    let before = stat()?;
+    if before.0 > WATCH_MAX_BYTES {
         return None;
     }
+    // Read, never mapped: the program may truncate the file at any moment (a mapped file
+    // would then kill bitexact with SIGBUS). A file that changed while it was read is left
+    // to its next completion, or to the end.
+    let bytes = std::fs::read(&path).ok()?;
     let file = OutputFile::new(name, &path).ok()?;
-    let digests = tensor_files::digest_file(&file).ok()?;
+    let digests = tensor_files::digest_bytes(&file, &bytes).ok()?;
+    if bytes.len() as u64 != before.0 || stat()? != before {
+        return None;
+    }
     Some(Seen {
         name: name.to_string(),
         digests,
-        len: file.len,
-        modified: file.modified,
+        len: before.0,
+        modified: before.1,
     })
 }
+
+/// Largest file hashed while the program runs (it is read into memory); larger ones are
+/// hashed when the run ends, from the mapped file, and are not compared early.
+pub const WATCH_MAX_BYTES: u64 = 1 << 30;
 
 /// An inotify instance watching a directory tree: each watch knows its directory's name under
 /// the root.

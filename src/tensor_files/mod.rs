@@ -157,9 +157,9 @@ pub fn digest_file(file: &OutputFile) -> Result<Vec<(String, Digest)>> {
     digest_bytes_with(file, &map(file)?, &release)
 }
 
-/// [`digest_file`] of `file` whose content is `bytes`.
-#[cfg(test)]
-fn digest_bytes(file: &OutputFile, bytes: &[u8]) -> Result<Vec<(String, Digest)>> {
+/// [`digest_file`] of `file` whose content is `bytes` (read by the caller, e.g. from a file
+/// another process may still truncate, which must not be mapped).
+pub fn digest_bytes(file: &OutputFile, bytes: &[u8]) -> Result<Vec<(String, Digest)>> {
     digest_bytes_with(file, bytes, &|_| {})
 }
 
