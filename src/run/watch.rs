@@ -3,7 +3,9 @@
 //! During each run a thread watches `$BITEXACT_OUT` and its subdirectories with inotify. A file
 //! is hashed as soon as it is complete: closed after writing (`IN_CLOSE_WRITE`) or renamed into
 //! place (`IN_MOVED_TO`, how `bitexact.dump` and most savers publish a file). A file rewritten
-//! later is hashed again. When the run ends, the outputs are collected as always
+//! later is hashed again. Files up to [`WATCH_MAX_BYTES`] are read into memory, never mapped
+//! (a mapped file the program truncates would kill bitexact with SIGBUS); larger ones wait for
+//! the end. When the run ends, the outputs are collected as always
 //! ([`super::collect`]), but a file whose last hash was taken after its last completion and
 //! whose size and modification time are unchanged is not read again ([`Seen`]); anything the
 //! watcher missed (no event, a queue overflow, a run killed mid-write) is hashed then. So the
@@ -213,9 +215,10 @@ fn hash(out: &Path, name: &str) -> Option<Seen> {
     })
 }
 
-/// Largest file hashed while the program runs (it is read into memory); larger ones are
-/// hashed when the run ends, from the mapped file, and are not compared early.
-pub const WATCH_MAX_BYTES: u64 = 1 << 30;
+/// Largest file hashed while the program runs (it is read into memory, so this bounds what the
+/// watcher adds to bitexact's resident set); larger ones are hashed when the run ends, from
+/// the mapped file in windows dropped behind the cursor, and are not compared early.
+pub const WATCH_MAX_BYTES: u64 = 64 << 20;
 
 /// An inotify instance watching a directory tree: each watch knows its directory's name under
 /// the root.
