@@ -23,7 +23,7 @@ pub const EXPLAIN_MAX_OUTPUTS: usize = 8;
 
 /// The names of two runs' outputs, in the earlier run's order, then the later run's extra
 /// names, each with its digest in either run.
-fn union<'a>(
+pub fn union<'a>(
     a: &'a [(String, Digest)],
     b: &'a [(String, Digest)],
 ) -> Vec<(&'a str, Option<Digest>, Option<Digest>)> {

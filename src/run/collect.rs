@@ -55,28 +55,12 @@ pub fn collect(
     // One walk: every file with the time it was written, then its digests: the watcher's when
     // it hashed the file as it is now (same size and time, after its last completion).
     let (files, metadata) = tensor_files::scan_all(out)?;
-    let known = |f: &tensor_files::OutputFile| {
+    let per_file = tensor_files::digest_files_reusing(&files, |f| {
         hashed
             .get(&f.name)
-            .filter(|s| s.len == f.len && s.modified.is_some() && s.modified == f.modified)
-    };
-    let todo: Vec<tensor_files::OutputFile> = files
-        .iter()
-        .filter(|f| known(f).is_none())
-        .cloned()
-        .collect();
-    let mut fresh = tensor_files::digest_files(&todo)?.into_iter();
-    let per_file: Vec<Vec<(String, Digest)>> = files
-        .iter()
-        .map(|f| match known(f) {
-            Some(s) => s.digests.clone(),
-            None => fresh.next().unwrap_or_default(),
-        })
-        .collect();
-    let mut names = std::collections::HashSet::new();
-    if let Some((n, _)) = per_file.iter().flatten().find(|(n, _)| !names.insert(n)) {
-        return Err(anyhow!("two outputs are both named {n:?}"));
-    }
+            .filter(|s| s.is_current(f.len, f.modified))
+            .map(|s| s.digests.clone())
+    })?;
     let mut keyed: Vec<_> = files
         .iter()
         .zip(per_file)

@@ -17,7 +17,7 @@ use crate::controls::Controls;
 use crate::harness::{Collected, Options, RunSource, WorldSize};
 use crate::trace::program::OPS_NAME;
 use crate::vary::RunSettings;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 
 /// The world-size placeholder in a command's arguments.
@@ -134,25 +134,21 @@ pub(super) fn check_world_size(
             return w;
         }
     };
-    let theirs: HashMap<&str, _> = other.digests.iter().map(|(k, d)| (k.as_str(), d)).collect();
-    let ours: BTreeSet<&str> = first.digests.iter().map(|(k, _)| k.as_str()).collect();
     let mut differing = Vec::new();
-    for (name, d) in first.digests.iter().filter(|(k, _)| k != OPS_NAME) {
-        match theirs.get(name.as_str()) {
-            Some(e) => {
+    let mut only_one = 0;
+    let both = crate::harness::diagnose::union(&first.digests, &other.digests);
+    for (name, ours, theirs) in both.into_iter().filter(|(k, _, _)| *k != OPS_NAME) {
+        match (ours, theirs) {
+            (Some(x), Some(y)) => {
                 w.compared += 1;
-                if *e != d {
-                    differing.push(name.clone());
+                if x != y {
+                    differing.push(name.to_string());
                 }
             }
-            None => w.only_larger += 1,
+            (Some(_), None) => w.only_larger += 1,
+            _ => only_one += 1,
         }
     }
-    let only_one = other
-        .digests
-        .iter()
-        .filter(|(k, _)| k != OPS_NAME && !ours.contains(k.as_str()))
-        .count();
     if let (Some(a), Some(b)) = (&first.trace, &other.trace) {
         let ranks: BTreeSet<u64> = b.iter().map(|e| e.rank).collect();
         let (a, b) = (computation(a, &ranks), computation(b, &ranks));

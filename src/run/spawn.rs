@@ -158,18 +158,16 @@ pub fn run(s: &Spawn) -> Result<Ended> {
             }
             return Err(anyhow!("waiting for the program: {e}"));
         }
-        let stop = s
-            .stop
-            .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst));
-        if !stopped && !timed_out && stop {
-            stopped = true;
-            // SAFETY: signals the process group the child leads (see `process::contain`).
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-        }
-        if !timed_out && !stopped && s.timeout.is_some_and(|t| t0.elapsed() > t) {
-            timed_out = true;
-            // SAFETY: signals the process group the child leads (see `process::contain`).
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        if !stopped && !timed_out {
+            // Asked to stop (the watcher saw a divergence), or out of time.
+            stopped = s
+                .stop
+                .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst));
+            timed_out = !stopped && s.timeout.is_some_and(|t| t0.elapsed() > t);
+            if stopped || timed_out {
+                // SAFETY: signals the process group the child leads (see `process::contain`).
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
         }
         std::thread::sleep(nap);
         nap = (nap * 2).min(Duration::from_millis(10));

@@ -45,14 +45,22 @@ pub struct Seen {
     pub modified: Option<SystemTime>,
 }
 
+impl Seen {
+    /// Whether a file of this size and modification time is still what was hashed (a file
+    /// without a modification time never is).
+    pub fn is_current(&self, len: u64, modified: Option<SystemTime>) -> bool {
+        self.len == len && self.modified.is_some() && self.modified == modified
+    }
+}
+
 /// Run 0's completed files: the ones it completed exactly once and left so, by name.
 #[derive(Debug, Default)]
 pub struct Reference(HashMap<String, Vec<(String, Digest)>>);
 
 impl Reference {
     /// The reference a finished run 0 gives: its files completed once, still as hashed under
-    /// `out`, that are tensor files.
-    pub fn new(seen: &[Seen], out: &Path) -> Reference {
+    /// `out`, that are tensor files; their outputs the `ignore` rules leave out are dropped.
+    pub fn new(seen: &[Seen], out: &Path, ignore: &super::ignore::Ignore) -> Reference {
         let mut count: HashMap<&str, usize> = HashMap::new();
         for s in seen {
             *count.entry(&s.name).or_default() += 1;
@@ -62,14 +70,19 @@ impl Reference {
                 && FileKind::of(&s.name) != FileKind::Raw
                 && unchanged(s, &out.join(&s.name))
         });
-        Reference(once.map(|s| (s.name.clone(), s.digests.clone())).collect())
+        let kept = once.map(|s| {
+            let mut digests = s.digests.clone();
+            ignore.filter(&mut digests);
+            (s.name.clone(), digests)
+        });
+        Reference(kept.collect())
     }
 }
 
 /// Whether the file at `path` still has the size and time `s` was hashed with.
 fn unchanged(s: &Seen, path: &Path) -> bool {
     std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.is_file() && m.len() == s.len && m.modified().ok() == s.modified)
+        .is_ok_and(|m| m.is_file() && s.is_current(m.len(), m.modified().ok()))
 }
 
 /// Why a run was stopped early.
@@ -108,9 +121,9 @@ pub struct Watcher {
 
 /// How a later run is compared while it runs.
 pub struct Compare {
-    /// Run 0's reference.
+    /// Run 0's reference (the ignore rules already applied).
     pub reference: Arc<Reference>,
-    /// Outputs left out of the comparison.
+    /// Outputs left out of the comparison (applied to this run's files).
     pub ignore: super::ignore::Ignore,
     /// Set to stop the run (read by [`super::spawn::run`]).
     pub stop: Arc<AtomicBool>,
@@ -169,10 +182,9 @@ fn differs(c: &Compare, seen: &Seen) -> bool {
     let Some(theirs) = c.reference.0.get(&seen.name) else {
         return false;
     };
-    let (mut a, mut b) = (seen.digests.clone(), theirs.clone());
-    c.ignore.filter(&mut a);
-    c.ignore.filter(&mut b);
-    a != b
+    let mut ours = seen.digests.clone();
+    c.ignore.filter(&mut ours);
+    ours != *theirs
 }
 
 /// Hashes the completed file `name` under `out`; `None` when it is gone (a temporary file
@@ -388,7 +400,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         std::fs::write(dir.path().join("changed.npy"), npy(4)).unwrap();
         let all = [vec![once, log, changed], twice.to_vec()].concat();
-        let r = Reference::new(&all, dir.path());
+        let r = Reference::new(&all, dir.path(), &Default::default());
         let names: Vec<&String> = r.0.keys().collect();
         assert_eq!(
             names,
