@@ -4,7 +4,8 @@
 //! * header = `b"bitexact"` ‖ version `u32` LE ‖ dtype tag `u32` LE ‖ rank `u64` LE ‖ each dimension `u64` LE;
 //! * if the data is at most [`CHUNK_BYTES`] long: `digest = SHA-256(header ‖ data)`;
 //! * otherwise the data is cut into [`CHUNK_BYTES`] chunks (the last may be shorter), each chunk is
-//!   hashed on its own (in parallel with rayon), and
+//!   hashed on its own (in parallel with rayon, sixteen at once where the CPU allows:
+//!   [`crate::sha_lanes`]), and
 //!   `digest = SHA-256(header ‖ b"chunked" ‖ chunk_bytes u64 LE ‖ chunk count u64 LE ‖ chunk digests…)`.
 //!
 //! The chunk size is fixed, so the digest never depends on the thread count; a GPU hasher must
@@ -91,11 +92,7 @@ pub fn digest_parts(dtype: DType, shape: &[usize], data: &[u8]) -> Digest {
         h.update(data);
         return Digest(h.finalize().into());
     }
-    let chunks: Vec<[u8; 32]> = data
-        .par_chunks(CHUNK_BYTES)
-        .map(|c| Sha256::digest(c).into())
-        .collect();
-    chunk_digests_parts(dtype, shape, &chunks)
+    chunk_digests_parts(dtype, shape, &crate::sha_lanes::chunk_digests(data))
 }
 
 /// Bytes hashed between two calls of the `release` callback of [`digest_parts_releasing`]: a
@@ -119,11 +116,7 @@ pub fn digest_parts_releasing(
     }
     let mut chunks: Vec<[u8; 32]> = Vec::with_capacity(data.len().div_ceil(CHUNK_BYTES));
     for window in data.chunks(WINDOW_BYTES) {
-        chunks.par_extend(
-            window
-                .par_chunks(CHUNK_BYTES)
-                .map(|c| -> [u8; 32] { Sha256::digest(c).into() }),
-        );
+        chunks.extend(crate::sha_lanes::chunk_digests(window));
         release(window);
     }
     chunk_digests_parts(dtype, shape, &chunks)

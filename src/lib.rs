@@ -95,6 +95,7 @@ pub mod rng;
 /// Run mode: external programs (internal).
 #[doc(hidden)]
 pub mod run;
+pub mod sha_lanes;
 /// The pipeline every entry point calls (internal; `Report`, `SuiteConfig`, `Event` are
 /// re-exported at the root).
 #[doc(hidden)]

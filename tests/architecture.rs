@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "atomic",
             "tensor",
             "digest",
+            "sha_lanes",
             "rng",
             "controls",
             "memory",

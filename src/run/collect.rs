@@ -4,6 +4,7 @@
 //! `.bitexact-memory.jsonl`), and loading one output back to explain a difference (the
 //! harness compares and explains: [`crate::harness::diagnose`]).
 
+use super::baseline::Baseline;
 use super::watch::Seen;
 use crate::digest::Digest;
 use crate::harness::StepMemory;
@@ -42,6 +43,9 @@ pub struct RunOutputs {
     /// The op trace of every rank (`.bitexact-trace-rank<R>.jsonl`), when asked for and
     /// written (`--trace`).
     pub trace: Option<Vec<crate::trace::TraceEntry>>,
+    /// Every output file with its digests (what run 0 publishes to the later runs:
+    /// [`super::baseline`]).
+    pub files: Vec<(tensor_files::OutputFile, Vec<(String, Digest)>)>,
 }
 
 /// Collects the outputs under `out` (and `stdout`, when compared), and the op traces when
@@ -51,20 +55,23 @@ pub fn collect(
     stdout: Option<&Path>,
     traces: bool,
     hashed: &HashMap<String, Seen>,
+    baseline: Option<&Baseline>,
 ) -> Result<RunOutputs> {
     // One walk: every file with the time it was written, then its digests: the watcher's when
-    // it hashed the file as it is now (same size and time, after its last completion).
+    // it hashed the file as it is now (same size and time, after its last completion), else
+    // run 0's when the file holds the same bytes as run 0's, else hashed now.
     let (files, metadata) = tensor_files::scan_all(out)?;
     let per_file = tensor_files::digest_files_reusing(&files, |f| {
-        hashed
+        let watched = hashed
             .get(&f.name)
             .filter(|s| s.is_current(f.len, f.modified))
-            .map(|s| s.digests.clone())
+            .map(|s| s.digests.clone());
+        watched.or_else(|| baseline?.same_as(f))
     })?;
+    let files: Vec<_> = files.into_iter().zip(per_file).collect();
     let mut keyed: Vec<_> = files
         .iter()
-        .zip(per_file)
-        .flat_map(|(f, ds)| ds.into_iter().map(move |(n, d)| (f.modified, n, d)))
+        .flat_map(|(f, ds)| ds.iter().map(move |(n, d)| (f.modified, n.clone(), *d)))
         .collect();
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| natural_cmp(&a.1, &b.1)));
     let mut digests: Vec<(String, Digest)> = keyed.into_iter().map(|(_, n, d)| (n, d)).collect();
@@ -117,6 +124,7 @@ pub fn collect(
         steps,
         controls_read,
         trace: crate::trace::program::read_ranks(trace_files)?,
+        files,
     })
 }
 

@@ -28,6 +28,7 @@
 //! `out-of-memory` (killed under `--memory-limit`, or a `MemoryError` / "out of memory" in its
 //! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`.
 
+pub mod baseline;
 pub mod collect;
 pub mod distributed;
 mod files;

@@ -3,6 +3,7 @@
 //! background thread (while the next run executes), filtered by the ignore rules, and kept
 //! until the harness drops them (then removed, unless `--keep`).
 
+use super::baseline::{Baseline, Publisher};
 use super::files::{RunFiles, Scratch};
 use super::info::{own_peak_rss, program_info, unread_controls};
 use super::{collect, env_for, spawn, watch, Program};
@@ -57,6 +58,8 @@ pub struct ProgramSource<'a> {
     /// What run 0 of the current pass completed: later runs are compared with it while they
     /// run ([`watch`]).
     reference: std::sync::Mutex<Option<Arc<watch::Reference>>>,
+    /// Run 0's collected files: a later run's file with the same bytes takes its digests.
+    baseline: std::sync::Mutex<Option<Arc<Baseline>>>,
 }
 
 impl<'a> ProgramSource<'a> {
@@ -81,6 +84,7 @@ impl<'a> ProgramSource<'a> {
             passes: std::sync::atomic::AtomicUsize::new(0),
             capture: std::sync::Mutex::new(None),
             reference: std::sync::Mutex::new(None),
+            baseline: std::sync::Mutex::new(None),
         })
     }
 
@@ -105,6 +109,22 @@ impl<'a> ProgramSource<'a> {
                 stop: stop.clone(),
             });
         (watch::start(&self.out_path(), compare), stop)
+    }
+
+    /// Run 0's baseline for run `index`, whose outputs go to `dest`: run 0 starts a new one
+    /// and gets its publisher; a later run gets the current one to reuse digests from.
+    fn baseline(
+        &self,
+        index: usize,
+        dest: &std::path::Path,
+    ) -> (Option<Arc<Baseline>>, Option<Publisher>) {
+        let mut current = self.baseline.lock().unwrap_or_else(|e| e.into_inner());
+        if index > 0 {
+            return (current.clone(), None);
+        }
+        let (b, p) = Baseline::new(dest.to_path_buf());
+        *current = Some(b.clone());
+        (Some(b), Some(p))
     }
 
     /// The `$BITEXACT_OUT` of every run.
@@ -157,6 +177,7 @@ impl RunSource for ProgramSource<'_> {
             Ok(d) => d,
             Err(e) => return harness_failure(e),
         };
+        let (baseline, publisher) = self.baseline(index, &dest);
         let mut dest_name = dest.clone().into_os_string();
         dest_name.push(".stdout");
         let stdout = self.program.stdout.then(|| PathBuf::from(dest_name));
@@ -247,6 +268,7 @@ impl RunSource for ProgramSource<'_> {
         let trace_ops = self.program.trace.is_some();
         let hashed = watched.last();
         let partial = ended.stopped;
+        let baseline = baseline.filter(|_| publisher.is_none());
         let handle = std::thread::spawn(move || {
             let unreadable =
                 |e: anyhow::Error| Failure::from_error(FailureKind::UnreadableOutput, &e);
@@ -262,8 +284,17 @@ impl RunSource for ProgramSource<'_> {
                 }
                 other => other,
             };
-            let mut c = collect::collect(&dest, stdout.as_deref(), trace_ops, &hashed)
-                .map_err(unreadable)?;
+            let mut c = collect::collect(
+                &dest,
+                stdout.as_deref(),
+                trace_ops,
+                &hashed,
+                baseline.as_deref(),
+            )
+            .map_err(unreadable)?;
+            if let Some(p) = publisher {
+                p.publish(std::mem::take(&mut c.files));
+            }
             let trace = c.trace.take();
             if let Some(t) = &trace {
                 let ops = crate::trace::program::OPS_NAME.to_string();

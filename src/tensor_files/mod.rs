@@ -26,6 +26,7 @@
 //!   from a header is allocated before it is checked against the bytes really there.
 //!   safetensors `__metadata__` is not compared.
 
+mod equal;
 mod load;
 mod natural;
 mod npy;
@@ -35,6 +36,7 @@ mod scan;
 mod st;
 mod torch;
 
+pub use equal::same_bytes;
 pub use load::{load, load_value};
 pub use natural::natural_cmp;
 
@@ -42,7 +44,6 @@ use crate::digest::{chunk_digests_parts, digest_parts, Digest, CHUNK_BYTES};
 use crate::tensor::DType;
 use anyhow::{anyhow, bail, Result};
 use rayon::prelude::*;
-use sha2::Digest as _;
 use std::borrow::Cow;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -340,7 +341,8 @@ impl<'a> Sink<'a> for DigestSink<'a> {
     }
 }
 
-/// The canonical digest of `len` bytes read from `r`, holding at most 16 chunks at a time.
+/// The canonical digest of `len` bytes read from `r`, holding at most 32 chunks at a time (two
+/// groups of [`crate::sha_lanes`], one for each of two threads).
 fn stream_digest(dtype: DType, shape: &[usize], len: usize, r: &mut dyn Read) -> Result<Digest> {
     if len <= CHUNK_BYTES {
         let data = npz::read_up_to(r, len as u64)?;
@@ -352,16 +354,13 @@ fn stream_digest(dtype: DType, shape: &[usize], len: usize, r: &mut dyn Read) ->
     let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK_BYTES).min(1 << 16));
     let mut left = len;
     while left > 0 {
-        let n = left.min(16 * CHUNK_BYTES);
+        let n = left.min(32 * CHUNK_BYTES);
         buf.clear();
         r.take(n as u64).read_to_end(&mut buf)?;
         if buf.len() < n {
             npz::short(len - left + buf.len(), len)?;
         }
-        chunks.par_extend(
-            buf.par_chunks(CHUNK_BYTES)
-                .map(|c| <[u8; 32]>::from(sha2::Sha256::digest(c))),
-        );
+        chunks.extend(crate::sha_lanes::chunk_digests(&buf));
         left -= n;
     }
     Ok(chunk_digests_parts(dtype, shape, &chunks))
@@ -396,16 +395,17 @@ impl std::ops::Deref for Mapped {
 
 fn map(file: &OutputFile) -> Result<Mapped> {
     let f = std::fs::File::open(&file.path).map_err(|e| anyhow!("{}: {e}", file.name))?;
-    let len = f
-        .metadata()
-        .map_err(|e| anyhow!("{}: {e}", file.name))?
-        .len();
-    if len == 0 {
+    map_open(&f).map_err(|e| anyhow!("{}: {e}", file.name))
+}
+
+/// Maps the open file `f` read-only (an empty file is not mapped).
+fn map_open(f: &std::fs::File) -> Result<Mapped> {
+    if f.metadata()?.len() == 0 {
         return Ok(Mapped::Empty);
     }
     // SAFETY: the mapping is read-only and lives as long as the borrow of it; the file is a
     // finished run's output. Truncation by another process would fault (documented above).
-    let m = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| anyhow!("{}: mmap: {e}", file.name))?;
+    let m = unsafe { memmap2::Mmap::map(f) }.map_err(|e| anyhow!("mmap: {e}"))?;
     Ok(Mapped::Map(m))
 }
 

@@ -1,0 +1,152 @@
+//! Run 0's collected files, shared with the later runs of its pass: a later run's file that
+//! holds the same bytes as run 0's file of that name takes run 0's digests instead of being
+//! hashed again. Comparing two files costs one read of each at memory speed; hashing costs
+//! SHA-256 over every byte, about 4× more here (`cargo bench --bench run_mode`). So for a
+//! deterministic program only run 0's outputs are hashed, and a file that differs costs one
+//! extra read before it is hashed as before.
+//!
+//! Run 0's outputs are collected on a background thread while run 1 executes; a later run's
+//! collection compares first and waits for run 0's digests only for the files found equal.
+//! Run 0's collection always publishes, even when it fails (then nothing is reused), so no
+//! later run waits forever.
+
+use crate::digest::Digest;
+use crate::tensor_files::{same_bytes, OutputFile};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Run 0's digests of one file, and the file they were taken from.
+type Files = HashMap<String, (OutputFile, Vec<(String, Digest)>)>;
+
+/// Run 0's files of the current pass, published once they are collected.
+pub struct Baseline {
+    /// Where run 0's outputs lie once it has ended.
+    dir: PathBuf,
+    /// `None` until published; then run 0's files (`None` when its collection failed).
+    slot: Mutex<Option<Option<Arc<Files>>>>,
+    ready: Condvar,
+}
+
+impl Baseline {
+    /// A baseline for run 0's outputs, which will lie in `dir`, not yet published, and the
+    /// guard run 0's collection publishes through.
+    pub fn new(dir: PathBuf) -> (Arc<Baseline>, Publisher) {
+        let b = Arc::new(Baseline {
+            dir,
+            slot: Mutex::new(None),
+            ready: Condvar::new(),
+        });
+        (b.clone(), Publisher(Some(b)))
+    }
+
+    fn publish(&self, files: Option<Files>) {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = Some(files.map(Arc::new));
+        self.ready.notify_all();
+    }
+
+    fn wait(&self) -> Option<Arc<Files>> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(files) = &*slot {
+                return files.clone();
+            }
+            slot = self.ready.wait(slot).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Run 0's digests for `file` (a later run's output, finished) when run 0 left a regular
+    /// file of that name with the same bytes, unchanged since it was hashed.
+    pub fn same_as(&self, file: &OutputFile) -> Option<Vec<(String, Digest)>> {
+        // Compared before waiting (the comparison overlaps run 0's hashing); a file that
+        // differs is hashed at once.
+        let theirs = self.dir.join(&file.name);
+        let before = std::fs::symlink_metadata(&theirs).ok()?;
+        if !before.is_file() || before.len() != file.len || !same_bytes(&theirs, &file.path).ok()? {
+            return None;
+        }
+        let files = self.wait()?;
+        let (f, digests) = files.get(&file.name)?;
+        (f.path == theirs && f.len == before.len() && f.modified == before.modified().ok())
+            .then(|| digests.clone())
+    }
+}
+
+/// Publishes run 0's files to its [`Baseline`]; dropped unpublished (run 0 failed, or its
+/// collection did), it publishes that nothing can be reused.
+pub struct Publisher(Option<Arc<Baseline>>);
+
+impl Publisher {
+    /// Publishes run 0's collected files with their digests.
+    pub fn publish(mut self, files: impl IntoIterator<Item = (OutputFile, Vec<(String, Digest)>)>) {
+        if let Some(b) = self.0.take() {
+            b.publish(Some(
+                files
+                    .into_iter()
+                    .map(|(f, d)| (f.name.clone(), (f, d)))
+                    .collect(),
+            ));
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            b.publish(None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> OutputFile {
+        std::fs::write(dir.join(name), bytes).unwrap();
+        OutputFile::new(name, &dir.join(name)).unwrap()
+    }
+
+    #[test]
+    fn a_file_with_run_0s_bytes_takes_its_digests_once_published() {
+        let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (b, publisher) = Baseline::new(run0.path().to_path_buf());
+        let theirs = file(run0.path(), "a.bin", b"same");
+        file(run0.path(), "b.bin", b"run 0");
+        let marker = vec![("a.bin".to_string(), Digest([7; 32]))];
+        let same = file(later.path(), "a.bin", b"same");
+        let other = file(later.path(), "b.bin", b"run 1");
+        let only_here = file(later.path(), "c.bin", b"new");
+        // Asked before run 0 is published: the answer waits for it.
+        let published = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            publisher.publish([(theirs, vec![("a.bin".to_string(), Digest([7; 32]))])]);
+        });
+        assert_eq!(b.same_as(&same), Some(marker));
+        published.join().unwrap();
+        assert_eq!(b.same_as(&other), None, "different bytes are hashed");
+        assert_eq!(b.same_as(&only_here), None, "no such file in run 0");
+    }
+
+    #[test]
+    fn a_failed_run_0_publishes_nothing_and_nobody_waits() {
+        let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (b, publisher) = Baseline::new(run0.path().to_path_buf());
+        file(run0.path(), "a.bin", b"same");
+        let same = file(later.path(), "a.bin", b"same");
+        drop(publisher);
+        assert_eq!(b.same_as(&same), None);
+    }
+
+    #[test]
+    fn run_0s_file_changed_after_it_was_hashed_is_not_reused() {
+        let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (b, publisher) = Baseline::new(run0.path().to_path_buf());
+        let theirs = file(run0.path(), "a.bin", b"old!");
+        publisher.publish([(theirs, vec![("a.bin".to_string(), Digest([7; 32]))])]);
+        file(run0.path(), "a.bin", b"new bytes");
+        let same = file(later.path(), "a.bin", b"new bytes");
+        assert_eq!(b.same_as(&same), None);
+    }
+}
