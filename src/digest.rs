@@ -92,7 +92,11 @@ pub fn digest_parts(dtype: DType, shape: &[usize], data: &[u8]) -> Digest {
         h.update(data);
         return Digest(h.finalize().into());
     }
-    chunk_digests_parts(dtype, shape, &crate::sha_lanes::chunk_digests(data))
+    chunk_digests_parts(
+        dtype,
+        shape,
+        &crate::sha_lanes::chunk_digests(data, CHUNK_BYTES),
+    )
 }
 
 /// Bytes hashed between two calls of the `release` callback of [`digest_parts_releasing`]: a
@@ -116,7 +120,7 @@ pub fn digest_parts_releasing(
     }
     let mut chunks: Vec<[u8; 32]> = Vec::with_capacity(data.len().div_ceil(CHUNK_BYTES));
     for window in data.chunks(WINDOW_BYTES) {
-        chunks.extend(crate::sha_lanes::chunk_digests(window));
+        chunks.extend(crate::sha_lanes::chunk_digests(window, CHUNK_BYTES));
         release(window);
     }
     chunk_digests_parts(dtype, shape, &chunks)

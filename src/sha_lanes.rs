@@ -1,4 +1,4 @@
-//! The SHA-256 of every [`CHUNK_BYTES`] chunk of a large tensor, sixteen chunks at once.
+//! The SHA-256 of every fixed-size chunk of a large tensor, sixteen chunks at once.
 //!
 //! The canonical digest of a large tensor hashes each 1 MiB chunk on its own ([`crate::digest`]),
 //! so the chunks are independent messages of the same length: exactly what a multi-buffer
@@ -9,28 +9,31 @@
 //! short tail, a group of fewer than sixteen) and other CPUs still use. The digests are
 //! bit-identical to sha2's; the property tests below compare them.
 
-use crate::digest::CHUNK_BYTES;
 use rayon::prelude::*;
 use sha2::Digest as _;
 
 /// Chunks hashed together.
 const LANES: usize = 16;
 
-/// The SHA-256 of each [`CHUNK_BYTES`] chunk of `data` (the last may be shorter), in order;
-/// groups of [`LANES`] chunks in parallel (rayon).
-pub fn chunk_digests(data: &[u8]) -> Vec<[u8; 32]> {
-    let groups: Vec<Vec<[u8; 32]>> = data.par_chunks(LANES * CHUNK_BYTES).map(group).collect();
+/// The SHA-256 of each `chunk`-byte chunk of `data` (the last may be shorter), in order; groups
+/// of [`LANES`] chunks in parallel (rayon). The canonical digest uses
+/// [`crate::digest::CHUNK_BYTES`].
+pub fn chunk_digests(data: &[u8], chunk: usize) -> Vec<[u8; 32]> {
+    let groups: Vec<Vec<[u8; 32]>> = data
+        .par_chunks(LANES * chunk)
+        .map(|g| group(g, chunk))
+        .collect();
     groups.concat()
 }
 
 /// The digests of the chunks of one group.
-fn group(data: &[u8]) -> Vec<[u8; 32]> {
+fn group(data: &[u8], chunk: usize) -> Vec<[u8; 32]> {
     #[cfg(target_arch = "x86_64")]
-    if data.len() == LANES * CHUNK_BYTES && x16::available() {
+    if data.len() == LANES * chunk && chunk.is_multiple_of(64) && x16::available() {
         // SAFETY: the CPU has the features `sha256_x16` is compiled for (checked above).
-        return unsafe { x16::sha256_x16(data, CHUNK_BYTES) }.to_vec();
+        return unsafe { x16::sha256_x16(data, chunk) }.to_vec();
     }
-    data.chunks(CHUNK_BYTES)
+    data.chunks(chunk)
         .map(|c| sha2::Sha256::digest(c).into())
         .collect()
 }
@@ -182,14 +185,19 @@ mod tests {
             .collect()
     }
 
+    const CHUNK_BYTES: usize = crate::digest::CHUNK_BYTES;
+
     #[test]
     fn chunk_digests_equal_sha2_chunk_by_chunk() {
         let n = LANES * CHUNK_BYTES * 2 + 3 * CHUNK_BYTES + 77;
         let data: Vec<u8> = (0..n)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
-        assert_eq!(chunk_digests(&data), one_by_one(&data, CHUNK_BYTES));
-        assert_eq!(chunk_digests(&[]), Vec::<[u8; 32]>::new());
+        assert_eq!(
+            chunk_digests(&data, CHUNK_BYTES),
+            one_by_one(&data, CHUNK_BYTES)
+        );
+        assert_eq!(chunk_digests(&[], CHUNK_BYTES), Vec::<[u8; 32]>::new());
     }
 
     #[cfg(target_arch = "x86_64")]

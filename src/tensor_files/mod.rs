@@ -360,7 +360,7 @@ fn stream_digest(dtype: DType, shape: &[usize], len: usize, r: &mut dyn Read) ->
         if buf.len() < n {
             npz::short(len - left + buf.len(), len)?;
         }
-        chunks.extend(crate::sha_lanes::chunk_digests(&buf));
+        chunks.extend(crate::sha_lanes::chunk_digests(&buf, CHUNK_BYTES));
         left -= n;
     }
     Ok(chunk_digests_parts(dtype, shape, &chunks))
