@@ -132,3 +132,47 @@ fn a_file_truncated_while_it_is_hashed_harms_nothing() {
     assert_eq!(o.status.code(), Some(0), "{case:#}");
     assert_eq!(case["verdict"], "deterministic", "{case:#}");
 }
+
+/// A traced PyTorch loop (never imports bitexact) that saves `step_<i>.pt` every 0.3 s for 12
+/// steps; run 1 draws other noise from step 2 on (an `aten::randn` whose inputs match).
+const TRACED: &str = r#"
+import os, time, torch
+out = os.environ["BITEXACT_OUT"]; run = int(os.environ["BITEXACT_RUN"])
+torch.manual_seed(0)
+lin = torch.nn.Linear(8, 8)
+x = torch.randn(4, 8)
+for step in range(12):
+    g = torch.Generator().manual_seed(step + (1000 if run == 1 and step >= 2 else 0))
+    with torch.no_grad():
+        x = torch.tanh(lin(x) + torch.randn(4, 8, generator=g))
+    torch.save({"x": x}, os.path.join(out, "step_%04d.pt" % step))
+    time.sleep(0.3)
+"#;
+
+#[test]
+fn a_traced_run_is_stopped_early_and_still_names_the_op() {
+    let Some(py) = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]) else {
+        bitexact::check::skip_notice(
+            "a_traced_run_is_stopped_early_and_still_names_the_op",
+            "no Python with torch and the installed bitexact package (run ci/python.sh)",
+        );
+        return;
+    };
+    let o = bitexact(&[
+        "run", "--format", "json", "--trace", "ops", "--", &py, "-c", TRACED,
+    ]);
+    let case = json(&o)["cases"][0].clone();
+    assert_eq!(o.status.code(), Some(1), "{case:#}");
+    let stopped = case["program"]["runs"][1]["stopped_early"].as_str();
+    assert!(
+        stopped.is_some_and(|s| s.contains("step_0002.pt")),
+        "{case:#}"
+    );
+    // The stopped run's trace ends where it was killed; what both recorded names the op.
+    let first = case["divergence"]["explanation"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(first.contains("aten::randn"), "{first}");
+    assert!(first.contains("inputs identical"), "{first}");
+    assert!(!first.contains("control flow"), "{first}");
+}

@@ -81,7 +81,9 @@ class paused:
 
 class _State:
     def __init__(self, path, rank, max_bytes, steps, skip):
-        self.file = open(path, "w", buffering=1 << 20)
+        # Line-buffered: each record reaches the file as it is made, so the trace of a run
+        # bitexact stops early (or that crashes) holds every op made before.
+        self.file = open(path, "w", buffering=1)
         self.lock = threading.Lock()
         self.rank = rank
         self.max_bytes = max_bytes

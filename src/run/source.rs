@@ -89,8 +89,9 @@ impl<'a> ProgramSource<'a> {
     }
 
     /// The watcher of run `index`'s outputs, and the flag it sets to stop the run: a later
-    /// run is compared with run 0 while it runs, unless `--keep-going`, or `--trace` (the
-    /// tracer's buffered stream of a killed run would be cut short of the divergence).
+    /// run is compared with run 0 while it runs, unless `--keep-going` or it is a capture
+    /// re-run (those are never stopped). With `--trace` the tracer writes each record as it is
+    /// made, so a stopped run's trace holds every op it made before it was stopped.
     fn watcher(&self, index: usize, capturing: bool) -> (Option<watch::Watcher>, Arc<AtomicBool>) {
         let stop = Arc::new(AtomicBool::new(false));
         let reference = match index {
@@ -102,7 +103,7 @@ impl<'a> ProgramSource<'a> {
                 .clone(),
         };
         let compare = reference
-            .filter(|_| !self.program.keep_going && !capturing && self.program.trace.is_none())
+            .filter(|_| !self.program.keep_going && !capturing)
             .map(|reference| watch::Compare {
                 reference,
                 ignore: self.program.ignore.clone(),
@@ -351,6 +352,15 @@ impl RunSource for ProgramSource<'_> {
         };
         // Op traces name the op; when they agree while the files differ (host-side arithmetic
         // after the last op, say), the first differing output file.
+        // A run stopped early is compared on what it recorded before it was stopped.
+        let cut;
+        let a = match other.partial {
+            true => {
+                cut = crate::trace::ranks::cut_to(a, b);
+                &cut
+            }
+            false => a,
+        };
         let Some(mut d) = crate::trace::first_divergence(a, b) else {
             return diagnose::first_output_divergence(first, other);
         };

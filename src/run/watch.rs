@@ -17,9 +17,10 @@
 //! run's whole process group is stopped and the run is reported as stopped early, with the
 //! time and the file. Files run 0 wrote several times (checkpoints rewritten each epoch) and
 //! plain files (logs that grow by appends) are compared only at the end, as are the outputs
-//! the ignore rules leave out. `--keep-going` turns early stop off, and so does `--trace`: the
-//! op trace of a killed run would be cut short of the op that diverged. Capture re-runs are
-//! never stopped.
+//! the ignore rules leave out. `--keep-going` turns early stop off. Under `--trace` the tracer
+//! writes each record as it is made, so a stopped run's op trace holds every op it made up to
+//! the stop, and the first diverging op is looked for in what both runs recorded (see
+//! [`crate::trace::ranks::cut_to`]). Capture re-runs are never stopped.
 
 use crate::digest::Digest;
 use crate::tensor_files::{self, FileKind, OutputFile, METADATA_PREFIX};

@@ -22,6 +22,27 @@ pub fn is_collective(op: &str) -> bool {
     op.starts_with("c10d::") || op.starts_with("_c10d_functional::")
 }
 
+/// `a` cut, rank by rank, to as many records as `b` holds of that rank, in `a`'s order: a run
+/// stopped early has streams that end where it was killed, and compared with what run 0
+/// recorded up to the same point, the end of a cut stream is not taken for diverging control
+/// flow (when the recorded parts agree, the differing files are named instead).
+pub fn cut_to(a: &[TraceEntry], b: &[TraceEntry]) -> Vec<TraceEntry> {
+    let mut left: BTreeMap<u64, usize> = BTreeMap::new();
+    for e in b {
+        *left.entry(e.rank).or_default() += 1;
+    }
+    a.iter()
+        .filter(|e| {
+            let n = left.entry(e.rank).or_default();
+            *n > 0 && {
+                *n -= 1;
+                true
+            }
+        })
+        .cloned()
+        .collect()
+}
+
 /// The records of `trace` by rank, each in order.
 fn by_rank(trace: &[TraceEntry]) -> BTreeMap<u64, Vec<TraceEntry>> {
     let mut out: BTreeMap<u64, Vec<TraceEntry>> = BTreeMap::new();
@@ -143,6 +164,23 @@ mod tests {
             source: "t.py:1".into(),
             ..TraceEntry::default()
         }
+    }
+
+    #[test]
+    fn a_stream_cut_short_is_compared_on_what_it_recorded() {
+        let run0 = runs("m1");
+        // Stopped early: rank 0 recorded its first record, rank 1 its first two, all equal.
+        let stopped = vec![run0[0].clone(), run0[2].clone(), run0[3].clone()];
+        let whole = crate::trace::first_divergence(&run0, &stopped).expect("ends differ");
+        assert!(whole.explanation.contains("control flow"), "{whole:?}");
+        let cut = cut_to(&run0, &stopped);
+        assert_eq!(cut.iter().map(|e| e.call).collect::<Vec<_>>(), [0, 2, 3]);
+        assert_eq!(crate::trace::first_divergence(&cut, &stopped), None);
+        // A difference inside what both recorded is still found.
+        let mut noisy = stopped.clone();
+        noisy[1].output = "other".into();
+        let d = crate::trace::first_divergence(&cut_to(&run0, &noisy), &noisy).unwrap();
+        assert_eq!((d.op.as_str(), d.rank), ("aten::bernoulli_", Some(1)));
     }
 
     /// Rank 1's dropout differs (origin); rank 0 receives it through the all-reduce.
