@@ -117,7 +117,19 @@ impl Watched {
 /// A watcher thread; [`Watcher::finish`] after the run has ended.
 pub struct Watcher {
     done: Arc<AtomicBool>,
+    /// Written by [`Watcher::finish`] to wake the thread from its wait at once.
+    wake: Arc<Wake>,
     thread: std::thread::JoinHandle<Watched>,
+}
+
+/// An eventfd the watcher waits on beside inotify.
+struct Wake(libc::c_int);
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        // SAFETY: our own fd, closed once.
+        unsafe { libc::close(self.0) };
+    }
 }
 
 /// How a later run is compared while it runs.
@@ -135,17 +147,30 @@ pub struct Compare {
 pub fn start(out: &Path, compare: Option<Compare>) -> Option<Watcher> {
     let mut inotify = Inotify::new().ok()?;
     inotify.add(out, String::new()).ok()?;
+    // SAFETY: plain syscall with flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    inotify.wake = fd;
+    let wake = Arc::new(Wake(fd));
     let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
+    let (flag, keep) = (done.clone(), wake.clone());
     let out = out.to_path_buf();
-    let thread = std::thread::spawn(move || watch(inotify, &out, compare, &flag));
-    Some(Watcher { done, thread })
+    let thread = std::thread::spawn(move || {
+        let _keep = keep;
+        watch(inotify, &out, compare, &flag)
+    });
+    Some(Watcher { done, wake, thread })
 }
 
 impl Watcher {
     /// Reads the last events (the run is over) and returns what was seen.
     pub fn finish(self) -> Watched {
         self.done.store(true, Ordering::SeqCst);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
+        unsafe { libc::write(self.wake.0, one.as_ptr().cast(), one.len()) };
         self.thread.join().unwrap_or_default()
     }
 }
@@ -237,6 +262,8 @@ pub const WATCH_MAX_BYTES: u64 = 64 << 20;
 /// the root.
 struct Inotify {
     fd: libc::c_int,
+    /// An eventfd whose readiness ends a wait early (-1: none; owned by [`Wake`]).
+    wake: libc::c_int,
     dirs: HashMap<libc::c_int, String>,
     root: PathBuf,
 }
@@ -250,6 +277,7 @@ impl Inotify {
         }
         Ok(Inotify {
             fd,
+            wake: -1,
             dirs: HashMap::new(),
             root: PathBuf::new(),
         })
@@ -274,13 +302,14 @@ impl Inotify {
     /// Waits up to `ms` for events and returns the names (under the root) of the files
     /// completed; new subdirectories are watched, with the files already in them.
     fn read(&mut self, ms: i32) -> Vec<String> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd,
+        let fd = |fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+        let mut pfd = [fd(self.fd), fd(self.wake)];
+        // SAFETY: two pollfds in a live array (a negative fd is ignored by poll).
+        if unsafe { libc::poll(pfd.as_mut_ptr(), 2, ms) } <= 0 || pfd[0].revents == 0 {
             return Vec::new();
         }
         let mut names = Vec::new();
