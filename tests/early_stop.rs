@@ -176,3 +176,49 @@ fn a_traced_run_is_stopped_early_and_still_names_the_op() {
     assert!(first.contains("inputs identical"), "{first}");
     assert!(!first.contains("control flow"), "{first}");
 }
+
+/// Writes four 80 MiB safetensors step files (over the 64 MiB the watcher hashes during a run)
+/// 0.4 s apart. Run 1's last byte of data differs from step 1 on; with `--meta`, every run
+/// writes its own `__metadata__` instead (headers differ, tensors equal).
+const LARGE: &str = r#"
+import json, os, struct, sys, time
+out = os.environ["BITEXACT_OUT"]; run = int(os.environ["BITEXACT_RUN"])
+n = 80 << 20
+meta = {"__metadata__": {"run": str(run)}} if "--meta" in sys.argv else {}
+for step in range(4):
+    hdr = json.dumps({**meta, "w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    data = bytearray(bytes([step]) * n)
+    if run == 1 and step >= 1 and not meta:
+        data[-1] ^= 1
+    with open(os.path.join(out, "step_%d.safetensors" % step), "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)) + hdr)
+        f.write(data)
+    time.sleep(0.4)
+"#;
+
+#[test]
+fn a_large_file_is_compared_by_its_bytes_while_the_run_goes_on() {
+    let o = bitexact(&["run", "--format", "json", "--", "python3", "-c", LARGE]);
+    let case = json(&o)["cases"][0].clone();
+    assert_eq!(o.status.code(), Some(1), "{case:#}");
+    let stopped = case["program"]["runs"][1]["stopped_early"].as_str();
+    assert!(
+        stopped.is_some_and(|s| s.contains("step_1.safetensors")),
+        "{case:#}"
+    );
+    let first = case["divergence"]["explanation"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(first.contains("step_1.safetensors:w"), "{first}");
+    // Headers that differ while the tensors are equal stop nothing: digests decide at the end.
+    let o = bitexact(&[
+        "run", "--format", "json", "--", "python3", "-c", LARGE, "--meta",
+    ]);
+    let case = json(&o)["cases"][0].clone();
+    assert_eq!(o.status.code(), Some(0), "{case:#}");
+    assert!(
+        case["program"]["runs"][1]["stopped_early"].is_null(),
+        "{case:#}"
+    );
+}

@@ -51,6 +51,11 @@ impl Ignore {
         })
     }
 
+    /// Whether there are output rules (globs).
+    pub fn filters_outputs(&self) -> bool {
+        !self.outputs.is_empty()
+    }
+
     /// Whether there are standard-output rules.
     pub fn masks_stdout(&self) -> bool {
         !self.stdout.is_empty()

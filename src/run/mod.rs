@@ -34,6 +34,7 @@ pub mod distributed;
 mod files;
 pub mod ignore;
 mod info;
+mod inotify;
 pub mod project;
 mod source;
 pub mod spawn;

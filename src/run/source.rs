@@ -210,7 +210,7 @@ impl RunSource for ProgramSource<'_> {
         drop(_one);
         let watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
         if index == 0 {
-            let reference = watch::Reference::new(&watched.seen, &out, &self.program.ignore);
+            let reference = watch::Reference::new(&watched, &out, &dest, &self.program.ignore);
             let reference = Arc::new(reference);
             *self.reference.lock().unwrap_or_else(|e| e.into_inner()) = Some(reference);
         }

@@ -4,8 +4,9 @@
 //! is hashed as soon as it is complete: closed after writing (`IN_CLOSE_WRITE`) or renamed into
 //! place (`IN_MOVED_TO`, how `bitexact.dump` and most savers publish a file). A file rewritten
 //! later is hashed again. Files up to [`WATCH_MAX_BYTES`] are read into memory, never mapped
-//! (a mapped file the program truncates would kill bitexact with SIGBUS); larger ones wait for
-//! the end. When the run ends, the outputs are collected as always
+//! (a mapped file the program truncates would kill bitexact with SIGBUS); larger ones are
+//! hashed at the end (in a later run, then only when their bytes differ from run 0's:
+//! [`super::baseline`]). When the run ends, the outputs are collected as always
 //! ([`super::collect`]), but a file whose last hash was taken after its last completion and
 //! whose size and modification time are unchanged is not read again ([`Seen`]); anything the
 //! watcher missed (no event, a queue overflow, a run killed mid-write) is hashed then. So the
@@ -15,19 +16,19 @@
 //! (safetensors, npy, npz, `torch.save`) that run 0 completed exactly once, and left as it
 //! completed it, is compared as soon as this run completes it: when its digests differ, the
 //! run's whole process group is stopped and the run is reported as stopped early, with the
-//! time and the file. Files run 0 wrote several times (checkpoints rewritten each epoch) and
+//! time and the file. A file over [`WATCH_MAX_BYTES`] is compared with run 0's copy byte for
+//! byte (read in blocks): a first difference after equal headers is a tensor that differs
+//! ([`tensor_files::data_start`]), and stops the run too. Files run 0 wrote several times (checkpoints rewritten each epoch) and
 //! plain files (logs that grow by appends) are compared only at the end, as are the outputs
 //! the ignore rules leave out. `--keep-going` turns early stop off. Under `--trace` the tracer
 //! writes each record as it is made, so a stopped run's op trace holds every op it made up to
 //! the stop, and the first diverging op is looked for in what both runs recorded (see
 //! [`crate::trace::ranks::cut_to`]). Capture re-runs are never stopped.
 
+use super::inotify::Inotify;
 use crate::digest::Digest;
 use crate::tensor_files::{self, FileKind, OutputFile, METADATA_PREFIX};
-use anyhow::{anyhow, Result};
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,27 +57,50 @@ impl Seen {
 
 /// Run 0's completed files: the ones it completed exactly once and left so, by name.
 #[derive(Debug, Default)]
-pub struct Reference(HashMap<String, Vec<(String, Digest)>>);
+pub struct Reference {
+    /// Files hashed while run 0 ran: their digests.
+    hashed: HashMap<String, Vec<(String, Digest)>>,
+    /// Files over [`WATCH_MAX_BYTES`] (not hashed during the run): where run 0's copy lies,
+    /// to compare bytes with ([`large_differs`]).
+    large: HashMap<String, PathBuf>,
+}
 
 impl Reference {
-    /// The reference a finished run 0 gives: its files completed once, still as hashed under
-    /// `out`, that are tensor files; their outputs the `ignore` rules leave out are dropped.
-    pub fn new(seen: &[Seen], out: &Path, ignore: &super::ignore::Ignore) -> Reference {
+    /// The reference a finished run 0 gives: its tensor files completed once, still as they
+    /// were when completed under `out` (whose files then move to `moved_to`); the outputs the
+    /// `ignore` rules leave out are dropped (and large files are compared only without rules,
+    /// since their bytes are compared whole).
+    pub fn new(
+        w: &Watched,
+        out: &Path,
+        moved_to: &Path,
+        ignore: &super::ignore::Ignore,
+    ) -> Reference {
         let mut count: HashMap<&str, usize> = HashMap::new();
-        for s in seen {
+        for s in w.seen.iter().chain(&w.large) {
             *count.entry(&s.name).or_default() += 1;
         }
-        let once = seen.iter().filter(|s| {
+        let once = |s: &&Seen| {
             count[s.name.as_str()] == 1
                 && FileKind::of(&s.name) != FileKind::Raw
                 && unchanged(s, &out.join(&s.name))
-        });
-        let kept = once.map(|s| {
+        };
+        let hashed = w.seen.iter().filter(once).map(|s| {
             let mut digests = s.digests.clone();
             ignore.filter(&mut digests);
             (s.name.clone(), digests)
         });
-        Reference(kept.collect())
+        let large = w
+            .large
+            .iter()
+            .filter(once)
+            .filter(|_| !ignore.filters_outputs());
+        Reference {
+            hashed: hashed.collect(),
+            large: large
+                .map(|s| (s.name.clone(), moved_to.join(&s.name)))
+                .collect(),
+        }
     }
 }
 
@@ -100,6 +124,8 @@ pub struct Stopped {
 pub struct Watched {
     /// Every hash it took, in completion order.
     pub seen: Vec<Seen>,
+    /// Completions of files over [`WATCH_MAX_BYTES`], not hashed (no digests).
+    pub large: Vec<Seen>,
     /// Set when it stopped the run.
     pub stopped: Option<Stopped>,
 }
@@ -183,6 +209,20 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
         let last = done.load(Ordering::SeqCst);
         let names = ino.read(if last { 0 } else { 20 });
         for name in names {
+            if let Some(done) = large(out, &name) {
+                let theirs = compare.as_ref().and_then(|c| c.reference.large.get(&name));
+                if let (Some(c), Some(theirs), None) = (&compare, theirs, &w.stopped) {
+                    if large_differs(out, &done, theirs) {
+                        c.stop.store(true, Ordering::SeqCst);
+                        w.stopped = Some(Stopped {
+                            at: t0.elapsed().as_secs_f64(),
+                            name: name.clone(),
+                        });
+                    }
+                }
+                w.large.push(done);
+                continue;
+            }
             let Some(seen) = hash(out, &name) else {
                 continue;
             };
@@ -205,7 +245,7 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
 
 /// Whether `seen` differs from run 0's file of that name (see the module docs).
 fn differs(c: &Compare, seen: &Seen) -> bool {
-    let Some(theirs) = c.reference.0.get(&seen.name) else {
+    let Some(theirs) = c.reference.hashed.get(&seen.name) else {
         return false;
     };
     let mut ours = seen.digests.clone();
@@ -253,124 +293,45 @@ fn hash(out: &Path, name: &str) -> Option<Seen> {
     })
 }
 
+/// The completion of `name` under `out` when it is a regular file over [`WATCH_MAX_BYTES`]
+/// (its size and time; no digests).
+fn large(out: &Path, name: &str) -> Option<Seen> {
+    let m = std::fs::symlink_metadata(out.join(name)).ok()?;
+    (m.is_file() && m.len() > WATCH_MAX_BYTES).then(|| Seen {
+        name: name.to_string(),
+        digests: Vec::new(),
+        len: m.len(),
+        modified: m.modified().ok(),
+    })
+}
+
+/// Whether this run's large completed file `done` differs from run 0's copy `theirs` in its
+/// tensor data: the bytes are compared (read, never mapped), and a first difference after
+/// headers that are byte for byte equal is a tensor whose values differ. Anything less sure
+/// (headers or lengths that differ, a zip-based format, a file changed while it was read) is
+/// left to the comparison of digests at the end.
+fn large_differs(out: &Path, done: &Seen, theirs: &Path) -> bool {
+    let path = out.join(&done.name);
+    let Ok(Some(at)) = tensor_files::first_difference(&path, theirs) else {
+        return false;
+    };
+    let mut head = [0u8; 12];
+    let read = std::fs::File::open(theirs).and_then(|f| {
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut head, 0)?;
+        f.metadata()
+    });
+    let Ok(meta) = read else {
+        return false;
+    };
+    let start = tensor_files::data_start(FileKind::of(&done.name), &head);
+    meta.len() == done.len && start.is_some_and(|s| at >= s) && unchanged(done, &path)
+}
+
 /// Largest file hashed while the program runs (it is read into memory, so this bounds what the
 /// watcher adds to bitexact's resident set); larger ones are hashed when the run ends, from
 /// the mapped file in windows dropped behind the cursor, and are not compared early.
 pub const WATCH_MAX_BYTES: u64 = 64 << 20;
-
-/// An inotify instance watching a directory tree: each watch knows its directory's name under
-/// the root.
-struct Inotify {
-    fd: libc::c_int,
-    /// An eventfd whose readiness ends a wait early (-1: none; owned by [`Wake`]).
-    wake: libc::c_int,
-    dirs: HashMap<libc::c_int, String>,
-    root: PathBuf,
-}
-
-impl Inotify {
-    fn new() -> Result<Inotify> {
-        // SAFETY: plain syscall with flags.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(anyhow!("inotify: {}", std::io::Error::last_os_error()));
-        }
-        Ok(Inotify {
-            fd,
-            wake: -1,
-            dirs: HashMap::new(),
-            root: PathBuf::new(),
-        })
-    }
-
-    /// Watches directory `path`, named `prefix` under the root (`""` for the root itself).
-    fn add(&mut self, path: &Path, prefix: String) -> Result<()> {
-        let c = CString::new(path.as_os_str().as_bytes())?;
-        let mask = libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_CREATE | libc::IN_ONLYDIR;
-        // SAFETY: a valid fd and a NUL-terminated path.
-        let wd = unsafe { libc::inotify_add_watch(self.fd, c.as_ptr(), mask) };
-        if wd < 0 {
-            return Err(anyhow!("inotify: {}", std::io::Error::last_os_error()));
-        }
-        if prefix.is_empty() {
-            self.root = path.to_path_buf();
-        }
-        self.dirs.insert(wd, prefix);
-        Ok(())
-    }
-
-    /// Waits up to `ms` for events and returns the names (under the root) of the files
-    /// completed; new subdirectories are watched, with the files already in them.
-    fn read(&mut self, ms: i32) -> Vec<String> {
-        let fd = |fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let mut pfd = [fd(self.fd), fd(self.wake)];
-        // SAFETY: two pollfds in a live array (a negative fd is ignored by poll).
-        if unsafe { libc::poll(pfd.as_mut_ptr(), 2, ms) } <= 0 || pfd[0].revents == 0 {
-            return Vec::new();
-        }
-        let mut names = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            // SAFETY: reads into our buffer, at most its length.
-            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
-            }
-            let mut at = 0usize;
-            let head = std::mem::size_of::<libc::inotify_event>();
-            while at + head <= n as usize {
-                // SAFETY: the kernel wrote a whole event here; read unaligned.
-                let ev: libc::inotify_event =
-                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
-                let raw = &buf[at + head..at + head + ev.len as usize];
-                let base = String::from_utf8_lossy(raw.split(|&b| b == 0).next().unwrap_or(&[]))
-                    .into_owned();
-                at += head + ev.len as usize;
-                let Some(prefix) = self.dirs.get(&ev.wd).cloned() else {
-                    continue;
-                };
-                let name = format!("{prefix}{base}");
-                if ev.mask & libc::IN_ISDIR != 0 {
-                    if ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
-                        names.extend(self.watch_new(&name));
-                    }
-                } else if ev.mask & (libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO) != 0 {
-                    names.push(name);
-                }
-            }
-        }
-        names
-    }
-
-    /// Watches the new directory `name` and lists the files already in it.
-    fn watch_new(&mut self, name: &str) -> Vec<String> {
-        let path = self.root.join(name);
-        if self.add(&path, format!("{name}/")).is_err() {
-            return Vec::new();
-        }
-        let mut found = Vec::new();
-        for e in std::fs::read_dir(&path).into_iter().flatten().flatten() {
-            let n = format!("{name}/{}", e.file_name().to_string_lossy());
-            match e.file_type() {
-                Ok(t) if t.is_dir() => found.extend(self.watch_new(&n)),
-                Ok(t) if t.is_file() => found.push(n),
-                _ => {}
-            }
-        }
-        found
-    }
-}
-
-impl Drop for Inotify {
-    fn drop(&mut self) {
-        // SAFETY: our own fd, closed once.
-        unsafe { libc::close(self.fd) };
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -430,8 +391,12 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         std::fs::write(dir.path().join("changed.npy"), npy(4)).unwrap();
         let all = [vec![once, log, changed], twice.to_vec()].concat();
-        let r = Reference::new(&all, dir.path(), &Default::default());
-        let names: Vec<&String> = r.0.keys().collect();
+        let w = Watched {
+            seen: all,
+            ..Watched::default()
+        };
+        let r = Reference::new(&w, dir.path(), dir.path(), &Default::default());
+        let names: Vec<&String> = r.hashed.keys().collect();
         assert_eq!(
             names,
             vec!["once.npy"],

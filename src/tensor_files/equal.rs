@@ -4,7 +4,7 @@
 //! at memory speed, about 4× faster here than hashing one of them; the mapped windows are
 //! dropped behind the cursor, as when hashing, so resident memory stays bounded.
 
-use super::{release, Mapped};
+use super::{release, FileKind, Mapped};
 use crate::digest::WINDOW_BYTES;
 use anyhow::{anyhow, Result};
 use rayon::prelude::*;
@@ -32,6 +32,55 @@ pub fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// The first offset at which the files at `a` and `b` differ (the shorter length when one is a
+/// prefix of the other), `None` when they are equal. Read with `pread` in blocks, never mapped:
+/// `a` may belong to a program that is still running and could truncate it.
+pub fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    let open = |p: &Path| std::fs::File::open(p).map_err(|e| anyhow!("{}: {e}", p.display()));
+    let (fa, fb) = (open(a)?, open(b)?);
+    let (mut x, mut y) = (vec![0u8; BLOCK_BYTES], vec![0u8; BLOCK_BYTES]);
+    let mut at = 0u64;
+    loop {
+        let n = fa.read_at(&mut x, at)?;
+        let m = fb.read_at(&mut y, at)?;
+        if let Some(i) = x[..n.min(m)]
+            .iter()
+            .zip(&y[..m.min(n)])
+            .position(|(p, q)| p != q)
+        {
+            return Ok(Some(at + i as u64));
+        }
+        if n != m {
+            return Ok(Some(at + n.min(m) as u64));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        at += n as u64;
+    }
+}
+
+/// Where the tensor data of a file of `kind` begins, from its first 12 bytes `head`: every
+/// byte after it belongs to exactly one tensor (safetensors' data offsets cover the data
+/// without gaps; an `.npy` holds one array), so two such files equal up to there differ after
+/// it only where a tensor's values differ. `None` for npz and `torch.save` files (zip
+/// archives, where bytes may differ with equal tensors) and unreadable heads.
+pub fn data_start(kind: FileKind, head: &[u8]) -> Option<u64> {
+    match kind {
+        FileKind::Safetensors => {
+            let n = u64::from_le_bytes(head.get(..8)?.try_into().ok()?);
+            n.checked_add(8)
+        }
+        FileKind::Npy => {
+            let (start, len) = super::npy::prefix(head).ok()?;
+            Some((start + len) as u64)
+        }
+        FileKind::Raw => Some(0),
+        FileKind::Npz | FileKind::Torch => None,
+    }
 }
 
 fn map_path(path: &Path) -> Result<Mapped> {
@@ -70,6 +119,36 @@ mod tests {
         std::fs::write(d.path().join("a"), b"x").unwrap();
         let e = same_bytes(&d.path().join("a"), &d.path().join("gone")).unwrap_err();
         assert!(format!("{e}").contains("gone"), "{e}");
+    }
+
+    #[test]
+    fn the_first_difference_is_found_by_offset() {
+        let a = vec![1u8; 3 * BLOCK_BYTES + 10];
+        let d = tempfile::tempdir().unwrap();
+        let (pa, pb) = (d.path().join("a"), d.path().join("b"));
+        std::fs::write(&pa, &a).unwrap();
+        std::fs::write(&pb, &a).unwrap();
+        assert_eq!(first_difference(&pa, &pb).unwrap(), None);
+        let mut b = a.clone();
+        b[2 * BLOCK_BYTES + 3] = 0;
+        std::fs::write(&pb, &b).unwrap();
+        assert_eq!(
+            first_difference(&pa, &pb).unwrap(),
+            Some(2 * BLOCK_BYTES as u64 + 3)
+        );
+        std::fs::write(&pb, &a[..100]).unwrap();
+        assert_eq!(first_difference(&pa, &pb).unwrap(), Some(100));
+    }
+
+    #[test]
+    fn data_starts_after_the_header() {
+        let mut st = 24u64.to_le_bytes().to_vec();
+        st.extend_from_slice(b"{}      ");
+        assert_eq!(data_start(FileKind::Safetensors, &st), Some(32));
+        let npy = b"\x93NUMPY\x01\x00\x76\x00";
+        assert_eq!(data_start(FileKind::Npy, npy), Some(128));
+        assert_eq!(data_start(FileKind::Torch, &st), None);
+        assert_eq!(data_start(FileKind::Safetensors, b"short"), None);
     }
 
     proptest! {

@@ -36,7 +36,7 @@ mod scan;
 mod st;
 mod torch;
 
-pub use equal::same_bytes;
+pub use equal::{data_start, first_difference, same_bytes};
 pub use load::{load, load_value};
 pub use natural::natural_cmp;
 
