@@ -209,10 +209,12 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
         let last = done.load(Ordering::SeqCst);
         let names = ino.read(if last { 0 } else { 20 });
         for name in names {
-            if let Some(done) = large(out, &name) {
+            if let Some(completed) = large(out, &name) {
                 let theirs = compare.as_ref().and_then(|c| c.reference.large.get(&name));
                 if let (Some(c), Some(theirs), None) = (&compare, theirs, &w.stopped) {
-                    if large_differs(out, &done, theirs) {
+                    // Cut short when the run ends: collecting compares it faster (every core).
+                    let go_on = || !done.load(Ordering::SeqCst);
+                    if large_differs(out, &completed, theirs, &go_on) {
                         c.stop.store(true, Ordering::SeqCst);
                         w.stopped = Some(Stopped {
                             at: t0.elapsed().as_secs_f64(),
@@ -220,7 +222,7 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
                         });
                     }
                 }
-                w.large.push(done);
+                w.large.push(completed);
                 continue;
             }
             let Some(seen) = hash(out, &name) else {
@@ -310,9 +312,9 @@ fn large(out: &Path, name: &str) -> Option<Seen> {
 /// headers that are byte for byte equal is a tensor whose values differ. Anything less sure
 /// (headers or lengths that differ, a zip-based format, a file changed while it was read) is
 /// left to the comparison of digests at the end.
-fn large_differs(out: &Path, done: &Seen, theirs: &Path) -> bool {
+fn large_differs(out: &Path, done: &Seen, theirs: &Path, go_on: &dyn Fn() -> bool) -> bool {
     let path = out.join(&done.name);
-    let Ok(Some(at)) = tensor_files::first_difference(&path, theirs) else {
+    let Ok(Some(at)) = tensor_files::first_difference(&path, theirs, go_on) else {
         return false;
     };
     let mut head = [0u8; 12];

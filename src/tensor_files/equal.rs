@@ -36,14 +36,18 @@ pub fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
 
 /// The first offset at which the files at `a` and `b` differ (the shorter length when one is a
 /// prefix of the other), `None` when they are equal. Read with `pread` in blocks, never mapped:
-/// `a` may belong to a program that is still running and could truncate it.
-pub fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>> {
+/// `a` may belong to a program that is still running and could truncate it. `go_on` is asked
+/// before each block; when it says no, the comparison stops with an error.
+pub fn first_difference(a: &Path, b: &Path, go_on: &dyn Fn() -> bool) -> Result<Option<u64>> {
     use std::os::unix::fs::FileExt;
     let open = |p: &Path| std::fs::File::open(p).map_err(|e| anyhow!("{}: {e}", p.display()));
     let (fa, fb) = (open(a)?, open(b)?);
     let (mut x, mut y) = (vec![0u8; BLOCK_BYTES], vec![0u8; BLOCK_BYTES]);
     let mut at = 0u64;
     loop {
+        if !go_on() {
+            anyhow::bail!("comparison of {} cancelled", a.display());
+        }
         let n = fa.read_at(&mut x, at)?;
         let m = fb.read_at(&mut y, at)?;
         if let Some(i) = x[..n.min(m)]
@@ -128,16 +132,16 @@ mod tests {
         let (pa, pb) = (d.path().join("a"), d.path().join("b"));
         std::fs::write(&pa, &a).unwrap();
         std::fs::write(&pb, &a).unwrap();
-        assert_eq!(first_difference(&pa, &pb).unwrap(), None);
+        assert_eq!(first_difference(&pa, &pb, &|| true).unwrap(), None);
         let mut b = a.clone();
         b[2 * BLOCK_BYTES + 3] = 0;
         std::fs::write(&pb, &b).unwrap();
         assert_eq!(
-            first_difference(&pa, &pb).unwrap(),
+            first_difference(&pa, &pb, &|| true).unwrap(),
             Some(2 * BLOCK_BYTES as u64 + 3)
         );
         std::fs::write(&pb, &a[..100]).unwrap();
-        assert_eq!(first_difference(&pa, &pb).unwrap(), Some(100));
+        assert_eq!(first_difference(&pa, &pb, &|| true).unwrap(), Some(100));
     }
 
     #[test]
