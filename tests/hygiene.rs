@@ -257,7 +257,14 @@ fn sigkill_of_the_parent_kills_its_direct_children() {
 #[test]
 fn sigkill_of_the_parent_leaves_only_grandchildren_of_run_programs() {
     let mark = marker("kill-run");
-    let child = start(&mark, &["run", "--", "sh", "-c", "sleep 100 & sleep 100"]);
+    // SIGKILL skips every cleanup: bitexact's run directory stays, so it goes in a TMPDIR of
+    // the test's own (it used to pile up in /tmp, one per test run).
+    let tmp = tempfile::tempdir().unwrap();
+    let child = start_in(
+        &mark,
+        &["run", "--", "sh", "-c", "sleep 100 & sleep 100"],
+        Some(tmp.path()),
+    );
     let t0 = Instant::now();
     let direct = loop {
         let me = child.id().to_string();
