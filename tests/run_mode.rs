@@ -420,3 +420,33 @@ fn descendants_that_leave_the_group_are_killed_and_do_not_hang_the_run() {
     let left = processes_named(&marker);
     assert_eq!(left, 0, "an escaped descendant survived");
 }
+
+#[test]
+fn every_run_directory_is_gone_when_bitexact_exits() {
+    // Runs' directories are removed in the background as the harness lets go of them; all of
+    // them, and the root, are gone by the time bitexact exits: deterministic, differing (runs
+    // kept for explanation), and with a blame pass.
+    let tmp = tempfile::tempdir().unwrap();
+    let same = "head -c 3000000 /dev/zero > \"$BITEXACT_OUT/a.bin\"";
+    let differ = format!("{same}; echo $BITEXACT_RUN > \"$BITEXACT_OUT/run.txt\"");
+    for (args, write, code) in [
+        (vec!["--runs", "3"], same, 0),
+        (
+            vec!["--runs", "3", "--vary", "hashseed"],
+            differ.as_str(),
+            1,
+        ),
+    ] {
+        let mut all = vec!["run"];
+        all.extend(args);
+        all.extend(["--", "sh", "-c", write]);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_bitexact"))
+            .args(&all)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{}", stdout(&o));
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    }
+}

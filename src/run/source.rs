@@ -4,7 +4,7 @@
 //! until the harness drops them (then removed, unless `--keep`).
 
 use super::baseline::{Baseline, Publisher};
-use super::files::{RunFiles, Scratch};
+use super::files::{Remover, RunFiles, Scratch};
 use super::info::{own_peak_rss, program_info, unread_controls};
 use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
@@ -60,6 +60,15 @@ pub struct ProgramSource<'a> {
     reference: std::sync::Mutex<Option<Arc<watch::Reference>>>,
     /// Run 0's collected files: a later run's file with the same bytes takes its digests.
     baseline: std::sync::Mutex<Option<Arc<Baseline>>>,
+    /// Removes the runs' directories the harness is done with, in the background.
+    remover: Arc<Remover>,
+}
+
+impl Drop for ProgramSource<'_> {
+    fn drop(&mut self) {
+        // Every run directory is gone before the root goes (its field is dropped after this).
+        self.remover.finish();
+    }
 }
 
 impl<'a> ProgramSource<'a> {
@@ -85,6 +94,7 @@ impl<'a> ProgramSource<'a> {
             capture: std::sync::Mutex::new(None),
             reference: std::sync::Mutex::new(None),
             baseline: std::sync::Mutex::new(None),
+            remover: Arc::new(Remover::new()),
         })
     }
 
@@ -270,6 +280,7 @@ impl RunSource for ProgramSource<'_> {
         let hashed = watched.last();
         let partial = ended.stopped;
         let baseline = baseline.filter(|_| publisher.is_none());
+        let remover = self.remover.clone();
         let handle = std::thread::spawn(move || {
             let unreadable =
                 |e: anyhow::Error| Failure::from_error(FailureKind::UnreadableOutput, &e);
@@ -312,7 +323,8 @@ impl RunSource for ProgramSource<'_> {
             Ok(Collected {
                 digests: c.digests,
                 loader: Box::new(RunFiles {
-                    _owned: owned,
+                    owned,
+                    remover,
                     out: dest,
                     stdout,
                     op_calls: trace.as_ref().map(Vec::len),
