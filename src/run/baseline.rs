@@ -10,6 +10,7 @@
 //! Run 0's collection always publishes, even when it fails (then nothing is reused), so no
 //! later run waits forever.
 
+use super::watch::Seen;
 use crate::digest::Digest;
 use crate::tensor_files::{same_bytes, OutputFile};
 use std::collections::HashMap;
@@ -57,19 +58,47 @@ impl Baseline {
     }
 
     /// Run 0's digests for `file` (a later run's output, finished) when run 0 left a regular
-    /// file of that name with the same bytes, unchanged since it was hashed.
-    pub fn same_as(&self, file: &OutputFile) -> Option<Vec<(String, Digest)>> {
+    /// file of that name with the same bytes, unchanged since it was hashed. `known_equal`:
+    /// the output watcher already found the bytes equal, and the file is as it was then.
+    pub fn same_as(&self, file: &OutputFile, known_equal: bool) -> Option<Vec<(String, Digest)>> {
         // Compared before waiting (the comparison overlaps run 0's hashing); a file that
         // differs is hashed at once.
         let theirs = self.dir.join(&file.name);
         let before = std::fs::symlink_metadata(&theirs).ok()?;
-        if !before.is_file() || before.len() != file.len || !same_bytes(&theirs, &file.path).ok()? {
+        if !before.is_file()
+            || before.len() != file.len
+            || !(known_equal || same_bytes(&theirs, &file.path).ok()?)
+        {
             return None;
         }
         let files = self.wait()?;
         let (f, digests) = files.get(&file.name)?;
         (f.path == theirs && f.len == before.len() && f.modified == before.modified().ok())
             .then(|| digests.clone())
+    }
+}
+
+/// What collecting a run's outputs may take instead of hashing a file again.
+#[derive(Default)]
+pub struct Reuse {
+    /// The output watcher's last hash of each file.
+    pub hashed: HashMap<String, Seen>,
+    /// Large files the watcher found equal to run 0's copy, byte for byte, when completed.
+    pub equal: HashMap<String, Seen>,
+    /// Run 0's files, for a later run.
+    pub baseline: Option<Arc<Baseline>>,
+}
+
+impl Reuse {
+    /// The digests of `file` (as it is now) without hashing it, when they are known: the
+    /// watcher's hash of it unchanged since, else run 0's for the same bytes.
+    pub fn digests(&self, file: &OutputFile) -> Option<Vec<(String, Digest)>> {
+        let current = |s: &&Seen| s.is_current(file.len, file.modified);
+        if let Some(s) = self.hashed.get(&file.name).filter(current) {
+            return Some(s.digests.clone());
+        }
+        let known_equal = self.equal.get(&file.name).filter(current).is_some();
+        self.baseline.as_ref()?.same_as(file, known_equal)
     }
 }
 
@@ -123,10 +152,37 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
             publisher.publish([(theirs, vec![("a.bin".to_string(), Digest([7; 32]))])]);
         });
-        assert_eq!(b.same_as(&same), Some(marker));
+        assert_eq!(b.same_as(&same, false), Some(marker));
         published.join().unwrap();
-        assert_eq!(b.same_as(&other), None, "different bytes are hashed");
-        assert_eq!(b.same_as(&only_here), None, "no such file in run 0");
+        assert_eq!(b.same_as(&other, false), None, "different bytes are hashed");
+        assert_eq!(b.same_as(&only_here, false), None, "no such file in run 0");
+    }
+
+    #[test]
+    fn the_watchers_equality_spares_the_comparison_while_the_file_is_unchanged() {
+        let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (b, publisher) = Baseline::new(run0.path().to_path_buf());
+        // Run 0's bytes differ from this run's: only the watcher's word makes them "equal",
+        // which shows that no comparison was made.
+        let theirs = file(run0.path(), "big.bin", b"AAAA");
+        let digests = vec![("big.bin".to_string(), Digest([9; 32]))];
+        publisher.publish([(theirs, digests.clone())]);
+        let ours = file(later.path(), "big.bin", b"BBBB");
+        let seen = Seen {
+            name: "big.bin".into(),
+            digests: Vec::new(),
+            len: ours.len,
+            modified: ours.modified,
+        };
+        let mut reuse = Reuse {
+            equal: [("big.bin".to_string(), seen.clone())].into(),
+            baseline: Some(b),
+            ..Reuse::default()
+        };
+        assert_eq!(reuse.digests(&ours), Some(digests));
+        // Changed since the watcher compared it: compared again (and found different).
+        reuse.equal.get_mut("big.bin").unwrap().len = 3;
+        assert_eq!(reuse.digests(&ours), None);
     }
 
     #[test]
@@ -136,7 +192,7 @@ mod tests {
         file(run0.path(), "a.bin", b"same");
         let same = file(later.path(), "a.bin", b"same");
         drop(publisher);
-        assert_eq!(b.same_as(&same), None);
+        assert_eq!(b.same_as(&same, false), None);
     }
 
     #[test]
@@ -147,6 +203,6 @@ mod tests {
         publisher.publish([(theirs, vec![("a.bin".to_string(), Digest([7; 32]))])]);
         file(run0.path(), "a.bin", b"new bytes");
         let same = file(later.path(), "a.bin", b"new bytes");
-        assert_eq!(b.same_as(&same), None);
+        assert_eq!(b.same_as(&same, false), None);
     }
 }

@@ -4,14 +4,13 @@
 //! `.bitexact-memory.jsonl`), and loading one output back to explain a difference (the
 //! harness compares and explains: [`crate::harness::diagnose`]).
 
-use super::baseline::Baseline;
-use super::watch::Seen;
+use super::baseline::Reuse;
 use crate::digest::Digest;
 use crate::harness::StepMemory;
 use crate::tensor::Tensor;
 use crate::tensor_files::{self, natural_cmp};
 use anyhow::{anyhow, Result};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 /// The output name standard output is compared under (`--stdout`); no file can have it.
@@ -54,20 +53,13 @@ pub fn collect(
     out: &Path,
     stdout: Option<&Path>,
     traces: bool,
-    hashed: &HashMap<String, Seen>,
-    baseline: Option<&Baseline>,
+    reuse: &Reuse,
 ) -> Result<RunOutputs> {
     // One walk: every file with the time it was written, then its digests: the watcher's when
     // it hashed the file as it is now (same size and time, after its last completion), else
     // run 0's when the file holds the same bytes as run 0's, else hashed now.
     let (files, metadata) = tensor_files::scan_all(out)?;
-    let per_file = tensor_files::digest_files_reusing(&files, |f| {
-        let watched = hashed
-            .get(&f.name)
-            .filter(|s| s.is_current(f.len, f.modified))
-            .map(|s| s.digests.clone());
-        watched.or_else(|| baseline?.same_as(f))
-    })?;
+    let per_file = tensor_files::digest_files_reusing(&files, |f| reuse.digests(f))?;
     let files: Vec<_> = files.into_iter().zip(per_file).collect();
     let mut keyed: Vec<_> = files
         .iter()

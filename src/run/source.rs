@@ -3,7 +3,7 @@
 //! background thread (while the next run executes), filtered by the ignore rules, and kept
 //! until the harness drops them (then removed, unless `--keep`).
 
-use super::baseline::{Baseline, Publisher};
+use super::baseline::{Baseline, Publisher, Reuse};
 use super::files::{Remover, RunFiles, Scratch};
 use super::info::{own_peak_rss, program_info, unread_controls};
 use super::{collect, env_for, spawn, watch, Program};
@@ -277,9 +277,12 @@ impl RunSource for ProgramSource<'_> {
         }
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
-        let hashed = watched.last();
         let partial = ended.stopped;
-        let baseline = baseline.filter(|_| publisher.is_none());
+        let reuse = Reuse {
+            hashed: watched.last(),
+            equal: watched.equal_to_run_0(),
+            baseline: baseline.filter(|_| publisher.is_none()),
+        };
         let remover = self.remover.clone();
         let handle = std::thread::spawn(move || {
             let unreadable =
@@ -296,14 +299,8 @@ impl RunSource for ProgramSource<'_> {
                 }
                 other => other,
             };
-            let mut c = collect::collect(
-                &dest,
-                stdout.as_deref(),
-                trace_ops,
-                &hashed,
-                baseline.as_deref(),
-            )
-            .map_err(unreadable)?;
+            let mut c = collect::collect(&dest, stdout.as_deref(), trace_ops, &reuse)
+                .map_err(unreadable)?;
             if let Some(p) = publisher {
                 p.publish(std::mem::take(&mut c.files));
             }

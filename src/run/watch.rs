@@ -126,6 +126,8 @@ pub struct Watched {
     pub seen: Vec<Seen>,
     /// Completions of files over [`WATCH_MAX_BYTES`], not hashed (no digests).
     pub large: Vec<Seen>,
+    /// Those of them found equal to run 0's copy, byte for byte.
+    pub equal: Vec<Seen>,
     /// Set when it stopped the run.
     pub stopped: Option<Stopped>,
 }
@@ -134,6 +136,15 @@ impl Watched {
     /// The last hash of each file, for [`super::collect`] to reuse when the file is unchanged.
     pub fn last(&self) -> HashMap<String, Seen> {
         self.seen
+            .iter()
+            .map(|s| (s.name.clone(), s.clone()))
+            .collect()
+    }
+
+    /// The large files found equal to run 0's copy, by name (the latest such completion): their
+    /// digests are run 0's while the file is still as it was then ([`super::baseline::Reuse`]).
+    pub fn equal_to_run_0(&self) -> HashMap<String, Seen> {
+        self.equal
             .iter()
             .map(|s| (s.name.clone(), s.clone()))
             .collect()
@@ -214,12 +225,16 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
                 if let (Some(c), Some(theirs), None) = (&compare, theirs, &w.stopped) {
                     // Cut short when the run ends: collecting compares it faster (every core).
                     let go_on = || !done.load(Ordering::SeqCst);
-                    if large_differs(out, &completed, theirs, &go_on) {
-                        c.stop.store(true, Ordering::SeqCst);
-                        w.stopped = Some(Stopped {
-                            at: t0.elapsed().as_secs_f64(),
-                            name: name.clone(),
-                        });
+                    match large_differs(out, &completed, theirs, &go_on) {
+                        Some(true) => {
+                            c.stop.store(true, Ordering::SeqCst);
+                            w.stopped = Some(Stopped {
+                                at: t0.elapsed().as_secs_f64(),
+                                name: name.clone(),
+                            });
+                        }
+                        Some(false) => w.equal.push(completed.clone()),
+                        None => {}
                     }
                 }
                 w.large.push(completed);
@@ -308,14 +323,15 @@ fn large(out: &Path, name: &str) -> Option<Seen> {
 }
 
 /// Whether this run's large completed file `done` differs from run 0's copy `theirs` in its
-/// tensor data: the bytes are compared (read, never mapped), and a first difference after
-/// headers that are byte for byte equal is a tensor whose values differ. Anything less sure
-/// (headers or lengths that differ, a zip-based format, a file changed while it was read) is
-/// left to the comparison of digests at the end.
-fn large_differs(out: &Path, done: &Seen, theirs: &Path, go_on: &dyn Fn() -> bool) -> bool {
+/// tensor data (`Some(true)`), or equals it byte for byte (`Some(false)`): the bytes are
+/// compared (read, never mapped), and a first difference after headers that are byte for
+/// byte equal is a tensor whose values differ. Anything less sure (`None`: headers or lengths
+/// that differ, a zip-based format, a file changed while it was read, the run over first) is
+/// left to the end.
+fn large_differs(out: &Path, done: &Seen, theirs: &Path, go_on: &dyn Fn() -> bool) -> Option<bool> {
     let path = out.join(&done.name);
-    let Ok(Some(at)) = tensor_files::first_difference(&path, theirs, go_on) else {
-        return false;
+    let Some(at) = tensor_files::first_difference(&path, theirs, go_on).ok()? else {
+        return unchanged(done, &path).then_some(false);
     };
     let mut head = [0u8; 12];
     let read = std::fs::File::open(theirs).and_then(|f| {
@@ -323,11 +339,10 @@ fn large_differs(out: &Path, done: &Seen, theirs: &Path, go_on: &dyn Fn() -> boo
         f.read_exact_at(&mut head, 0)?;
         f.metadata()
     });
-    let Ok(meta) = read else {
-        return false;
-    };
+    let meta = read.ok()?;
     let start = tensor_files::data_start(FileKind::of(&done.name), &head);
-    meta.len() == done.len && start.is_some_and(|s| at >= s) && unchanged(done, &path)
+    (meta.len() == done.len && start.is_some_and(|s| at >= s) && unchanged(done, &path))
+        .then_some(true)
 }
 
 /// Largest file hashed while the program runs (it is read into memory, so this bounds what the
