@@ -175,6 +175,13 @@ fn a_traced_run_is_stopped_early_and_still_names_the_op() {
     assert!(first.contains("aten::randn"), "{first}");
     assert!(first.contains("inputs identical"), "{first}");
     assert!(!first.contains("control flow"), "{first}");
+    let ops = case["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["tensor"] == "<ops>");
+    let note = ops.and_then(|d| d["note"].as_str()).unwrap_or_default();
+    assert!(note.contains("op calls (stopped early)"), "{case:#}");
 }
 
 /// Writes four 80 MiB safetensors step files (over the 64 MiB the watcher hashes during a run)

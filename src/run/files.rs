@@ -56,6 +56,8 @@ pub(super) struct RunFiles {
     pub(super) stdout: Option<PathBuf>,
     /// How many op calls the run's trace holds (`--trace ops`).
     pub(super) op_calls: Option<usize>,
+    /// Whether the run was stopped early (its trace ends there).
+    pub(super) stopped_early: bool,
 }
 
 impl Drop for RunFiles {
@@ -88,7 +90,10 @@ impl Loader for RunFiles {
 
     fn value(&self, name: &str) -> Option<String> {
         if name == crate::trace::program::OPS_NAME {
-            return self.op_calls.map(|n| format!("{n} op calls"));
+            return self.op_calls.map(|n| match self.stopped_early {
+                true => format!("{n} op calls (stopped early)"),
+                false => format!("{n} op calls"),
+            });
         }
         collect::load_value(&self.out, name).ok().flatten()
     }

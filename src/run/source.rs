@@ -325,6 +325,7 @@ impl RunSource for ProgramSource<'_> {
                     out: dest,
                     stdout,
                     op_calls: trace.as_ref().map(Vec::len),
+                    stopped_early: partial,
                 }),
                 trace,
                 steps: c.steps,
