@@ -89,3 +89,54 @@ fn explaining_a_large_difference_streams_both_runs() {
     let rss = case["program"]["harness_peak_rss_bytes"].as_u64().unwrap();
     assert!(rss < 200 << 20, "bitexact's peak RSS {} MiB", rss >> 20);
 }
+
+/// `bitexact run --runs 2` on a program that hard-links `n` copies of one `mb` MiB sparse file
+/// into `$BITEXACT_OUT` (at once: the run ends long before run 0's outputs are hashed).
+fn linked(n: usize, mb: usize) -> (Option<i32>, serde_json::Value, std::time::Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    std::fs::File::create(&src)
+        .unwrap()
+        .set_len((mb as u64) << 20)
+        .unwrap();
+    let script = format!(
+        "for i in $(seq {n}); do ln {} \"$BITEXACT_OUT/f$i.bin\"; done",
+        src.display()
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_bitexact"))
+        .args(["run", "--format", "json", "--", "sh", "-c", &script])
+        .env("TMPDIR", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            panic!("bitexact hung (killed after 120 s)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    (o.status.code(), common::json(&o), t0.elapsed())
+}
+
+#[test]
+fn outputs_equal_to_run_0s_are_compared_within_the_bound_and_never_hang() {
+    // Run 1 ends at once; its collection compares its files with run 0's while run 0's are
+    // still being hashed, then waits for run 0's digests. That wait once ran on the thread
+    // pool run 0's hashing needed (a deadlock in 4 of 6 tries with two 300 MiB files), and
+    // the comparison kept 2 × 64 MiB per thread resident (262 MiB here for eight 66 MiB
+    // files, over the bound of 1.5 × 66 MiB + 100 MB).
+    for _ in 0..3 {
+        let (code, j, _) = linked(2, 300);
+        assert_eq!(code, Some(0), "{j}");
+    }
+    let (code, j, _) = linked(8, 66);
+    assert_eq!(code, Some(0), "{j}");
+    let rss = j["cases"][0]["program"]["harness_peak_rss_bytes"]
+        .as_u64()
+        .expect("peak RSS");
+    let bound = (1.5 * (66u64 << 20) as f64) as u64 + 100_000_000;
+    assert!(rss < bound, "bitexact's peak RSS {} MiB", rss >> 20);
+}

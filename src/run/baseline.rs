@@ -10,9 +10,11 @@
 //! Run 0's collection always publishes, even when it fails (then nothing is reused), so no
 //! later run waits forever.
 
+use super::large::{regular_inside, Stamp};
 use super::watch::Seen;
 use crate::digest::Digest;
 use crate::tensor_files::{same_bytes, OutputFile};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -57,26 +59,31 @@ impl Baseline {
         }
     }
 
-    /// Run 0's digests for `file` (a later run's output, finished) when run 0 left a regular
-    /// file of that name with the same bytes, unchanged since it was hashed. `known_equal`:
-    /// the output watcher already found the bytes equal, and the file is as it was then.
-    pub fn same_as(&self, file: &OutputFile, known_equal: bool) -> Option<Vec<(String, Digest)>> {
-        // Compared before waiting (the comparison overlaps run 0's hashing); a file that
-        // differs is hashed at once.
+    /// Whether run 0 left a regular file of `file`'s name (a later run's output, finished)
+    /// with the same bytes (compared unless `known_equal`: the output watcher found them
+    /// equal, and the file is as it was then); if so, its size and time now, for
+    /// [`Baseline::published`] to check against what run 0 hashed.
+    fn equal(&self, file: &OutputFile, known_equal: bool) -> Option<Stamp> {
         let theirs = self.dir.join(&file.name);
-        let before = std::fs::symlink_metadata(&theirs).ok()?;
-        if !before.is_file()
-            || before.len() != file.len
-            || !(known_equal || same_bytes(&theirs, &file.path).ok()?)
-        {
+        let now = regular_inside(&self.dir, &file.name)?;
+        if now.len() != file.len || !(known_equal || same_bytes(&theirs, &file.path).ok()?) {
             return None;
         }
+        Some((now.len(), now.modified().ok()))
+    }
+
+    /// Run 0's digests of its file `name`, which [`Baseline::equal`] found as `stamp`, when
+    /// run 0 hashed it in that state. Waits until run 0's collection publishes: never call it
+    /// on a rayon worker (run 0's collection needs the pool to get there).
+    fn published(&self, name: &str, stamp: Stamp) -> Option<Vec<(String, Digest)>> {
         let files = self.wait()?;
-        let (f, digests) = files.get(&file.name)?;
-        (f.path == theirs && f.len == before.len() && f.modified == before.modified().ok())
-            .then(|| digests.clone())
+        let (f, digests) = files.get(name)?;
+        (f.path == self.dir.join(name) && (f.len, f.modified) == stamp).then(|| digests.clone())
     }
 }
+
+/// A file's outputs' digests.
+type Digests = Vec<(String, Digest)>;
 
 /// What collecting a run's outputs may take instead of hashing a file again.
 #[derive(Default)]
@@ -90,15 +97,37 @@ pub struct Reuse {
 }
 
 impl Reuse {
-    /// The digests of `file` (as it is now) without hashing it, when they are known: the
-    /// watcher's hash of it unchanged since, else run 0's for the same bytes.
-    pub fn digests(&self, file: &OutputFile) -> Option<Vec<(String, Digest)>> {
-        let current = |s: &&Seen| s.is_current(file.len, file.modified);
-        if let Some(s) = self.hashed.get(&file.name).filter(current) {
-            return Some(s.digests.clone());
-        }
-        let known_equal = self.equal.get(&file.name).filter(current).is_some();
-        self.baseline.as_ref()?.same_as(file, known_equal)
+    /// The digests of those of `files` (as they are now) that are known without hashing
+    /// them, by name: the watcher's hash of a file unchanged since, else run 0's for the same
+    /// bytes. The byte comparisons run in parallel (rayon); the wait for run 0's digests is
+    /// made after them, on the calling thread: a rayon worker blocked in it could keep run
+    /// 0's collection, which needs the pool, from ever publishing.
+    pub fn known(&self, files: &[OutputFile]) -> HashMap<String, Vec<(String, Digest)>> {
+        let found: Vec<(Option<Digests>, Option<Stamp>)> = files
+            .par_iter()
+            .map(|f| {
+                let current = |s: &&Seen| s.is_current(f.len, f.modified);
+                if let Some(s) = self.hashed.get(&f.name).filter(current) {
+                    return (Some(s.digests.clone()), None);
+                }
+                let known_equal = self.equal.get(&f.name).filter(current).is_some();
+                let stamp = self.baseline.as_ref().and_then(|b| b.equal(f, known_equal));
+                (None, stamp)
+            })
+            .collect();
+        let published = |f: &OutputFile, stamp| self.baseline.as_ref()?.published(&f.name, stamp);
+        files
+            .iter()
+            .zip(found)
+            .filter_map(|(f, found)| {
+                let digests = match found {
+                    (Some(d), _) => Some(d),
+                    (None, Some(stamp)) => published(f, stamp),
+                    (None, None) => None,
+                };
+                Some((f.name.clone(), digests?))
+            })
+            .collect()
     }
 }
 
@@ -132,6 +161,11 @@ impl Drop for Publisher {
 mod tests {
     use super::*;
 
+    /// Run 0's digests for `file` when its bytes equal run 0's (waits for the publication).
+    fn same_as(b: &Baseline, file: &OutputFile) -> Option<Vec<(String, Digest)>> {
+        b.published(&file.name, b.equal(file, false)?)
+    }
+
     fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> OutputFile {
         std::fs::write(dir.join(name), bytes).unwrap();
         OutputFile::new(name, &dir.join(name)).unwrap()
@@ -152,10 +186,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
             publisher.publish([(theirs, vec![("a.bin".to_string(), Digest([7; 32]))])]);
         });
-        assert_eq!(b.same_as(&same, false), Some(marker));
+        assert_eq!(same_as(&b, &same), Some(marker));
         published.join().unwrap();
-        assert_eq!(b.same_as(&other, false), None, "different bytes are hashed");
-        assert_eq!(b.same_as(&only_here, false), None, "no such file in run 0");
+        assert_eq!(same_as(&b, &other), None, "different bytes are hashed");
+        assert_eq!(same_as(&b, &only_here), None, "no such file in run 0");
     }
 
     #[test]
@@ -179,10 +213,11 @@ mod tests {
             baseline: Some(b),
             ..Reuse::default()
         };
-        assert_eq!(reuse.digests(&ours), Some(digests));
+        let known = |r: &Reuse| r.known(std::slice::from_ref(&ours)).remove("big.bin");
+        assert_eq!(known(&reuse), Some(digests));
         // Changed since the watcher compared it: compared again (and found different).
         reuse.equal.get_mut("big.bin").unwrap().len = 3;
-        assert_eq!(reuse.digests(&ours), None);
+        assert_eq!(known(&reuse), None);
     }
 
     #[test]
@@ -192,7 +227,7 @@ mod tests {
         file(run0.path(), "a.bin", b"same");
         let same = file(later.path(), "a.bin", b"same");
         drop(publisher);
-        assert_eq!(b.same_as(&same, false), None);
+        assert_eq!(same_as(&b, &same), None);
     }
 
     #[test]
@@ -203,6 +238,6 @@ mod tests {
         publisher.publish([(theirs, vec![("a.bin".to_string(), Digest([7; 32]))])]);
         file(run0.path(), "a.bin", b"new bytes");
         let same = file(later.path(), "a.bin", b"new bytes");
-        assert_eq!(b.same_as(&same, false), None);
+        assert_eq!(same_as(&b, &same), None);
     }
 }

@@ -59,7 +59,8 @@ pub fn collect(
     // it hashed the file as it is now (same size and time, after its last completion), else
     // run 0's when the file holds the same bytes as run 0's, else hashed now.
     let (files, metadata) = tensor_files::scan_all(out)?;
-    let per_file = tensor_files::digest_files_reusing(&files, |f| reuse.digests(f))?;
+    let known = reuse.known(&files);
+    let per_file = tensor_files::digest_files_reusing(&files, |f| known.get(&f.name).cloned())?;
     let files: Vec<_> = files.into_iter().zip(per_file).collect();
     let mut keyed: Vec<_> = files
         .iter()

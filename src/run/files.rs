@@ -31,9 +31,19 @@ impl Remover {
 
     fn remove(&self, s: Scratch) {
         let mut pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match &mut *pending {
-            Some(threads) => threads.push(std::thread::spawn(move || drop(s))),
-            None => drop(s),
+        let Some(threads) = &mut *pending else {
+            return drop(s);
+        };
+        // Threads that are done are joined here, so only removals still going hold one.
+        for t in std::mem::take(threads) {
+            match t.is_finished() {
+                true => drop(t.join()),
+                false => threads.push(t),
+            }
+        }
+        // When no thread can be made, the closure is dropped, and `s` with it: removed here.
+        if let Ok(t) = std::thread::Builder::new().spawn(move || drop(s)) {
+            threads.push(t);
         }
     }
 

@@ -35,6 +35,7 @@ mod files;
 pub mod ignore;
 mod info;
 mod inotify;
+mod large;
 pub mod project;
 mod source;
 pub mod spawn;

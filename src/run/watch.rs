@@ -26,6 +26,8 @@
 //! [`crate::trace::ranks::cut_to`]). Capture re-runs are never stopped.
 
 use super::inotify::Inotify;
+use super::large;
+pub use super::large::WATCH_MAX_BYTES;
 use crate::digest::Digest;
 use crate::tensor_files::{self, FileKind, OutputFile, METADATA_PREFIX};
 use std::collections::HashMap;
@@ -60,9 +62,11 @@ impl Seen {
 pub struct Reference {
     /// Files hashed while run 0 ran: their digests.
     hashed: HashMap<String, Vec<(String, Digest)>>,
-    /// Files over [`WATCH_MAX_BYTES`] (not hashed during the run): where run 0's copy lies,
-    /// to compare bytes with ([`large_differs`]).
-    large: HashMap<String, PathBuf>,
+    /// Files over [`WATCH_MAX_BYTES`] (not hashed during the run), compared by their bytes
+    /// with run 0's copy under `moved_to` ([`large::differs`]).
+    large: std::collections::HashSet<String>,
+    /// Where run 0's outputs lie.
+    moved_to: PathBuf,
 }
 
 impl Reference {
@@ -97,9 +101,8 @@ impl Reference {
             .filter(|_| !ignore.filters_outputs());
         Reference {
             hashed: hashed.collect(),
-            large: large
-                .map(|s| (s.name.clone(), moved_to.join(&s.name)))
-                .collect(),
+            large: large.map(|s| s.name.clone()).collect(),
+            moved_to: moved_to.to_path_buf(),
         }
     }
 }
@@ -126,8 +129,8 @@ pub struct Watched {
     pub seen: Vec<Seen>,
     /// Completions of files over [`WATCH_MAX_BYTES`], not hashed (no digests).
     pub large: Vec<Seen>,
-    /// Those of them found equal to run 0's copy, byte for byte.
-    pub equal: Vec<Seen>,
+    /// Which of them (indices into `large`) were found equal to run 0's copy, byte for byte.
+    pub equal: Vec<usize>,
     /// Set when it stopped the run.
     pub stopped: Option<Stopped>,
 }
@@ -141,12 +144,21 @@ impl Watched {
             .collect()
     }
 
-    /// The large files found equal to run 0's copy, by name (the latest such completion): their
+    /// The large files whose last completion was found equal to run 0's copy, by name: their
     /// digests are run 0's while the file is still as it was then ([`super::baseline::Reuse`]).
+    /// An earlier equal completion counts for nothing (the file may have been patched in place
+    /// within the same tick of the clock, with the same size and time).
     pub fn equal_to_run_0(&self) -> HashMap<String, Seen> {
+        let last: HashMap<&str, usize> = self
+            .large
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
         self.equal
             .iter()
-            .map(|s| (s.name.clone(), s.clone()))
+            .filter(|&&i| last.get(self.large[i].name.as_str()) == Some(&i))
+            .map(|&i| (self.large[i].name.clone(), self.large[i].clone()))
             .collect()
     }
 }
@@ -156,7 +168,7 @@ pub struct Watcher {
     done: Arc<AtomicBool>,
     /// Written by [`Watcher::finish`] to wake the thread from its wait at once.
     wake: Arc<Wake>,
-    thread: std::thread::JoinHandle<Watched>,
+    thread: Option<std::thread::JoinHandle<Watched>>,
 }
 
 /// An eventfd the watcher waits on beside inotify.
@@ -198,17 +210,38 @@ pub fn start(out: &Path, compare: Option<Compare>) -> Option<Watcher> {
         let _keep = keep;
         watch(inotify, &out, compare, &flag)
     });
-    Some(Watcher { done, wake, thread })
+    Some(Watcher {
+        done,
+        wake,
+        thread: Some(thread),
+    })
 }
 
 impl Watcher {
     /// Reads the last events (the run is over) and returns what was seen.
-    pub fn finish(self) -> Watched {
+    pub fn finish(mut self) -> Watched {
+        self.stop();
+        let thread = self.thread.take();
+        thread
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Tells the thread the run is over, and wakes it.
+    fn stop(&self) {
         self.done.store(true, Ordering::SeqCst);
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to our eventfd.
         unsafe { libc::write(self.wake.0, one.as_ptr().cast(), one.len()) };
-        self.thread.join().unwrap_or_default()
+    }
+}
+
+impl Drop for Watcher {
+    /// Not finished (bitexact is unwinding): the thread is told to end, not waited for.
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop();
+        }
     }
 }
 
@@ -220,12 +253,21 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
         let last = done.load(Ordering::SeqCst);
         let names = ino.read(if last { 0 } else { 20 });
         for name in names {
-            if let Some(completed) = large(out, &name) {
-                let theirs = compare.as_ref().and_then(|c| c.reference.large.get(&name));
+            if let Some((len, modified)) = large::completed(out, &name) {
+                let completed = Seen {
+                    name: name.clone(),
+                    digests: Vec::new(),
+                    len,
+                    modified,
+                };
+                let theirs = compare
+                    .as_ref()
+                    .filter(|c| c.reference.large.contains(&name));
                 if let (Some(c), Some(theirs), None) = (&compare, theirs, &w.stopped) {
                     // Cut short when the run ends: collecting compares it faster (every core).
                     let go_on = || !done.load(Ordering::SeqCst);
-                    match large_differs(out, &completed, theirs, &go_on) {
+                    let theirs = &theirs.reference.moved_to;
+                    match large::differs(out, &name, (len, modified), theirs, &go_on) {
                         Some(true) => {
                             c.stop.store(true, Ordering::SeqCst);
                             w.stopped = Some(Stopped {
@@ -233,7 +275,7 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
                                 name: name.clone(),
                             });
                         }
-                        Some(false) => w.equal.push(completed.clone()),
+                        Some(false) => w.equal.push(w.large.len()),
                         None => {}
                     }
                 }
@@ -309,46 +351,6 @@ fn hash(out: &Path, name: &str) -> Option<Seen> {
         modified: before.1,
     })
 }
-
-/// The completion of `name` under `out` when it is a regular file over [`WATCH_MAX_BYTES`]
-/// (its size and time; no digests).
-fn large(out: &Path, name: &str) -> Option<Seen> {
-    let m = std::fs::symlink_metadata(out.join(name)).ok()?;
-    (m.is_file() && m.len() > WATCH_MAX_BYTES).then(|| Seen {
-        name: name.to_string(),
-        digests: Vec::new(),
-        len: m.len(),
-        modified: m.modified().ok(),
-    })
-}
-
-/// Whether this run's large completed file `done` differs from run 0's copy `theirs` in its
-/// tensor data (`Some(true)`), or equals it byte for byte (`Some(false)`): the bytes are
-/// compared (read, never mapped), and a first difference after headers that are byte for
-/// byte equal is a tensor whose values differ. Anything less sure (`None`: headers or lengths
-/// that differ, a zip-based format, a file changed while it was read, the run over first) is
-/// left to the end.
-fn large_differs(out: &Path, done: &Seen, theirs: &Path, go_on: &dyn Fn() -> bool) -> Option<bool> {
-    let path = out.join(&done.name);
-    let Some(at) = tensor_files::first_difference(&path, theirs, go_on).ok()? else {
-        return unchanged(done, &path).then_some(false);
-    };
-    let mut head = [0u8; 12];
-    let read = std::fs::File::open(theirs).and_then(|f| {
-        use std::os::unix::fs::FileExt;
-        f.read_exact_at(&mut head, 0)?;
-        f.metadata()
-    });
-    let meta = read.ok()?;
-    let start = tensor_files::data_start(FileKind::of(&done.name), &head);
-    (meta.len() == done.len && start.is_some_and(|s| at >= s) && unchanged(done, &path))
-        .then_some(true)
-}
-
-/// Largest file hashed while the program runs (it is read into memory, so this bounds what the
-/// watcher adds to bitexact's resident set); larger ones are hashed when the run ends, from
-/// the mapped file in windows dropped behind the cursor, and are not compared early.
-pub const WATCH_MAX_BYTES: u64 = 64 << 20;
 
 #[cfg(test)]
 mod tests {

@@ -25,7 +25,8 @@ pub fn is_collective(op: &str) -> bool {
 /// `a` cut, rank by rank, to as many records as `b` holds of that rank, in `a`'s order: a run
 /// stopped early has streams that end where it was killed, and compared with what run 0
 /// recorded up to the same point, the end of a cut stream is not taken for diverging control
-/// flow (when the recorded parts agree, the differing files are named instead).
+/// flow (when the recorded parts agree, the differing files are named instead). Records keep
+/// their `call`: a divergence found in the cut trace names its record in the whole one.
 pub fn cut_to(a: &[TraceEntry], b: &[TraceEntry]) -> Vec<TraceEntry> {
     let mut left: BTreeMap<u64, usize> = BTreeMap::new();
     for e in b {
