@@ -1,7 +1,7 @@
 //! Whether two finished files hold the same bytes: a later run's output against run 0's, so
 //! that a file equal byte for byte takes run 0's digests instead of being hashed again (equal
 //! bytes always parse to equal tensors, whatever the format). Comparing reads both files once
-//! at memory speed, about 4× faster here than hashing one of them; each compared block's
+//! at memory speed, about 2.5× faster here than hashing one of them; each compared block's
 //! mapped pages are dropped at once, so resident memory stays bounded.
 
 use super::{release, FileKind, Mapped};
