@@ -21,10 +21,15 @@ pub(super) fn completed(out: &Path, name: &str) -> Option<Stamp> {
     (m.len() > WATCH_MAX_BYTES).then(|| (m.len(), m.modified().ok()))
 }
 
-/// Whether the file at `path` is still as `stamp` says.
-fn still(path: &Path, stamp: Stamp) -> bool {
-    std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.is_file() && stamp.1.is_some() && (m.len(), m.modified().ok()) == stamp)
+/// The size and time of the regular file at `path` (a final symlink is not followed).
+pub(super) fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_file().then(|| (m.len(), m.modified().ok()))
+}
+
+/// Whether the file at `path` is still as `stamp` says (a stamp without a time never is).
+pub(super) fn still(path: &Path, stamp: Stamp) -> bool {
+    stamp.1.is_some() && self::stamp(path) == Some(stamp)
 }
 
 /// Whether this run's large completed file `name` (under `out`, completed as `stamp`) differs

@@ -87,7 +87,7 @@ impl Reference {
         let once = |s: &&Seen| {
             count[s.name.as_str()] == 1
                 && FileKind::of(&s.name) != FileKind::Raw
-                && unchanged(s, &out.join(&s.name))
+                && large::still(&out.join(&s.name), (s.len, s.modified))
         };
         let hashed = w.seen.iter().filter(once).map(|s| {
             let mut digests = s.digests.clone();
@@ -105,12 +105,6 @@ impl Reference {
             moved_to: moved_to.to_path_buf(),
         }
     }
-}
-
-/// Whether the file at `path` still has the size and time `s` was hashed with.
-fn unchanged(s: &Seen, path: &Path) -> bool {
-    std::fs::symlink_metadata(path)
-        .is_ok_and(|m| m.is_file() && s.is_current(m.len(), m.modified().ok()))
 }
 
 /// Why a run was stopped early.
@@ -142,6 +136,15 @@ impl Watched {
             .iter()
             .map(|s| (s.name.clone(), s.clone()))
             .collect()
+    }
+
+    /// Stops the run: `name` differs from run 0's (`t0`: when the run started).
+    fn stop(&mut self, c: &Compare, name: &str, t0: Instant) {
+        c.stop.store(true, Ordering::SeqCst);
+        self.stopped = Some(Stopped {
+            at: t0.elapsed().as_secs_f64(),
+            name: name.to_string(),
+        });
     }
 
     /// The large files whose last completion was found equal to run 0's copy, by name: their
@@ -268,13 +271,7 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
                     let go_on = || !done.load(Ordering::SeqCst);
                     let theirs = &theirs.reference.moved_to;
                     match large::differs(out, &name, (len, modified), theirs, &go_on) {
-                        Some(true) => {
-                            c.stop.store(true, Ordering::SeqCst);
-                            w.stopped = Some(Stopped {
-                                at: t0.elapsed().as_secs_f64(),
-                                name: name.clone(),
-                            });
-                        }
+                        Some(true) => w.stop(c, &name, t0),
                         Some(false) => w.equal.push(w.large.len()),
                         None => {}
                     }
@@ -287,11 +284,7 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
             };
             if let (Some(c), None) = (&compare, &w.stopped) {
                 if differs(c, &seen) {
-                    c.stop.store(true, Ordering::SeqCst);
-                    w.stopped = Some(Stopped {
-                        at: t0.elapsed().as_secs_f64(),
-                        name: seen.name.clone(),
-                    });
+                    w.stop(c, &seen.name, t0);
                 }
             }
             w.seen.push(seen);
@@ -325,12 +318,7 @@ fn hash(out: &Path, name: &str) -> Option<Seen> {
         return None;
     }
     let path = out.join(name);
-    let stat = || {
-        std::fs::symlink_metadata(&path)
-            .ok()
-            .filter(|m| m.is_file())
-            .map(|m| (m.len(), m.modified().ok()))
-    };
+    let stat = || large::stamp(&path);
     let before = stat()?;
     if before.0 > WATCH_MAX_BYTES {
         return None;
