@@ -47,6 +47,15 @@ fn run(args: &[&str], writer: &[&str]) -> (i32, serde_json::Value) {
     (o.status.code().unwrap(), json(&o)["cases"][0].clone())
 }
 
+/// Asserts that run 1 of `case` was stopped early on `file`; returns the first divergence.
+fn stopped_at<'a>(case: &'a serde_json::Value, file: &str) -> &'a str {
+    let stopped = case["program"]["runs"][1]["stopped_early"].as_str();
+    assert!(stopped.is_some_and(|s| s.contains(file)), "{case:#}");
+    case["divergence"]["explanation"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 #[test]
 fn a_run_that_diverges_is_stopped_and_reported_as_stopped() {
     let (code, case) = run(&[], &["20", "0.2", "2"]);
@@ -163,15 +172,8 @@ fn a_traced_run_is_stopped_early_and_still_names_the_op() {
     ]);
     let case = json(&o)["cases"][0].clone();
     assert_eq!(o.status.code(), Some(1), "{case:#}");
-    let stopped = case["program"]["runs"][1]["stopped_early"].as_str();
-    assert!(
-        stopped.is_some_and(|s| s.contains("step_0002.pt")),
-        "{case:#}"
-    );
     // The stopped run's trace ends where it was killed; what both recorded names the op.
-    let first = case["divergence"]["explanation"]
-        .as_str()
-        .unwrap_or_default();
+    let first = stopped_at(&case, "step_0002.pt");
     assert!(first.contains("aten::randn"), "{first}");
     assert!(first.contains("inputs identical"), "{first}");
     assert!(!first.contains("control flow"), "{first}");
@@ -209,14 +211,7 @@ fn a_large_file_is_compared_by_its_bytes_while_the_run_goes_on() {
     let o = bitexact(&["run", "--format", "json", "--", "python3", "-c", LARGE]);
     let case = json(&o)["cases"][0].clone();
     assert_eq!(o.status.code(), Some(1), "{case:#}");
-    let stopped = case["program"]["runs"][1]["stopped_early"].as_str();
-    assert!(
-        stopped.is_some_and(|s| s.contains("step_1.safetensors")),
-        "{case:#}"
-    );
-    let first = case["divergence"]["explanation"]
-        .as_str()
-        .unwrap_or_default();
+    let first = stopped_at(&case, "step_1.safetensors");
     assert!(first.contains("step_1.safetensors:w"), "{first}");
     // Headers that differ while the tensors are equal stop nothing: digests decide at the end.
     let o = bitexact(&[
