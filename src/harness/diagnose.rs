@@ -202,6 +202,8 @@ pub fn blame(
     let t0 = std::time::Instant::now();
     let mut passes: Vec<(String, usize)> = Vec::new();
     let mut first_ops: Vec<(Variation, String)> = Vec::new();
+    let mut evidence: Vec<String> = Vec::new();
+    let mut control_failed = false;
     let mut diverges = |vary: &[Variation], purpose: String| {
         let p = pass(
             source,
@@ -211,6 +213,10 @@ pub fn blame(
             &purpose,
             progress,
         );
+        if let Some(why) = p.why() {
+            control_failed |= vary.is_empty() && p.failure.is_some() && p.distinct() < 2;
+            evidence.push(format!("{}: {why}", purpose.trim_start_matches("blame: ")));
+        }
         passes.push((purpose, p.metas.len()));
         // With op traces (a program under `--trace`), where this variation's runs diverged.
         let traces = p
@@ -226,7 +232,7 @@ pub fn blame(
         p.diverged()
     };
     let blame = if diverges(&[], "blame: control".into()) {
-        Blame::new(false, Vec::new())
+        Blame::new(false, Vec::new()).control_failed(control_failed)
     } else {
         let broken = opts
             .vary
@@ -238,6 +244,7 @@ pub fn blame(
     };
     blame
         .with_first_ops(first_ops)
+        .with_evidence(evidence)
         .with_cost(&passes, t0.elapsed().as_secs_f64())
 }
 

@@ -82,6 +82,34 @@ impl Pass {
     pub fn diverged(&self) -> bool {
         self.distinct() > 1 || self.failure.is_some()
     }
+
+    /// Why the pass diverged, in one line (for blame's evidence): the failure that ended it
+    /// (`run 1: …`), or the first output in which a run differs from run 0
+    /// (`run 1 differs from run 0 first at step_0003.safetensors:w (stopped early)`).
+    pub fn why(&self) -> Option<String> {
+        if let Some(f) = &self.failure {
+            return Some(f.line());
+        }
+        let (i, b) = self.differing.as_ref()?;
+        let a = self.first.as_ref()?;
+        let theirs: std::collections::HashMap<&str, &Digest> =
+            a.digests.iter().map(|(n, d)| (n.as_str(), d)).collect();
+        let ours: BTreeSet<&str> = b.digests.iter().map(|(n, _)| n.as_str()).collect();
+        let first = b
+            .digests
+            .iter()
+            .find(|(n, d)| theirs.get(n.as_str()) != Some(&d))
+            .map(|(n, _)| n.clone())
+            .or_else(|| {
+                let gone = a.digests.iter().find(|(n, _)| !ours.contains(n.as_str()));
+                gone.map(|(n, _)| format!("{n} (missing in run {i})"))
+            })
+            .unwrap_or_else(|| "its run digest".into());
+        let stopped = if b.partial { " (stopped early)" } else { "" };
+        Some(format!(
+            "run {i} differs from run 0 first at {first}{stopped}"
+        ))
+    }
 }
 
 /// A run about to be made, for progress reports: its index in its pass and why the pass is

@@ -304,6 +304,10 @@ pub struct Blame {
     /// diverged (`aten::addmm … in module Sequential.4 (forward), train.py:40`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub first_ops: Vec<(Variation, String)>,
+    /// Why each pass that diverged did, one line each (`control: run 1: <failure>`,
+    /// `workers: run 1 differs from run 0 first at step_0000.safetensors:w`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
 }
 
 impl Blame {
@@ -318,6 +322,26 @@ impl Blame {
             self.explanation = format!("{} ({})", self.explanation, each.join("; "));
         }
         self.first_ops = first_ops;
+        self
+    }
+
+    /// The same blame, with why each diverging pass diverged; the control's line is said in
+    /// the explanation (it is what the verdict rests on).
+    pub fn with_evidence(mut self, evidence: Vec<String>) -> Blame {
+        if let Some(control) = evidence.iter().find(|e| e.starts_with("control: ")) {
+            self.explanation = format!("{} ({control})", self.explanation);
+        }
+        self.evidence = evidence;
+        self
+    }
+
+    /// A blame whose control pass failed without any two runs differing: nothing is known
+    /// about determinism then, and the explanation says so instead of "nondeterministic".
+    pub fn control_failed(mut self, failed: bool) -> Blame {
+        if failed {
+            self.explanation =
+                "blame could not judge: a run of the control (everything fixed) failed".into();
+        }
         self
     }
 
@@ -358,6 +382,7 @@ impl Blame {
             runs: 0,
             seconds: 0.0,
             first_ops: Vec::new(),
+            evidence: Vec::new(),
         }
     }
 }
