@@ -1,6 +1,7 @@
 //! Blame says why each pass it made diverged: the first output that differed, or the failure
-//! that ended the pass. A control pass that failed without any two runs differing is not
-//! called nondeterministic: blame says it could not judge, and shows the failure.
+//! that ended the pass. A pass in which a run failed before any two differed is made once
+//! more (one crash unrelated to the variation must not decide blame); a control that fails
+//! again is not called nondeterministic: blame says it could not judge, and shows the failure.
 
 mod common;
 use common::{bitexact, json};
@@ -11,6 +12,18 @@ fn blame_of(script: &str) -> (Option<i32>, serde_json::Value) {
         "run", "--format", "json", "--vary", "workers", "--", "sh", "-c", script,
     ]);
     (o.status.code(), json(&o)["cases"][0].clone())
+}
+
+/// A script that counts its runs in `count` and fails (status 3, `out of licences` on stderr)
+/// on the runs for which the shell test `fails` (over `$n`, the 0-based run count) holds; it
+/// writes the worker count, so the main pass differs under `--vary workers`.
+fn counting(count: &std::path::Path, fails: &str) -> String {
+    format!(
+        "n=$(cat '{c}' 2>/dev/null || echo 0); echo $((n + 1)) > '{c}'; \
+         if {fails}; then echo 'out of licences' >&2; exit 3; fi; \
+         echo \"$BITEXACT_WORKERS\" > \"$BITEXACT_OUT/a.txt\"",
+        c = count.display()
+    )
 }
 
 #[test]
@@ -40,13 +53,7 @@ fn a_nondeterministic_control_names_the_first_output_that_differed() {
 fn a_control_run_that_fails_is_reported_as_a_failure_not_as_nondeterminism() {
     // The two main runs differ by worker count; every later run (blame's control) fails.
     let dir = tempfile::tempdir().unwrap();
-    let count = dir.path().join("count");
-    let script = format!(
-        "n=$(cat '{c}' 2>/dev/null || echo 0); echo $((n + 1)) > '{c}'; \
-         [ \"$n\" -lt 2 ] || {{ echo 'out of licences' >&2; exit 3; }}; \
-         echo \"$BITEXACT_WORKERS\" > \"$BITEXACT_OUT/a.txt\"",
-        c = count.display()
-    );
+    let script = counting(&dir.path().join("count"), "[ \"$n\" -ge 2 ]");
     let (code, c) = blame_of(&script);
     assert_eq!(code, Some(1), "{c:#}");
     let b = &c["blame"];
@@ -59,6 +66,53 @@ fn a_control_run_that_fails_is_reported_as_a_failure_not_as_nondeterminism() {
     assert!(!why.contains("nondeterministic"), "{why}");
     assert!(why.contains("control: run 0: "), "{why}");
     assert!(why.contains("out of licences"), "{why}");
+    let evidence = b["evidence"].as_array().unwrap();
+    assert_eq!(evidence.len(), 2, "made again once: {b:#}");
+    assert!(
+        text(&evidence[0]).ends_with("(the pass was made again)"),
+        "{b:#}"
+    );
+    assert!(
+        why.contains("blame made 2 more runs: 1 control, 1 control again"),
+        "{why}"
+    );
+}
+
+fn text(v: &serde_json::Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_control_run_that_fails_once_is_made_again_and_blame_still_judges() {
+    // Only the first run of the control fails (a crash that has nothing to do with workers).
+    let dir = tempfile::tempdir().unwrap();
+    let script = counting(&dir.path().join("count"), "[ \"$n\" -eq 2 ]");
+    let (code, c) = blame_of(&script);
+    assert_eq!(code, Some(1), "{c:#}");
+    let b = &c["blame"];
+    assert_eq!(b["reproducible_when_fixed"], true, "{b:#}");
+    assert_eq!(b["broken_by"], serde_json::json!(["workers"]), "{b:#}");
+    let evidence: Vec<String> = b["evidence"].as_array().unwrap().iter().map(text).collect();
+    assert_eq!(evidence.len(), 2, "{b:#}");
+    assert!(
+        evidence[0].starts_with("control: run 0: exited with status 3"),
+        "{b:#}"
+    );
+    assert!(evidence[0].ends_with("(the pass was made again)"), "{b:#}");
+    assert_eq!(
+        evidence[1],
+        "workers: run 1 differs from run 0 first at a.txt"
+    );
+
+    // The terminal report shows the evidence the explanation does not hold.
+    std::fs::remove_file(dir.path().join("count")).unwrap();
+    let o = bitexact(&["run", "--vary", "workers", "--", "sh", "-c", &script]);
+    let out = common::stdout(&o);
+    assert!(out.contains("blame: breaks when varying: workers"), "{out}");
+    assert!(
+        out.contains("blame evidence: control: run 0: exited with status 3"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -205,7 +205,8 @@ pub fn blame(
     let mut evidence: Vec<String> = Vec::new();
     let mut control_failed = false;
     let mut diverges = |vary: &[Variation], purpose: String| {
-        let p = pass(
+        let name = purpose.trim_start_matches("blame: ").to_string();
+        let mut p = pass(
             source,
             controls,
             vary,
@@ -213,11 +214,22 @@ pub fn blame(
             &purpose,
             progress,
         );
+        passes.push((purpose.clone(), p.metas.len()));
+        if p.failure.is_some() && p.distinct() < 2 {
+            // A run failed before any two differed: the pass is made once more, so that one
+            // crash that has nothing to do with the variation (a framework's teardown racing
+            // under load) does not decide blame. The failure stays in the evidence; a crash
+            // the variation causes every time fails again and counts.
+            let why = p.why().unwrap_or_default();
+            evidence.push(format!("{name}: {why} (the pass was made again)"));
+            let again = format!("{purpose} again");
+            p = pass(source, controls, vary, (opts.runs, false), &again, progress);
+            passes.push((again, p.metas.len()));
+        }
         if let Some(why) = p.why() {
             control_failed |= vary.is_empty() && p.failure.is_some() && p.distinct() < 2;
-            evidence.push(format!("{}: {why}", purpose.trim_start_matches("blame: ")));
+            evidence.push(format!("{name}: {why}"));
         }
-        passes.push((purpose, p.metas.len()));
         // With op traces (a program under `--trace`), where this variation's runs diverged.
         let traces = p
             .first

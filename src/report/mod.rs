@@ -146,6 +146,11 @@ pub fn details(c: &CaseReport) -> Vec<String> {
     }
     if let Some(b) = &c.blame {
         out.push(format!("blame: {}", b.explanation));
+        let more = b
+            .evidence
+            .iter()
+            .filter(|e| !b.explanation.contains(e.as_str()));
+        out.extend(more.map(|e| format!("blame evidence: {e}")));
     }
     if let (Some(d), None) = (&c.divergence, &c.program) {
         out.push(format!("localized: {}", d.explanation));

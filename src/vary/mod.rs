@@ -325,10 +325,12 @@ impl Blame {
         self
     }
 
-    /// The same blame, with why each diverging pass diverged; the control's line is said in
-    /// the explanation (it is what the verdict rests on).
+    /// The same blame, with why each diverging pass diverged. When the verdict rests on the
+    /// control (not reproducible, or it failed), the control's last line is said in the
+    /// explanation too.
     pub fn with_evidence(mut self, evidence: Vec<String>) -> Blame {
-        if let Some(control) = evidence.iter().find(|e| e.starts_with("control: ")) {
+        let control = evidence.iter().rev().find(|e| e.starts_with("control: "));
+        if let (Some(control), false) = (control, self.reproducible_when_fixed) {
             self.explanation = format!("{} ({control})", self.explanation);
         }
         self.evidence = evidence;
