@@ -31,12 +31,16 @@ Planted bugs:
   ``sampler.set_epoch``: that bug repeats epoch 0's order in every epoch, identically in every
   run, straight or resumed, so no determinism check can see it.)
 
+Each rank ends with ``os._exit(0)`` once its process group is destroyed: torch 2.15's gloo
+threads can abort a rank in Python's finalization (see the end of this file).
+
 Test hooks: ``--fail-rank R`` makes rank R raise at its first step; ``--hang-rank R`` makes rank
 R sleep forever there (its peers then wait in the all-reduce), for ``--timeout``.
 """
 
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
@@ -124,3 +128,14 @@ def main():
 
 if __name__ == "__main__":
     main()
+    # Leave without Python's finalization. gloo's worker threads may still be releasing the
+    # last all-reduce, whose saved thread-local state holds Python objects; a thread that needs
+    # the GIL while the interpreter finalizes takes the process down with SIGABRT ("terminate
+    # called without an active exception": torch 2.15 on Python 3.11, about once in 50-200
+    # launches on a loaded 2-core machine; core dump: ProcessGroupGloo::runLoop ->
+    # ~AsyncAllreduceWork -> ~ThreadLocalState -> decref -> take_gil -> pthread_exit; see
+    # pytorch/pytorch#179291). The process group is destroyed and every output is written and
+    # closed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
