@@ -14,6 +14,16 @@ fn blame_of(script: &str) -> (Option<i32>, serde_json::Value) {
     (o.status.code(), json(&o)["cases"][0].clone())
 }
 
+/// The blame of [`counting`] (exit code 1 checked): the case's `blame`, and the directory
+/// holding the count (kept while the test needs it) with the script.
+fn blame_counting(fails: &str) -> (serde_json::Value, (tempfile::TempDir, String)) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = counting(&dir.path().join("count"), fails);
+    let (code, c) = blame_of(&script);
+    assert_eq!(code, Some(1), "{c:#}");
+    (c["blame"].clone(), (dir, script))
+}
+
 /// A script that counts its runs in `count` and fails (status 3, `out of licences` on stderr)
 /// on the runs for which the shell test `fails` (over `$n`, the 0-based run count) holds; it
 /// writes the worker count, so the main pass differs under `--vary workers`.
@@ -52,11 +62,7 @@ fn a_nondeterministic_control_names_the_first_output_that_differed() {
 #[test]
 fn a_control_run_that_fails_is_reported_as_a_failure_not_as_nondeterminism() {
     // The two main runs differ by worker count; every later run (blame's control) fails.
-    let dir = tempfile::tempdir().unwrap();
-    let script = counting(&dir.path().join("count"), "[ \"$n\" -ge 2 ]");
-    let (code, c) = blame_of(&script);
-    assert_eq!(code, Some(1), "{c:#}");
-    let b = &c["blame"];
+    let (b, _) = blame_counting("[ \"$n\" -ge 2 ]");
     assert_eq!(b["reproducible_when_fixed"], false, "{b:#}");
     let why = b["explanation"].as_str().unwrap();
     assert!(
@@ -85,11 +91,7 @@ fn text(v: &serde_json::Value) -> String {
 #[test]
 fn a_control_run_that_fails_once_is_made_again_and_blame_still_judges() {
     // Only the first run of the control fails (a crash that has nothing to do with workers).
-    let dir = tempfile::tempdir().unwrap();
-    let script = counting(&dir.path().join("count"), "[ \"$n\" -eq 2 ]");
-    let (code, c) = blame_of(&script);
-    assert_eq!(code, Some(1), "{c:#}");
-    let b = &c["blame"];
+    let (b, (dir, script)) = blame_counting("[ \"$n\" -eq 2 ]");
     assert_eq!(b["reproducible_when_fixed"], true, "{b:#}");
     assert_eq!(b["broken_by"], serde_json::json!(["workers"]), "{b:#}");
     let evidence: Vec<String> = b["evidence"].as_array().unwrap().iter().map(text).collect();
