@@ -129,13 +129,14 @@ def main():
 if __name__ == "__main__":
     main()
     # Leave without Python's finalization. gloo's worker threads may still be releasing the
-    # last all-reduce, whose saved thread-local state holds Python objects; a thread that needs
-    # the GIL while the interpreter finalizes takes the process down with SIGABRT ("terminate
-    # called without an active exception": torch 2.15 on Python 3.11, about once in 50-200
-    # launches on a loaded 2-core machine; core dump: ProcessGroupGloo::runLoop ->
-    # ~AsyncAllreduceWork -> ~ThreadLocalState -> decref -> take_gil -> pthread_exit; see
-    # pytorch/pytorch#179291). The process group is destroyed and every output is written and
-    # closed by now.
+    # last backward's all-reduces, whose saved thread-local state holds a Python object (the
+    # contextvars context autograd's backward stashes in TLS: torch/autograd/graph.py,
+    # _engine_run_backward); a thread that needs the GIL while the interpreter finalizes takes
+    # the process down with SIGABRT ("terminate called without an active exception": torch
+    # 2.15 on Python 3.11, about once in 50-200 launches on a loaded 2-core machine; core dump:
+    # ProcessGroupGloo::runLoop -> ~AsyncAllreduceWork -> ~ThreadLocalState -> decref ->
+    # take_gil -> pthread_exit; see pytorch/pytorch#179291). The process group is destroyed and
+    # every output is written and closed by now.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
