@@ -95,6 +95,19 @@ pub fn ranks_stderr(stderr: &str, rank: u64) -> String {
     if own.is_empty() { kept } else { own }.join("\n")
 }
 
+/// A hint for a rank that `how` failed with the lines `own` it wrote: a rank aborted by
+/// `terminate called without an active exception` is most likely torch's gloo teardown at
+/// exit (a worker thread releasing a work that holds a Python object while the interpreter
+/// finalizes), which the script can avoid.
+pub fn hint(how: &str, own: &str) -> Option<&'static str> {
+    (how.contains("(SIGABRT)") && own.contains("terminate called without an active exception"))
+        .then_some(
+            "a rank aborted this way is most likely torch's gloo teardown racing Python's \
+             finalization (pytorch/pytorch#179291); ending each rank with os._exit(0) after \
+             dist.destroy_process_group() avoids it",
+        )
+}
+
 /// Whether `line` is a log line of torch.distributed's launcher: `W1124 21:40:07.436000 27424
 /// torch/distributed/…`.
 fn is_launcher_log(line: &str) -> bool {
@@ -267,6 +280,27 @@ Root Cause (first observed failure):
         let prefixed = "[rank1]: RuntimeError: mine\n[rank0]: RuntimeError: peer closed";
         assert_eq!(ranks_stderr(prefixed, 1), "[rank1]: RuntimeError: mine");
         assert_eq!(failed_rank("Traceback: plain python"), None);
+    }
+
+    #[test]
+    fn a_rank_aborted_at_exit_gets_the_gloo_teardown_hint() {
+        let aborted = TORCHRUN
+            .replace("exitcode  : 1 (pid", "exitcode  : -6 (pid")
+            .replace(
+                "RuntimeError: rank one broke",
+                "terminate called without an active exception",
+            );
+        let (rank, how) = failed_rank(&aborted).unwrap();
+        assert!(how.contains("(SIGABRT)"), "{how}");
+        let h = hint(&how, &ranks_stderr(&aborted, rank)).unwrap();
+        assert!(h.contains("os._exit(0)"), "{h}");
+        // Another abort, or the same words without SIGABRT, gets none.
+        assert_eq!(hint(&how, "Assertion `x' failed."), None);
+        let (_, exited) = failed_rank(TORCHRUN).unwrap();
+        assert_eq!(
+            hint(&exited, "terminate called without an active exception"),
+            None
+        );
     }
 
     #[test]

@@ -269,9 +269,13 @@ pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
     };
     // A torch.distributed launch names its failed rank: said first, with that rank's lines.
     if let Some((n, rank)) = super::distributed::failed_rank(&e.stderr_tail) {
-        let tail = last_lines(&super::distributed::ranks_stderr(&e.stderr_tail, n));
+        let own = super::distributed::ranks_stderr(&e.stderr_tail, n);
+        let hint = super::distributed::hint(&rank, &own)
+            .map(|h| format!("\n      hint: {h}"))
+            .unwrap_or_default();
+        let tail = last_lines(&own);
         return Some(format!(
-            "{rank} (torchrun {what}); last lines of its stderr:\n      {tail}"
+            "{rank} (torchrun {what}); last lines of its stderr:\n      {tail}{hint}"
         ));
     }
     let tail = last_lines(&e.stderr_tail);
