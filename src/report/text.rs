@@ -48,6 +48,24 @@ pub fn terminal_safe(s: &str) -> String {
     out
 }
 
+/// One explanation line for the terminal, indented under its case. A line that holds newlines
+/// (a failure quoting a program's last lines of stderr) goes on over several lines: each one
+/// after the first indented by at least 10 spaces, deeper than any report line, so program
+/// text can never pass for a case row, a summary or another explanation line.
+pub fn detail(line: &str) -> String {
+    let mut out = String::new();
+    for (i, piece) in line.split('\n').enumerate() {
+        let indent = match i {
+            0 => 4,
+            _ => 4 + 6usize.saturating_sub(piece.len() - piece.trim_start_matches(' ').len()),
+        };
+        out.push_str(&" ".repeat(indent));
+        out.push_str(&terminal_safe(piece));
+        out.push('\n');
+    }
+    out
+}
+
 /// The report as a readable table.
 pub fn render(report: &Report) -> String {
     let mut o = String::new();
@@ -86,7 +104,7 @@ pub fn render(report: &Report) -> String {
             peak_memory(c)
         );
         for line in super::details(c) {
-            let _ = writeln!(o, "    {}", terminal_safe(&line));
+            o.push_str(&detail(&line));
         }
     }
     let not_invariant = super::batch_variant_ops(report);
@@ -144,5 +162,16 @@ mod tests {
         let s = terminal_safe("a\nFAKE deterministic\u{1b}[31m");
         assert!(!s.contains('\n') && !s.contains('\u{1b}'), "{s}");
         assert!(terminal_safe(&"x".repeat(5000)).ends_with("(5000 bytes)"));
+        // Continuation lines of a failure stay deeper than every report line.
+        let d = detail("run 0: exited with status 1; last lines of stderr:\n      boom\nFAKE x\r");
+        let lines: Vec<&str> = d.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "    run 0: exited with status 1; last lines of stderr:",
+                "          boom",
+                "          FAKE x\\r"
+            ]
+        );
     }
 }
