@@ -129,3 +129,25 @@ fn a_variation_pass_says_where_it_diverged() {
         "{b:#}"
     );
 }
+
+#[test]
+fn a_control_that_differed_before_a_run_failed_is_judged_on_the_difference() {
+    // Three runs a pass; every run writes fresh random bytes; the sixth run of the program
+    // (the control's run 2) fails after the control's runs 0 and 1 already differed.
+    let dir = tempfile::tempdir().unwrap();
+    let script = counting(&dir.path().join("count"), "[ \"$n\" -eq 5 ]")
+        + "; head -c 16 /dev/urandom > \"$BITEXACT_OUT/b.bin\"";
+    let o = bitexact(&[
+        "run", "--format", "json", "--runs", "3", "--vary", "workers", "--", "sh", "-c", &script,
+    ]);
+    let c = json(&o)["cases"][0].clone();
+    let b = &c["blame"];
+    assert_eq!(b["reproducible_when_fixed"], false, "{b:#}");
+    let why = text(&b["explanation"]);
+    assert!(why.contains("the case itself is nondeterministic"), "{why}");
+    assert!(
+        why.contains("(control: run 1 differs from run 0 first at b.bin)"),
+        "{why}"
+    );
+    assert!(!why.contains("out of licences"), "{why}");
+}

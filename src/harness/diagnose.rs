@@ -4,6 +4,7 @@
 //! variation). Each adds evidence; none assigns a verdict.
 
 use super::executor::{pass, RunStart};
+use super::failure::FailureKind;
 use super::in_process::run_in_process;
 use super::outcome::{CaseReport, Verdict};
 use super::source::{Collected, RunSource};
@@ -215,11 +216,13 @@ pub fn blame(
             progress,
         );
         passes.push((purpose.clone(), p.metas.len()));
-        if p.failure.is_some() && p.distinct() < 2 {
+        let timed_out = p.failure.as_ref().map(|f| f.kind) == Some(FailureKind::Timeout);
+        if p.failure.is_some() && p.distinct() < 2 && !timed_out {
             // A run failed before any two differed: the pass is made once more, so that one
             // crash that has nothing to do with the variation (a framework's teardown racing
             // under load) does not decide blame. The failure stays in the evidence; a crash
-            // the variation causes every time fails again and counts.
+            // the variation causes every time fails again and counts. A timeout is not made
+            // again (it would cost a second full --timeout wait).
             let why = p.why().unwrap_or_default();
             evidence.push(format!("{name}: {why} (the pass was made again)"));
             let again = format!("{purpose} again");
@@ -256,8 +259,8 @@ pub fn blame(
     };
     blame
         .with_first_ops(first_ops)
-        .with_evidence(evidence)
         .with_cost(&passes, t0.elapsed().as_secs_f64())
+        .with_evidence(evidence)
 }
 
 /// The `order` variation: runs the cases that passed once more, in reverse order, in this

@@ -83,14 +83,13 @@ impl Pass {
         self.distinct() > 1 || self.failure.is_some()
     }
 
-    /// Why the pass diverged, in one line (for blame's evidence): the failure that ended it
-    /// (`run 1: …`), or the first output in which a run differs from run 0
-    /// (`run 1 differs from run 0 first at step_0003.safetensors:w (stopped early)`).
+    /// Why the pass diverged, in one line (for blame's evidence): the first output in which a
+    /// run differs from run 0 (`run 1 differs from run 0 first at step_0003.safetensors:w
+    /// (stopped early)`), or, when no two runs differed, the failure that ended it (`run 1: …`).
     pub fn why(&self) -> Option<String> {
-        if let Some(f) = &self.failure {
-            return Some(f.line());
-        }
-        let (i, b) = self.differing.as_ref()?;
+        let Some((i, b)) = self.differing.as_ref() else {
+            return self.failure.as_ref().map(|f| f.line());
+        };
         let a = self.first.as_ref()?;
         let theirs: std::collections::HashMap<&str, &Digest> =
             a.digests.iter().map(|(n, d)| (n.as_str(), d)).collect();

@@ -271,11 +271,11 @@ pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
     if let Some((n, rank)) = super::distributed::failed_rank(&e.stderr_tail) {
         let own = super::distributed::ranks_stderr(&e.stderr_tail, n);
         let hint = super::distributed::hint(&rank, &own)
-            .map(|h| format!("\n      hint: {h}"))
+            .map(|h| format!("; hint: {h}"))
             .unwrap_or_default();
         let tail = last_lines(&own);
         return Some(format!(
-            "{rank} (torchrun {what}); last lines of its stderr:\n      {tail}{hint}"
+            "{rank} (torchrun {what}){hint}; last lines of its stderr:\n      {tail}"
         ));
     }
     let tail = last_lines(&e.stderr_tail);

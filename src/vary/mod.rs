@@ -294,7 +294,8 @@ pub struct Blame {
     pub broken_by: Vec<Variation>,
     /// One line for reports.
     pub explanation: String,
-    /// Runs blame made beyond the listed ones (the control, then each variation alone).
+    /// Runs blame made beyond the listed ones (the control, then each variation alone, and any
+    /// pass made again after a run failed).
     #[serde(default)]
     pub runs: usize,
     /// Wall time of those runs, seconds.
