@@ -3,7 +3,7 @@
 //! subject, and find cases whose result depends on what ran before them (the `order`
 //! variation). Each adds evidence; none assigns a verdict.
 
-use super::executor::{pass, RunStart};
+use super::executor::{pass, Pass, RunStart};
 use super::failure::FailureKind;
 use super::in_process::run_in_process;
 use super::outcome::{CaseReport, Verdict};
@@ -168,28 +168,54 @@ fn growth(
     )
 }
 
+/// The first output, in the order the earlier run `a` wrote them, whose digest differs from the
+/// later run `b`'s or that only one of them wrote: its place in that order, its name, and
+/// which run lacks it (` (missing in the later run)`, ` (missing in the earlier run)`, or
+/// nothing).
+fn first_differing<'a>(
+    a: &'a Collected,
+    b: &'a Collected,
+) -> Option<(usize, &'a str, &'static str)> {
+    let (i, (n, x, y)) = union(&a.digests, &b.digests)
+        .into_iter()
+        .enumerate()
+        .find(|(_, (_, x, y))| x != y)?;
+    let missing = match (x, y) {
+        (Some(_), None) => " (missing in the later run)",
+        (None, Some(_)) => " (missing in the earlier run)",
+        _ => "",
+    };
+    Some((i, n, missing))
+}
+
 /// The first output, in the order the earlier run wrote them, whose digest differs between two
 /// runs or that only one of them wrote; every output before it is identical.
 pub fn first_output_divergence(a: &Collected, b: &Collected) -> Option<Divergence> {
-    union(&a.digests, &b.digests)
-        .into_iter()
-        .enumerate()
-        .find(|(_, (_, x, y))| x != y)
-        .map(|(i, (n, x, y))| Divergence {
-            call: i,
-            op: n.to_string(),
-            inputs_matched: true,
-            explanation: format!(
-                "first divergence: {n}{} (every earlier output identical)",
-                match (x, y) {
-                    (Some(_), None) => " (missing in the later run)",
-                    (None, Some(_)) => " (missing in the earlier run)",
-                    _ => "",
-                }
-            ),
-            rank: None,
-            receivers: Vec::new(),
-        })
+    first_differing(a, b).map(|(i, n, missing)| Divergence {
+        call: i,
+        op: n.to_string(),
+        inputs_matched: true,
+        explanation: format!("first divergence: {n}{missing} (every earlier output identical)"),
+        rank: None,
+        receivers: Vec::new(),
+    })
+}
+
+/// Why a blame pass diverged, in one line: the first output in which a run differs from run 0
+/// (`run 1 differs from run 0 first at step_0003.safetensors:w (stopped early)`), or, when no
+/// two runs differed, the failure that ended it (`run 1: …`).
+fn why(p: &Pass) -> Option<String> {
+    let Some((i, b)) = p.differing.as_ref() else {
+        return p.failure.as_ref().map(|f| f.line());
+    };
+    let first = match first_differing(p.first.as_ref()?, b) {
+        Some((_, n, missing)) => format!("{n}{missing}"),
+        None => "its run digest".into(),
+    };
+    let stopped = if b.partial { " (stopped early)" } else { "" };
+    Some(format!(
+        "run {i} differs from run 0 first at {first}{stopped}"
+    ))
 }
 
 /// The control (everything fixed), then each variation alone, `opts.runs` runs each. The blame
@@ -217,20 +243,20 @@ pub fn blame(
         );
         passes.push((purpose.clone(), p.metas.len()));
         let timed_out = p.failure.as_ref().map(|f| f.kind) == Some(FailureKind::Timeout);
-        if p.failure.is_some() && p.distinct() < 2 && !timed_out {
+        if p.failed_before_differing() && !timed_out {
             // A run failed before any two differed: the pass is made once more, so that one
             // crash that has nothing to do with the variation (a framework's teardown racing
             // under load) does not decide blame. The failure stays in the evidence; a crash
             // the variation causes every time fails again and counts. A timeout is not made
             // again (it would cost a second full --timeout wait).
-            let why = p.why().unwrap_or_default();
+            let why = why(&p).unwrap_or_default();
             evidence.push(format!("{name}: {why} (the pass was made again)"));
             let again = format!("{purpose} again");
             p = pass(source, controls, vary, (opts.runs, false), &again, progress);
             passes.push((again, p.metas.len()));
         }
-        if let Some(why) = p.why() {
-            control_failed |= vary.is_empty() && p.failure.is_some() && p.distinct() < 2;
+        if let Some(why) = why(&p) {
+            control_failed |= vary.is_empty() && p.failed_before_differing();
             evidence.push(format!("{name}: {why}"));
         }
         // With op traces (a program under `--trace`), where this variation's runs diverged.

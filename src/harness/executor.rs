@@ -83,31 +83,10 @@ impl Pass {
         self.distinct() > 1 || self.failure.is_some()
     }
 
-    /// Why the pass diverged, in one line (for blame's evidence): the first output in which a
-    /// run differs from run 0 (`run 1 differs from run 0 first at step_0003.safetensors:w
-    /// (stopped early)`), or, when no two runs differed, the failure that ended it (`run 1: …`).
-    pub fn why(&self) -> Option<String> {
-        let Some((i, b)) = self.differing.as_ref() else {
-            return self.failure.as_ref().map(|f| f.line());
-        };
-        let a = self.first.as_ref()?;
-        let theirs: std::collections::HashMap<&str, &Digest> =
-            a.digests.iter().map(|(n, d)| (n.as_str(), d)).collect();
-        let ours: BTreeSet<&str> = b.digests.iter().map(|(n, _)| n.as_str()).collect();
-        let first = b
-            .digests
-            .iter()
-            .find(|(n, d)| theirs.get(n.as_str()) != Some(&d))
-            .map(|(n, _)| n.clone())
-            .or_else(|| {
-                let gone = a.digests.iter().find(|(n, _)| !ours.contains(n.as_str()));
-                gone.map(|(n, _)| format!("{n} (missing in run {i})"))
-            })
-            .unwrap_or_else(|| "its run digest".into());
-        let stopped = if b.partial { " (stopped early)" } else { "" };
-        Some(format!(
-            "run {i} differs from run 0 first at {first}{stopped}"
-        ))
+    /// Whether a run failed before any two runs differed: the failure, not a difference, is
+    /// what the pass found.
+    pub fn failed_before_differing(&self) -> bool {
+        self.failure.is_some() && self.distinct() < 2
     }
 }
 
