@@ -103,8 +103,8 @@ pub fn hint(how: &str, own: &str) -> Option<&'static str> {
     (how.contains("(SIGABRT)") && own.contains("terminate called without an active exception"))
         .then_some(
             "a rank aborted this way is most likely torch's gloo teardown racing Python's \
-             finalization (see the discussion in pytorch/pytorch#179291); ending each rank with os._exit(0) after \
-             dist.destroy_process_group() avoids it",
+             finalization (see the discussion in pytorch/pytorch#179291); ending each rank \
+             with os._exit(0) after dist.destroy_process_group() avoids it",
         )
 }
 

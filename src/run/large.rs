@@ -27,9 +27,15 @@ pub(super) fn stamp(path: &Path) -> Option<Stamp> {
     m.is_file().then(|| (m.len(), m.modified().ok()))
 }
 
+/// Whether a file stamped `known` (when hashed or compared) is unchanged if it is stamped `now`
+/// (a stamp without a time never is).
+pub(super) fn fresh(known: Stamp, now: Stamp) -> bool {
+    known.1.is_some() && known == now
+}
+
 /// Whether the file at `path` is still as `stamp` says (a stamp without a time never is).
 pub(super) fn still(path: &Path, stamp: Stamp) -> bool {
-    stamp.1.is_some() && self::stamp(path) == Some(stamp)
+    self::stamp(path).is_some_and(|now| fresh(stamp, now))
 }
 
 /// Whether this run's large completed file `name` (under `out`, completed as `stamp`) differs

@@ -18,9 +18,9 @@
 //! run's whole process group is stopped and the run is reported as stopped early, with the
 //! time and the file. A file over [`WATCH_MAX_BYTES`] is compared with run 0's copy byte for
 //! byte (read in blocks): a first difference after equal headers is a tensor that differs
-//! ([`tensor_files::data_start`]), and stops the run too. Files run 0 wrote several times (checkpoints rewritten each epoch) and
-//! plain files (logs that grow by appends) are compared only at the end, as are the outputs
-//! the ignore rules leave out. `--keep-going` turns early stop off. Under `--trace` the tracer
+//! ([`tensor_files::data_start`]), and stops the run too. Files run 0 wrote several times
+//! (checkpoints rewritten each epoch) and plain files (logs that grow by appends) are compared
+//! only at the end, as are the outputs the ignore rules leave out. `--keep-going` turns early stop off. Under `--trace` the tracer
 //! writes each record as it is made, so a stopped run's op trace holds every op it made up to
 //! the stop, and the first diverging op is looked for in what both runs recorded (see
 //! [`crate::trace::ranks::cut_to`]). Capture re-runs are never stopped.
@@ -53,7 +53,7 @@ impl Seen {
     /// Whether a file of this size and modification time is still what was hashed (a file
     /// without a modification time never is).
     pub fn is_current(&self, len: u64, modified: Option<SystemTime>) -> bool {
-        self.len == len && self.modified.is_some() && self.modified == modified
+        large::fresh((self.len, self.modified), (len, modified))
     }
 }
 
@@ -263,13 +263,13 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
                     len,
                     modified,
                 };
-                let theirs = compare
+                let run_0s = compare
                     .as_ref()
                     .filter(|c| c.reference.large.contains(&name));
-                if let (Some(c), Some(theirs), None) = (&compare, theirs, &w.stopped) {
+                if let (Some(c), None) = (run_0s, &w.stopped) {
                     // Cut short when the run ends: collecting compares it faster (every core).
                     let go_on = || !done.load(Ordering::SeqCst);
-                    let theirs = &theirs.reference.moved_to;
+                    let theirs = &c.reference.moved_to;
                     match large::differs(out, &name, (len, modified), theirs, &go_on) {
                         Some(true) => w.stop(c, &name, t0),
                         Some(false) => w.equal.push(w.large.len()),
