@@ -79,6 +79,45 @@ fn a_run_that_diverges_is_stopped_and_reported_as_stopped() {
     );
 }
 
+/// A held-out writer of raw files: 20 steps of 1 MiB `step_<i>.bin` (and a `metrics.csv` row
+/// appended each step), run 1 diverging from step 2. Raw files run 0 completed once are compared
+/// as they complete, as tensor files are: run 1 is stopped at step 2, not run to its end; the
+/// log appended to every step is compared at the end only and stops nothing.
+#[test]
+fn a_raw_file_that_diverges_stops_the_run() {
+    let script = r#"
+import os, sys, time
+out = os.environ["BITEXACT_OUT"]; run = int(os.environ["BITEXACT_RUN"])
+steps, bad = int(sys.argv[1]), int(sys.argv[2])
+for i in range(steps):
+    b = bytes([i % 251]) * (1 << 20)
+    if run == 1 and i >= bad:
+        b = b[:-1] + b"\xff"
+    with open(os.path.join(out, "step_%02d.bin" % i), "wb") as f:
+        f.write(b)
+    with open(os.path.join(out, "metrics.csv"), "a") as f:
+        f.write("%d,%d\n" % (i, run * i if "--log-differs" in sys.argv else i))
+    time.sleep(0.15)
+"#;
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--format", "json", "--", "python3", "-c", script];
+        all.extend(args);
+        let o = bitexact(&all);
+        (o.status.code(), json(&o)["cases"][0].clone())
+    };
+    let (code, case) = run(&["20", "2"]);
+    assert_eq!(code, Some(1), "{case:#}");
+    let first = stopped_at(&case, "step_02.bin");
+    assert!(first.contains("step_02.bin"), "{first}");
+    // A log completed many times is compared at the end: it differs, yet stops nothing early.
+    let (code, case) = run(&["4", "99", "--log-differs"]);
+    assert_eq!(code, Some(1), "{case:#}");
+    let runs = &case["program"]["runs"];
+    assert!(runs[1]["stopped_early"].is_null(), "{case:#}");
+    let first = case["divergence"]["explanation"].as_str().unwrap();
+    assert!(first.contains("metrics.csv"), "{first}");
+}
+
 #[test]
 fn keep_going_runs_every_run_to_its_end() {
     let (code, case) = run(&["--keep-going"], &["6", "0.05", "2"]);

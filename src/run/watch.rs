@@ -12,15 +12,17 @@
 //! watcher missed (no event, a queue overflow, a run killed mid-write) is hashed then. So the
 //! final digests are exactly those of the files as the program left them.
 //!
-//! **Early stop.** Run 0 of each pass is the reference. In a later run, a tensor file
-//! (safetensors, npy, npz, `torch.save`) that run 0 completed exactly once, and left as it
-//! completed it, is compared as soon as this run completes it: when its digests differ, the
+//! **Early stop.** Run 0 of each pass is the reference. In a later run, an output file of any
+//! kind (safetensors, npy, npz, `torch.save`, or raw bytes: `.bin`, `.json`, `.csv`) that run 0
+//! completed exactly once, and left as it completed it, is compared as soon as this run
+//! completes it: when its digests differ, the
 //! run's whole process group is stopped and the run is reported as stopped early, with the
 //! time and the file. A file over [`WATCH_MAX_BYTES`] is compared with run 0's copy byte for
 //! byte (read in blocks): a first difference after equal headers is a tensor that differs
-//! ([`tensor_files::data_start`]), and stops the run too. Files run 0 wrote several times
-//! (checkpoints rewritten each epoch) and plain files (logs that grow by appends) are compared
-//! only at the end, as are the outputs the ignore rules leave out. `--keep-going` turns early stop off. Under `--trace` the tracer
+//! ([`tensor_files::data_start`]; any byte of a raw file), and stops the run too. Files run 0
+//! completed several times (checkpoints rewritten each epoch, logs that grow by appends, each
+//! append a completion) are compared only at the end, as are the outputs the ignore rules
+//! leave out and standard output. `--keep-going` turns early stop off. Under `--trace` the tracer
 //! writes each record as it is made, so a stopped run's op trace holds every op it made up to
 //! the stop, and the first diverging op is looked for in what both runs recorded (see
 //! [`crate::trace::ranks::cut_to`]). Capture re-runs are never stopped.
@@ -29,7 +31,7 @@ use super::inotify::Inotify;
 use super::large;
 pub use super::large::WATCH_MAX_BYTES;
 use crate::digest::Digest;
-use crate::tensor_files::{self, FileKind, OutputFile, METADATA_PREFIX};
+use crate::tensor_files::{self, OutputFile, METADATA_PREFIX};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,7 +59,8 @@ impl Seen {
     }
 }
 
-/// Run 0's completed files: the ones it completed exactly once and left so, by name.
+/// Run 0's completed files: the ones it completed exactly once and left so, by name, whatever
+/// their kind.
 #[derive(Debug, Default)]
 pub struct Reference {
     /// Files hashed while run 0 ran: their digests.
@@ -85,9 +88,7 @@ impl Reference {
             *count.entry(&s.name).or_default() += 1;
         }
         let once = |s: &&Seen| {
-            count[s.name.as_str()] == 1
-                && FileKind::of(&s.name) != FileKind::Raw
-                && large::still(&out.join(&s.name), (s.len, s.modified))
+            count[s.name.as_str()] == 1 && large::still(&out.join(&s.name), (s.len, s.modified))
         };
         let hashed = w.seen.iter().filter(once).map(|s| {
             let mut digests = s.digests.clone();
@@ -372,7 +373,7 @@ mod tests {
     }
 
     #[test]
-    fn the_reference_holds_tensor_files_completed_once_and_left_so() {
+    fn the_reference_holds_files_of_any_kind_completed_once_and_left_so() {
         let dir = tempfile::tempdir().unwrap();
         let seen_of = |name: &str, bytes: &[u8]| {
             let p = dir.path().join(name);
@@ -392,22 +393,27 @@ mod tests {
         };
         let once = seen_of("once.npy", &npy(1));
         let twice = [seen_of("twice.npy", &npy(1)), seen_of("twice.npy", &npy(2))];
-        let log = seen_of("log.txt", b"loss 1");
+        let raw = seen_of("step_0.bin", b"\x01\x02");
+        let log = [
+            seen_of("log.txt", b"loss 1"),
+            seen_of("log.txt", b"loss 1\nloss 2"),
+        ];
         let changed = seen_of("changed.npy", &npy(3));
         // Past the file system's coarse clock tick, so the rewrite has another time.
         std::thread::sleep(std::time::Duration::from_millis(50));
         std::fs::write(dir.path().join("changed.npy"), npy(4)).unwrap();
-        let all = [vec![once, log, changed], twice.to_vec()].concat();
+        let all = [vec![once, raw, changed], twice.to_vec(), log.to_vec()].concat();
         let w = Watched {
             seen: all,
             ..Watched::default()
         };
         let r = Reference::new(&w, dir.path(), dir.path(), &Default::default());
-        let names: Vec<&String> = r.hashed.keys().collect();
+        let mut names: Vec<&String> = r.hashed.keys().collect();
+        names.sort();
         assert_eq!(
             names,
-            vec!["once.npy"],
-            "only a tensor file completed once and unchanged"
+            vec!["once.npy", "step_0.bin"],
+            "only files completed once and unchanged, of any kind"
         );
     }
 }
