@@ -218,11 +218,18 @@ fn dropout_left_on_in_eval_is_named_under_a_varied_seed() {
     );
 }
 
+/// `--trace` was asked for: a program in which no Python started the tracer fails, saying
+/// so, instead of degrading to a file comparison (see tests/tracer_env.rs for the others).
 #[test]
-fn a_program_that_records_no_trace_is_said_so() {
+fn a_program_that_records_no_trace_fails_and_says_why() {
     let (code, case) = run(&[], &["sh", "-c", "echo hi > \"$BITEXACT_OUT/x.txt\""], &[]);
-    assert_eq!(code, 0, "{case:#}");
-    let notes = case["notes"].to_string();
-    assert!(notes.contains("recorded no op trace"), "{notes}");
-    assert!(case["digests"].get("<ops>").is_none(), "{case:#}");
+    assert_eq!(code, 1, "{case:#}");
+    assert_eq!(case["verdict"], "error", "{case:#}");
+    let failure = &case["evidence"]["failure"];
+    assert_eq!(failure["kind"], "trace-unavailable", "{case:#}");
+    let msg = failure["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("--trace ops: no Python process started it"),
+        "{msg}"
+    );
 }

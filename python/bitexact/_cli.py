@@ -11,6 +11,8 @@ It behaves as the standalone binary does:
   binary; a program ``bitexact run`` starts gets it back at its default, as from the binary.
   ``bitexact run`` then installs its own SIGTERM / SIGINT / SIGHUP handling (kill every run's
   process group, remove the run directories, exit 128 + signal);
+* ``bitexact run --trace`` gives the program's Python this package (whatever environment the
+  program runs in: see ``src/run/tracer.rs``);
 * children that re-run the command line (``--isolate``, ``--vary process``) start as
   ``python -m bitexact __child``;
 * the process ends with ``os._exit`` once the report is written, as a Rust ``main`` returns:
@@ -40,7 +42,8 @@ def main(argv=None):
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     sys.stdout.flush()
     sys.stderr.flush()
-    code = _native.main(["bitexact"] + args, sys.executable)
+    package = os.path.dirname(os.path.abspath(__file__))
+    code = _native.main(["bitexact"] + args, sys.executable, package)
     os._exit(code)
 
 

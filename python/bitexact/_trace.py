@@ -333,10 +333,39 @@ def on_helper_step(i):
             state.step = int(i) + 1
 
 
+class Unavailable(RuntimeError):
+    """Tracing cannot work in this Python; the message says why (``has no torch (...)``).
+    ``bitexact run --trace`` fails the run with it and the interpreter's path."""
+
+
+def _check_can_trace():
+    """Raises :class:`Unavailable` unless this Python can trace: it loads bitexact's native
+    module (the digests) and imports torch."""
+    from . import _digest
+
+    try:
+        _digest.native()
+    except ImportError:
+        import platform
+
+        raise Unavailable(
+            "cannot load bitexact's native module (this is %s %d.%d on %s %s; the module needs "
+            "CPython >= 3.9 on the platform bitexact was built for): %s" % (
+                platform.python_implementation(), sys.version_info[0], sys.version_info[1],
+                sys.platform, platform.machine(), _digest._native_error)) from None
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # a torch that fails to load (OSError, ...) cannot trace either
+        if isinstance(e, ImportError) and (e.name or "").partition(".")[0] == "torch":
+            raise Unavailable("has no torch (%s)" % e) from None
+        raise Unavailable("cannot import torch (%s: %s)" % (type(e).__name__, e)) from None
+
+
 def install_from_env():
     """Starts tracing this process when ``$BITEXACT_TRACE`` is ``ops`` or ``modules`` and
     ``$BITEXACT_OUT`` is set (what ``bitexact run --trace LEVEL`` gives), once, in the first
-    Python process of each rank (see :mod:`bitexact._dist`)."""
+    Python process of each rank (see :mod:`bitexact._dist`). Returns whether it started;
+    raises :class:`Unavailable` when this process should trace and cannot."""
     level = os.environ.get(ENV)
     if _state is not None or level not in ("ops", "modules") or not os.environ.get("BITEXACT_OUT"):
         return False
@@ -346,6 +375,7 @@ def install_from_env():
     # agent, which computes nothing).
     if not _dist.claim(OWNER_ENV):
         return False
+    _check_can_trace()
     rank = _dist.rank() or 0
     first, _, last = os.environ.get(STEPS_ENV, "0..").partition("..")
     start(

@@ -159,3 +159,35 @@ def test_an_lstm_workspace_is_not_a_value(tmp_path):
     if not rnn:
         pytest.skip("this torch build does not use mkldnn_rnn_layer for a CPU LSTM")
     assert rnn[0]["out"][3].endswith(":-") and not rnn[0]["out"][0].endswith(":-")
+
+
+def test_a_process_that_cannot_trace_says_why(tmp_path):
+    """The first process of a rank that cannot trace raises Unavailable with the reason (the
+    injected sitecustomize records it and `bitexact run` fails the run with it)."""
+    script = (
+        "import bitexact._trace as t, bitexact._digest as d\n"
+        "d._native, d._native_error = None, 'planted'\n"
+        "try:\n"
+        "    t.install_from_env()\n"
+        "except t.Unavailable as e:\n"
+        "    print(e)\n"
+    )
+    env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
+    env.pop("BITEXACT_TRACE_OWNER", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                         check=True).stdout.decode()
+    assert out.startswith("cannot load bitexact's native module (this is "), out
+    assert out.rstrip().endswith("planted"), out
+    assert not (tmp_path / ".bitexact-trace-rank0.jsonl").exists()
+    # Torch hidden: "has no torch".
+    script = (
+        "import sys, bitexact._trace as t\n"
+        "sys.modules['torch'] = None\n"
+        "try:\n"
+        "    t.install_from_env()\n"
+        "except t.Unavailable as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                         check=True).stdout.decode()
+    assert out.startswith("has no torch ("), out

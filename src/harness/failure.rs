@@ -31,6 +31,9 @@ pub enum FailureKind {
     NothingToCompare,
     /// bitexact could not start or talk to a process it needed.
     Harness,
+    /// `--trace` (or `--seed-everything`) was asked for and no process of the run could start
+    /// it: no torch, a Python that cannot load bitexact's package, or no Python at all.
+    TraceUnavailable,
 }
 
 impl FailureKind {
@@ -46,6 +49,7 @@ impl FailureKind {
             FailureKind::UnreadableOutput => "unreadable-output",
             FailureKind::NothingToCompare => "nothing-to-compare",
             FailureKind::Harness => "harness",
+            FailureKind::TraceUnavailable => "trace-unavailable",
         }
     }
 }

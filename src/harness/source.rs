@@ -69,6 +69,9 @@ pub struct Collected {
     /// The run was stopped early, at its first divergence: the outputs it never wrote are not
     /// differences.
     pub partial: bool,
+    /// What the source has to say about this run in the report (which tracer a program's
+    /// Python used, when it is not bitexact's own version).
+    pub notes: Vec<String>,
 }
 
 impl Collected {
@@ -84,6 +87,7 @@ impl Collected {
             ignored: Vec::new(),
             controls_read: None,
             partial: false,
+            notes: Vec::new(),
         }
     }
 

@@ -26,7 +26,8 @@
 //!
 //! **Failures** are typed ([`FailureKind`]): `timeout` (killed after `--timeout`),
 //! `out-of-memory` (killed under `--memory-limit`, or a `MemoryError` / "out of memory" in its
-//! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`.
+//! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`,
+//! `trace-unavailable` (`--trace` asked for and no process could start it: [`tracer`]).
 
 pub mod baseline;
 pub mod collect;
@@ -40,6 +41,7 @@ pub mod project;
 mod source;
 pub mod spawn;
 pub mod trace;
+pub mod tracer;
 pub mod watch;
 
 pub use source::ProgramSource;
@@ -130,6 +132,9 @@ impl Program {
             bail!("--world-size must be at least 1");
         }
         spawn::resolve(program)?;
+        if self.injects() {
+            tracer::own_package()?;
+        }
         if let Some(k) = &self.keep {
             if k.exists() && (!k.is_dir() || std::fs::read_dir(k)?.next().is_some()) {
                 bail!("--keep {}: must be an empty or new directory", k.display());

@@ -265,6 +265,13 @@ impl RunSource for ProgramSource<'_> {
             program: Some((run, env)),
             ..RunMeta::default()
         };
+        // A run whose Python could not trace (or seed) as asked fails, before another run is
+        // made; when a process said why, that comes before the program's own failure (a
+        // program run by a Python without torch fails for the same reason).
+        let tracer = super::tracer::check(self.program, &dest);
+        if let Err((f, true)) = tracer {
+            return Started::failed(meta, f);
+        }
         let limited = self.program.memory_limit_mb.is_some();
         if let Some(f) = spawn::failed(&ended, self.program.timeout, limited) {
             return Started::failed(meta, f);
@@ -275,8 +282,13 @@ impl RunSource for ProgramSource<'_> {
                 Failure::new(FailureKind::UnreadableOutput, format!("the program {what}")),
             );
         }
+        let notes = match tracer {
+            Ok(notes) => notes,
+            Err((f, _)) => return Started::failed(meta, f),
+        };
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
+
         let partial = ended.stopped;
         let reuse = Reuse {
             hashed: watched.last(),
@@ -333,6 +345,7 @@ impl RunSource for ProgramSource<'_> {
                 ignored: by_glob,
                 controls_read: c.controls_read,
                 partial,
+                notes,
             })
         });
         Started {
@@ -405,12 +418,16 @@ impl RunSource for ProgramSource<'_> {
         }
         match (first.map(|c| c.trace.as_ref()), &self.program.trace) {
             (Some(Some(t)), Some(opts)) => report.notes.push(super::trace::note(t, opts)),
+            // The tracer started (else the run failed) but left no trace file.
             (Some(None), Some(opts)) => report.notes.push(format!(
-                "--trace {}: run 0 recorded no op trace (not a Python program, no torch, or its Python cannot import the bitexact package: see its standard error); its files were compared",
+                "--trace {}: the tracer started but run 0 left no op trace; its files were compared",
                 opts.level
             )),
             _ => {}
         }
+        report
+            .notes
+            .extend(first.iter().flat_map(|c| c.notes.iter().cloned()));
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();
         let read = first.and_then(|c| c.controls_read.as_ref());

@@ -1,0 +1,270 @@
+//! `--trace` wherever bitexact is installed (issue 28): bitexact in one environment (the CI
+//! venv's console script, `python -m bitexact`), the program under another Python that has
+//! torch but not bitexact (a venv made here whose site-packages links every package of the CI
+//! venv except bitexact, numpy and safetensors). The tracer still names the op; nothing of
+//! bitexact's environment but its own package reaches the program; a program environment with
+//! another bitexact version is named; and when tracing cannot work the run fails saying why.
+//! Needs the CI venv (ci/python.sh); says `SKIPPED` without.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A planted unseeded noise op in a module (`aten::rand.generator` in `M`), and what the
+/// program can import: with `--isolated` it fails when numpy or safetensors (bitexact's
+/// environment only) can be imported; it writes the `bitexact` it would import to `which.txt`.
+const NOISE: &str = r#"
+import importlib.util, os, sys, time, torch
+for leak in ("numpy", "safetensors"):
+    if "--isolated" in sys.argv and importlib.util.find_spec(leak) is not None:
+        sys.exit("%s leaked into the program's imports" % leak)
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__(); self.fc = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        return self.fc(x) + torch.rand(4, generator=torch.Generator().manual_seed(time.time_ns()))
+torch.manual_seed(0)
+y = M()(torch.ones(2, 4))
+torch.save({"y": y}, os.path.join(os.environ["BITEXACT_OUT"], "final.pt"))
+spec = importlib.util.find_spec("bitexact")
+with open(os.path.join(os.environ["BITEXACT_OUT"], "which.txt"), "w") as f:
+    f.write(spec.origin if spec else "none")
+"#;
+
+/// The CI venv's Python (torch and the bitexact package with its native module).
+fn ci_python(test: &str) -> Option<String> {
+    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]);
+    if py.is_none() {
+        bitexact::check::skip_notice(
+            test,
+            "no Python with torch and the installed bitexact package (run ci/python.sh)",
+        );
+    }
+    py
+}
+
+fn py_out(py: &str, code: &str) -> String {
+    let o = Command::new(py).args(["-c", code]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// A Python environment under `dir` with every package of `ci`'s site-packages but bitexact,
+/// numpy and safetensors (linked), and `extra` packages of its own (name, `__init__.py`).
+/// Returns its interpreter.
+fn program_env(ci: &str, dir: &Path, extra: &[(&str, &str)]) -> String {
+    let site = py_out(
+        ci,
+        "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))",
+    );
+    let base = py_out(
+        ci,
+        "import sys; print(getattr(sys, '_base_executable', sys.executable))",
+    );
+    let shared = dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    for e in std::fs::read_dir(&site).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let skip = ["bitexact", "numpy", "safetensors", "__pycache__"];
+        if skip.iter().any(|s| name.starts_with(s)) || name.ends_with(".pth") {
+            continue;
+        }
+        std::os::unix::fs::symlink(e.path(), shared.join(&name)).unwrap();
+    }
+    let venv = dir.join("venv");
+    let o = Command::new(&base)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let py = venv.join("bin/python").display().to_string();
+    let own_site = PathBuf::from(py_out(
+        &py,
+        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+    ));
+    std::fs::write(own_site.join("shared.pth"), shared.display().to_string()).unwrap();
+    for (name, init) in extra {
+        std::fs::create_dir_all(own_site.join(name)).unwrap();
+        std::fs::write(own_site.join(name).join("__init__.py"), init).unwrap();
+    }
+    py
+}
+
+/// `bitexact run --trace ops --format json --keep KEEP -- PY -c NOISE --isolated` through
+/// `bitexact` (a command line), with `env`: (exit code, the case, what run 0 wrote to
+/// which.txt). `PY` may be a shell command line (`sh -c …`) too.
+fn run(bitexact: &[&str], py: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value, String) {
+    let keep = tempfile::tempdir().unwrap();
+    let kept = keep.path().join("k");
+    let mut c = Command::new(bitexact[0]);
+    c.args(&bitexact[1..])
+        .args(["run", "--trace", "ops", "--format", "json", "--keep"])
+        .arg(&kept)
+        .arg("--")
+        .args(py)
+        .args(["-c", NOISE, "--isolated"])
+        .env_remove(bitexact::run::tracer::PACKAGE_ENV);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    let case = common::json(&o)["cases"][0].clone();
+    let which = std::fs::read_to_string(kept.join("run-0/which.txt")).unwrap_or_default();
+    (o.status.code().unwrap(), case, which)
+}
+
+fn explanation(case: &serde_json::Value) -> &str {
+    case["divergence"]["explanation"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_tracer_runs_in_a_program_python_without_bitexact() {
+    let Some(ci) = ci_python("the_tracer_runs_in_a_program_python_without_bitexact") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let py = program_env(&ci, dir.path(), &[]);
+    // The console script of bitexact's own environment, as `pipx install` gives it.
+    let (code, case, which) = run(&[&ci, "-m", "bitexact"], &[&py], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    let d = explanation(&case);
+    assert!(d.contains("aten::rand"), "{d}");
+    assert!(d.contains("in module M (forward)"), "{d}");
+    assert!(d.contains("inputs identical"), "{d}");
+    // The program imported bitexact's own package, through the private directory.
+    assert!(which.contains(".bitexact-inject/bitexact/"), "{which}");
+}
+
+#[test]
+fn a_program_with_another_bitexact_version_is_told_and_one_of_the_same_keeps_its_own() {
+    let Some(ci) = ci_python("a_program_with_another_bitexact_version_is_told") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let old = "__version__ = \"0.0.1\"\nraise ImportError('the old bitexact was imported')\n";
+    let py = program_env(&ci, dir.path(), &[("bitexact", old)]);
+    let (code, case, which) = run(&[&ci, "-m", "bitexact"], &[&py], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    assert!(explanation(&case).contains("aten::rand"), "{case:#}");
+    assert!(which.contains(".bitexact-inject/bitexact/"), "{which}");
+    let notes = case["notes"].to_string();
+    assert!(notes.contains("has bitexact 0.0.1"), "{notes}");
+    // The CI venv's own bitexact is this version: the program keeps using it (numpy is
+    // importable there, so the leak check is off).
+    let (code, case, which) = run(
+        &[&ci, "-m", "bitexact"],
+        &["sh", "-c", "exec \"$0\" -c \"$2\"", &ci],
+        &[],
+    );
+    assert_eq!(code, 1, "{case:#}");
+    assert!(explanation(&case).contains("aten::rand"), "{case:#}");
+    assert!(which.contains("site-packages/bitexact/"), "{which}");
+}
+
+/// The failure of a run that could not trace: its kind and message.
+fn failure(case: &serde_json::Value) -> (String, String) {
+    let f = &case["evidence"]["failure"];
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    (text(&f["kind"]), text(&f["message"]))
+}
+
+#[test]
+fn when_the_tracer_cannot_start_the_run_fails_and_says_why() {
+    let Some(ci) = ci_python("when_the_tracer_cannot_start_the_run_fails_and_says_why") else {
+        return;
+    };
+    let me = env!("CARGO_BIN_EXE_bitexact");
+    let dir = tempfile::tempdir().unwrap();
+    let py = program_env(&ci, dir.path(), &[]);
+    // A binary built by cargo has no package of its own; the program's Python has none.
+    let (code, case, _) = run(&[me], &[&py], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    let (kind, msg) = failure(&case);
+    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    assert!(
+        msg.starts_with(&format!(
+            "--trace ops: {py} cannot import bitexact's tracer"
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("BITEXACT_PYTHON_PACKAGE"), "{msg}");
+    // Given a package whose native module cannot load.
+    let installed = py_out(
+        &ci,
+        "import bitexact, os; print(os.path.dirname(bitexact.__file__))",
+    );
+    let broken = dir.path().join("broken/bitexact");
+    std::fs::create_dir_all(&broken).unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/bitexact");
+    for e in std::fs::read_dir(source).unwrap() {
+        let e = e.unwrap();
+        if e.path().extension().is_some_and(|x| x == "py") {
+            std::fs::copy(e.path(), broken.join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::write(broken.join("_native.abi3.so"), b"not an ELF file").unwrap();
+    let package = [("BITEXACT_PYTHON_PACKAGE", broken.to_str().unwrap())];
+    let (code, case, _) = run(&[me], &[&py], &package);
+    assert_eq!(code, 1, "{case:#}");
+    let (kind, msg) = failure(&case);
+    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    assert!(
+        msg.contains("cannot load bitexact's native module"),
+        "{msg}"
+    );
+    // A Python without torch, given a working package.
+    let bare = dir.path().join("bare");
+    let base = py_out(
+        &ci,
+        "import sys; print(getattr(sys, '_base_executable', sys.executable))",
+    );
+    let o = Command::new(&base)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let bare_py = bare.join("bin/python").display().to_string();
+    let package = [("BITEXACT_PYTHON_PACKAGE", installed.as_str())];
+    let (code, case, _) = run(&[me], &[&bare_py], &package);
+    assert_eq!(code, 1, "{case:#}");
+    let (kind, msg) = failure(&case);
+    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    assert!(
+        msg.starts_with(&format!("--trace ops: {bare_py} has no torch")),
+        "{msg}"
+    );
+    // No Python at all.
+    let (code, case, _) = run(
+        &[me],
+        &["sh", "-c", "echo x > \"$BITEXACT_OUT/x.txt\"", "sh"],
+        &package,
+    );
+    assert_eq!(code, 1, "{case:#}");
+    let (kind, msg) = failure(&case);
+    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    assert!(
+        msg.starts_with("--trace ops: no Python process started it"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_package_directory_that_is_not_one_is_bad_input() {
+    let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
+        .args(["run", "--trace", "ops", "--", "true"])
+        .env("BITEXACT_PYTHON_PACKAGE", "/nonexistent/bitexact")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("$BITEXACT_PYTHON_PACKAGE /nonexistent/bitexact"),
+        "{err}"
+    );
+}
