@@ -44,15 +44,22 @@ Collectives (``c10d::allreduce_`` from ``dist.all_reduce`` and DDP's gradient bu
 ``c10d::broadcast_``, ...) are recorded like ops: their ``in`` is this rank's contribution,
 hashed before the call, and their ``out`` what the rank received, hashed after waiting for the
 collective. That is what tells the rank where a difference started (its first differing op had
-identical inputs) from the ranks that received it through a collective.
+identical inputs) from the ranks that received it through a collective. A receive buffer is
+never an input: ``all_gather``'s output list, a broadcast's tensor on a rank other than the
+root, a ``recv`` buffer and a barrier's placeholder hold whatever bytes were there before
+(uninitialized memory); hashed as inputs, they would make identical runs differ "already at
+the inputs" there. Which arguments a collective reads is read from its schema by argument name
+(an unknown collective: every tensor argument not named as an output buffer), see
+:mod:`bitexact._trace_c10d`.
 """
 
 import atexit
 import json
 import os
 
+from . import _trace_c10d
 from . import _trace_state as ts
-from ._trace_state import CAPTURE_FILE, paused  # noqa: F401  (bitexact.dump pauses the tracer)
+from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
 ENV = "BITEXACT_TRACE"
 OWNER_ENV = "BITEXACT_TRACE_OWNER"
@@ -60,7 +67,7 @@ MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"
 STEPS_ENV = "BITEXACT_TRACE_STEPS"  # "A..B" (inclusive) or "A.."
 SKIP_ENV = "BITEXACT_TRACE_SKIP"  # comma-separated op-name globs
 # [rank, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
-# CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
+# _trace_state.CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
 CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE"
 FILE_PREFIX = ".bitexact-trace-rank"
 
@@ -80,8 +87,8 @@ def _make_mode():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             state = _state
-            if func.namespace in _COLLECTIVES and state is not None and ts.mine(state):
-                return _collective(state, func, args, kwargs, torch.Tensor)
+            if func.namespace in _trace_c10d.NAMESPACES and state is not None and ts.mine(state):
+                return _trace_c10d.record(state, func, args, kwargs, torch.Tensor)
             result = func(*args, **kwargs)
             if state is not None and not func.is_view and ts.mine(state):
                 _record(state, func, args, kwargs, result, torch.Tensor)
@@ -104,36 +111,6 @@ def _written_args(func):
                 hit.update((i, a.name))
         _written[func] = hit
     return hit
-
-
-# Namespaces of torch.distributed's collectives (``dist.all_reduce``, DDP's gradient buckets:
-# ``c10d::allreduce_``; functional collectives: ``_c10d_functional::all_reduce``).
-_COLLECTIVES = ("c10d", "_c10d_functional")
-
-
-def _collective(state, func, args, kwargs, tensor_type):
-    """Runs collective ``func`` and records it: its tensors are hashed **before** the call
-    (this rank's contribution: ``c10d`` ops write their tensors in place without saying so in
-    their schema) and, after waiting for its ``Work``, its results (what the rank received).
-    Functional collectives return tensors still being written: their results are recorded by
-    dtype and shape only (the op that waits for them shows the values). Waiting early changes
-    when the program blocks, never what it computes."""
-    op = func.name()
-    record = ts.in_steps(state) and not ts.skipped(state, op)
-    ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
-    before = ts.describe(ins, state) if record else None
-    result = func(*args, **kwargs)
-    if not record:
-        return result
-    parts = result if isinstance(result, (tuple, list)) else (result,)
-    for r in parts:
-        if not isinstance(r, tensor_type) and hasattr(r, "wait"):
-            r.wait()
-    outs = ts.collect_tensors(result, tensor_type, [])
-    scratch = range(len(outs)) if func.namespace == "_c10d_functional" else ()
-    phase = "backward" if state.tracker.is_bw else "forward"
-    ts.emit(state, op, phase, ts.module_of(state.tracker), ins, outs, before, scratch)
-    return result
 
 
 def _record(state, func, args, kwargs, result, tensor_type):
