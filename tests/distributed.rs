@@ -1,11 +1,13 @@
 //! `bitexact run -- torchrun …`: distributed training on torch.distributed (gloo, CPU, 2
 //! processes) with `examples/python/train_ddp.py`. The deterministic script passes under
 //! variations; a rank that reseeds from its process id is named as the origin with rank 0 as
-//! a receiver through the all-reduce; worker-dependent augmentation is blamed on the worker
-//! count; a failed rank is named; `--timeout` leaves no process behind; `--vary world-size`
-//! reports the first op that depends on the world size; and two jobs' kept traces are
-//! compared with `diff-trace`. Needs a Python with torch and the installed bitexact package
-//! (ci/python.sh); says `SKIPPED` without.
+//! a receiver through the all-reduce, and so is a rank of an unmodified script that reseeds
+//! from the clock (`tests/fixtures/programs/ddp_clock_seed.py`), even with `--vary poison`
+//! filling the collectives' receive buffers differently in every run; worker-dependent
+//! augmentation is blamed on the worker count; a failed rank is named; `--timeout` leaves no
+//! process behind; `--vary world-size` reports the first op that depends on the world size;
+//! and two jobs' kept traces are compared with `diff-trace`. Needs a Python with torch and the
+//! installed bitexact package (ci/python.sh); says `SKIPPED` without.
 
 mod common;
 
@@ -103,6 +105,53 @@ fn a_rank_seeded_per_launch_is_the_origin_and_rank_0_a_receiver() {
         "{why}"
     );
     assert!(why.contains("origin: rank 1"), "{why}");
+    let receivers: Vec<String> = d["receivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text)
+        .collect();
+    assert_eq!(
+        receivers,
+        vec!["rank 0 received it through c10d::allreduce_ at step 0 (backward)"],
+        "{why}"
+    );
+}
+
+/// A collective's receive buffers are not its inputs: `DistributedDataParallel(...)` all-gathers
+/// the parameters' shapes into `torch.empty` buffers, whose bytes `--vary poison` makes differ
+/// in every run. Hashed as inputs they made that all-gather "already received different
+/// inputs" on both ranks, hiding rank 1's dropout (issue 28).
+#[test]
+fn a_rank_seeded_from_the_clock_is_the_origin_whatever_the_receive_buffers_held() {
+    let test = "a_rank_seeded_from_the_clock_is_the_origin_whatever_the_receive_buffers_held";
+    let Some(tr) = torchrun(test) else {
+        return;
+    };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/programs/ddp_clock_seed.py");
+    let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
+        .args([
+            "run", "--format", "json", "--trace", "ops", "--vary", "poison", "--",
+        ])
+        .args([tr.as_str(), "--standalone", "--nproc-per-node", "2"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    let case = common::json(&o)["cases"][0].clone();
+    assert_eq!(o.status.code(), Some(1), "{case:#}");
+    let d = &case["divergence"];
+    let why = text(&d["explanation"]);
+    assert_eq!(d["rank"], 1, "{why}");
+    assert!(!text(&d["op"]).starts_with("c10d::"), "{why}");
+    assert!(why.contains("rank 1, aten::"), "{why}");
+    assert!(
+        why.contains("in module DistributedDataParallel.module.drop (forward)"),
+        "{why}"
+    );
+    assert!(why.contains("origin: rank 1"), "{why}");
+    assert!(!why.contains("already received different inputs"), "{why}");
     let receivers: Vec<String> = d["receivers"]
         .as_array()
         .unwrap()

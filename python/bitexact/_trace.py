@@ -44,14 +44,22 @@ Collectives (``c10d::allreduce_`` from ``dist.all_reduce`` and DDP's gradient bu
 ``c10d::broadcast_``, ...) are recorded like ops: their ``in`` is this rank's contribution,
 hashed before the call, and their ``out`` what the rank received, hashed after waiting for the
 collective. That is what tells the rank where a difference started (its first differing op had
-identical inputs) from the ranks that received it through a collective.
+identical inputs) from the ranks that received it through a collective. A receive buffer is
+never an input: ``all_gather``'s output list, a broadcast's tensor on a rank other than the
+root, a ``recv`` buffer and a barrier's placeholder hold whatever bytes were there before
+(uninitialized memory); hashed as inputs, they would make identical runs differ "already at
+the inputs" there. Which arguments a collective reads is read from its schema by argument name
+(an unknown collective: every tensor argument not named as an output buffer), see
+:mod:`bitexact._trace_c10d`.
 """
 
 import atexit
 import json
 import os
-import sys
-import threading
+
+from . import _trace_c10d
+from . import _trace_state as ts
+from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
 ENV = "BITEXACT_TRACE"
 OWNER_ENV = "BITEXACT_TRACE_OWNER"
@@ -59,126 +67,16 @@ MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"
 STEPS_ENV = "BITEXACT_TRACE_STEPS"  # "A..B" (inclusive) or "A.."
 SKIP_ENV = "BITEXACT_TRACE_SKIP"  # comma-separated op-name globs
 # [rank, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
-# CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
+# _trace_state.CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
 CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE"
-CAPTURE_FILE = ".bitexact-capture.safetensors"
 FILE_PREFIX = ".bitexact-trace-rank"
-DIGEST_HEX = 32
 
 _state = None
-_paused = threading.local()
-
-
-class paused:
-    """``with paused():`` ops inside are not traced (bitexact's own work, e.g. ``dump``)."""
-
-    def __enter__(self):
-        _paused.depth = getattr(_paused, "depth", 0) + 1
-
-    def __exit__(self, *exc):
-        _paused.depth -= 1
-
-
-class _State:
-    def __init__(self, path, rank, max_bytes, steps, skip):
-        # Line-buffered: each record reaches the file as it is made, so the trace of a run
-        # bitexact stops early (or that crashes) holds every op made before.
-        self.file = open(path, "w", buffering=1)
-        self.lock = threading.Lock()
-        self.rank = rank
-        self.max_bytes = max_bytes
-        self.pid = os.getpid()
-        self.step = 0
-        self.optimizer_steps = 0
-        self.occurrences = {}
-        self.tracker = None
-        self.skip_dirs = ()
-        self.first_step, self.last_step = steps
-        self.skip_globs = tuple(skip)
-        self.skipped_ops = {}  # op name -> whether --trace-skip matches it
-        self.capture = None  # identity list of the op to save, until saved
-        self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
-        self.out_dir = os.path.dirname(path)
-
-    def close(self):
-        with self.lock:
-            if not self.file.closed:
-                self.file.close()
-
-
-def _source(skip_dirs):
-    """``file:line`` of the innermost frame in the program's own code: not torch, bitexact, the
-    standard library or installed packages (relative to the working directory when inside it)."""
-    f = sys._getframe(2)
-    while f is not None:
-        name = f.f_code.co_filename
-        if not (name.startswith(skip_dirs) or name.startswith("<") or "-packages" + os.sep in name):
-            rel = os.path.relpath(name)
-            return "%s:%d" % (name if rel.startswith("..") else rel, f.f_lineno)
-        f = f.f_back
-    return ""
-
-
-def _module(tracker):
-    parents = tracker.parents
-    if len(parents) <= 1:
-        return ""
-    return max((p for p in parents if p != "Global"), key=lambda p: (p.count("."), len(p)))
-
 
 # Ops that are not computation and are not recorded: allocations of uninitialized memory,
 # pointing a tensor at existing storage (how a DataLoader batch is received from a worker, at a
 # moment that depends on worker timing), and the profiler's markers (DDP's forward).
 _NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_", "profiler::")
-
-
-# Results that are scratch memory, not values: the RNN workspaces handed to the backward
-# (uninitialized bytes; they differ between identical runs). Recorded by dtype and shape only.
-# Verified for mkldnn_rnn_layer (CPU LSTM: result 3, a u8 buffer); _cudnn_rnn's reserve
-# (result 3) is the same kind of buffer on CUDA.
-_SCRATCH_RESULTS = {"aten::mkldnn_rnn_layer": {3}, "aten::_cudnn_rnn": {3}}
-
-
-def _describe(tensors, state, scratch=()):
-    """``["f32[2,3]:<digest>", ...]`` for the tensors, hashed together by the native module."""
-    from . import _digest
-
-    out, hosts = [], []
-    for i, t in enumerate(tensors):
-        kind = None
-        try:
-            if i in scratch or t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
-                raise ValueError
-            kind, v = _digest._prepare(t)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-        name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
-        label = "%s[%s]" % (name, ",".join(str(d) for d in t.shape))
-        if kind == "host":
-            hosts.append((len(out), v))
-            out.append(label)
-        elif kind == "device":
-            out.append("%s:%s" % (label, v[:DIGEST_HEX]))
-        else:
-            out.append(label + ":-")
-    if hosts:
-        digests = _digest.native().digests_ptr([h.args() for _, h in hosts])
-        for (i, _), d in zip(hosts, digests):
-            out[i] = "%s:%s" % (out[i], d[:DIGEST_HEX])
-    return out
-
-
-def _tensors(x, cls, out):
-    """Appends the tensors in ``x`` (nested tuples, lists and dict values) to ``out``."""
-    if isinstance(x, cls):
-        out.append(x)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            _tensors(v, cls, out)
-    elif isinstance(x, dict):
-        for v in x.values():
-            _tensors(v, cls, out)
-    return out
 
 
 def _make_mode():
@@ -189,10 +87,10 @@ def _make_mode():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             state = _state
-            if func.namespace in _COLLECTIVES and state is not None and _mine(state):
-                return _collective(state, func, args, kwargs, torch.Tensor)
+            if func.namespace in _trace_c10d.NAMESPACES and state is not None and ts.mine(state):
+                return _trace_c10d.record(state, func, args, kwargs, torch.Tensor)
             result = func(*args, **kwargs)
-            if state is not None and not func.is_view and _mine(state):
+            if state is not None and not func.is_view and ts.mine(state):
                 _record(state, func, args, kwargs, result, torch.Tensor)
             return result
 
@@ -215,113 +113,18 @@ def _written_args(func):
     return hit
 
 
-def _mine(state):
-    """Whether a call now is the traced program's own: in the process that started tracing
-    (not a forked DataLoader worker) and outside bitexact's own work (:class:`paused`)."""
-    return os.getpid() == state.pid and not getattr(_paused, "depth", 0)
-
-
-def _in_steps(state):
-    return state.step >= state.first_step and (state.last_step is None
-                                                or state.step <= state.last_step)
-
-
-# Namespaces of torch.distributed's collectives (``dist.all_reduce``, DDP's gradient buckets:
-# ``c10d::allreduce_``; functional collectives: ``_c10d_functional::all_reduce``).
-_COLLECTIVES = ("c10d", "_c10d_functional")
-
-
-def _collective(state, func, args, kwargs, tensor_type):
-    """Runs collective ``func`` and records it: its tensors are hashed **before** the call
-    (this rank's contribution: ``c10d`` ops write their tensors in place without saying so in
-    their schema) and, after waiting for its ``Work``, its results (what the rank received).
-    Functional collectives return tensors still being written: their results are recorded by
-    dtype and shape only (the op that waits for them shows the values). Waiting early changes
-    when the program blocks, never what it computes."""
-    op = func.name()
-    record = _in_steps(state) and not _skipped(state, op)
-    ins = _tensors(kwargs, tensor_type, _tensors(args, tensor_type, []))
-    before = _describe(ins, state) if record else None
-    result = func(*args, **kwargs)
-    if not record:
-        return result
-    parts = result if isinstance(result, (tuple, list)) else (result,)
-    for r in parts:
-        if not isinstance(r, tensor_type) and hasattr(r, "wait"):
-            r.wait()
-    outs = _tensors(result, tensor_type, [])
-    scratch = range(len(outs)) if func.namespace == "_c10d_functional" else ()
-    phase = "backward" if state.tracker.is_bw else "forward"
-    _emit(state, op, phase, _module(state.tracker), ins, outs, before, scratch)
-    return result
-
-
-def _skipped(state, op):
-    """Whether ``--trace-skip`` leaves ``op`` out."""
-    if not state.skip_globs:
-        return False
-    skip = state.skipped_ops.get(op)
-    if skip is None:
-        import fnmatch
-
-        skip = state.skipped_ops[op] = any(fnmatch.fnmatchcase(op, g) for g in state.skip_globs)
-    return skip
-
-
 def _record(state, func, args, kwargs, result, tensor_type):
     op = func.name()
-    if op.startswith(_NOT_COMPUTATION) or not _in_steps(state) or _skipped(state, op):
+    if op.startswith(_NOT_COMPUTATION) or not ts.in_steps(state) or ts.skipped(state, op):
         return
     written = _written_args(func)
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         args = [a for i, a in enumerate(args) if i not in written]
         kwargs = {k: v for k, v in kwargs.items() if k not in written}
-    ins = _tensors(kwargs, tensor_type, _tensors(args, tensor_type, []))
-    outs = _tensors(result, tensor_type, [])
+    ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
+    outs = ts.collect_tensors(result, tensor_type, [])
     phase = "backward" if state.tracker.is_bw else "forward"
-    _emit(state, op, phase, _module(state.tracker), ins, outs)
-
-
-def _emit(state, op, phase, module, ins, outs, described_ins=None, scratch_outs=()):
-    """Writes one record: its occurrence number, the capture if it is the one asked for, the
-    digests (``described_ins``: the inputs' already, hashed before the op ran;
-    ``scratch_outs``: results recorded by dtype and shape only)."""
-    with state.lock:
-        key = (state.step, module, phase, op)
-        occ = state.occurrences.get(key, 0)
-        state.occurrences[key] = occ + 1
-        step = state.step
-    if state.capture is not None and state.capture == [state.rank, step, phase, module, op, occ]:
-        state.capture = None
-        _save(state, ins, outs)
-    scratch = set(_SCRATCH_RESULTS.get(op.split(".")[0], ())) | set(scratch_outs)
-    if described_ins is None:
-        described = _describe(ins + outs, state, {len(ins) + i for i in scratch})
-        described_ins, described_outs = described[:len(ins)], described[len(ins):]
-    else:
-        described_outs = _describe(outs, state, scratch)
-    record = {
-        "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
-        "op": op, "occ": occ, "src": _source(state.skip_dirs),
-        "in": described_ins, "out": described_outs,
-    }
-    line = json.dumps(record, separators=(",", ":")) + "\n"
-    with state.lock:
-        if not state.file.closed:
-            state.file.write(line)
-
-
-def _save(state, ins, outs):
-    """Writes the op's tensors to ``CAPTURE_FILE`` (host copies, bits kept)."""
-    from . import _safetensors
-
-    tensors = {"in%d" % i: t for i, t in enumerate(ins)}
-    tensors.update({"out%d" % i: t for i, t in enumerate(outs)})
-    with paused():
-        blob = _safetensors.serialize({k: v.detach() for k, v in tensors.items()})
-    root = os.environ.get("BITEXACT_OUT") or state.out_dir  # one capture per run, any rank
-    with open(os.path.join(root, CAPTURE_FILE), "wb") as f:
-        f.write(blob)
+    ts.emit(state, op, phase, ts.module_of(state.tracker), ins, outs)
 
 
 def on_helper_step(i):
@@ -409,7 +212,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
-    state = _State(path, rank, max_bytes, steps, skip)
+    state = ts.State(path, rank, max_bytes, steps, skip)
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))

@@ -1,9 +1,11 @@
 """Hooks of the op tracer (:mod:`bitexact._trace`) besides its dispatch mode: the module and
-gradient hooks of ``--trace modules``, and what keeps a DataLoader's own work out of a trace."""
+gradient hooks of ``--trace modules``, and what keeps a DataLoader's own work out of a trace.
+The state and record writing they share with the dispatch mode are in
+:mod:`bitexact._trace_state`."""
 
 import os
 
-from . import _trace
+from . import _trace_state as ts
 
 
 def module_hooks(state, torch):
@@ -14,23 +16,23 @@ def module_hooks(state, torch):
     import torch.optim.optimizer as optimizer
 
     def after_forward(mod, args, output):
-        if not _trace._mine(state) or not _trace._in_steps(state):
+        if not ts.mine(state) or not ts.in_steps(state):
             return
         name = state.tracker._known_modules.get(mod) or type(mod).__name__
         for pname, p in mod.named_parameters(prefix=name):
             state.param_names.setdefault(id(p), pname)
-        ins = _trace._tensors(args, torch.Tensor, [])
-        outs = _trace._tensors(output, torch.Tensor, [])
-        _trace._emit(state, "module output", "forward", name, ins, outs)
+        ins = ts.collect_tensors(args, torch.Tensor, [])
+        outs = ts.collect_tensors(output, torch.Tensor, [])
+        ts.emit(state, "module output", "forward", name, ins, outs)
 
     def before_step(opt, _args, _kwargs):
-        if os.getpid() != state.pid or not _trace._in_steps(state):
+        if os.getpid() != state.pid or not ts.in_steps(state):
             return
         for group in opt.param_groups:
             for i, p in enumerate(group["params"]):
                 if p.grad is not None:
                     name = state.param_names.get(id(p), "param%d" % i)
-                    _trace._emit(state, "parameter grad", "backward", name, [p.detach()], [p.grad])
+                    ts.emit(state, "parameter grad", "backward", name, [p.detach()], [p.grad])
 
     return [nn_module.register_module_forward_hook(after_forward),
             optimizer.register_optimizer_step_pre_hook(before_step)]
@@ -60,7 +62,7 @@ def pause_loading():
         original = cls.__dict__[name]
 
         def wrapper(self, _original=original):
-            with _trace.paused():
+            with ts.paused():
                 return _original(self)
 
         setattr(cls, name, wrapper)

@@ -1,0 +1,190 @@
+"""The op tracer's per-process state and how it writes a record: what :mod:`bitexact._trace`
+(the dispatch mode, collectives, starting and stopping) and :mod:`bitexact._trace_hooks` (the
+module and gradient hooks, DataLoader pausing) share. Both import this module; it imports
+neither, so the tracer's modules form no import cycle."""
+
+import json
+import os
+import sys
+import threading
+
+# [rank, step, phase, module, op, occurrence] of the op whose tensors are saved here (in0..,
+# out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
+CAPTURE_FILE = ".bitexact-capture.safetensors"
+DIGEST_HEX = 32
+
+_paused = threading.local()
+
+
+class paused:
+    """``with paused():`` ops inside are not traced (bitexact's own work, e.g. ``dump``)."""
+
+    def __enter__(self):
+        _paused.depth = getattr(_paused, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _paused.depth -= 1
+
+
+class State:
+    """One traced process: its trace file, rank, step, occurrence counts and cost controls."""
+
+    def __init__(self, path, rank, max_bytes, steps, skip):
+        # Line-buffered: each record reaches the file as it is made, so the trace of a run
+        # bitexact stops early (or that crashes) holds every op made before.
+        self.file = open(path, "w", buffering=1)
+        self.lock = threading.Lock()
+        self.rank = rank
+        self.max_bytes = max_bytes
+        self.pid = os.getpid()
+        self.step = 0
+        self.optimizer_steps = 0
+        self.occurrences = {}
+        self.tracker = None
+        self.skip_dirs = ()
+        self.first_step, self.last_step = steps
+        self.skip_globs = tuple(skip)
+        self.skipped_ops = {}  # op name -> whether --trace-skip matches it
+        self.capture = None  # identity list of the op to save, until saved
+        self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
+        self.out_dir = os.path.dirname(path)
+
+    def close(self):
+        with self.lock:
+            if not self.file.closed:
+                self.file.close()
+
+
+def source(skip_dirs):
+    """``file:line`` of the innermost frame in the program's own code: not torch, bitexact, the
+    standard library or installed packages (relative to the working directory when inside it)."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not (name.startswith(skip_dirs) or name.startswith("<") or "-packages" + os.sep in name):
+            rel = os.path.relpath(name)
+            return "%s:%d" % (name if rel.startswith("..") else rel, f.f_lineno)
+        f = f.f_back
+    return ""
+
+
+def module_of(tracker):
+    parents = tracker.parents
+    if len(parents) <= 1:
+        return ""
+    return max((p for p in parents if p != "Global"), key=lambda p: (p.count("."), len(p)))
+
+
+# Results that are scratch memory, not values: the RNN workspaces handed to the backward
+# (uninitialized bytes; they differ between identical runs). Recorded by dtype and shape only.
+# Verified for mkldnn_rnn_layer (CPU LSTM: result 3, a u8 buffer); _cudnn_rnn's reserve
+# (result 3) is the same kind of buffer on CUDA.
+_SCRATCH_RESULTS = {"aten::mkldnn_rnn_layer": {3}, "aten::_cudnn_rnn": {3}}
+
+
+def describe(tensors, state, scratch=()):
+    """``["f32[2,3]:<digest>", ...]`` for the tensors, hashed together by the native module."""
+    from . import _digest
+
+    out, hosts = [], []
+    for i, t in enumerate(tensors):
+        kind = None
+        try:
+            if i in scratch or t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
+                raise ValueError
+            kind, v = _digest._prepare(t)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+        name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
+        label = "%s[%s]" % (name, ",".join(str(d) for d in t.shape))
+        if kind == "host":
+            hosts.append((len(out), v))
+            out.append(label)
+        elif kind == "device":
+            out.append("%s:%s" % (label, v[:DIGEST_HEX]))
+        else:
+            out.append(label + ":-")
+    if hosts:
+        digests = _digest.native().digests_ptr([h.args() for _, h in hosts])
+        for (i, _), d in zip(hosts, digests):
+            out[i] = "%s:%s" % (out[i], d[:DIGEST_HEX])
+    return out
+
+
+def collect_tensors(x, cls, out):
+    """Appends the tensors in ``x`` (nested tuples, lists and dict values) to ``out``."""
+    if isinstance(x, cls):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            collect_tensors(v, cls, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            collect_tensors(v, cls, out)
+    return out
+
+
+def mine(state):
+    """Whether a call now is the traced program's own: in the process that started tracing
+    (not a forked DataLoader worker) and outside bitexact's own work (:class:`paused`)."""
+    return os.getpid() == state.pid and not getattr(_paused, "depth", 0)
+
+
+def in_steps(state):
+    """Whether the current step is one ``--trace-steps`` records."""
+    return state.step >= state.first_step and (state.last_step is None
+                                                or state.step <= state.last_step)
+
+
+def skipped(state, op):
+    """Whether ``--trace-skip`` leaves ``op`` out."""
+    if not state.skip_globs:
+        return False
+    skip = state.skipped_ops.get(op)
+    if skip is None:
+        import fnmatch
+
+        skip = state.skipped_ops[op] = any(fnmatch.fnmatchcase(op, g) for g in state.skip_globs)
+    return skip
+
+
+def emit(state, op, phase, module, ins, outs, described_ins=None, scratch_outs=()):
+    """Writes one record: its occurrence number, the capture if it is the one asked for, the
+    digests (``described_ins``: the inputs' already, hashed before the op ran;
+    ``scratch_outs``: results recorded by dtype and shape only)."""
+    with state.lock:
+        key = (state.step, module, phase, op)
+        occ = state.occurrences.get(key, 0)
+        state.occurrences[key] = occ + 1
+        step = state.step
+    if state.capture is not None and state.capture == [state.rank, step, phase, module, op, occ]:
+        state.capture = None
+        save(state, ins, outs)
+    scratch = set(_SCRATCH_RESULTS.get(op.split(".")[0], ())) | set(scratch_outs)
+    if described_ins is None:
+        described = describe(ins + outs, state, {len(ins) + i for i in scratch})
+        described_ins, described_outs = described[:len(ins)], described[len(ins):]
+    else:
+        described_outs = describe(outs, state, scratch)
+    record = {
+        "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
+        "op": op, "occ": occ, "src": source(state.skip_dirs),
+        "in": described_ins, "out": described_outs,
+    }
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    with state.lock:
+        if not state.file.closed:
+            state.file.write(line)
+
+
+def save(state, ins, outs):
+    """Writes the op's tensors to ``CAPTURE_FILE`` (host copies, bits kept)."""
+    from . import _safetensors
+
+    tensors = {"in%d" % i: t for i, t in enumerate(ins)}
+    tensors.update({"out%d" % i: t for i, t in enumerate(outs)})
+    with paused():
+        blob = _safetensors.serialize({k: v.detach() for k, v in tensors.items()})
+    root = os.environ.get("BITEXACT_OUT") or state.out_dir  # one capture per run, any rank
+    with open(os.path.join(root, CAPTURE_FILE), "wb") as f:
+        f.write(blob)
