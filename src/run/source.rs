@@ -224,10 +224,9 @@ impl RunSource for ProgramSource<'_> {
             let reference = Arc::new(reference);
             *self.reference.lock().unwrap_or_else(|e| e.into_inner()) = Some(reference);
         }
-        // The run is over and its processes gone: its outputs move aside, so the next run
-        // gets the same path, new and empty.
-        // What is at `out` now is checked, never followed: a program that replaced it with a
-        // symlink (to `/`, say) must not make bitexact read elsewhere.
+        // The run is over and its processes gone: its outputs move aside, so the next run gets
+        // the same path, new and empty. What is at `out` now is checked, never followed: a
+        // program that replaced it with a symlink (to `/`) must not make bitexact read elsewhere.
         let replaced = match std::fs::symlink_metadata(&out) {
             Err(_) => Some("removed $BITEXACT_OUT"),
             Ok(m) if !m.is_dir() => {
@@ -265,9 +264,8 @@ impl RunSource for ProgramSource<'_> {
             program: Some((run, env)),
             ..RunMeta::default()
         };
-        // A run whose Python could not trace (or seed) as asked fails, before another run is
-        // made; when a process said why, that comes before the program's own failure (a
-        // program run by a Python without torch fails for the same reason).
+        // A run whose Python could not trace (or seed) fails, before another run is made; a
+        // reason a process gave comes before the program's own failure (no torch, say).
         let tracer = super::tracer::check(self.program, &dest);
         if let Err((f, true)) = tracer {
             return Started::failed(meta, f);
@@ -418,9 +416,8 @@ impl RunSource for ProgramSource<'_> {
         }
         match (first.map(|c| c.trace.as_ref()), &self.program.trace) {
             (Some(Some(t)), Some(opts)) => report.notes.push(super::trace::note(t, opts)),
-            // The tracer started (else the run failed) but left no trace file.
             (Some(None), Some(opts)) => report.notes.push(format!(
-                "--trace {}: the tracer started but run 0 left no op trace; its files were compared",
+                "--trace {}: the tracer started, yet run 0 left no op trace; its files were compared",
                 opts.level
             )),
             _ => {}
