@@ -32,14 +32,25 @@ with open(os.path.join(os.environ["BITEXACT_OUT"], "which.txt"), "w") as f:
     f.write(spec.origin if spec else "none")
 "#;
 
-/// The CI venv's Python (torch and the bitexact package with its native module).
+/// The CI venv's Python (torch and the bitexact package with its native module), when its base
+/// interpreter can make venvs (Debian without python3-venv cannot).
 fn ci_python(test: &str) -> Option<String> {
-    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]);
-    if py.is_none() {
+    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace", "venv"]);
+    let probe = "import shutil, tempfile, venv; d = tempfile.mkdtemp(); venv.create(d, with_pip=False); shutil.rmtree(d)";
+    let venvs = py.as_ref().is_some_and(|py| {
+        let base = py_out(
+            py,
+            "import sys; print(getattr(sys, '_base_executable', sys.executable))",
+        );
+        let o = Command::new(base).args(["-c", probe]).output();
+        o.is_ok_and(|o| o.status.success())
+    });
+    if !venvs {
         bitexact::check::skip_notice(
             test,
-            "no Python with torch and the installed bitexact package (run ci/python.sh)",
+            "no Python with torch and the installed bitexact package whose base interpreter makes venvs (run ci/python.sh)",
         );
+        return None;
     }
     py
 }
