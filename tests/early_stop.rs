@@ -118,6 +118,30 @@ for i in range(steps):
     assert!(first.contains("metrics.csv"), "{first}");
 }
 
+/// A log appended to 5 times while the watcher is busy hashing a 50 MiB file: the kernel would
+/// merge its unread completions into one event, and a hash racing an append is lost, so run 0
+/// could look as if it completed the log once; run 1, slower, would then be stopped at its
+/// first append. Completions are counted from events kept apart by the opens between them.
+#[test]
+fn a_log_appended_to_while_the_watcher_is_busy_stops_nothing() {
+    let script = r#"
+import os, time
+out = os.environ["BITEXACT_OUT"]; slow = os.environ["BITEXACT_RUN"] != "0"
+with open(os.path.join(out, "big.bin"), "wb") as f:
+    f.write(b"\x01" * (50 << 20))
+for i in range(5):
+    with open(os.path.join(out, "log.txt"), "a") as f:
+        f.write("step %d loss 0.5\n" % i)
+    if slow:
+        time.sleep(0.3)
+"#;
+    for _ in 0..2 {
+        let o = bitexact(&["run", "--format", "json", "--", "python3", "-c", script]);
+        let case = json(&o)["cases"][0].clone();
+        assert_eq!(o.status.code(), Some(0), "{case:#}");
+    }
+}
+
 #[test]
 fn keep_going_runs_every_run_to_its_end() {
     let (code, case) = run(&["--keep-going"], &["6", "0.05", "2"]);

@@ -16,6 +16,8 @@ pub(super) struct Inotify {
     pub(super) wake: libc::c_int,
     dirs: HashMap<libc::c_int, String>,
     root: PathBuf,
+    /// The kernel's event queue overflowed: events were lost, so completions were missed.
+    pub(super) overflowed: bool,
 }
 
 impl Inotify {
@@ -30,13 +32,21 @@ impl Inotify {
             wake: -1,
             dirs: HashMap::new(),
             root: PathBuf::new(),
+            overflowed: false,
         })
     }
 
     /// Watches directory `path`, named `prefix` under the root (`""` for the root itself).
+    /// Opens are watched only so that two completions of a file are never one event: the
+    /// kernel merges an event with an identical one still unread, and an open between two
+    /// closes of the same file keeps them apart.
     pub(super) fn add(&mut self, path: &Path, prefix: String) -> Result<()> {
         let c = CString::new(path.as_os_str().as_bytes())?;
-        let mask = libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_CREATE | libc::IN_ONLYDIR;
+        let mask = libc::IN_CLOSE_WRITE
+            | libc::IN_MOVED_TO
+            | libc::IN_CREATE
+            | libc::IN_OPEN
+            | libc::IN_ONLYDIR;
         // SAFETY: a valid fd and a NUL-terminated path.
         let wd = unsafe { libc::inotify_add_watch(self.fd, c.as_ptr(), mask) };
         if wd < 0 {
@@ -50,7 +60,8 @@ impl Inotify {
     }
 
     /// Waits up to `ms` for events and returns the names (under the root) of the files
-    /// completed; new subdirectories are watched, with the files already in them.
+    /// completed, once per completion; new subdirectories are watched, with the files already
+    /// in them.
     pub(super) fn read(&mut self, ms: i32) -> Vec<String> {
         let fd = |fd| libc::pollfd {
             fd,
@@ -80,6 +91,7 @@ impl Inotify {
                 let base = String::from_utf8_lossy(raw.split(|&b| b == 0).next().unwrap_or(&[]))
                     .into_owned();
                 at += head + ev.len as usize;
+                self.overflowed |= ev.mask & libc::IN_Q_OVERFLOW != 0;
                 let Some(prefix) = self.dirs.get(&ev.wd).cloned() else {
                     continue;
                 };

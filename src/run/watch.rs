@@ -83,12 +83,9 @@ impl Reference {
         moved_to: &Path,
         ignore: &super::ignore::Ignore,
     ) -> Reference {
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for s in w.seen.iter().chain(&w.large) {
-            *count.entry(&s.name).or_default() += 1;
-        }
         let once = |s: &&Seen| {
-            count[s.name.as_str()] == 1 && large::still(&out.join(&s.name), (s.len, s.modified))
+            let count = w.completions.as_ref().and_then(|c| c.get(&s.name));
+            count == Some(&1) && large::still(&out.join(&s.name), (s.len, s.modified))
         };
         let hashed = w.seen.iter().filter(once).map(|s| {
             let mut digests = s.digests.clone();
@@ -128,6 +125,9 @@ pub struct Watched {
     pub equal: Vec<usize>,
     /// Set when it stopped the run.
     pub stopped: Option<Stopped>,
+    /// How many times each file was completed, hashed or not (a hash that raced a rewrite is
+    /// not in `seen`, yet the file was completed); `None` once events were lost.
+    pub completions: Option<HashMap<String, usize>>,
 }
 
 impl Watched {
@@ -253,10 +253,12 @@ impl Drop for Watcher {
 fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBool) -> Watched {
     let t0 = Instant::now();
     let mut w = Watched::default();
+    let mut completions = HashMap::new();
     loop {
         let last = done.load(Ordering::SeqCst);
         let names = ino.read(if last { 0 } else { 20 });
         for name in names {
+            *completions.entry(name.clone()).or_insert(0) += 1;
             if let Some((len, modified)) = large::completed(out, &name) {
                 let completed = Seen {
                     name: name.clone(),
@@ -291,6 +293,7 @@ fn watch(mut ino: Inotify, out: &Path, compare: Option<Compare>, done: &AtomicBo
             w.seen.push(seen);
         }
         if last {
+            w.completions = (!ino.overflowed).then_some(completions);
             return w;
         }
     }
@@ -402,9 +405,22 @@ mod tests {
         // Past the file system's coarse clock tick, so the rewrite has another time.
         std::thread::sleep(std::time::Duration::from_millis(50));
         std::fs::write(dir.path().join("changed.npy"), npy(4)).unwrap();
-        let all = [vec![once, raw, changed], twice.to_vec(), log.to_vec()].concat();
-        let w = Watched {
+        // Completed twice, hashed once: the other hash raced a rewrite.
+        let raced = seen_of("raced.bin", b"ab");
+        let all = [
+            vec![once, raw, changed, raced],
+            twice.to_vec(),
+            log.to_vec(),
+        ]
+        .concat();
+        let mut completions: HashMap<String, usize> = HashMap::new();
+        for s in &all {
+            *completions.entry(s.name.clone()).or_default() += 1;
+        }
+        *completions.get_mut("raced.bin").unwrap() += 1;
+        let mut w = Watched {
             seen: all,
+            completions: Some(completions),
             ..Watched::default()
         };
         let r = Reference::new(&w, dir.path(), dir.path(), &Default::default());
@@ -415,5 +431,9 @@ mod tests {
             vec!["once.npy", "step_0.bin"],
             "only files completed once and unchanged, of any kind"
         );
+        // Events lost (the queue overflowed): nothing is known to be completed once.
+        w.completions = None;
+        let r = Reference::new(&w, dir.path(), dir.path(), &Default::default());
+        assert!(r.hashed.is_empty());
     }
 }
