@@ -15,7 +15,9 @@ use std::process::Command;
 /// program can import: with `--isolated` it fails when numpy or safetensors (bitexact's
 /// environment only) can be imported; it writes the `bitexact` it would import to `which.txt`.
 const NOISE: &str = r#"
-import importlib.util, os, sys, time, torch
+import importlib.util, os, shutil, sys, time, torch
+if "--clear" in sys.argv:  # a program that empties its output directory first
+    shutil.rmtree(os.environ["BITEXACT_OUT"]); os.makedirs(os.environ["BITEXACT_OUT"])
 for leak in ("numpy", "safetensors"):
     if "--isolated" in sys.argv and importlib.util.find_spec(leak) is not None:
         sys.exit("%s leaked into the program's imports" % leak)
@@ -108,15 +110,28 @@ fn program_env(ci: &str, dir: &Path, extra: &[(&str, &str)]) -> String {
 /// `bitexact` (a command line), with `env`: (exit code, the case, what run 0 wrote to
 /// which.txt). `PY` may be a shell command line (`sh -c …`) too.
 fn run(bitexact: &[&str], py: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value, String) {
+    let mut command = py.to_vec();
+    command.extend(["-c", NOISE, "--isolated"]);
+    run_flags(bitexact, &["--trace", "ops"], &command, env)
+}
+
+/// `bitexact FLAGS --format json --keep KEEP -- COMMAND` (see [`run`]).
+fn run_flags(
+    bitexact: &[&str],
+    flags: &[&str],
+    command: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, serde_json::Value, String) {
     let keep = tempfile::tempdir().unwrap();
     let kept = keep.path().join("k");
     let mut c = Command::new(bitexact[0]);
     c.args(&bitexact[1..])
-        .args(["run", "--trace", "ops", "--format", "json", "--keep"])
+        .arg("run")
+        .args(flags)
+        .args(["--format", "json", "--keep"])
         .arg(&kept)
         .arg("--")
-        .args(py)
-        .args(["-c", NOISE, "--isolated"])
+        .args(command)
         .env_remove(bitexact::run::tracer::PACKAGE_ENV);
     for (k, v) in env {
         c.env(k, v);
@@ -277,5 +292,112 @@ fn a_package_directory_that_is_not_one_is_bad_input() {
     assert!(
         err.contains("$BITEXACT_PYTHON_PACKAGE /nonexistent/bitexact"),
         "{err}"
+    );
+}
+
+/// The Python programs that used to defeat the check (found in review): a wrapper Python
+/// without torch that launches the real program (its failed claim used to keep the child from
+/// tracing or seeding), a program that empties its output directory (the records used to live
+/// there), a run stopped early before its Python started (it used to be called untraceable),
+/// and a Python older than 3.9 (it used to blame `-I` / `-E`).
+#[test]
+fn wrappers_cleared_outputs_early_stops_and_old_pythons_are_judged_right() {
+    let test = "wrappers_cleared_outputs_early_stops_and_old_pythons_are_judged_right";
+    let Some(ci) = ci_python(test) else {
+        return;
+    };
+    let me = env!("CARGO_BIN_EXE_bitexact");
+    let dir = tempfile::tempdir().unwrap();
+    let py = program_env(&ci, dir.path(), &[]);
+    let installed = py_out(
+        &ci,
+        "import bitexact, os; print(os.path.dirname(bitexact.__file__))",
+    );
+    let package = [("BITEXACT_PYTHON_PACKAGE", installed.as_str())];
+    let base = py_out(
+        &ci,
+        "import sys; print(getattr(sys, '_base_executable', sys.executable))",
+    );
+    let bare = dir.path().join("bare");
+    let o = Command::new(&base)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let bare = bare.join("bin/python").display().to_string();
+    let wrap = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))";
+    // The wrapper has no torch; its child traces.
+    let (code, case, _) = run(&[me], &[&bare, "-c", wrap, &py], &package);
+    assert_eq!(code, 1, "{case:#}");
+    assert!(explanation(&case).contains("aten::rand"), "{case:#}");
+    // ... and is seeded (torch.randn is then the same in every run).
+    let draw = "import os, torch; torch.save(torch.randn(3), os.environ['BITEXACT_OUT'] + '/x.pt')";
+    let seeded = ["--seed-everything"];
+    let (code, case, _) = run_flags(
+        &[me],
+        &seeded,
+        &[&bare, "-c", wrap, &py, "-c", draw],
+        &package,
+    );
+    assert_eq!(code, 0, "{case:#}");
+    // A program that empties $BITEXACT_OUT after the tracer started: its trace is gone with
+    // it, which the report says, but the tracer did start.
+    let clears = [py.as_str(), "-c", NOISE, "--clear", "--isolated"];
+    let (code, case, _) = run_flags(&[me], &["--trace", "ops"], &clears, &package);
+    assert_eq!(
+        (code, case["verdict"].as_str()),
+        (1, Some("nondeterministic")),
+        "{case:#}"
+    );
+    let notes = case["notes"].to_string();
+    assert!(
+        notes.contains("the tracer started, yet run 0 left no op trace"),
+        "{notes}"
+    );
+    // Run 1 differs (and is stopped) before its Python starts: nondeterministic, not untraceable.
+    let early = "echo $BITEXACT_RUN > $BITEXACT_OUT/a.txt; sleep 3; exec \"$0\" -c 'print(1)'";
+    let (code, case, _) = run_flags(
+        &[me],
+        &["--trace", "ops"],
+        &["sh", "-c", early, &py],
+        &package,
+    );
+    assert_eq!(
+        (code, case["verdict"].as_str()),
+        (1, Some("nondeterministic")),
+        "{case:#}"
+    );
+    // A Python older than 3.9, where this machine has one.
+    let mut candidates: Vec<String> = ["python3.8", "python3.7", "python3.6", "python2.7"]
+        .map(String::from)
+        .to_vec();
+    let pyenv = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".pyenv/versions");
+    for e in std::fs::read_dir(pyenv).into_iter().flatten().flatten() {
+        let v = e.file_name().to_string_lossy().into_owned();
+        if ["2.", "3.6", "3.7", "3.8"].iter().any(|p| v.starts_with(p)) {
+            candidates.push(e.path().join("bin/python").display().to_string());
+        }
+    }
+    let old = candidates.into_iter().find(|p| {
+        let o = Command::new(p).args(["-c", "print(1)"]).output();
+        o.is_ok_and(|o| o.status.success())
+    });
+    let Some(old) = old else {
+        bitexact::check::skip_notice(test, "(part) no Python older than 3.9 on PATH");
+        return;
+    };
+    let (code, case, _) = run_flags(
+        &[me],
+        &["--trace", "ops"],
+        &[&old, "-c", "print(1)"],
+        &package,
+    );
+    assert_eq!(code, 1, "{case:#}");
+    let (kind, msg) = failure(&case);
+    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    assert!(
+        msg.contains("bitexact's tracer needs Python 3.9 or newer"),
+        "{msg}"
     );
 }

@@ -56,6 +56,7 @@ the inputs" there. Which arguments a collective reads is read from its schema by
 import atexit
 import json
 import os
+import sys
 
 from . import _trace_c10d
 from . import _trace_state as ts
@@ -176,9 +177,19 @@ def install_from_env():
 
     # The first process of each rank (not its DataLoader workers or tools; not torchrun's
     # agent, which computes nothing).
+    held = os.environ.get(OWNER_ENV)
     if not _dist.claim(OWNER_ENV):
         return False
-    _check_can_trace()
+    try:
+        _check_can_trace()
+    except Unavailable:
+        # Not this process's to keep: a child Python that can trace (a torch-less wrapper
+        # launching the real program) claims it.
+        if held is None:
+            os.environ.pop(OWNER_ENV, None)
+        else:
+            os.environ[OWNER_ENV] = held
+        raise
     rank = _dist.rank() or 0
     first, _, last = os.environ.get(STEPS_ENV, "0..").partition("..")
     start(

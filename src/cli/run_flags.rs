@@ -94,8 +94,8 @@ pub struct ProgramArgs {
     #[arg(long)]
     pub world_size_invariant: bool,
     /// Run every run to its end and list every difference. By default a run after the first
-    /// is stopped (its whole process group) as soon as a tensor file it completes differs from
-    /// run 0's, and reported as stopped early.
+    /// is stopped (its whole process group) as soon as an output file it completes differs from
+    /// run 0's (one run 0 completed once and left so), and reported as stopped early.
     #[arg(long)]
     pub keep_going: bool,
     /// The program and its arguments, after `--`.

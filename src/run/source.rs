@@ -209,6 +209,8 @@ impl RunSource for ProgramSource<'_> {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let command = self.program.command_for(settings.knobs.world_size);
         let (watcher, stop) = self.watcher(index, capturing);
+        let inject = super::trace::inject_dir(&out);
+        super::tracer::clear(&inject);
         let ended = spawn::run(&spawn::Spawn {
             command: &command,
             env: &env,
@@ -217,6 +219,7 @@ impl RunSource for ProgramSource<'_> {
             memory_limit_mb: self.program.memory_limit_mb,
             stop: Some(&stop),
         });
+        let records = super::tracer::read(&inject);
         drop(_one);
         let watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
         if index == 0 {
@@ -264,25 +267,18 @@ impl RunSource for ProgramSource<'_> {
             program: Some((run, env)),
             ..RunMeta::default()
         };
-        // A run whose Python could not trace (or seed) fails, before another run is made; a
-        // reason a process gave comes before the program's own failure (no torch, say).
-        let tracer = super::tracer::check(self.program, &dest);
-        if let Err((f, true)) = tracer {
-            return Started::failed(meta, f);
-        }
         let limited = self.program.memory_limit_mb.is_some();
-        if let Some(f) = spawn::failed(&ended, self.program.timeout, limited) {
-            return Started::failed(meta, f);
-        }
-        if let Some(what) = replaced {
-            return Started::failed(
-                meta,
-                Failure::new(FailureKind::UnreadableOutput, format!("the program {what}")),
-            );
-        }
-        let notes = match tracer {
+        let failed = spawn::failed(&ended, self.program.timeout, limited).or_else(|| {
+            let what = replaced?;
+            Some(Failure::new(
+                FailureKind::UnreadableOutput,
+                format!("the program {what}"),
+            ))
+        });
+        // A run whose Python could not trace (or seed) fails too, before another run is made.
+        let notes = match super::tracer::verdict(self.program, &records, ended.stopped, failed) {
             Ok(notes) => notes,
-            Err((f, _)) => return Started::failed(meta, f),
+            Err(f) => return Started::failed(meta, f),
         };
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
@@ -417,7 +413,7 @@ impl RunSource for ProgramSource<'_> {
         match (first.map(|c| c.trace.as_ref()), &self.program.trace) {
             (Some(Some(t)), Some(opts)) => report.notes.push(super::trace::note(t, opts)),
             (Some(None), Some(opts)) => report.notes.push(format!(
-                "--trace {}: the tracer started, yet run 0 left no op trace; its files were compared",
+                "--trace {}: the tracer started, yet run 0 left no op trace (did the program delete it from $BITEXACT_OUT?); its files were compared",
                 opts.level
             )),
             _ => {}

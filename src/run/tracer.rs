@@ -14,13 +14,14 @@
 //! binary with no package of its own leaves the program's Python to import its own `bitexact`.
 //!
 //! **When it cannot work, the run fails and says why.** Each Python process that tries records
-//! what happened in `$BITEXACT_OUT/.bitexact-tracer.jsonl` ([`RECORDS_FILE`], written by
-//! `python/bitexact/_sitecustomize.py`). A run in which no process started the tracer (or, for
+//! what happened in `ROOT/.bitexact-inject/records.jsonl` ([`RECORDS_FILE`], written by
+//! `python/bitexact/_sitecustomize.py`; cleared before each run, runs being one at a time). A run in which no process started the tracer (or, for
 //! `--seed-everything`, seeded) fails with [`FailureKind::TraceUnavailable`], naming the
 //! interpreter and the reason: `--trace ops: /usr/bin/python3 has no torch (...)`, `cannot load
 //! bitexact's native module (...)`, `cannot import bitexact's tracer (...)`, or that no Python
 //! process started it at all (the program ran no Python, or its Python skipped `PYTHONPATH`:
-//! `python -I`, `-E`, `-S`). A program that runs several Pythons (torchrun's agent, DataLoader
+//! `python -I`, `-E`, `-S`; or a Python older than 3.9 said so). A run stopped early is judged on
+//! its outputs alone. A program that runs several Pythons (torchrun's agent, DataLoader
 //! workers, a helper script) is fine as long as one traces: each rank's first process does.
 
 use crate::harness::{Failure, FailureKind};
@@ -29,8 +30,9 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// What each Python process of a run that tried to trace or seed recorded, one JSON line each.
-pub const RECORDS_FILE: &str = ".bitexact-tracer.jsonl";
+/// What each Python process of a run that tried to trace or seed recorded, one JSON line each,
+/// in the injected directory (not in `$BITEXACT_OUT`, which a program may clear).
+pub const RECORDS_FILE: &str = "records.jsonl";
 
 /// The variable naming bitexact's own Python package directory for a binary that is not the
 /// package's console script (one built by cargo).
@@ -96,27 +98,44 @@ pub struct Record {
     pub note: Option<String>,
 }
 
-/// The records a run left in `out` (its `$BITEXACT_OUT`, moved aside): none when it wrote no
-/// [`RECORDS_FILE`].
-pub fn read(out: &Path) -> Vec<Record> {
-    let path = out.join(RECORDS_FILE);
+/// Removes the last run's records from the injected directory `inject`, before a run.
+pub fn clear(inject: &Path) {
+    let _ = std::fs::remove_file(inject.join(RECORDS_FILE));
+}
+
+/// The records of the run that just ended, from the injected directory `inject` (none when no
+/// process wrote any; a link there is not followed).
+pub fn read(inject: &Path) -> Vec<Record> {
+    let path = inject.join(RECORDS_FILE);
+    if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
     let bytes = crate::atomic::read_regular(&path, super::collect::METADATA_MAX_BYTES);
     bytes
         .map(|b| parse(&String::from_utf8_lossy(&b)))
         .unwrap_or_default()
 }
 
-/// What the run that left `out` says about the start-up `program` asked for (`--trace`,
-/// `--seed-everything`): the report's notes, or the failure and whether a process said why.
-pub fn check(program: &super::Program, out: &Path) -> Result<Vec<String>, (Failure, bool)> {
-    if !program.injects() {
-        return Ok(Vec::new());
+/// How a run of `program` ended, given its `records` and the program's own `failed`ure: a
+/// reason a process gave for not tracing (or seeding) comes first (it explains the program's
+/// failure too: no torch), then the program's failure, then no process tracing at all. A run
+/// `stopped` early is judged on its outputs. `Ok`: the report's notes.
+pub fn verdict(
+    program: &super::Program,
+    records: &[Record],
+    stopped: bool,
+    failed: Option<Failure>,
+) -> Result<Vec<String>, Failure> {
+    if !program.injects() || stopped {
+        return failed.map_or(Ok(Vec::new()), Err);
     }
-    let records = read(out);
     let level = program.trace.as_ref().map(|t| t.level.as_str());
     let own = own_package().is_ok_and(|p| p.is_some());
-    judge(&records, level, program.seed_everything, own)
-        .map_err(|f| (f, records.iter().any(|r| r.event == "failed")))
+    match (judge(records, level, program.seed_everything, own), failed) {
+        (Err(f), _) if records.iter().any(|r| r.event == "failed") => Err(f),
+        (_, Some(f)) | (Err(f), None) => Err(f),
+        (Ok(notes), None) => Ok(notes),
+    }
 }
 
 /// The records in the text of a [`RECORDS_FILE`]; lines that are not a record are skipped (a
@@ -157,7 +176,7 @@ pub fn judge(
             }
         }
         let mut why = match reasons.is_empty() {
-            true => "no Python process started it: the program ran no Python, or its Python skipped PYTHONPATH (python -I, -E or -S), where bitexact's start-up code is".to_string(),
+            true => "no Python process started it: the program ran no Python, or its Python skipped PYTHONPATH or site (python -I, -E or -S), where bitexact's start-up code is".to_string(),
             false => reasons.join("; "),
         };
         if !own && why.contains(NO_PACKAGE) {
@@ -249,6 +268,41 @@ mod tests {
         assert!(f.message.contains(PACKAGE_ENV), "{}", f.message);
         let f = judge(&[failed], Some("ops"), false, true).unwrap_err();
         assert!(!f.message.contains(PACKAGE_ENV), "{}", f.message);
+    }
+
+    #[test]
+    fn a_reason_comes_before_the_programs_failure_and_a_stopped_run_is_not_judged() {
+        let mut p = super::super::Program::new(vec!["python".into()]);
+        p.trace = Some(super::super::trace::TraceOptions::default());
+        let exited = || {
+            Some(Failure::new(
+                FailureKind::ExitStatus,
+                "exited with status 1",
+            ))
+        };
+        let failed = [rec("failed", Some("has no torch"))];
+        let kind = |r: Result<Vec<String>, Failure>| r.unwrap_err().kind;
+        assert_eq!(
+            kind(verdict(&p, &failed, false, exited())),
+            FailureKind::TraceUnavailable
+        );
+        assert_eq!(
+            kind(verdict(&p, &[], false, exited())),
+            FailureKind::ExitStatus
+        );
+        assert_eq!(
+            kind(verdict(&p, &[], false, None)),
+            FailureKind::TraceUnavailable
+        );
+        assert_eq!(verdict(&p, &[], true, None), Ok(vec![]));
+        assert_eq!(
+            kind(verdict(&p, &[], true, exited())),
+            FailureKind::ExitStatus
+        );
+        assert_eq!(
+            verdict(&p, &[rec("tracing", None)], false, None),
+            Ok(vec![])
+        );
     }
 
     #[test]
