@@ -218,7 +218,7 @@ impl RunSource for ProgramSource<'_> {
             stop: Some(&stop),
         });
         drop(_one);
-        let watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
+        let mut watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
         if index == 0 {
             let reference = watch::Reference::new(&watched, &out, &dest, &self.program.ignore);
             let reference = Arc::new(reference);
@@ -279,7 +279,7 @@ impl RunSource for ProgramSource<'_> {
         let trace_ops = self.program.trace.is_some();
         let partial = ended.stopped;
         let reuse = Reuse {
-            hashed: watched.last(),
+            hashed: Reuse::last_hashes(std::mem::take(&mut watched.seen)),
             equal: watched.equal_to_run_0(),
             baseline: baseline.filter(|_| publisher.is_none()),
         };
@@ -299,8 +299,8 @@ impl RunSource for ProgramSource<'_> {
                 }
                 other => other,
             };
-            let mut c = collect::collect(&dest, stdout.as_deref(), trace_ops, &reuse)
-                .map_err(unreadable)?;
+            let mut c =
+                collect::collect(&dest, stdout.as_deref(), trace_ops, reuse).map_err(unreadable)?;
             if let Some(p) = publisher {
                 p.publish(std::mem::take(&mut c.files));
             }

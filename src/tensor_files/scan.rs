@@ -33,7 +33,10 @@ pub(crate) fn walk(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
             let ty = entry
                 .file_type()
                 .with_context(|| format!("{name}: reading its type"))?;
-            let mut target = entry.path();
+            // Sized exactly: 100 000 outputs hold 100 000 of these paths.
+            let mut target = PathBuf::with_capacity(path.as_os_str().len() + 1 + base.len());
+            target.push(&path);
+            target.push(&base);
             if ty.is_symlink() {
                 target = match fs::canonicalize(&target) {
                     Ok(t) if t.starts_with(&root) => t,
@@ -68,7 +71,9 @@ pub(crate) fn walk(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
             }
         }
     }
-    outputs.sort_by(|a, b| natural_cmp(&a.name, &b.name));
-    meta.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    // Names are unique: an unstable sort gives the same order, without a stable sort's
+    // scratch copy of the list.
+    outputs.sort_unstable_by(|a, b| natural_cmp(&a.name, &b.name));
+    meta.sort_unstable_by(|a, b| natural_cmp(&a.name, &b.name));
     Ok((outputs, meta))
 }
