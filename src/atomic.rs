@@ -26,15 +26,15 @@ pub fn rename_dir(from: &Path, to: &Path) -> Result<()> {
     if fs::symlink_metadata(to).is_ok() {
         return Err(anyhow!(
             "cannot move {} to {}: it exists",
-            from.display(),
-            to.display()
+            crate::quote::path(from),
+            crate::quote::path(to)
         ));
     }
     fs::rename(from, to).map_err(|e| {
         anyhow!(
             "cannot move {} to {}: {}",
-            from.display(),
-            to.display(),
+            crate::quote::path(from),
+            crate::quote::path(to),
             describe(&e)
         )
     })
@@ -160,23 +160,30 @@ fn describe(e: &std::io::Error) -> String {
 /// read or an allocation as large as the file claims.
 pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
     use std::io::Read;
-    let m = fs::metadata(path).map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+    let m =
+        fs::metadata(path).map_err(|e| anyhow!("cannot read {}: {e}", crate::quote::path(path)))?;
     if !m.is_file() {
-        bail!("cannot read {}: not a regular file", path.display());
+        bail!(
+            "cannot read {}: not a regular file",
+            crate::quote::path(path)
+        );
     }
     if m.len() > max {
         bail!(
             "cannot read {}: {} bytes, more than the {max} expected",
-            path.display(),
+            crate::quote::path(path),
             m.len()
         );
     }
     let mut bytes = Vec::new();
     fs::File::open(path)
         .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
-        .map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("cannot read {}: {e}", crate::quote::path(path)))?;
     if bytes.len() as u64 > max {
-        bail!("cannot read {}: it grew past {max} bytes", path.display());
+        bail!(
+            "cannot read {}: it grew past {max} bytes",
+            crate::quote::path(path)
+        );
     }
     Ok(bytes)
 }
