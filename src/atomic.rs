@@ -8,6 +8,8 @@
 //! symbolic link is followed: its target is replaced and the link stays a link. A missing
 //! directory is an error (this module creates no directories).
 //!
+//! [`rename_no_replace`] and [`rename_onto_empty_dir`] move a run's output directory aside.
+//!
 //! [`ensure_writable`] answers, before any work is done, whether [`write_atomically`] could
 //! write a path, so a command can fail fast (exit 2) on `--out /proc/version`.
 
@@ -20,24 +22,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The marker between a file's name and the writer's process id in a temporary file's name.
 pub const TEMP_MARKER: &str = ".tmp";
 
-/// Moves the directory `from` to `to` (same file system), never replacing anything at `to`;
-/// errors name both paths.
-pub fn rename_dir(from: &Path, to: &Path) -> Result<()> {
-    if fs::symlink_metadata(to).is_ok() {
-        return Err(anyhow!(
-            "cannot move {} to {}: it exists",
-            from.display(),
-            to.display()
-        ));
+/// Renames `from` to `to` (same file system) unless something is at `to`: then an error of
+/// kind `AlreadyExists`, and nothing is moved or replaced (renameat2 `RENAME_NOREPLACE`; where
+/// the file system has none, `to` is checked first: for callers that no other process races).
+pub fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes());
+    let (f, t) = (c(from)?, c(to)?);
+    let (at, flags) = (libc::AT_FDCWD, libc::RENAME_NOREPLACE);
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    if unsafe { libc::renameat2(at, f.as_ptr(), at, t.as_ptr(), flags) } == 0 {
+        return Ok(());
     }
-    fs::rename(from, to).map_err(|e| {
-        anyhow!(
-            "cannot move {} to {}: {}",
-            from.display(),
-            to.display(),
-            describe(&e)
-        )
-    })
+    let e = std::io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+        return Err(e);
+    }
+    if fs::symlink_metadata(to).is_ok() {
+        return Err(ErrorKind::AlreadyExists.into());
+    }
+    fs::rename(from, to)
+}
+
+/// Moves the directory `from` onto `to`, which must be an empty directory (it is replaced);
+/// anything else at `to` (a non-empty directory, a file, a link) is an error.
+pub fn rename_onto_empty_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    fs::rename(from, to)
 }
 
 /// Writes `bytes` to `path` atomically (temporary file in the same directory, fsync, rename,
@@ -160,23 +170,30 @@ fn describe(e: &std::io::Error) -> String {
 /// read or an allocation as large as the file claims.
 pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>> {
     use std::io::Read;
-    let m = fs::metadata(path).map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+    let m =
+        fs::metadata(path).map_err(|e| anyhow!("cannot read {}: {e}", crate::quote::path(path)))?;
     if !m.is_file() {
-        bail!("cannot read {}: not a regular file", path.display());
+        bail!(
+            "cannot read {}: not a regular file",
+            crate::quote::path(path)
+        );
     }
     if m.len() > max {
         bail!(
             "cannot read {}: {} bytes, more than the {max} expected",
-            path.display(),
+            crate::quote::path(path),
             m.len()
         );
     }
     let mut bytes = Vec::new();
     fs::File::open(path)
         .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
-        .map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("cannot read {}: {e}", crate::quote::path(path)))?;
     if bytes.len() as u64 > max {
-        bail!("cannot read {}: it grew past {max} bytes", path.display());
+        bail!(
+            "cannot read {}: it grew past {max} bytes",
+            crate::quote::path(path)
+        );
     }
     Ok(bytes)
 }

@@ -160,6 +160,25 @@ where
 
 /// Digest of a whole run: SHA-256 over `(name length, name, digest)` in name order.
 pub fn run_digest(digests: &BTreeMap<String, Digest>) -> Digest {
+    run_digest_of(digests.iter())
+}
+
+/// [`run_digest`] of `(name, digest)` pairs in any order (a name given twice counts once, with
+/// its last digest, as when they are collected into a map); sorts references, never copies a
+/// name.
+pub fn run_digest_of_pairs(pairs: &[(String, Digest)]) -> Digest {
+    let mut sorted: Vec<&(String, Digest)> = pairs.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let last = |i: &usize| sorted.get(i + 1).is_none_or(|next| next.0 != sorted[*i].0);
+    run_digest_of(
+        (0..sorted.len())
+            .filter(last)
+            .map(|i| (&sorted[i].0, &sorted[i].1)),
+    )
+}
+
+/// SHA-256 over `(name length, name, digest)` of `digests`, in the order given.
+fn run_digest_of<'a>(digests: impl Iterator<Item = (&'a String, &'a Digest)>) -> Digest {
     let mut h = Sha256::new();
     for (name, d) in digests {
         h.update((name.len() as u64).to_le_bytes());
@@ -263,6 +282,20 @@ mod tests {
             h.update(Sha256::digest(c));
         }
         assert_eq!(seen[0].0, <[u8; 32]>::from(h.finalize()));
+    }
+
+    #[test]
+    fn run_digest_of_pairs_in_any_order_is_that_of_their_map() {
+        let d = |b: u8| Digest([b; 32]);
+        let pairs = vec![
+            ("step_10".to_string(), d(1)),
+            ("b".to_string(), d(2)),
+            ("step_2".to_string(), d(3)),
+            ("b".to_string(), d(4)),
+        ];
+        let map: BTreeMap<String, Digest> = pairs.iter().cloned().collect();
+        assert_eq!(run_digest_of_pairs(&pairs), run_digest(&map));
+        assert_ne!(run_digest_of_pairs(&pairs[..3]), run_digest(&map));
     }
 
     #[test]

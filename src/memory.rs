@@ -58,6 +58,33 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
+/// Makes every thread allocate from one heap (glibc's `M_ARENA_MAX` = 1), for run mode. glibc
+/// gives each thread that allocates an arena of its own and keeps what is freed there for that
+/// arena; in run mode one thread allocates what another frees (the output watcher and rayon's
+/// workers make a run's hashes, its collector and the harness free them), so with an arena per
+/// thread bitexact's resident set was the sum of every arena's high water, not what is live:
+/// 95 to 102 MB for a run of 100 000 small files whose heap peaked at 58 MB, 72 to 79 MB with
+/// one arena. The threads that share it spend their time in system calls and hashing, not in
+/// the allocator. Arenas made before the call stay: `bitexact run` calls it before any other
+/// thread allocates. A no-op where the C library is not glibc.
+pub fn one_heap_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes a tuning parameter of the allocator; it is thread-safe.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// Hands the heap's free pages back to the system (see [`one_heap_arena`]). Called when a
+/// run's outputs are collected. A no-op where the C library is not glibc.
+pub fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the system; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Whether [`CountingAlloc`] is this process's global allocator (it has counted an allocation).
 pub fn installed() -> bool {
     INSTALLED.load(Ordering::Relaxed)

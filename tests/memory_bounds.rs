@@ -140,3 +140,61 @@ fn outputs_equal_to_run_0s_are_compared_within_the_bound_and_never_hang() {
     let bound = (1.5 * (66u64 << 20) as f64) as u64 + 100_000_000;
     assert!(rss < bound, "bitexact's peak RSS {} MiB", rss >> 20);
 }
+
+/// bitexact's own peak RSS of a run, from its JSON report.
+fn own_rss(j: &serde_json::Value) -> u64 {
+    j["cases"][0]["program"]["harness_peak_rss_bytes"]
+        .as_u64()
+        .expect("peak RSS")
+}
+
+/// 100 000 small files in one run (issue 28): every per-file structure (the watcher's hashes,
+/// the scan, the baseline, the digests, their order) counts 100 000 times. It was 190 MB, over
+/// the bound of 100 MB (the largest file is a few bytes).
+#[test]
+fn a_hundred_thousand_small_files_stay_within_the_bound() {
+    let script = r#"
+import os
+o = os.environ["BITEXACT_OUT"]
+for i in range(100000):
+    with open(os.path.join(o, "f%06d.bin" % i), "wb") as f:
+        f.write(b"x%d" % i)
+"#;
+    let o = common::bitexact(&["run", "--format", "json", "--", "python3", "-c", script]);
+    let j = common::json(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", j["cases"][0]["message"]);
+    assert_eq!(j["cases"][0]["digests"].as_object().unwrap().len(), 100_000);
+    let rss = own_rss(&j);
+    assert!(rss < 100_000_000, "bitexact's peak RSS {} MiB", rss >> 20);
+}
+
+/// One safetensors file of 100 000 tensors, one of which differs in run 1 (issue 28): parsing
+/// its 7 MB header with the `safetensors` crate cost 74 MB each time (hashing, and loading the
+/// differing tensor of both runs to explain it): 260 MB, over 1.5 × the file + 100 MB.
+#[test]
+fn a_hundred_thousand_tensors_in_one_file_stay_within_the_bound() {
+    let script = r#"
+import json, os, struct
+n, data, header = 100000, bytearray(), {}
+for i in range(n):
+    header["t%06d" % i] = {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]}
+    v = float(i) + (1.0 if i == 54321 and os.environ["BITEXACT_RUN"] == "1" else 0.0)
+    data += struct.pack("<2f", float(i), v)
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(os.path.join(os.environ["BITEXACT_OUT"], "m.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + data)
+"#;
+    let o = common::bitexact(&["run", "--format", "json", "--", "python3", "-c", script]);
+    let j = common::json(&o);
+    let case = &j["cases"][0];
+    assert_eq!(o.status.code(), Some(1), "{}", case["message"]);
+    let diff = case["diff"].as_array().unwrap();
+    assert_eq!(diff.len(), 1, "{diff:?}");
+    assert_eq!(diff[0]["tensor"], "m.safetensors:t054321");
+    assert_eq!(diff[0]["first_index"][0], 1);
+    let size = 8 + (8 + 76) * 100_000u64; // the header takes about 77 bytes a tensor
+    let bound = (1.5 * size as f64) as u64 + 100_000_000;
+    let rss = own_rss(&j);
+    assert!(rss < bound, "bitexact's peak RSS {} MiB", rss >> 20);
+}

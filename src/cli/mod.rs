@@ -41,6 +41,10 @@ where
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    if matches!(cli.command, Command::Run(_)) {
+        // Before any thread allocates (the signal watcher below is the first).
+        crate::memory::one_heap_arena();
+    }
     if !matches!(cli.command, Command::Child) {
         // Stopping bitexact (Ctrl-C, CI's SIGTERM) kills every child process group first.
         if let Err(e) = crate::process::install_signal_handlers() {

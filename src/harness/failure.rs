@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Longest failure message kept, in bytes (longer ones are cut at a character boundary and
-/// marked with `…`).
+/// Longest failure message kept, in bytes (a longer one keeps its start and its end, cut in
+/// the middle at character boundaries: see [`cap`]).
 pub const MESSAGE_MAX: usize = 2048;
 
 /// What kind of failure ended a case's runs.
@@ -103,18 +103,15 @@ impl Failure {
     }
 }
 
-/// `s` cut to at most [`MESSAGE_MAX`] bytes at a character boundary, with `…` when cut: for
-/// every message that may quote what a program wrote.
-pub fn cap(mut s: String) -> String {
-    if s.len() > MESSAGE_MAX {
-        let mut end = MESSAGE_MAX;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
+/// `s` cut to about [`MESSAGE_MAX`] bytes in the middle (`…[N bytes]…`) when longer: for
+/// every message that may quote what a program wrote. Its start (what failed) and its end
+/// are kept: an error's cause comes last (`reading PATH: File name too long`), and so do a
+/// program's last lines of standard error.
+pub fn cap(s: String) -> String {
+    match crate::quote::middle(&s, MESSAGE_MAX) {
+        std::borrow::Cow::Borrowed(_) => s,
+        std::borrow::Cow::Owned(cut) => cut,
     }
-    s
 }
 
 #[cfg(test)]
@@ -123,9 +120,15 @@ mod tests {
 
     #[test]
     fn messages_are_capped_and_panics_recognised() {
-        let f = Failure::new(FailureKind::ExitStatus, "é".repeat(MESSAGE_MAX));
-        assert!(f.message.len() <= MESSAGE_MAX + '…'.len_utf8());
-        assert!(f.message.ends_with('…'));
+        let long = format!("reading {}: File name too long", "é".repeat(MESSAGE_MAX));
+        let f = Failure::new(FailureKind::ExitStatus, long);
+        assert!(f.message.len() <= MESSAGE_MAX, "{}", f.message.len());
+        assert!(f.message.starts_with("reading éé") && f.message.contains("bytes]…"));
+        assert!(
+            f.message.ends_with("éé: File name too long"),
+            "{}",
+            f.message
+        );
         let p = Failure::from_error(FailureKind::Error, &anyhow::anyhow!("panicked: boom"));
         assert_eq!(p.kind, FailureKind::Panic);
         assert_eq!(p.in_run(2).line(), "run 2: panicked: boom");

@@ -161,13 +161,6 @@ pub fn assess_with_progress(
     report.memory_growth = crate::memory::growth(&p.retained);
     report.retained_bytes = p.retained.clone();
     report.traces = p.traces.clone();
-    if let Some(first) = &p.first {
-        report.digests = first
-            .digests
-            .iter()
-            .map(|(k, d)| (k.clone(), d.hex()))
-            .collect();
-    }
     match (&p.failure, &p.first, &p.differing) {
         (Some(f), _, _) => report.evidence.failure = Some(f.clone()),
         (None, Some(first), Some((j, other))) => {
@@ -178,6 +171,14 @@ pub fn assess_with_progress(
             }
         }
         _ => {}
+    }
+    // After the explanation, which may load outputs: the two never hold memory at once.
+    if let Some(first) = &p.first {
+        report.digests = first
+            .digests
+            .iter()
+            .map(|(k, d)| (k.clone(), d.hex()))
+            .collect();
     }
     source.describe(&mut report, &p.metas, p.first.as_ref(), controls, opts);
     report.seconds = t0.elapsed().as_secs_f64();

@@ -93,7 +93,7 @@ impl Collected {
 
     /// The run digest over the outputs (name order, so any source order gives the same).
     pub fn run_digest(&self) -> Digest {
-        crate::digest::run_digest(&self.digests.iter().cloned().collect())
+        crate::digest::run_digest_of_pairs(&self.digests)
     }
 }
 

@@ -87,11 +87,17 @@ impl Baseline {
 /// A file's outputs' digests.
 type Digests = Vec<(String, Digest)>;
 
+/// Files smaller than this are hashed, never compared with run 0's copy, and run 0 does not
+/// publish them: comparing a file opens and reads two files where hashing reads one, which for
+/// a small file costs more than the hashing it saves (about 12 KB breaks even here), and
+/// 100 000 tiny outputs would otherwise keep 100 000 entries in the baseline.
+pub const BASELINE_MIN_BYTES: u64 = 64 << 10;
+
 /// What collecting a run's outputs may take instead of hashing a file again.
 #[derive(Default)]
 pub struct Reuse {
-    /// The output watcher's last hash of each file.
-    pub hashed: HashMap<String, Seen>,
+    /// The output watcher's last hash of each file, sorted by name ([`Reuse::last_hashes`]).
+    pub hashed: Vec<Seen>,
     /// Large files the watcher found equal to run 0's copy, byte for byte, when completed.
     pub equal: HashMap<String, Seen>,
     /// Run 0's files, for a later run.
@@ -99,38 +105,58 @@ pub struct Reuse {
 }
 
 impl Reuse {
+    /// The last hash of each file among the watcher's hashes `seen` (in completion order),
+    /// sorted by name: moved, not copied (a run that writes 100 000 files hashes 100 000).
+    pub fn last_hashes(mut seen: Vec<Seen>) -> Vec<Seen> {
+        // Reversed, a stable sort puts each name's last hash first, which dedup keeps.
+        seen.reverse();
+        seen.sort_by(|a, b| a.name.cmp(&b.name));
+        seen.dedup_by(|later, first| later.name == first.name);
+        seen
+    }
+
     /// The digests of those of `files` (as they are now) that are known without hashing
-    /// them, by name: the watcher's hash of a file unchanged since, else run 0's for the same
-    /// bytes. The byte comparisons run in parallel (rayon); the wait for run 0's digests is
-    /// made after them, on the calling thread: a rayon worker blocked in it could keep run
-    /// 0's collection, which needs the pool, from ever publishing.
-    pub fn known(&self, files: &[OutputFile]) -> HashMap<String, Vec<(String, Digest)>> {
-        let found: Vec<(Option<Digests>, Option<Stamp>)> = files
-            .par_iter()
+    /// them, one entry per file: the watcher's hash of a file unchanged since (moved out of
+    /// `self`), else run 0's for the same bytes. The byte comparisons run in parallel (rayon);
+    /// the wait for run 0's digests is made after them, on the calling thread: a rayon worker
+    /// blocked in it could keep run 0's collection, which needs the pool, from ever
+    /// publishing.
+    pub fn known(&mut self, files: &[OutputFile]) -> Vec<Option<Digests>> {
+        let mut known: Vec<Option<Digests>> = files
+            .iter()
             .map(|f| {
-                let current = |s: &&Seen| s.is_current(f.len, f.modified);
-                if let Some(s) = self.hashed.get(&f.name).filter(current) {
-                    return (Some(s.digests.clone()), None);
-                }
-                let known_equal = self.equal.get(&f.name).filter(current).is_some();
-                let stamp = self.baseline.as_ref().and_then(|b| b.equal(f, known_equal));
-                (None, stamp)
+                let i = self.hashed.binary_search_by(|s| s.name.cmp(&f.name)).ok()?;
+                let s = Some(&mut self.hashed[i]).filter(|s| current(f, s))?;
+                Some(std::mem::take(&mut s.digests))
             })
             .collect();
-        let published = |f: &OutputFile, stamp| self.baseline.as_ref()?.published(&f.name, stamp);
-        files
-            .iter()
-            .zip(found)
-            .filter_map(|(f, found)| {
-                let digests = match found {
-                    (Some(d), _) => Some(d),
-                    (None, Some(stamp)) => published(f, stamp),
-                    (None, None) => None,
-                };
-                Some((f.name.clone(), digests?))
+        let Some(baseline) = &self.baseline else {
+            return known;
+        };
+        let equal = &self.equal;
+        let stamps: Vec<Option<Stamp>> = files
+            .par_iter()
+            .zip(&known)
+            .map(|(f, k)| {
+                if k.is_some() || f.len < BASELINE_MIN_BYTES {
+                    return None;
+                }
+                let known_equal = equal.get(&f.name).is_some_and(|s| current(f, s));
+                baseline.equal(f, known_equal)
             })
-            .collect()
+            .collect();
+        for ((f, k), stamp) in files.iter().zip(&mut known).zip(stamps) {
+            if let Some(stamp) = stamp {
+                *k = baseline.published(&f.name, stamp);
+            }
+        }
+        known
     }
+}
+
+/// Whether the watcher's hash `s` is of `f` as it is now.
+fn current(f: &OutputFile, s: &Seen) -> bool {
+    s.is_current(f.len, f.modified)
 }
 
 /// Publishes run 0's files to its [`Baseline`]; dropped unpublished (run 0 failed, or its
@@ -138,12 +164,14 @@ impl Reuse {
 pub struct Publisher(Option<Arc<Baseline>>);
 
 impl Publisher {
-    /// Publishes run 0's collected files with their digests.
+    /// Publishes run 0's collected files with their digests (those of at least
+    /// [`BASELINE_MIN_BYTES`]: the others are never compared).
     pub fn publish(mut self, files: impl IntoIterator<Item = (OutputFile, Vec<(String, Digest)>)>) {
         if let Some(b) = self.0.take() {
             b.publish(Some(
                 files
                     .into_iter()
+                    .filter(|(f, _)| f.len >= BASELINE_MIN_BYTES)
                     .map(|(f, d)| (f.name.clone(), (f, d)))
                     .collect(),
             ));
@@ -168,6 +196,13 @@ mod tests {
         b.published(&file.name, b.equal(file, false)?)
     }
 
+    /// `bytes` made as large as the files run 0 publishes.
+    fn big(bytes: &[u8]) -> Vec<u8> {
+        let mut v = bytes.to_vec();
+        v.resize(BASELINE_MIN_BYTES as usize, b'.');
+        v
+    }
+
     fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> OutputFile {
         std::fs::write(dir.join(name), bytes).unwrap();
         OutputFile::new(name, &dir.join(name)).unwrap()
@@ -177,12 +212,12 @@ mod tests {
     fn a_file_with_run_0s_bytes_takes_its_digests_once_published() {
         let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (b, publisher) = Baseline::new(run0.path().to_path_buf());
-        let theirs = file(run0.path(), "a.bin", b"same");
-        file(run0.path(), "b.bin", b"run 0");
+        let theirs = file(run0.path(), "a.bin", &big(b"same"));
+        file(run0.path(), "b.bin", &big(b"run 0"));
         let marker = vec![("a.bin".to_string(), Digest([7; 32]))];
-        let same = file(later.path(), "a.bin", b"same");
-        let other = file(later.path(), "b.bin", b"run 1");
-        let only_here = file(later.path(), "c.bin", b"new");
+        let same = file(later.path(), "a.bin", &big(b"same"));
+        let other = file(later.path(), "b.bin", &big(b"run 1"));
+        let only_here = file(later.path(), "c.bin", &big(b"new"));
         // Asked before run 0 is published: the answer waits for it.
         let published = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -200,10 +235,11 @@ mod tests {
         let (b, publisher) = Baseline::new(run0.path().to_path_buf());
         // Run 0's bytes differ from this run's: only the watcher's word makes them "equal",
         // which shows that no comparison was made.
-        let theirs = file(run0.path(), "big.bin", b"AAAA");
+        let size = BASELINE_MIN_BYTES as usize;
+        let theirs = file(run0.path(), "big.bin", &vec![b'A'; size]);
         let digests = vec![("big.bin".to_string(), Digest([9; 32]))];
         publisher.publish([(theirs, digests.clone())]);
-        let ours = file(later.path(), "big.bin", b"BBBB");
+        let ours = file(later.path(), "big.bin", &vec![b'B'; size]);
         let seen = Seen {
             name: "big.bin".into(),
             digests: Vec::new(),
@@ -215,19 +251,57 @@ mod tests {
             baseline: Some(b),
             ..Reuse::default()
         };
-        let known = |r: &Reuse| r.known(std::slice::from_ref(&ours)).remove("big.bin");
-        assert_eq!(known(&reuse), Some(digests));
+        let known = |r: &mut Reuse| r.known(std::slice::from_ref(&ours)).remove(0);
+        assert_eq!(known(&mut reuse), Some(digests));
         // Changed since the watcher compared it: compared again (and found different).
         reuse.equal.get_mut("big.bin").unwrap().len = 3;
-        assert_eq!(known(&reuse), None);
+        assert_eq!(known(&mut reuse), None);
+    }
+
+    #[test]
+    fn the_last_hash_of_each_file_is_kept_sorted_by_name() {
+        let seen = |name: &str, len| Seen {
+            name: name.into(),
+            digests: Vec::new(),
+            len,
+            modified: None,
+        };
+        let all = vec![
+            seen("b", 1),
+            seen("a", 1),
+            seen("b", 2),
+            seen("c", 1),
+            seen("b", 3),
+        ];
+        let last: Vec<_> = Reuse::last_hashes(all)
+            .iter()
+            .map(|s| (s.name.clone(), s.len))
+            .collect();
+        let want = [("a", 1), ("b", 3), ("c", 1)].map(|(n, l)| (n.to_string(), l));
+        assert_eq!(last, want);
+    }
+
+    #[test]
+    fn small_files_are_hashed_never_compared_nor_published() {
+        let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (b, publisher) = Baseline::new(run0.path().to_path_buf());
+        let theirs = file(run0.path(), "small.bin", b"same");
+        publisher.publish([(theirs, vec![("small.bin".to_string(), Digest([7; 32]))])]);
+        assert!(b.wait().is_some_and(|files| files.is_empty()));
+        let ours = file(later.path(), "small.bin", b"same");
+        let mut reuse = Reuse {
+            baseline: Some(b),
+            ..Reuse::default()
+        };
+        assert_eq!(reuse.known(&[ours]), vec![None]);
     }
 
     #[test]
     fn a_failed_run_0_publishes_nothing_and_nobody_waits() {
         let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (b, publisher) = Baseline::new(run0.path().to_path_buf());
-        file(run0.path(), "a.bin", b"same");
-        let same = file(later.path(), "a.bin", b"same");
+        file(run0.path(), "a.bin", &big(b"same"));
+        let same = file(later.path(), "a.bin", &big(b"same"));
         drop(publisher);
         assert_eq!(same_as(&b, &same), None);
     }
@@ -236,10 +310,10 @@ mod tests {
     fn run_0s_file_changed_after_it_was_hashed_is_not_reused() {
         let (run0, later) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (b, publisher) = Baseline::new(run0.path().to_path_buf());
-        let theirs = file(run0.path(), "a.bin", b"old!");
+        let theirs = file(run0.path(), "a.bin", &big(b"old!"));
         publisher.publish([(theirs, vec![("a.bin".to_string(), Digest([7; 32]))])]);
-        file(run0.path(), "a.bin", b"new bytes");
-        let same = file(later.path(), "a.bin", b"new bytes");
+        file(run0.path(), "a.bin", &big(b"new bytes"));
+        let same = file(later.path(), "a.bin", &big(b"new bytes"));
         assert_eq!(same_as(&b, &same), None);
     }
 }

@@ -4,7 +4,7 @@
 //! `.bitexact-memory.jsonl`), and loading one output back to explain a difference (the
 //! harness compares and explains: [`crate::harness::diagnose`]).
 
-use super::baseline::Reuse;
+use super::baseline::{Reuse, BASELINE_MIN_BYTES};
 use crate::digest::Digest;
 use crate::harness::StepMemory;
 use crate::tensor::Tensor;
@@ -42,8 +42,8 @@ pub struct RunOutputs {
     /// The op trace of every rank (`.bitexact-trace-rank<R>.jsonl`), when asked for and
     /// written (`--trace`).
     pub trace: Option<Vec<crate::trace::TraceEntry>>,
-    /// Every output file with its digests (what run 0 publishes to the later runs:
-    /// [`super::baseline`]).
+    /// The output files of at least [`BASELINE_MIN_BYTES`] with their digests (what run 0
+    /// publishes to the later runs: [`super::baseline`]).
     pub files: Vec<(tensor_files::OutputFile, Vec<(String, Digest)>)>,
 }
 
@@ -53,21 +53,52 @@ pub fn collect(
     out: &Path,
     stdout: Option<&Path>,
     traces: bool,
-    reuse: &Reuse,
+    reuse: Reuse,
+) -> Result<RunOutputs> {
+    let collected = collect_reusing(out, stdout, traces, reuse);
+    // What the collection freed (the watcher's hashes, the scan) goes back to the system.
+    crate::memory::release_free_heap();
+    collected
+}
+
+fn collect_reusing(
+    out: &Path,
+    stdout: Option<&Path>,
+    traces: bool,
+    mut reuse: Reuse,
 ) -> Result<RunOutputs> {
     // One walk: every file with the time it was written, then its digests: the watcher's when
     // it hashed the file as it is now (same size and time, after its last completion), else
     // run 0's when the file holds the same bytes as run 0's, else hashed now.
     let (files, metadata) = tensor_files::scan_all(out)?;
     let known = reuse.known(&files);
-    let per_file = tensor_files::digest_files_reusing(&files, |f| known.get(&f.name).cloned())?;
-    let files: Vec<_> = files.into_iter().zip(per_file).collect();
-    let mut keyed: Vec<_> = files
-        .iter()
-        .flat_map(|(f, ds)| ds.iter().map(move |(n, d)| (f.modified, n.clone(), *d)))
+    drop(reuse);
+    let mut per_file = tensor_files::digest_files_reusing(&files, known)?;
+    // The scan is let go before the digests are listed: each file's time is all that is left
+    // to order them, except for the files run 0 publishes.
+    let mut modified = Vec::with_capacity(files.len());
+    let mut published = Vec::new();
+    for (f, ds) in files.into_iter().zip(&per_file) {
+        modified.push(f.modified);
+        if f.len >= BASELINE_MIN_BYTES {
+            published.push((f, ds.clone()));
+        }
+    }
+    // Sorted as places (file, output), so that each name is moved once into `digests`: a run
+    // of 100 000 outputs holds no other copy of their names.
+    let mut order: Vec<(usize, usize)> = (per_file.iter().enumerate())
+        .flat_map(|(i, ds)| (0..ds.len()).map(move |j| (i, j)))
         .collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| natural_cmp(&a.1, &b.1)));
-    let mut digests: Vec<(String, Digest)> = keyed.into_iter().map(|(_, n, d)| (n, d)).collect();
+    order.sort_unstable_by(|&(i, j), &(k, l)| {
+        let by_name = || natural_cmp(&per_file[i][j].0, &per_file[k][l].0);
+        modified[i].cmp(&modified[k]).then_with(by_name)
+    });
+    let mut digests: Vec<(String, Digest)> = Vec::with_capacity(order.len() + 1);
+    for (i, j) in order {
+        let (n, d) = &mut per_file[i][j];
+        digests.push((std::mem::take(n), *d));
+    }
+    drop(per_file);
     if let Some(path) = stdout {
         // Hashed from the mapped file as a raw output: memory stays bounded however much the
         // program printed.
@@ -117,7 +148,7 @@ pub fn collect(
         steps,
         controls_read,
         trace: crate::trace::program::read_ranks(trace_files)?,
-        files,
+        files: published,
     })
 }
 

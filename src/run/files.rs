@@ -1,11 +1,114 @@
 //! A program run's files as the harness sees them: kept until the harness drops them (then
-//! removed unless kept), loaded lazily to explain a difference.
+//! removed unless kept), loaded lazily to explain a difference; and the names they get.
+//!
+//! **Names a program took.** A program knows the directory its `$BITEXACT_OUT` lies in
+//! (`ROOT`, see [`super::ProgramSource`]) and may write there: nothing it puts there is used,
+//! replaced or followed, and none of it can make a check fail. A run's directory (and its
+//! `.stdout` file) is made empty before the run ([`reserve_dir`], [`reserve_file`]) under its
+//! name (`run-<i>`, blame's `.pass<p>-run-<i>`) or, when that is taken (an earlier run made
+//! `ROOT/run-1`), under a fresh one beside it (`run-1-<16 hex>`); the outputs are moved onto
+//! it when the run ends, or, when the run itself put something there, to a fresh name made
+//! with no-replace ([`move_out`]). With `--keep DIR`, which promises `DIR/run-<i>`, the
+//! report's notes say where a run's outputs went when they are not there.
 
 use super::collect;
 use crate::harness::Loader;
+use crate::quote;
 use crate::tensor::Tensor;
-use anyhow::Result;
-use std::path::PathBuf;
+use anyhow::{bail, Context, Result};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+/// 16 unpredictable hex digits (getrandom).
+pub(super) fn random_hex() -> Result<String> {
+    let mut random = [0u8; 8];
+    // SAFETY: getrandom writes at most `random.len()` bytes into the buffer we pass.
+    let n = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if n != random.len() as isize {
+        bail!("getrandom failed: {}", std::io::Error::last_os_error());
+    }
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A new private directory in TMPDIR (mode 0700), created exclusively under an unpredictable
+/// name. A missing TMPDIR is an error, never created.
+pub(super) fn private_dir() -> Result<Scratch> {
+    use std::os::unix::fs::DirBuilderExt;
+    let hex = random_hex()?;
+    let dir = std::env::temp_dir().join(format!("bitexact-run-{}-{hex}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(Scratch(dir, false))
+}
+
+/// Makes the file a run's standard output goes to, beside its directory `dest`.
+pub(super) fn stdout_file(dest: &Path) -> Result<PathBuf> {
+    let name = dest.file_name().unwrap_or_default().to_string_lossy();
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    reserve_file(dir, &format!("{name}.stdout"))
+}
+
+/// The note for kept run `index`'s outputs, moved to `to`, when that is not `promised`.
+pub(super) fn kept_elsewhere(index: usize, to: &Path, promised: &Path) -> Option<String> {
+    (to != promised).then(|| {
+        format!(
+            "--keep: run {index}'s outputs are in {} ({} was taken: the program wrote there)",
+            quote::path(to),
+            quote::path(promised)
+        )
+    })
+}
+
+/// Tries the name `dir/name`, then fresh ones `dir/name-<16 hex>`, until `make` makes one that
+/// was not there: a program knows the directory its `$BITEXACT_OUT` lies in, and may have put
+/// anything under any name there; nothing it put there is used or replaced.
+fn fresh(dir: &Path, name: &str, make: impl Fn(&Path) -> std::io::Result<()>) -> Result<PathBuf> {
+    let mut path = dir.join(name);
+    for _ in 0..16 {
+        match make(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => bail!("creating {}: {e}", quote::path(&path)),
+        }
+        path = dir.join(format!("{name}-{}", random_hex()?));
+    }
+    bail!("creating {}: every name tried exists", quote::path(&path))
+}
+
+/// Makes the empty directory a run's outputs will be moved onto ([`move_out`]), `dir/name` or
+/// a fresh name beside it ([`fresh`]), before the run: so a name an earlier run took is never
+/// the one used.
+pub(super) fn reserve_dir(dir: &Path, name: &str) -> Result<PathBuf> {
+    fresh(dir, name, |p| std::fs::create_dir(p))
+}
+
+/// Makes the empty file `dir/name` (never following a link or opening what is there) or a
+/// fresh name beside it ([`fresh`]), before the run that writes it.
+pub(super) fn reserve_file(dir: &Path, name: &str) -> Result<PathBuf> {
+    let new = |p: &Path| std::fs::File::create_new(p).map(drop);
+    fresh(dir, name, new)
+}
+
+/// Moves a finished run's `out` onto `to`, the empty directory [`reserve_dir`] made (a rename
+/// replaces an empty directory), and returns where it went: when the run put something at
+/// `to` meanwhile, a fresh name beside it, made with no-replace (renameat2
+/// `RENAME_NOREPLACE`). No process of the run is left at this point.
+pub(super) fn move_out(out: &Path, to: &Path) -> Result<PathBuf> {
+    if crate::atomic::rename_onto_empty_dir(out, to).is_ok() {
+        return Ok(to.to_path_buf());
+    }
+    let (Some(dir), Some(name)) = (to.parent(), to.file_name()) else {
+        bail!("cannot move {} to {}", quote::path(out), quote::path(to));
+    };
+    let mv = |p: &Path| crate::atomic::rename_no_replace(out, p);
+    fresh(dir, &name.to_string_lossy(), mv).map_err(|e| {
+        let why = format!("{e:#}");
+        let why = why.strip_prefix("creating ").unwrap_or(&why);
+        anyhow::anyhow!("cannot move {} to {why}", quote::path(out))
+    })
+}
 
 /// A directory removed on drop (unless kept).
 pub(super) struct Scratch(pub(super) PathBuf, pub(super) bool);

@@ -69,7 +69,8 @@ pub struct Program {
     pub memory_limit_mb: Option<u64>,
     /// Compare standard output too.
     pub stdout: bool,
-    /// Keep each run's outputs under `DIR/run-<i>` (main pass only).
+    /// Keep each run's outputs under `DIR/run-<i>` (main pass only; a fresh name beside it,
+    /// noted in the report, when the program took that one: see `files`).
     pub keep: Option<PathBuf>,
     /// Outputs and standard-output parts left out of the comparison.
     pub ignore: ignore::Ignore,

@@ -4,7 +4,7 @@
 //! until the harness drops them (then removed, unless `--keep`).
 
 use super::baseline::{Baseline, Publisher, Reuse};
-use super::files::{Remover, RunFiles, Scratch};
+use super::files::{self, Remover, RunFiles, Scratch};
 use super::info::{own_peak_rss, program_info, unread_controls};
 use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
@@ -21,25 +21,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// A new private directory in TMPDIR (mode 0700), created exclusively under an unpredictable
-/// name. A missing TMPDIR is an error, never created.
-fn private_dir() -> Result<Scratch> {
-    use std::os::unix::fs::DirBuilderExt;
-    let mut random = [0u8; 8];
-    // SAFETY: getrandom writes at most `random.len()` bytes into the buffer we pass.
-    let n = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
-    if n != random.len() as isize {
-        anyhow::bail!("getrandom failed: {}", std::io::Error::last_os_error());
-    }
-    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("bitexact-run-{}-{hex}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    Ok(Scratch(dir, false))
-}
-
 /// A program as a source of runs. Every run, of every pass (the main one and blame's), sees
 /// the **same** `$BITEXACT_OUT` path, so a program that records its output directory (a
 /// checkpoint's `config.out_dir`) writes the same bytes each run: `ROOT/out`, created
@@ -47,6 +28,7 @@ fn private_dir() -> Result<Scratch> {
 /// ends (`ROOT/run-<i>` for the main pass, kept with `--keep DIR` as `DIR/run-<i>`; hidden
 /// `ROOT/.pass<p>-run-<i>` for blame's, removed when no longer needed). `ROOT` is a private
 /// directory with an unpredictable name in TMPDIR, or the `--keep` directory.
+/// A program may write in `ROOT` too: see [`super::files`] for how names it took are avoided.
 pub struct ProgramSource<'a> {
     program: &'a Program,
     root: Scratch,
@@ -62,6 +44,8 @@ pub struct ProgramSource<'a> {
     baseline: std::sync::Mutex<Option<Arc<Baseline>>>,
     /// Removes the runs' directories the harness is done with, in the background.
     remover: Arc<Remover>,
+    /// Where kept runs' outputs went when not under their promised name (`--keep`).
+    moved_elsewhere: std::sync::Mutex<Vec<String>>,
 }
 
 impl Drop for ProgramSource<'_> {
@@ -80,7 +64,7 @@ impl<'a> ProgramSource<'a> {
                 std::fs::create_dir_all(k).with_context(|| format!("creating {}", k.display()))?;
                 Scratch(std::path::absolute(k)?, true)
             }
-            None => private_dir()?,
+            None => files::private_dir()?,
         };
         let on_signal = (!root.1).then(|| crate::cleanup::register_dir(&root.0));
         if program.injects() {
@@ -95,6 +79,7 @@ impl<'a> ProgramSource<'a> {
             reference: std::sync::Mutex::new(None),
             baseline: std::sync::Mutex::new(None),
             remover: Arc::new(Remover::new()),
+            moved_elsewhere: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -158,13 +143,11 @@ impl<'a> ProgramSource<'a> {
                 out.display()
             )
         })?;
-        Ok(match pass {
-            1 => (
-                self.root.0.join(format!("run-{index}")),
-                self.program.keep.is_some(),
-            ),
-            p => (self.root.0.join(format!(".pass{p}-run-{index}")), false),
-        })
+        let (name, keep) = match pass {
+            1 => (format!("run-{index}"), self.program.keep.is_some()),
+            p => (format!(".pass{p}-run-{index}"), false),
+        };
+        Ok((files::reserve_dir(&self.root.0, &name)?, keep))
     }
 }
 
@@ -184,14 +167,17 @@ impl RunSource for ProgramSource<'_> {
                 Failure::from_error(FailureKind::Harness, &e),
             )
         };
-        let (dest, keep) = match self.prepare(index) {
+        let (mut dest, keep) = match self.prepare(index) {
             Ok(d) => d,
             Err(e) => return harness_failure(e),
         };
         let (baseline, publisher) = self.baseline(index, &dest);
-        let mut dest_name = dest.clone().into_os_string();
-        dest_name.push(".stdout");
-        let stdout = self.program.stdout.then(|| PathBuf::from(dest_name));
+        let mut owned = vec![Scratch(dest.clone(), keep)];
+        let stdout = match self.program.stdout.then(|| files::stdout_file(&dest)) {
+            Some(Err(e)) => return harness_failure(e),
+            made => made.and_then(Result::ok),
+        };
+        owned.extend(stdout.clone().map(|p| Scratch(p, keep)));
         let out = self.out_path();
         let mut env = env_for(self.program, settings, index, &out);
         let capture = self
@@ -221,12 +207,7 @@ impl RunSource for ProgramSource<'_> {
         });
         let records = super::tracer::read(&inject);
         drop(_one);
-        let watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
-        if index == 0 {
-            let reference = watch::Reference::new(&watched, &out, &dest, &self.program.ignore);
-            let reference = Arc::new(reference);
-            *self.reference.lock().unwrap_or_else(|e| e.into_inner()) = Some(reference);
-        }
+        let mut watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
         // The run is over and its processes gone: its outputs move aside, so the next run gets
         // the same path, new and empty. What is at `out` now is checked, never followed: a
         // program that replaced it with a symlink (to `/`) must not make bitexact read elsewhere.
@@ -239,13 +220,35 @@ impl RunSource for ProgramSource<'_> {
             Ok(_) => None,
         };
         let moved = match replaced {
-            None => crate::atomic::rename_dir(&out, &dest),
-            Some(_) => Ok(()),
+            None => files::move_out(&out, &dest).map(|to| {
+                let promised = self.root.0.join(format!("run-{index}"));
+                if let Some(n) = files::kept_elsewhere(index, &to, &promised).filter(|_| keep) {
+                    self.moved_elsewhere
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(n);
+                }
+                (to != dest).then_some(to)
+            }),
+            Some(_) => Ok(None),
         };
-        let mut owned = vec![Scratch(dest.clone(), keep)];
-        owned.extend(stdout.clone().map(|p| Scratch(p, keep)));
+        if let Ok(Some(to)) = &moved {
+            owned.push(Scratch(to.clone(), keep));
+            dest = to.clone();
+        }
+        if index == 0 {
+            // Run 0's files, completed once and left so, now lie in `dest` (a rename keeps
+            // their sizes and times); `out` is as the program left it when they were not moved.
+            let now = match (&moved, replaced) {
+                (Ok(_), None) => &dest,
+                _ => &out,
+            };
+            let reference = watch::Reference::new(&watched, now, &dest, &self.program.ignore);
+            let reference = Arc::new(reference);
+            *self.reference.lock().unwrap_or_else(|e| e.into_inner()) = Some(reference);
+        }
         let ended = match (ended, moved) {
-            (Ok(e), Ok(())) => e,
+            (Ok(e), Ok(_)) => e,
             (Err(e), _) | (_, Err(e)) => return harness_failure(e),
         };
         let run = ProgramRun {
@@ -285,7 +288,7 @@ impl RunSource for ProgramSource<'_> {
 
         let partial = ended.stopped;
         let reuse = Reuse {
-            hashed: watched.last(),
+            hashed: Reuse::last_hashes(std::mem::take(&mut watched.seen)),
             equal: watched.equal_to_run_0(),
             baseline: baseline.filter(|_| publisher.is_none()),
         };
@@ -305,8 +308,8 @@ impl RunSource for ProgramSource<'_> {
                 }
                 other => other,
             };
-            let mut c = collect::collect(&dest, stdout.as_deref(), trace_ops, &reuse)
-                .map_err(unreadable)?;
+            let mut c =
+                collect::collect(&dest, stdout.as_deref(), trace_ops, reuse).map_err(unreadable)?;
             if let Some(p) = publisher {
                 p.publish(std::mem::take(&mut c.files));
             }
@@ -410,17 +413,18 @@ impl RunSource for ProgramSource<'_> {
             let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
             report.memory_growth = crate::memory::step_growth(&steps);
         }
-        match (first.map(|c| c.trace.as_ref()), &self.program.trace) {
-            (Some(Some(t)), Some(opts)) => report.notes.push(super::trace::note(t, opts)),
-            (Some(None), Some(opts)) => report.notes.push(format!(
-                "--trace {}: the tracer started, yet run 0 left no op trace (did the program delete it from $BITEXACT_OUT?); its files were compared",
-                opts.level
-            )),
-            _ => {}
+        if let (Some(c), Some(t)) = (first, &self.program.trace) {
+            report.notes.push(super::trace::note(c.trace.as_deref(), t));
         }
         report
             .notes
             .extend(first.iter().flat_map(|c| c.notes.iter().cloned()));
+        let moved = self
+            .moved_elsewhere
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        report.notes.extend(moved.iter().cloned());
+        drop(moved);
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();
         let read = first.and_then(|c| c.controls_read.as_ref());

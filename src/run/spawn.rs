@@ -289,8 +289,17 @@ pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
 /// The last 5 non-empty lines of `text`, indented for a report.
 fn last_lines(text: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(5)..].join("\n      ")
+    // Each cut in the middle (a long path it quotes keeps its start and end), so all five fit
+    // in a failure message and the error that ends a line is never lost.
+    let last = lines[lines.len().saturating_sub(5)..].iter();
+    let shown: Vec<_> = last
+        .map(|l| crate::quote::middle(l, STDERR_LINE_MAX))
+        .collect();
+    shown.join("\n      ")
 }
+
+/// The longest line of a program's standard error quoted whole in a failure message.
+const STDERR_LINE_MAX: usize = 360;
 
 /// The typed failure of a run that did not succeed: [`failure`]'s words, and its kind.
 pub fn failed(e: &Ended, timeout: Option<Duration>, memory_limited: bool) -> Option<Failure> {

@@ -172,9 +172,16 @@ pub(super) fn explain_captured(
     )
 }
 
-/// The report's note on a trace: how many op calls, and how many tensors were over the size cap
-/// (recorded by dtype and shape only, so not compared).
-pub(super) fn note(t: &[TraceEntry], opts: &TraceOptions) -> String {
+/// The report's note on run 0's trace: how many op calls, and how many tensors were over the
+/// size cap (recorded by dtype and shape only, so not compared); or that it left none although
+/// the tracer started (else the run failed: [`super::tracer`]).
+pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
+    let Some(t) = t else {
+        return format!(
+            "--trace {}: the tracer started, yet run 0 left no op trace (did the program delete it from $BITEXACT_OUT?); its files were compared",
+            opts.level
+        );
+    };
     let capped = t
         .iter()
         .flat_map(|e| {

@@ -141,18 +141,19 @@ pub fn scan_all(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
 /// natural order of names, in the order of `files`. Errors on two outputs with the same name
 /// (e.g. a raw file literally named `a.npz:x` beside `a.npz` holding `x`).
 pub fn digest_files(files: &[OutputFile]) -> Result<Vec<Vec<(String, Digest)>>> {
-    digest_files_reusing(files, |_| None)
+    digest_files_reusing(files, files.iter().map(|_| None).collect())
 }
 
-/// [`digest_files`], taking a file's digests from `known` instead when it has them (run mode:
-/// what the output watcher already hashed, for a file unchanged since).
+/// [`digest_files`], taking a file's digests from `known` (one entry per file) instead when it
+/// has them (run mode: what the output watcher already hashed, for a file unchanged since).
 pub fn digest_files_reusing(
     files: &[OutputFile],
-    known: impl Fn(&OutputFile) -> Option<Vec<(String, Digest)>> + Sync,
+    known: Vec<Option<Vec<(String, Digest)>>>,
 ) -> Result<Vec<Vec<(String, Digest)>>> {
     let per_file: Vec<Vec<(String, Digest)>> = files
         .par_iter()
-        .map(|f| known(f).map_or_else(|| digest_file(f), Ok))
+        .zip(known)
+        .map(|(f, k)| k.map_or_else(|| digest_file(f), Ok))
         .collect::<Result<_>>()?;
     let mut seen = std::collections::HashSet::new();
     for (n, _) in per_file.iter().flatten() {
