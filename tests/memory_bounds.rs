@@ -54,8 +54,11 @@ with open(os.path.join(os.environ["BITEXACT_OUT"], "h.npy"), "wb") as f:
 /// differing byte, and a long differing standard output, cost two windows, not two copies.
 #[test]
 fn explaining_a_large_difference_streams_both_runs() {
+    // --keep-going: run 1 patches big.bin after completing it, which would stop it early and
+    // cut its standard output short.
     let o = common::bitexact(&[
         "run",
+        "--keep-going",
         "--stdout",
         "--format",
         "json",

@@ -308,8 +308,8 @@ impl RunSource for ProgramSource<'_> {
                 }
                 other => other,
             };
-            let mut c =
-                collect::collect(&dest, stdout.as_deref(), trace_ops, reuse).map_err(unreadable)?;
+            let compared = stdout.as_deref().filter(|_| !partial); // cut short if stopped
+            let mut c = collect::collect(&dest, compared, trace_ops, reuse).map_err(unreadable)?;
             if let Some(p) = publisher {
                 p.publish(std::mem::take(&mut c.files));
             }
@@ -422,9 +422,9 @@ impl RunSource for ProgramSource<'_> {
         let moved = self
             .moved_elsewhere
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        report.notes.extend(moved.iter().cloned());
-        drop(moved);
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        report.notes.extend(moved);
         let mut info = program_info(self.program, metas, first);
         info.harness_peak_rss_bytes = own_peak_rss();
         let read = first.and_then(|c| c.controls_read.as_ref());
