@@ -40,11 +40,7 @@ fn ci_python(test: &str) -> Option<String> {
     let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace", "venv"]);
     let probe = "import shutil, tempfile, venv; d = tempfile.mkdtemp(); venv.create(d, with_pip=False); shutil.rmtree(d)";
     let venvs = py.as_ref().is_some_and(|py| {
-        let base = py_out(
-            py,
-            "import sys; print(getattr(sys, '_base_executable', sys.executable))",
-        );
-        let o = Command::new(base).args(["-c", probe]).output();
+        let o = Command::new(base_python(py)).args(["-c", probe]).output();
         o.is_ok_and(|o| o.status.success())
     });
     if !venvs {
@@ -55,6 +51,25 @@ fn ci_python(test: &str) -> Option<String> {
         return None;
     }
     py
+}
+
+/// The interpreter `py`'s venv was made from.
+fn base_python(py: &str) -> String {
+    py_out(
+        py,
+        "import sys; print(getattr(sys, '_base_executable', sys.executable))",
+    )
+}
+
+/// A new empty venv at `dir` made by `ci`'s base interpreter: its Python, which has no torch.
+fn bare_venv(ci: &str, dir: &Path) -> String {
+    let o = Command::new(base_python(ci))
+        .args(["-m", "venv", "--without-pip"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    dir.join("bin/python").display().to_string()
 }
 
 fn py_out(py: &str, code: &str) -> String {
@@ -71,10 +86,6 @@ fn program_env(ci: &str, dir: &Path, extra: &[(&str, &str)]) -> String {
         ci,
         "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))",
     );
-    let base = py_out(
-        ci,
-        "import sys; print(getattr(sys, '_base_executable', sys.executable))",
-    );
     let shared = dir.join("shared");
     std::fs::create_dir_all(&shared).unwrap();
     for e in std::fs::read_dir(&site).unwrap() {
@@ -86,14 +97,7 @@ fn program_env(ci: &str, dir: &Path, extra: &[(&str, &str)]) -> String {
         }
         std::os::unix::fs::symlink(e.path(), shared.join(&name)).unwrap();
     }
-    let venv = dir.join("venv");
-    let o = Command::new(&base)
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&venv)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let py = venv.join("bin/python").display().to_string();
+    let py = bare_venv(ci, &dir.join("venv"));
     let own_site = PathBuf::from(py_out(
         &py,
         "import sysconfig; print(sysconfig.get_paths()['purelib'])",
@@ -192,11 +196,12 @@ fn a_program_with_another_bitexact_version_is_told_and_one_of_the_same_keeps_its
     assert!(which.contains("site-packages/bitexact/"), "{which}");
 }
 
-/// The failure of a run that could not trace: its kind and message.
-fn failure(case: &serde_json::Value) -> (String, String) {
+/// Asserts that the run (`code`, `case`) failed because it could not trace; its message.
+fn untraceable(code: i32, case: &serde_json::Value) -> String {
+    assert_eq!(code, 1, "{case:#}");
     let f = &case["evidence"]["failure"];
-    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-    (text(&f["kind"]), text(&f["message"]))
+    assert_eq!(f["kind"], "trace-unavailable", "{case:#}");
+    f["message"].as_str().unwrap_or_default().to_string()
 }
 
 #[test]
@@ -209,9 +214,7 @@ fn when_the_tracer_cannot_start_the_run_fails_and_says_why() {
     let py = program_env(&ci, dir.path(), &[]);
     // A binary built by cargo has no package of its own; the program's Python has none.
     let (code, case, _) = run(&[me], &[&py], &[]);
-    assert_eq!(code, 1, "{case:#}");
-    let (kind, msg) = failure(&case);
-    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    let msg = untraceable(code, &case);
     assert!(
         msg.starts_with(&format!(
             "--trace ops: {py} cannot import bitexact's tracer"
@@ -236,31 +239,16 @@ fn when_the_tracer_cannot_start_the_run_fails_and_says_why() {
     std::fs::write(broken.join("_native.abi3.so"), b"not an ELF file").unwrap();
     let package = [("BITEXACT_PYTHON_PACKAGE", broken.to_str().unwrap())];
     let (code, case, _) = run(&[me], &[&py], &package);
-    assert_eq!(code, 1, "{case:#}");
-    let (kind, msg) = failure(&case);
-    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    let msg = untraceable(code, &case);
     assert!(
         msg.contains("cannot load bitexact's native module"),
         "{msg}"
     );
     // A Python without torch, given a working package.
-    let bare = dir.path().join("bare");
-    let base = py_out(
-        &ci,
-        "import sys; print(getattr(sys, '_base_executable', sys.executable))",
-    );
-    let o = Command::new(&base)
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&bare)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let bare_py = bare.join("bin/python").display().to_string();
+    let bare_py = bare_venv(&ci, &dir.path().join("bare"));
     let package = [("BITEXACT_PYTHON_PACKAGE", installed.as_str())];
     let (code, case, _) = run(&[me], &[&bare_py], &package);
-    assert_eq!(code, 1, "{case:#}");
-    let (kind, msg) = failure(&case);
-    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    let msg = untraceable(code, &case);
     assert!(
         msg.starts_with(&format!("--trace ops: {bare_py} has no torch")),
         "{msg}"
@@ -271,9 +259,7 @@ fn when_the_tracer_cannot_start_the_run_fails_and_says_why() {
         &["sh", "-c", "echo x > \"$BITEXACT_OUT/x.txt\"", "sh"],
         &package,
     );
-    assert_eq!(code, 1, "{case:#}");
-    let (kind, msg) = failure(&case);
-    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    let msg = untraceable(code, &case);
     assert!(
         msg.starts_with("--trace ops: no Python process started it"),
         "{msg}"
@@ -314,18 +300,7 @@ fn wrappers_cleared_outputs_early_stops_and_old_pythons_are_judged_right() {
         "import bitexact, os; print(os.path.dirname(bitexact.__file__))",
     );
     let package = [("BITEXACT_PYTHON_PACKAGE", installed.as_str())];
-    let base = py_out(
-        &ci,
-        "import sys; print(getattr(sys, '_base_executable', sys.executable))",
-    );
-    let bare = dir.path().join("bare");
-    let o = Command::new(&base)
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&bare)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let bare = bare.join("bin/python").display().to_string();
+    let bare = bare_venv(&ci, &dir.path().join("bare"));
     let wrap = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))";
     // The wrapper has no torch; its child traces.
     let (code, case, _) = run(&[me], &[&bare, "-c", wrap, &py], &package);
@@ -393,9 +368,7 @@ fn wrappers_cleared_outputs_early_stops_and_old_pythons_are_judged_right() {
         &[&old, "-c", "print(1)"],
         &package,
     );
-    assert_eq!(code, 1, "{case:#}");
-    let (kind, msg) = failure(&case);
-    assert_eq!(kind, "trace-unavailable", "{case:#}");
+    let msg = untraceable(code, &case);
     assert!(
         msg.contains("bitexact's tracer needs Python 3.9 or newer"),
         "{msg}"
