@@ -108,6 +108,12 @@ def test_dump_and_worker_processes_are_not_traced(trace, tmp_path, monkeypatch):
     assert len(batches) == 2
 
 
+def _python(script, env):
+    """Standard output of ``python -c script`` (this interpreter) under ``env``."""
+    return subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                          check=True).stdout
+
+
 def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_path):
     script = (
         "import os, bitexact._trace as t\n"
@@ -118,13 +124,11 @@ def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_pat
     )
     env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
     env.pop("BITEXACT_TRACE_OWNER", None)
-    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                         check=True).stdout.split()
+    out = _python(script, env).split()
     assert out == [b"True", b"False"]
     assert (tmp_path / ".bitexact-trace-rank0.jsonl").exists()
     env.pop("BITEXACT_TRACE")
-    out = subprocess.run([sys.executable, "-c", "import bitexact._trace as t; print(t.install_from_env())"],
-                         env=env, stdout=subprocess.PIPE, check=True).stdout.split()
+    out = _python("import bitexact._trace as t; print(t.install_from_env())", env).split()
     assert out == [b"False"]
 
 
@@ -174,8 +178,7 @@ def test_a_process_that_cannot_trace_says_why(tmp_path):
     )
     env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
     env.pop("BITEXACT_TRACE_OWNER", None)
-    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                         check=True).stdout.decode()
+    out = _python(script, env).decode()
     assert out.startswith("cannot load bitexact's native module (this is "), out
     assert out.rstrip().endswith("planted"), out
     assert not (tmp_path / ".bitexact-trace-rank0.jsonl").exists()
@@ -188,6 +191,5 @@ def test_a_process_that_cannot_trace_says_why(tmp_path):
         "except t.Unavailable as e:\n"
         "    print(e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                         check=True).stdout.decode()
+    out = _python(script, env).decode()
     assert out.startswith("has no torch ("), out

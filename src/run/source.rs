@@ -285,7 +285,6 @@ impl RunSource for ProgramSource<'_> {
         };
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
-
         let partial = ended.stopped;
         let reuse = Reuse {
             hashed: Reuse::last_hashes(std::mem::take(&mut watched.seen)),

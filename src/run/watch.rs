@@ -131,14 +131,6 @@ pub struct Watched {
 }
 
 impl Watched {
-    /// The last hash of each file, for [`super::collect`] to reuse when the file is unchanged.
-    pub fn last(&self) -> HashMap<String, Seen> {
-        self.seen
-            .iter()
-            .map(|s| (s.name.clone(), s.clone()))
-            .collect()
-    }
-
     /// Stops the run: `name` differs from run 0's (`t0`: when the run started).
     fn stop(&mut self, c: &Compare, name: &str, t0: Instant) {
         c.stop.store(true, Ordering::SeqCst);
