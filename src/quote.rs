@@ -52,6 +52,20 @@ pub fn path(p: &std::path::Path) -> String {
     middle(&shown, MAX_PATH).into_owned()
 }
 
+/// `args` as one shell command line that can be pasted back: a word with anything but
+/// letters, digits and `-_./=:,+@%` in it is single-quoted (`'it'\''s'`), an empty one is `''`.
+pub fn shell(args: &[String]) -> String {
+    let word = |a: &String| {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+        if !a.is_empty() && a.chars().all(plain) {
+            a.clone()
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    };
+    args.iter().map(word).collect::<Vec<_>>().join(" ")
+}
+
 /// The first [`MAX_QUOTE`] bytes of `s` (on a character boundary) when it is longer.
 fn head(s: &str) -> Option<&str> {
     if s.len() <= MAX_QUOTE {
@@ -91,5 +105,13 @@ mod tests {
         let left_out = deep.len() - (shown.len() - "…[4020 bytes]…".len());
         assert!(shown.contains(&format!("…[{left_out} bytes]…")), "{shown}");
         assert_eq!(middle("short", 10), "short");
+    }
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        let args: Vec<String> = ["sh", "-c", "exec \"$0\" x.py", "it's", "", "a=b"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(shell(&args), r#"sh -c 'exec "$0" x.py' 'it'\''s' '' a=b"#);
     }
 }

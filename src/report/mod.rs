@@ -173,7 +173,7 @@ pub fn program_lines(c: &CaseReport) -> Vec<String> {
     let Some(p) = &c.program else {
         return Vec::new();
     };
-    let mut out = vec![format!("command: {}", p.command.join(" "))];
+    let mut out = vec![format!("command: {}", crate::quote::shell(&p.command))];
     let env: Vec<String> = p
         .env
         .iter()

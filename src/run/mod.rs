@@ -37,12 +37,15 @@ pub mod ignore;
 mod info;
 mod inotify;
 mod large;
+mod name;
 pub mod project;
 mod source;
 pub mod spawn;
 pub mod trace;
 pub mod tracer;
 pub mod watch;
+
+pub use name::default_name;
 
 pub use source::ProgramSource;
 
@@ -162,28 +165,6 @@ impl Program {
         let _ = std::fs::remove_dir(&probe);
         Ok(())
     }
-}
-
-/// The default case name for a command: `run/<file name of the program or script>`.
-pub fn default_name(command: &[OsString]) -> String {
-    let script = command
-        .iter()
-        .skip(1)
-        .find(|a| {
-            let p = Path::new(a);
-            !a.to_string_lossy().starts_with('-') && p.extension().is_some() && p.exists()
-        })
-        .or(command.first());
-    let file = script
-        .map(|p| {
-            Path::new(p)
-                .file_name()
-                .unwrap_or(p.as_os_str())
-                .to_string_lossy()
-                .into_owned()
-        })
-        .unwrap_or_default();
-    format!("run/{file}")
 }
 
 /// The environment of run `index` under `settings` (see the module docs).
