@@ -233,3 +233,21 @@ fn a_program_that_records_no_trace_fails_and_says_why() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_difference_outside_the_traced_ops_is_said_to_be_so() {
+    let Some(py) = python("a_difference_outside_the_traced_ops_is_said_to_be_so") else {
+        return;
+    };
+    // Every torch op is the same in both runs; the clock is mixed in by plain Python.
+    let script = "import os, time, torch\n\
+                  y = float((torch.ones(4) * 3).sum())\n\
+                  open(os.path.join(os.environ['BITEXACT_OUT'], 'y.txt'), 'w')\
+                  .write(repr((y, time.time_ns())))\n";
+    let (code, case) = run(&[], &[&py, "-c", script], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    let d = divergence(&case);
+    assert!(d.starts_with("first divergence: y.txt"), "{d}");
+    assert!(d.contains("the op traces were identical ("), "{d}");
+    assert!(d.contains("the difference arose outside the traced ops"), "{d}");
+}

@@ -10,8 +10,7 @@ use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
 use crate::controls::Controls;
 use crate::harness::{
-    diagnose, CaseReport, Collected, Failure, FailureKind, Options, ProgramRun, RunMeta, RunSource,
-    Started,
+    CaseReport, Collected, Failure, FailureKind, Options, ProgramRun, RunMeta, RunSource, Started,
 };
 use crate::trace::Divergence;
 use crate::vary::{RunSettings, Variation};
@@ -366,38 +365,7 @@ impl RunSource for ProgramSource<'_> {
         controls: &Controls,
         opts: &Options,
     ) -> Option<Divergence> {
-        let (Some(a), Some(b)) = (&first.trace, &other.trace) else {
-            return diagnose::first_output_divergence(first, other);
-        };
-        // Op traces name the op; when they agree while the files differ (host-side arithmetic
-        // after the last op, say), the first differing output file.
-        // A run stopped early is compared on what it recorded before it was stopped. The cut
-        // keeps each record's `call`, its index in run 0's whole trace `a`, used below.
-        let cut;
-        let compared = match other.partial {
-            true => {
-                cut = crate::trace::ranks::cut_to(a, b);
-                &cut
-            }
-            false => a,
-        };
-        let Some(mut d) = crate::trace::first_divergence(compared, b) else {
-            return diagnose::first_output_divergence(first, other);
-        };
-        if d.inputs_matched && a.get(d.call).is_some_and(|e| e.call == d.call) {
-            let key = crate::trace::identity_json(a, d.call);
-            let what = super::trace::explain_captured(
-                self,
-                &self.capture,
-                &key,
-                &a[d.call],
-                j,
-                controls,
-                opts,
-            );
-            d.explanation.push_str(&what);
-        }
-        Some(d)
+        super::trace::localize(self, &self.capture, first, other, j, controls, opts)
     }
 
     fn describe(

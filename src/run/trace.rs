@@ -12,8 +12,8 @@
 //! imports, and what happens when it cannot trace (the run fails, saying why): [`super::tracer`].
 
 use crate::controls::Controls;
-use crate::harness::{Options, RunSource};
-use crate::trace::TraceEntry;
+use crate::harness::{diagnose, Collected, Options, RunSource};
+use crate::trace::{Divergence, TraceEntry};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -118,6 +118,63 @@ pub fn write_inject_dir(root: &Path) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     super::tracer::link_own_package(&dir)?;
     crate::atomic::write_atomically(&dir.join("sitecustomize.py"), SITECUSTOMIZE.as_bytes())
+}
+
+/// Where runs 0 and `j` first differ, for a program whose runs may carry op traces: the first
+/// op whose output differs (explained further by [`explain_captured`] when its inputs
+/// matched), else the first differing output file. When both runs traced and their streams
+/// agree while a file differs, the explanation says so: the difference arose outside the
+/// traced ops.
+pub(super) fn localize(
+    source: &dyn RunSource,
+    capture: &Mutex<Option<String>>,
+    first: &Collected,
+    other: &Collected,
+    j: usize,
+    controls: &Controls,
+    opts: &Options,
+) -> Option<Divergence> {
+    let (Some(a), Some(b)) = (&first.trace, &other.trace) else {
+        return diagnose::first_output_divergence(first, other);
+    };
+    // A run stopped early is compared on what it recorded before it was stopped. The cut
+    // keeps each record's `call`, its index in run 0's whole trace `a`, used below.
+    let cut;
+    let compared = match other.partial {
+        true => {
+            cut = crate::trace::ranks::cut_to(a, b);
+            &cut
+        }
+        false => a,
+    };
+    let Some(mut d) = crate::trace::first_divergence(compared, b) else {
+        return diagnose::first_output_divergence(first, other).map(|mut d| {
+            d.explanation
+                .push_str(&outside_ops(compared.len(), other.partial));
+            d
+        });
+    };
+    if d.inputs_matched && a.get(d.call).is_some_and(|e| e.call == d.call) {
+        let key = crate::trace::identity_json(a, d.call);
+        let what = explain_captured(source, capture, &key, &a[d.call], j, controls, opts);
+        d.explanation.push_str(&what);
+    }
+    Some(d)
+}
+
+/// What is said of a file difference when the op traces agree: `calls` op calls compared
+/// (up to where a run stopped early, when `partial`).
+fn outside_ops(calls: usize, partial: bool) -> String {
+    let upto = if partial {
+        " up to where the later run was stopped"
+    } else {
+        ""
+    };
+    format!(
+        "; the op traces were identical ({calls} op calls{upto}): the difference arose outside \
+         the traced ops (host-side Python or numpy, another process, or work the tracer does \
+         not see)"
+    )
 }
 
 /// Re-runs runs 0 and `j` with the tracer saving the tensors of the op with identity `key`
