@@ -4,8 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
 if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
-cargo fmt --check
+cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
-# The Python package's native module (src/python.rs): the library and binary with `python` on
-# (tests define their own counting allocator, which that feature's module also installs).
-cargo clippy --lib --bins --features python -- -D warnings
+# The Python package's native module, its own crate in the workspace (crates/bitexact-python).
+cargo clippy -p bitexact-python --all-targets -- -D warnings

@@ -82,10 +82,6 @@ pub mod platform;
 /// Process plumbing: contained children, live groups, signals (internal).
 #[doc(hidden)]
 pub mod process;
-/// The Python package's native module `bitexact._native` (internal; feature `python`).
-#[cfg(feature = "python")]
-#[doc(hidden)]
-pub mod python;
 /// Quoting input in messages (internal).
 #[doc(hidden)]
 pub mod quote;

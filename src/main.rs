@@ -4,9 +4,8 @@
 
 use std::process::ExitCode;
 
-/// Counts heap bytes so the report can show peak memory per run (with the `python` feature the
-/// library's native module installs the same allocator).
-#[cfg(not(feature = "python"))]
+/// Counts heap bytes so the report can show peak memory per run (the Python package's native
+/// module, crates/bitexact-python, installs the same allocator).
 #[global_allocator]
 static ALLOC: bitexact::memory::CountingAlloc = bitexact::memory::CountingAlloc;
 

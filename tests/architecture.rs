@@ -12,7 +12,8 @@
 //! Test code (`#[cfg(test)]` sections) is not part of the house and is skipped. The binary's
 //! own file (`src/main.rs`) imports the library as `bitexact::`, so it sits on top of
 //! everything and is not scanned for `crate::` arrows; the command line itself (`src/cli/`,
-//! shared with the Python package's `src/python.rs`) is the top layer of the library.
+//! which the Python bindings crate `crates/bitexact-python` calls too) is the top layer of the
+//! library.
 //! `planted_cycle_is_caught` proves the checks can fail: it copies `src/` to a scratch
 //! directory, plants a cycle, an over-long file, a rename and a verdict assignment, and
 //! asserts that each is reported.
@@ -56,7 +57,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("snapshots", &["snapshot"]),
     ("suite", &["suite", "check"]),
     ("report", &["report"]),
-    ("cli", &["cli", "python"]),
+    ("cli", &["cli"]),
     ("root", &[""]),
 ];
 
@@ -610,5 +611,42 @@ fn test_sections_and_comments_are_skipped() {
             "crate::a::c::e",
             "crate::a"
         ]
+    );
+}
+
+/// The `bitexact` crate has no PyO3 anywhere in its dependency tree: the Python bindings are
+/// their own crate (`crates/bitexact-python`), as `cargo tree -p bitexact` would show.
+#[test]
+fn the_library_crate_does_not_depend_on_pyo3() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lock: toml::Value = std::fs::read_to_string(root.join("Cargo.lock"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let packages = lock["package"].as_array().unwrap();
+    let deps = |name: &str| -> Vec<String> {
+        let p = packages.iter().find(|p| p["name"].as_str() == Some(name));
+        p.and_then(|p| p.get("dependencies"))
+            .and_then(|d| d.as_array())
+            .map(|d| {
+                d.iter()
+                    .filter_map(|s| s.as_str()?.split(' ').next().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut seen = BTreeSet::new();
+    let mut todo = vec!["bitexact".to_string()];
+    while let Some(name) = todo.pop() {
+        if seen.insert(name.clone()) {
+            todo.extend(deps(&name));
+        }
+    }
+    assert!(seen.len() > 10, "the walk found the tree: {seen:?}");
+    let py: Vec<_> = seen.iter().filter(|n| n.starts_with("pyo3")).collect();
+    assert!(py.is_empty(), "bitexact depends on {py:?}");
+    assert!(
+        deps("bitexact-python").iter().any(|d| d == "pyo3"),
+        "the bindings crate is in the workspace"
     );
 }

@@ -249,5 +249,8 @@ fn a_difference_outside_the_traced_ops_is_said_to_be_so() {
     let d = divergence(&case);
     assert!(d.starts_with("first divergence: y.txt"), "{d}");
     assert!(d.contains("the op traces were identical ("), "{d}");
-    assert!(d.contains("the difference arose outside the traced ops"), "{d}");
+    assert!(
+        d.contains("the difference arose outside the traced ops"),
+        "{d}"
+    );
 }

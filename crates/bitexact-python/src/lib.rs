@@ -1,24 +1,26 @@
-//! `bitexact._native`, the Python package's native module (feature `python`, built by maturin
-//! from `python/pyproject.toml`). It is a thin face of this crate, never a second
+//! `bitexact._native`, the Python package's native module, built by maturin from
+//! `python/pyproject.toml` (whose `manifest-path` names this crate). The bindings live in their
+//! own crate, as polars keeps `py-polars` beside its core, so the `bitexact` crate has no PyO3
+//! in its dependency tree. They are a thin face of the `bitexact` library, never a second
 //! implementation:
-//! - [`main`]: the whole `bitexact` command line ([`crate::cli::main`]), behind the package's
+//! - [`main`]: the whole `bitexact` command line ([`bitexact::cli::main`]), behind the package's
 //!   console script, so `pip install` puts the same command on PATH. Children that re-run the
 //!   command line (`--isolate`, `--vary process`) start as `python -m bitexact __child`.
-//! - [`digest_ptr`] / [`digests_ptr`]: the canonical digest ([`crate::digest::digest_parts`],
+//! - [`digest_ptr`] / [`digests_ptr`]: the canonical digest ([`bitexact::digest::digest_parts`],
 //!   chunked and parallel with rayon) of host memory the Python side hands over as an address
 //!   and a length (numpy's `__array_interface__`, torch's `data_ptr()`), with the GIL
 //!   released and no copy.
 //! - [`digest_bytes`]: the same over a `bytes` object.
 //! - [`cuda_status`] / [`digest_cuda_ptr`]: the same digest of device memory, chunks hashed by
-//!   the SHA-256 kernel on the GPU ([`crate::backend::cuda`]), where a CUDA device is usable.
+//!   the SHA-256 kernel on the GPU ([`bitexact::backend::cuda`]), where a CUDA device is usable.
 //!
 //! The Python wrappers in `python/bitexact/_digest.py` keep the owning array or tensor alive
 //! for the whole call and check contiguity, dtype and byte order before an address crosses
 //! over; these functions check the length against dtype × shape.
 
-use crate::digest::{self, Digest};
-use crate::harness::Launcher;
-use crate::tensor::DType;
+use bitexact::digest::{self, Digest};
+use bitexact::harness::Launcher;
+use bitexact::tensor::DType;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use rayon::prelude::*;
@@ -28,7 +30,7 @@ use std::path::PathBuf;
 /// Counts heap bytes so `bitexact run` and `report` show peak memory per run, as the binary
 /// does.
 #[global_allocator]
-static ALLOC: crate::memory::CountingAlloc = crate::memory::CountingAlloc;
+static ALLOC: bitexact::memory::CountingAlloc = bitexact::memory::CountingAlloc;
 
 /// The dtype named `name` (`f32`, `bf16`, `f8e4m3`, … as in reports).
 fn dtype(name: &str) -> PyResult<DType> {
@@ -99,19 +101,19 @@ impl Host {
 /// Runs the `bitexact` command line with `argv` (the program name first) and returns its exit
 /// code. `python` is the interpreter that children re-run the command line with
 /// (`python -m bitexact __child`); `package` is this package's directory, which `bitexact run
-/// --trace` gives the program's Python ([`crate::run::tracer`]). The GIL is released for the
+/// --trace` gives the program's Python ([`bitexact::run::tracer`]). The GIL is released for the
 /// whole run.
 #[pyfunction]
 #[pyo3(signature = (argv, python, package=None))]
 fn main(py: Python<'_>, argv: Vec<OsString>, python: PathBuf, package: Option<PathBuf>) -> u8 {
     if let Some(dir) = package {
-        crate::run::tracer::set_own_package(dir);
+        bitexact::run::tracer::set_own_package(dir);
     }
     let me = Launcher::Command {
         program: python,
         args: vec!["-m".into(), "bitexact".into()],
     };
-    py.detach(|| crate::cli::main(argv, me))
+    py.detach(|| bitexact::cli::main(argv, me))
 }
 
 /// The canonical hex digest of the `nbytes` bytes at address `ptr`, read as a `dtype` tensor
@@ -169,7 +171,7 @@ fn digest_bytes(py: Python<'_>, data: &[u8], dtype: &str, shape: Vec<usize>) -> 
 /// they cannot (no driver, no device, no NVRTC), as `bitexact report` words it.
 #[pyfunction]
 fn cuda_status(py: Python<'_>) -> Option<String> {
-    py.detach(|| crate::backend::cuda::Gpu::get().err())
+    py.detach(|| bitexact::backend::cuda::Gpu::get().err())
 }
 
 /// The canonical hex digest of `nbytes` bytes of device memory at `ptr` on CUDA device 0 (in
@@ -188,7 +190,7 @@ fn digest_cuda_ptr(
 ) -> PyResult<String> {
     let d = self::dtype(dtype)?;
     expect_bytes(d, &shape, nbytes)?;
-    py.detach(|| crate::backend::cuda::ops::device_digest(ptr, nbytes, d, &shape, stream))
+    py.detach(|| bitexact::backend::cuda::ops::device_digest(ptr, nbytes, d, &shape, stream))
         .map(|d| d.hex())
         .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
 }
