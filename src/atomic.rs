@@ -249,25 +249,7 @@ mod tests {
         );
     }
 
-    /// A scratch directory removed on drop.
-    struct Scratch(PathBuf);
-    impl Scratch {
-        fn new(tag: &str) -> Scratch {
-            static N: AtomicU64 = AtomicU64::new(0);
-            let d = std::env::temp_dir().join(format!(
-                "bitexact-atomic-{tag}-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            fs::create_dir_all(&d).unwrap();
-            Scratch(d)
-        }
-    }
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::scratch::Scratch;
 
     fn entries(d: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(d)
@@ -280,7 +262,7 @@ mod tests {
 
     #[test]
     fn writes_and_replaces_leaving_no_temp_file() {
-        let s = Scratch::new("write");
+        let s = Scratch::new();
         let f = s.0.join("a.txt");
         write_atomically(&f, b"one").unwrap();
         write_atomically(&f, b"two").unwrap();
@@ -290,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_symlink_is_followed_and_stays_a_link() {
-        let s = Scratch::new("link");
+        let s = Scratch::new();
         let target = s.0.join("target.txt");
         fs::write(&target, "old").unwrap();
         let link = s.0.join("link.txt");
@@ -305,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_missing_directory_is_named_and_not_created() {
-        let s = Scratch::new("nodir");
+        let s = Scratch::new();
         let f = s.0.join("missing/out.json");
         let e = write_atomically(&f, b"x").unwrap_err().to_string();
         assert!(e.contains(&f.display().to_string()), "{e}");
@@ -321,7 +303,7 @@ mod tests {
 
     #[test]
     fn a_failed_write_names_the_path_and_removes_the_temp_file() {
-        let s = Scratch::new("fail");
+        let s = Scratch::new();
         // A directory in the way: the rename fails after the temporary file was written.
         let d = s.0.join("out.json");
         fs::create_dir(&d).unwrap();
@@ -347,7 +329,7 @@ mod tests {
 
     #[test]
     fn check_writable_rejects_directories_missing_parents_and_proc() {
-        let s = Scratch::new("check");
+        let s = Scratch::new();
         ensure_writable(&s.0.join("report.json")).unwrap();
         let e = ensure_writable(&s.0).unwrap_err().to_string();
         assert!(e.contains("is a directory"), "{e}");
@@ -366,7 +348,7 @@ mod tests {
 
     #[test]
     fn temp_file_names_are_recognised() {
-        let s = Scratch::new("names");
+        let s = Scratch::new();
         let t = temp_path(&s.0.join("x.snap")).unwrap();
         let name = t.file_name().unwrap().to_str().unwrap();
         assert_eq!(temp_file_pid(name), Some(std::process::id()));

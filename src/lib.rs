@@ -91,6 +91,8 @@ pub mod rng;
 /// Run mode: external programs (internal).
 #[doc(hidden)]
 pub mod run;
+#[cfg(test)]
+mod scratch;
 pub mod sha_lanes;
 /// The pipeline every entry point calls (internal; `Report`, `SuiteConfig`, `Event` are
 /// re-exported at the root).

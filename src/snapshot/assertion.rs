@@ -192,18 +192,7 @@ mod tests {
     use crate::harness::CaseReport;
     use std::path::PathBuf;
 
-    struct Scratch(PathBuf);
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn scratch(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("bitexact-assert-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        Scratch(d)
-    }
+    use crate::scratch::Scratch;
 
     fn report(digest: &str) -> CaseReport {
         let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
@@ -236,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_first_assertion_writes_pending_and_says_how_to_accept() {
-        let s = scratch("first");
+        let s = Scratch::absent();
         let c = Controls::default();
         let msg = verify(&s.0, &report("ab"), &c, &switches(&[])).unwrap_err();
         let file = file_of(&s.0);
@@ -270,7 +259,7 @@ mod tests {
 
     #[test]
     fn in_ci_a_stale_pending_file_is_not_claimed_as_written() {
-        let s = scratch("ci");
+        let s = Scratch::absent();
         let c = Controls::default();
         let pending = pending_path(&file_of(&s.0));
         std::fs::create_dir_all(pending.parent().unwrap()).unwrap();
@@ -285,7 +274,7 @@ mod tests {
     #[test]
     fn insta_update_switches_are_honoured() {
         let c = Controls::default();
-        let s = scratch("no");
+        let s = Scratch::absent();
         let msg = verify(
             &s.0,
             &report("ab"),
@@ -343,7 +332,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_committed_snapshot_is_named_not_missing() {
-        let s = scratch("unreadable");
+        let s = Scratch::absent();
         let file = file_of(&s.0);
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(&file, &file).unwrap();

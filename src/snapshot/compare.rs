@@ -201,8 +201,8 @@ mod tests {
 
     #[test]
     fn symlink_loops_and_unreadable_snapshots_are_errors_naming_the_file() {
-        let dir = std::env::temp_dir().join(format!("bitexact-cmp-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = crate::scratch::Scratch::absent();
+        let dir = scratch.0.clone();
         let c = Controls::default();
         let p = Platform::detect();
         let r = report(&[("a", &"1".repeat(64))]);
@@ -225,6 +225,5 @@ mod tests {
         std::fs::create_dir(&file).unwrap();
         let e = format!("{:#}", compare(&dir, &r, &c, &p).unwrap_err());
         assert!(e.contains(&name), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -157,18 +157,12 @@ pub(crate) fn review_in(dir: &Path, accept: bool, ci: bool) -> Result<Review> {
 mod tests {
     use super::*;
 
-    struct Scratch(PathBuf);
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::scratch::Scratch;
 
-    fn scratch(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("bitexact-review-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(d.join("cpu")).unwrap();
-        Scratch(d)
+    fn scratch() -> Scratch {
+        let s = Scratch::new();
+        std::fs::create_dir_all(s.0.join("cpu")).unwrap();
+        s
     }
 
     fn text(digest: &str) -> String {
@@ -181,7 +175,7 @@ mod tests {
 
     #[test]
     fn accepting_in_ci_is_refused() {
-        let s = scratch("ci");
+        let s = scratch();
         let p = s.0.join("cpu/x.snap.new");
         std::fs::write(&p, text("ab")).unwrap();
         let e = review_in(&s.0, true, true).unwrap_err();
@@ -196,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_pending_file_is_reported_and_the_others_listed() {
-        let s = scratch("corrupt");
+        let s = scratch();
         std::fs::write(s.0.join("cpu/a.snap.new"), text("ab")).unwrap();
         std::fs::write(s.0.join("cpu/b.snap.new"), "garbage").unwrap();
         std::fs::write(s.0.join("cpu/c.snap.new"), text("cd")).unwrap();
@@ -213,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_missing_directory_or_a_file_is_an_error_naming_it() {
-        let s = scratch("missing");
+        let s = scratch();
         let missing = s.0.join("nope");
         let e = review_in(&missing, false, false).unwrap_err().to_string();
         assert!(e.contains(&missing.display().to_string()), "{e}");
@@ -228,7 +222,7 @@ mod tests {
 
     #[test]
     fn leftover_temp_files_are_reported_and_removed_on_accept() {
-        let s = scratch("leftover");
+        let s = scratch();
         let t = s.0.join("cpu/.x.snap.tmp2147483647-0");
         std::fs::write(&t, "partial").unwrap();
         let r = review_in(&s.0, false, false).unwrap();

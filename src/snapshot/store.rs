@@ -251,22 +251,7 @@ mod tests {
     use crate::backend::Backend;
     use crate::harness::CaseReport;
 
-    /// A scratch directory removed on drop.
-    pub(crate) struct Scratch(pub PathBuf);
-    impl Scratch {
-        pub(crate) fn new(tag: &str) -> Scratch {
-            let d =
-                std::env::temp_dir().join(format!("bitexact-store-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            Scratch(d)
-        }
-    }
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::scratch::Scratch;
 
     fn report(name: &str, digest: &str) -> CaseReport {
         let mut r = CaseReport::new(name, Backend::Cpu);
@@ -280,7 +265,7 @@ mod tests {
 
     #[test]
     fn update_refuses_in_ci_unless_forced() {
-        let s = Scratch::new("ci");
+        let s = Scratch::new();
         let c = Controls::default();
         let e = update_in(&s.0, &[report("t/a", "ab")], &c, false, true).unwrap_err();
         assert!(
@@ -294,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_snapshot_does_not_stop_the_others() {
-        let s = Scratch::new("corrupt");
+        let s = Scratch::new();
         let c = Controls::default();
         let reports = [
             report("t/a", "ab"),
@@ -319,7 +304,7 @@ mod tests {
 
     #[test]
     fn removing_a_pending_file_already_gone_is_fine() {
-        let s = Scratch::new("gone");
+        let s = Scratch::new();
         remove_if_present(&s.0.join("x.snap.new")).unwrap();
         // Concurrent forced updates of the same snapshots, each removing the pending files.
         let c = Controls::default();
@@ -344,7 +329,7 @@ mod tests {
 
     #[test]
     fn temp_files_are_not_pending_and_stale_ones_are_found() {
-        let s = Scratch::new("temps");
+        let s = Scratch::new();
         let d = s.0.join("cpu");
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("a.snap.new"), "x").unwrap();

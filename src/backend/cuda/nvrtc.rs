@@ -284,7 +284,8 @@ mod tests {
 
     #[test]
     fn candidates_follow_the_wheel_layout() {
-        let dir = std::env::temp_dir().join(format!("bitexact-nvrtc-{}", std::process::id()));
+        let scratch = crate::scratch::Scratch::new();
+        let dir = scratch.0.clone();
         std::fs::create_dir_all(dir.join("lib")).unwrap();
         let lib = dir.join("lib/libnvrtc.so.12");
         std::fs::write(&lib, b"not a library").unwrap();
@@ -293,6 +294,5 @@ mod tests {
         assert_eq!(candidates_in(&dir.join("lib")), want, "lib directory");
         assert_eq!(candidates_in(&lib), want, "the file itself");
         assert!(candidates_in(&dir.join("missing")).is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
