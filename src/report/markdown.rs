@@ -30,16 +30,8 @@ pub fn render(report: &Report) -> String {
     o.push_str("| case | backend | verdict | runs | digest | time |\n");
     o.push_str("|---|---|---|---:|---|---:|\n");
     for c in &report.cases {
-        let runs = if c.distinct_digests > 1 {
-            format!("{} ({} distinct)", c.runs, c.distinct_digests)
-        } else {
-            c.runs.to_string()
-        };
-        let digest = c
-            .run_digests
-            .first()
-            .map(|d| format!("`{}`", &d[..12]))
-            .unwrap_or_else(|| "–".into());
+        let (runs, digest) = super::row_cells(c);
+        let digest = digest.map_or_else(|| "–".into(), |d| format!("`{d}`"));
         let _ = writeln!(
             o,
             "| `{}` | {} | {} {} | {runs} | {digest} | {} |",

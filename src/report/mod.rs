@@ -126,6 +126,17 @@ impl CaseReport {
     }
 }
 
+/// The cells every renderer's table shows for a case besides its name, backend and verdict:
+/// the runs (`4 (2 distinct)` when they differ) and the first 12 hex digits of run 0's digest.
+pub fn row_cells(c: &CaseReport) -> (String, Option<&str>) {
+    let runs = if c.distinct_digests > 1 {
+        format!("{} ({} distinct)", c.runs, c.distinct_digests)
+    } else {
+        c.runs.to_string()
+    };
+    (runs, c.run_digests.first().map(|d| &d[..12]))
+}
+
 /// The explanation lines of one case, shared by every format: each differing tensor, the
 /// message (error, skip reason, planted bug), findings, memory growth, snapshot comparison, blame, localization, and the implementations
 /// that ran when the case was nondeterministic.

@@ -82,16 +82,8 @@ pub fn render(report: &Report) -> String {
         "case", "backend", "verdict", "runs", "digest", "time", "peak mem"
     );
     for c in &report.cases {
-        let runs = if c.distinct_digests > 1 {
-            format!("{} ({} distinct)", c.runs, c.distinct_digests)
-        } else {
-            c.runs.to_string()
-        };
-        let digest = c
-            .run_digests
-            .first()
-            .map(|d| d[..12].to_string())
-            .unwrap_or_else(|| "-".into());
+        let (runs, digest) = super::row_cells(c);
+        let digest = digest.unwrap_or("-");
         let _ = writeln!(
             o,
             "{:w$}  {:7}  {:17}  {:>12}  {:12}  {:>8}  {:>10}",
