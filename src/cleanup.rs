@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The environment variable carrying a run's marker.
-pub const MARKER_ENV: &str = "BITEXACT_RUN_ID";
+pub const MARKER_ENV: &str = crate::protocol::RUN_ID_ENV;
 
 static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static CONTAINERS: Mutex<Vec<(Option<PathBuf>, String)>> = Mutex::new(Vec::new());

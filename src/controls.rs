@@ -56,11 +56,11 @@ impl Default for Controls {
 
 /// The environment variables that override controls.
 pub const ENV_VARS: [&str; 5] = [
-    "BITEXACT_SEED",
-    "BITEXACT_DETERMINISTIC",
-    "BITEXACT_BENCHMARK",
-    "BITEXACT_WORKERS",
-    "BITEXACT_THREADS",
+    crate::protocol::SEED_ENV,
+    crate::protocol::DETERMINISTIC_ENV,
+    crate::protocol::BENCHMARK_ENV,
+    crate::protocol::WORKERS_ENV,
+    crate::protocol::THREADS_ENV,
 ];
 
 /// Parses `on/off`, `true/false`, `1/0`, `yes/no` (case-insensitive).
@@ -96,25 +96,26 @@ impl Controls {
     /// Applies overrides read through `get` (testable without touching the process environment).
     pub fn with_env(mut self, get: impl Fn(&str) -> Option<String>) -> Result<Controls> {
         let read = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        if let Some(v) = read("BITEXACT_SEED") {
+        if let Some(v) = read(crate::protocol::SEED_ENV) {
             self.seed = v
                 .trim()
                 .parse()
                 .with_context(|| format!("BITEXACT_SEED={v:?}: not a u64"))?;
         }
-        if let Some(v) = read("BITEXACT_DETERMINISTIC") {
-            self.deterministic = parse_switch(v.trim()).context("BITEXACT_DETERMINISTIC")?;
+        if let Some(v) = read(crate::protocol::DETERMINISTIC_ENV) {
+            self.deterministic =
+                parse_switch(v.trim()).context(crate::protocol::DETERMINISTIC_ENV)?;
         }
-        if let Some(v) = read("BITEXACT_BENCHMARK") {
-            self.benchmark = parse_switch(v.trim()).context("BITEXACT_BENCHMARK")?;
+        if let Some(v) = read(crate::protocol::BENCHMARK_ENV) {
+            self.benchmark = parse_switch(v.trim()).context(crate::protocol::BENCHMARK_ENV)?;
         }
-        if let Some(v) = read("BITEXACT_WORKERS") {
+        if let Some(v) = read(crate::protocol::WORKERS_ENV) {
             self.workers = v
                 .trim()
                 .parse()
                 .with_context(|| format!("BITEXACT_WORKERS={v:?}: not a count"))?;
         }
-        if let Some(v) = read("BITEXACT_THREADS") {
+        if let Some(v) = read(crate::protocol::THREADS_ENV) {
             let n: usize = v
                 .trim()
                 .parse()

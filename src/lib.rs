@@ -82,6 +82,9 @@ pub mod platform;
 /// Process plumbing: contained children, live groups, signals (internal).
 #[doc(hidden)]
 pub mod process;
+/// The names bitexact and the programs it runs share: environment variables, metadata files,
+/// trace levels and trace record fields.
+pub mod protocol;
 /// Quoting input in messages (internal).
 #[doc(hidden)]
 pub mod quote;

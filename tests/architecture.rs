@@ -48,6 +48,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "glob",
             "cleanup",
             "quote",
+            "protocol",
             "process",
         ],
     ),

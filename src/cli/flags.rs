@@ -64,11 +64,11 @@ impl ControlArgs {
     /// their own variables (e.g. `CUBLAS_WORKSPACE_CONFIG`).
     pub fn controls(&self) -> Result<Controls> {
         let given = |k: &str| match k {
-            "BITEXACT_SEED" => self.seed.is_some(),
-            "BITEXACT_DETERMINISTIC" => self.deterministic.is_some(),
-            "BITEXACT_BENCHMARK" => self.benchmark.is_some(),
-            "BITEXACT_WORKERS" => self.workers.is_some(),
-            "BITEXACT_THREADS" => self.threads.is_some(),
+            crate::protocol::SEED_ENV => self.seed.is_some(),
+            crate::protocol::DETERMINISTIC_ENV => self.deterministic.is_some(),
+            crate::protocol::BENCHMARK_ENV => self.benchmark.is_some(),
+            crate::protocol::WORKERS_ENV => self.workers.is_some(),
+            crate::protocol::THREADS_ENV => self.threads.is_some(),
             _ => false,
         };
         let mut c = Controls::from_env_where(|k| !given(k)).map_err(|e| usage(format!("{e:#}")))?;

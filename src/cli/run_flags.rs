@@ -3,6 +3,7 @@
 
 use super::flags::{runs, timeout, usage, ControlArgs};
 use crate::backend::Backend;
+use crate::protocol::TraceLevel;
 use crate::report::Format;
 use crate::run::ignore::Ignore;
 use crate::run::{project, Program};
@@ -65,8 +66,8 @@ pub struct ProgramArgs {
     /// `sitecustomize` starts bitexact's tracer) and name the first op that diverged, with its
     /// module, step and source line. `modules`: the cheaper rung for long runs, module outputs
     /// and parameter gradients only.
-    #[arg(long, value_name = "LEVEL", value_parser = ["ops", "modules"])]
-    pub trace: Option<String>,
+    #[arg(long, value_name = "LEVEL", value_parser = trace_level())]
+    pub trace: Option<TraceLevel>,
     /// Seed the program's Python at start-up with `bitexact.seed_everything()` (random, numpy,
     /// torch from the run's seed), through the same injected `sitecustomize` as --trace: a
     /// script that never imports bitexact then follows --seed and --vary seed. Its own seeding
@@ -103,6 +104,14 @@ pub struct ProgramArgs {
     pub command: Vec<OsString>,
 }
 
+/// `--trace`'s parser: the names of [`TraceLevel::ALL`] (listed in `--help` and in errors).
+fn trace_level() -> impl clap::builder::TypedValueParser<Value = TraceLevel> {
+    let names = TraceLevel::ALL.map(TraceLevel::name);
+    clap::builder::TypedValueParser::map(clap::builder::PossibleValuesParser::new(names), |s| {
+        TraceLevel::parse(&s).expect("a possible value")
+    })
+}
+
 impl ProgramArgs {
     /// The validated `--trace` settings, if tracing.
     fn trace_options(&self) -> Result<Option<crate::run::trace::TraceOptions>> {
@@ -117,7 +126,7 @@ impl ProgramArgs {
             None => None,
         };
         let t = TraceOptions {
-            level: self.trace.clone().unwrap_or_default(),
+            level: self.trace.unwrap_or(TraceLevel::Ops),
             steps,
             max_bytes: self
                 .trace_max_bytes
@@ -201,7 +210,7 @@ impl ProgramArgs {
             command: self.command.clone(),
             name,
             threads_given: self.controls.threads.is_some()
-                || std::env::var_os("BITEXACT_THREADS").is_some(),
+                || std::env::var_os(crate::protocol::THREADS_ENV).is_some(),
             timeout: timeout(self.timeout.or(file.timeout))?,
             memory_limit_mb: self.memory_limit,
             stdout: self.stdout || file.stdout == Some(true) || ignore.masks_stdout(),

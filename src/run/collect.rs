@@ -118,7 +118,7 @@ fn collect_reusing(
             let bytes = crate::atomic::read_regular(&f.path, METADATA_MAX_BYTES)?;
             String::from_utf8(bytes).map_err(|_| anyhow!("{}: not UTF-8", f.name))
         };
-        if base == ".bitexact-platform.json" && platform.is_none() {
+        if base == crate::protocol::PLATFORM_FILE && platform.is_none() {
             let text = read()?;
             platform = Some(
                 serde_json::from_str(&text).map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
@@ -128,7 +128,7 @@ fn collect_reusing(
             controls_read
                 .get_or_insert_with(BTreeSet::new)
                 .extend(read_now);
-        } else if base == ".bitexact-memory.jsonl" && steps.is_empty() {
+        } else if base == crate::protocol::MEMORY_FILE && steps.is_empty() {
             for (i, line) in read()?.lines().enumerate() {
                 if line.trim().is_empty() {
                     continue;
@@ -154,7 +154,7 @@ fn collect_reusing(
 
 /// Where the helper records each control it read, one JSON object a line:
 /// `{"control": "workers", "value": 3, "pid": 1234}`.
-pub const CONTROLS_FILE: &str = ".bitexact-controls.jsonl";
+pub const CONTROLS_FILE: &str = crate::protocol::CONTROLS_FILE;
 
 /// The control names in a [`CONTROLS_FILE`]; lines that are not such an object are skipped
 /// (a line cut short by a killed writer must not hide the others).

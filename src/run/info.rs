@@ -17,8 +17,8 @@ pub(super) fn unread_controls(
     let only_if_read: Vec<(&str, &str)> = varied
         .iter()
         .filter_map(|v| match v {
-            Variation::Workers => Some(("workers", "BITEXACT_WORKERS")),
-            Variation::Seed => Some(("seed", "BITEXACT_SEED")),
+            Variation::Workers => Some(("workers", crate::protocol::WORKERS_ENV)),
+            Variation::Seed => Some(("seed", crate::protocol::SEED_ENV)),
             _ => None,
         })
         .filter(|(name, _)| read.is_none_or(|r| !r.contains(*name)))
@@ -64,17 +64,17 @@ pub(super) fn program_info(
     let runs: Vec<&(ProgramRun, BTreeMap<String, String>)> =
         metas.iter().filter_map(|m| m.program.as_ref()).collect();
     let mut env = runs.first().map(|r| r.1.clone()).unwrap_or_default();
-    if let Some(out) = env.get_mut("BITEXACT_OUT") {
+    if let Some(out) = env.get_mut(crate::protocol::OUT_ENV) {
         out.push_str(" (the same path every run, new and empty each time)");
     }
     env.insert(
-        "BITEXACT_RUN".into(),
+        crate::protocol::RUN_ENV.into(),
         format!("0..{}", runs.len().max(1) - 1),
     );
     let mut varied = BTreeMap::new();
     for k in env
         .keys()
-        .filter(|k| !["BITEXACT_OUT", "BITEXACT_RUN"].contains(&k.as_str()))
+        .filter(|k| ![crate::protocol::OUT_ENV, crate::protocol::RUN_ENV].contains(&k.as_str()))
     {
         let vals: Vec<String> = runs
             .iter()

@@ -178,12 +178,18 @@ pub fn env_for(
     let vary = &settings.varied;
     let bit = |b: bool| if b { "1" } else { "0" }.to_string();
     let mut env = BTreeMap::from([
-        ("BITEXACT_OUT".to_string(), out.display().to_string()),
-        ("BITEXACT_RUN".into(), index.to_string()),
-        ("BITEXACT_SEED".into(), c.seed.to_string()),
-        ("BITEXACT_DETERMINISTIC".into(), bit(c.deterministic)),
-        ("BITEXACT_BENCHMARK".into(), bit(c.benchmark)),
-        ("BITEXACT_WORKERS".into(), c.workers.to_string()),
+        (
+            crate::protocol::OUT_ENV.to_string(),
+            out.display().to_string(),
+        ),
+        (crate::protocol::RUN_ENV.into(), index.to_string()),
+        (crate::protocol::SEED_ENV.into(), c.seed.to_string()),
+        (
+            crate::protocol::DETERMINISTIC_ENV.into(),
+            bit(c.deterministic),
+        ),
+        (crate::protocol::BENCHMARK_ENV.into(), bit(c.benchmark)),
+        (crate::protocol::WORKERS_ENV.into(), c.workers.to_string()),
     ]);
     let hashseed = if vary.contains(&Variation::Hashseed) {
         index + 1
@@ -193,7 +199,7 @@ pub fn env_for(
     env.insert("PYTHONHASHSEED".into(), hashseed.to_string());
     if program.threads_given || vary.contains(&Variation::Threads) {
         for k in [
-            "BITEXACT_THREADS",
+            crate::protocol::THREADS_ENV,
             "OMP_NUM_THREADS",
             "MKL_NUM_THREADS",
             "OPENBLAS_NUM_THREADS",
@@ -221,7 +227,7 @@ pub fn env_for(
     }
     if let Some(p) = settings.knobs.poison {
         env.insert("MALLOC_PERTURB_".into(), p.to_string());
-        env.insert("BITEXACT_POISON".into(), p.to_string());
+        env.insert(crate::protocol::POISON_ENV.into(), p.to_string());
     }
     env
 }

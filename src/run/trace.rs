@@ -13,6 +13,7 @@
 
 use crate::controls::Controls;
 use crate::harness::{diagnose, Collected, Options, RunSource};
+use crate::protocol::TraceLevel;
 use crate::trace::{Divergence, TraceEntry};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -21,14 +22,14 @@ use std::sync::Mutex;
 
 /// The variable asking the injected `sitecustomize` to call `bitexact.seed_everything()`
 /// (`--seed-everything`).
-pub const SEED_ENV: &str = "BITEXACT_SEED_EVERYTHING";
+pub const SEED_ENV: &str = crate::protocol::SEED_EVERYTHING_ENV;
 
 /// The variable asking the tracer to save one op's tensors (`[rank, step, phase, module, op,
 /// occurrence]` as JSON), for the explanation of a localized divergence.
-pub const CAPTURE_ENV: &str = "BITEXACT_TRACE_CAPTURE";
+pub const CAPTURE_ENV: &str = crate::protocol::TRACE_CAPTURE_ENV;
 
 /// Where the tracer saves them: `in0…`, `out0…` in a safetensors file under `$BITEXACT_OUT`.
-pub const CAPTURE_FILE: &str = ".bitexact-capture.safetensors";
+pub const CAPTURE_FILE: &str = crate::protocol::CAPTURE_FILE;
 
 /// Largest tensor hashed in a trace unless `--trace-max-bytes` says otherwise (64 MiB).
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
@@ -37,7 +38,7 @@ pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceOptions {
     /// `ops` (every ATen op) or `modules` (module outputs and parameter gradients only).
-    pub level: String,
+    pub level: TraceLevel,
     /// Only these steps, inclusive (`--trace-steps A..B`, `A..`, `N`); all when `None`.
     pub steps: Option<(u64, Option<u64>)>,
     /// Tensors larger than this are recorded by dtype and shape only (`--trace-max-bytes`).
@@ -49,7 +50,7 @@ pub struct TraceOptions {
 impl Default for TraceOptions {
     fn default() -> Self {
         TraceOptions {
-            level: "ops".into(),
+            level: TraceLevel::Ops,
             steps: None,
             max_bytes: DEFAULT_MAX_BYTES,
             skip: Vec::new(),
@@ -87,18 +88,21 @@ impl TraceOptions {
     /// The variables the tracer reads (`python/bitexact/_trace.py`).
     pub fn env(&self) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([
-            ("BITEXACT_TRACE".to_string(), self.level.clone()),
             (
-                "BITEXACT_TRACE_MAX_BYTES".to_string(),
+                crate::protocol::TRACE_ENV.to_string(),
+                self.level.to_string(),
+            ),
+            (
+                crate::protocol::TRACE_MAX_BYTES_ENV.to_string(),
                 self.max_bytes.to_string(),
             ),
         ]);
         if let Some((a, b)) = self.steps {
             let b = b.map(|b| b.to_string()).unwrap_or_default();
-            env.insert("BITEXACT_TRACE_STEPS".into(), format!("{a}..{b}"));
+            env.insert(crate::protocol::TRACE_STEPS_ENV.into(), format!("{a}..{b}"));
         }
         if !self.skip.is_empty() {
-            env.insert("BITEXACT_TRACE_SKIP".into(), self.skip.join(","));
+            env.insert(crate::protocol::TRACE_SKIP_ENV.into(), self.skip.join(","));
         }
         env
     }
@@ -109,7 +113,7 @@ const SITECUSTOMIZE: &str = include_str!("../../python/bitexact/_sitecustomize.p
 
 /// The directory put first on `PYTHONPATH` for the runs whose `$BITEXACT_OUT` is `out`.
 pub fn inject_dir(out: &Path) -> PathBuf {
-    out.with_file_name(".bitexact-inject")
+    out.with_file_name(crate::protocol::INJECT_DIR)
 }
 
 /// Writes the injected `sitecustomize.py` under `root` (the directory holding `out`).

@@ -36,7 +36,7 @@ pub const RECORDS_FILE: &str = "records.jsonl";
 
 /// The variable naming bitexact's own Python package directory for a binary that is not the
 /// package's console script (one built by cargo).
-pub const PACKAGE_ENV: &str = "BITEXACT_PYTHON_PACKAGE";
+pub const PACKAGE_ENV: &str = crate::protocol::PYTHON_PACKAGE_ENV;
 
 static OWN_PACKAGE: OnceLock<PathBuf> = OnceLock::new();
 
@@ -129,7 +129,7 @@ pub fn verdict(
     if !program.injects() || stopped {
         return failed.map_or(Ok(Vec::new()), Err);
     }
-    let level = program.trace.as_ref().map(|t| t.level.as_str());
+    let level = program.trace.as_ref().map(|t| t.level.name());
     let own = own_package().is_ok_and(|p| p.is_some());
     match (judge(records, level, program.seed_everything, own), failed) {
         (Err(f), _) if records.iter().any(|r| r.event == "failed") => Err(f),

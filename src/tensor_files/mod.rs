@@ -49,7 +49,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// File-name prefix of the Python helper's metadata files (`.bitexact-platform.json`, ...).
-pub const METADATA_PREFIX: &str = ".bitexact-";
+pub const METADATA_PREFIX: &str = crate::protocol::METADATA_PREFIX;
 
 /// How a file is read, from its extension (exact, lower-case).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

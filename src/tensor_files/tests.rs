@@ -326,7 +326,7 @@ fn scan_orders_naturally_skips_metadata_and_guards_symlinks() {
         "step_2.npy",
         "sub/deeper/x.bin",
         "sub/a.bin",
-        ".bitexact-platform.json",
+        crate::protocol::PLATFORM_FILE,
         "sub/.bitexact-memory.jsonl",
     ] {
         let bytes = if name.ends_with(".npy") {
@@ -356,7 +356,7 @@ fn scan_orders_naturally_skips_metadata_and_guards_symlinks() {
         .collect();
     assert_eq!(
         meta,
-        [".bitexact-platform.json", "sub/.bitexact-memory.jsonl"]
+        [crate::protocol::PLATFORM_FILE, "sub/.bitexact-memory.jsonl"]
     );
     let all = digest_dir(p).unwrap();
     assert_eq!(all.len(), 5);

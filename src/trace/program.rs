@@ -19,7 +19,7 @@ use std::path::Path;
 pub const VERSION: u32 = 2;
 
 /// File name prefix of a rank's trace under `$BITEXACT_OUT` (metadata, never compared).
-pub const FILE_PREFIX: &str = ".bitexact-trace-rank";
+pub const FILE_PREFIX: &str = crate::protocol::TRACE_FILE_PREFIX;
 
 /// Most records read from one trace (a bound on memory; the rest is reported as cut).
 pub const MAX_RECORDS: usize = 20_000_000;

@@ -1,0 +1,35 @@
+"""The names bitexact (Rust) and this package share: environment variables, metadata file
+names, trace levels and trace record fields. GENERATED from src/protocol.rs
+(BITEXACT_WRITE_PROTOCOL=1 cargo test --test protocol); do not edit: tests/protocol.rs
+fails on drift."""
+
+OUT_ENV = "BITEXACT_OUT"  # The directory a run writes its outputs into (fresh and empty each run).
+RUN_ENV = "BITEXACT_RUN"  # The run's index, 0..K-1.
+SEED_ENV = "BITEXACT_SEED"  # The seed of the run (`--seed`, varied by `--vary seed`).
+DETERMINISTIC_ENV = "BITEXACT_DETERMINISTIC"  # `1`/`0`: deterministic algorithms on or off.
+BENCHMARK_ENV = "BITEXACT_BENCHMARK"  # `1`/`0`: autotuning (cuDNN benchmark) on or off.
+WORKERS_ENV = "BITEXACT_WORKERS"  # The DataLoader worker count to use.
+THREADS_ENV = "BITEXACT_THREADS"  # The thread count to use (with `OMP_NUM_THREADS` and friends).
+POISON_ENV = "BITEXACT_POISON"  # The byte fresh memory is filled with under `--vary poison`.
+TRACE_ENV = "BITEXACT_TRACE"  # The trace level (`ops`, `modules`) asked of the injected tracer.
+TRACE_MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"  # Largest tensor hashed in a trace, in bytes.
+TRACE_STEPS_ENV = "BITEXACT_TRACE_STEPS"  # The steps a trace records: `A..B` (inclusive) or `A..`.
+TRACE_SKIP_ENV = "BITEXACT_TRACE_SKIP"  # Comma-separated op-name globs the tracer leaves out.
+TRACE_CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE"  # The identity (JSON list) of the one op whose tensors the tracer saves.
+TRACE_OWNER_ENV = "BITEXACT_TRACE_OWNER"  # Python: the process of a rank that claimed the tracer (its children do not trace).
+SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING"  # `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
+SEEDED_ENV = "BITEXACT_SEEDED"  # Python: the process of a rank that seeded (its children do not seed again).
+SEEDED_WITHOUT_TORCH_ENV = "BITEXACT_SEEDED_WITHOUT_TORCH"  # Python: a process seeded without torch, so a child with torch seeds torch.
+PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE"  # The Python package a cargo-built `bitexact` injects into programs under `--trace`.
+RUN_ID_ENV = "BITEXACT_RUN_ID"  # Marks every process of a run, so none outlives it.
+MEMORY_FILE = ".bitexact-memory.jsonl"  # Metadata: one JSON line per step with the process's resident memory.
+PLATFORM_FILE = ".bitexact-platform.json"  # Metadata: the program's platform (Python, numpy, torch, CUDA versions).
+CONTROLS_FILE = ".bitexact-controls.jsonl"  # Metadata: the controls the program read (`{"control": "workers", ...}` per line).
+TRACE_FILE_PREFIX = ".bitexact-trace-rank"  # Metadata: the op trace of rank R is `<prefix><R>.jsonl`.
+CAPTURE_FILE = ".bitexact-capture.safetensors"  # Metadata: the tensors of the captured op (`in0…`, `out0…`, safetensors).
+INJECT_DIR = ".bitexact-inject"  # Beside `$BITEXACT_OUT`: the injected `sitecustomize` and the tracer's records.
+TRACER_RECORDS_FILE = "records.jsonl"  # In [`INJECT_DIR`]: one JSON line per Python process that tried to trace or seed.
+METADATA_PREFIX = ".bitexact-"  # Every metadata file under `$BITEXACT_OUT` starts with this and is never compared.
+TRACE_LEVELS = ("ops", "modules",)  # what --trace accepts, in order of detail
+TRACE_RECORD_FIELDS = ("v", "step", "rank", "phase", "module", "op", "occ", "src", "in", "out")  # one op-trace record's fields, in order
+TRACE_RECORD_VERSION = 2  # the record's "v"

@@ -1,0 +1,191 @@
+//! The contract between bitexact and the programs it runs, in one place: every environment
+//! variable and metadata file name that Rust and Python share, the trace levels, and the
+//! fields of an op-trace record. The Python package reads the same names from
+//! `python/bitexact/_protocol.py`, which is generated from this module ([`python_module`]) and
+//! checked for drift by `tests/protocol.rs` (a name changed on one side only fails it, and so
+//! does a `BITEXACT_*` or `.bitexact-*` literal in either language that is not listed here).
+//!
+//! To add a name: a constant in the `names!` list below (its doc comment is its doc in both
+//! languages), then `BITEXACT_WRITE_PROTOCOL=1 cargo test --test protocol` to regenerate the
+//! Python file.
+
+/// One shared name: the constant's name (the same in Rust and Python), its value, and what it
+/// means (the docs of both languages and the generated reference).
+#[derive(Clone, Copy, Debug)]
+pub struct Name {
+    /// Constant name, e.g. `OUT_ENV`.
+    pub constant: &'static str,
+    /// The value, e.g. `BITEXACT_OUT`.
+    pub value: &'static str,
+    /// One line on what it is and who sets or reads it.
+    pub doc: &'static str,
+}
+
+macro_rules! names {
+    ($($(#[doc = $doc:literal])* $c:ident = $v:literal;)*) => {
+        $($(#[doc = $doc])* pub const $c: &str = $v;)*
+
+        /// Every shared name, in the order `_protocol.py` lists them.
+        pub const NAMES: &[Name] = &[$(Name {
+            constant: stringify!($c),
+            value: $v,
+            doc: concat!($($doc),*),
+        }),*];
+    };
+}
+
+names! {
+    /// The directory a run writes its outputs into (fresh and empty each run).
+    OUT_ENV = "BITEXACT_OUT";
+    /// The run's index, 0..K-1.
+    RUN_ENV = "BITEXACT_RUN";
+    /// The seed of the run (`--seed`, varied by `--vary seed`).
+    SEED_ENV = "BITEXACT_SEED";
+    /// `1`/`0`: deterministic algorithms on or off.
+    DETERMINISTIC_ENV = "BITEXACT_DETERMINISTIC";
+    /// `1`/`0`: autotuning (cuDNN benchmark) on or off.
+    BENCHMARK_ENV = "BITEXACT_BENCHMARK";
+    /// The DataLoader worker count to use.
+    WORKERS_ENV = "BITEXACT_WORKERS";
+    /// The thread count to use (with `OMP_NUM_THREADS` and friends).
+    THREADS_ENV = "BITEXACT_THREADS";
+    /// The byte fresh memory is filled with under `--vary poison`.
+    POISON_ENV = "BITEXACT_POISON";
+    /// The trace level (`ops`, `modules`) asked of the injected tracer.
+    TRACE_ENV = "BITEXACT_TRACE";
+    /// Largest tensor hashed in a trace, in bytes.
+    TRACE_MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES";
+    /// The steps a trace records: `A..B` (inclusive) or `A..`.
+    TRACE_STEPS_ENV = "BITEXACT_TRACE_STEPS";
+    /// Comma-separated op-name globs the tracer leaves out.
+    TRACE_SKIP_ENV = "BITEXACT_TRACE_SKIP";
+    /// The identity (JSON list) of the one op whose tensors the tracer saves.
+    TRACE_CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE";
+    /// Python: the process of a rank that claimed the tracer (its children do not trace).
+    TRACE_OWNER_ENV = "BITEXACT_TRACE_OWNER";
+    /// `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
+    SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING";
+    /// Python: the process of a rank that seeded (its children do not seed again).
+    SEEDED_ENV = "BITEXACT_SEEDED";
+    /// Python: a process seeded without torch, so a child with torch seeds torch.
+    SEEDED_WITHOUT_TORCH_ENV = "BITEXACT_SEEDED_WITHOUT_TORCH";
+    /// The Python package a cargo-built `bitexact` injects into programs under `--trace`.
+    PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE";
+    /// Marks every process of a run, so none outlives it.
+    RUN_ID_ENV = "BITEXACT_RUN_ID";
+
+    /// Metadata: one JSON line per step with the process's resident memory.
+    MEMORY_FILE = ".bitexact-memory.jsonl";
+    /// Metadata: the program's platform (Python, numpy, torch, CUDA versions).
+    PLATFORM_FILE = ".bitexact-platform.json";
+    /// Metadata: the controls the program read (`{"control": "workers", ...}` per line).
+    CONTROLS_FILE = ".bitexact-controls.jsonl";
+    /// Metadata: the op trace of rank R is `<prefix><R>.jsonl`.
+    TRACE_FILE_PREFIX = ".bitexact-trace-rank";
+    /// Metadata: the tensors of the captured op (`in0…`, `out0…`, safetensors).
+    CAPTURE_FILE = ".bitexact-capture.safetensors";
+    /// Beside `$BITEXACT_OUT`: the injected `sitecustomize` and the tracer's records.
+    INJECT_DIR = ".bitexact-inject";
+    /// In [`INJECT_DIR`]: one JSON line per Python process that tried to trace or seed.
+    TRACER_RECORDS_FILE = "records.jsonl";
+    /// Every metadata file under `$BITEXACT_OUT` starts with this and is never compared.
+    METADATA_PREFIX = ".bitexact-";
+}
+
+/// How much `--trace` records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TraceLevel {
+    /// Every ATen op call and collective.
+    Ops,
+    /// Every module's output and each parameter's gradient (the cheaper rung).
+    Modules,
+}
+
+impl TraceLevel {
+    /// Every level, in order of detail.
+    pub const ALL: [TraceLevel; 2] = [TraceLevel::Ops, TraceLevel::Modules];
+
+    /// The name on the command line and in `$BITEXACT_TRACE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceLevel::Ops => "ops",
+            TraceLevel::Modules => "modules",
+        }
+    }
+
+    /// The level named `s`, if any.
+    pub fn parse(s: &str) -> Option<TraceLevel> {
+        TraceLevel::ALL.into_iter().find(|l| l.name() == s)
+    }
+}
+
+impl std::fmt::Display for TraceLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The fields of one op-trace record, in the order the tracer writes them.
+pub const TRACE_RECORD_FIELDS: [&str; 10] = [
+    "v", "step", "rank", "phase", "module", "op", "occ", "src", "in", "out",
+];
+
+/// The trace record format version the tracer writes (`"v"`).
+pub const TRACE_RECORD_VERSION: u32 = 2;
+
+/// The text of `python/bitexact/_protocol.py`: every [`NAMES`] constant, the trace levels and
+/// the record fields, as Python constants.
+pub fn python_module() -> String {
+    let mut s = String::from(
+        "\"\"\"The names bitexact (Rust) and this package share: environment variables, \
+         metadata file\nnames, trace levels and trace record fields. GENERATED from \
+         src/protocol.rs\n(BITEXACT_WRITE_PROTOCOL=1 cargo test --test protocol); do not edit: \
+         tests/protocol.rs\nfails on drift.\"\"\"\n\n",
+    );
+    for n in NAMES {
+        s.push_str(&format!(
+            "{} = {:?}  # {}\n",
+            n.constant,
+            n.value,
+            n.doc.trim()
+        ));
+    }
+    let levels: Vec<String> = TraceLevel::ALL
+        .iter()
+        .map(|l| format!("{:?}", l.name()))
+        .collect();
+    s.push_str(&format!(
+        "TRACE_LEVELS = ({},)  # what --trace accepts, in order of detail\n",
+        levels.join(", ")
+    ));
+    let fields: Vec<String> = TRACE_RECORD_FIELDS
+        .iter()
+        .map(|f| format!("{f:?}"))
+        .collect();
+    s.push_str(&format!(
+        "TRACE_RECORD_FIELDS = ({})  # one op-trace record's fields, in order\n",
+        fields.join(", ")
+    ));
+    s.push_str(&format!(
+        "TRACE_RECORD_VERSION = {TRACE_RECORD_VERSION}  # the record's \"v\"\n"
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_levels_round_trip() {
+        let mut seen = std::collections::BTreeSet::new();
+        for n in NAMES {
+            assert!(seen.insert(n.value), "{} twice", n.value);
+            assert!(!n.doc.is_empty());
+        }
+        for l in TraceLevel::ALL {
+            assert_eq!(TraceLevel::parse(l.name()), Some(l));
+        }
+        assert_eq!(TraceLevel::parse("op"), None);
+    }
+}
