@@ -6,7 +6,9 @@
   wide, AdamW, gradient clipping), and ``nanogpt_eval``: one of its no-grad eval forwards.
 
 Each under these modes, in one process, interleaved in rounds (every mode runs a few steps per
-round, so drift of the machine hits all modes alike); the median step time over all rounds:
+round, so drift of the machine hits all modes alike); the median step time over all rounds, and
+the median CPU time of the process per step (``<mode>_cpu``: steadier than the wall time on a
+busy machine; with one torch thread it is the work itself):
 
 - ``untraced``: the plain step;
 - ``floor``: a ``TorchDispatchMode`` that only calls the op: the cost of intercepting every op,
@@ -131,20 +133,22 @@ def measure(step, reps, tmp):
     stats = {}
     ms = modes(tmp, stats)
     times = {name: [] for name in ms}
+    cpu = {name: [] for name in ms}
     per_round = max(1, reps // ROUNDS)
     for _ in range(ROUNDS):
         for name, mode in ms.items():
             if mode.enter:
                 mode.enter()
             for i in range(WARMUP + per_round):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 step()
-                dt = time.perf_counter() - t0
                 if i >= WARMUP:
-                    times[name].append(dt)
+                    times[name].append(time.perf_counter() - t0)
+                    cpu[name].append(time.process_time() - c0)
             if mode.leave:
                 mode.leave()
     out = {name: statistics.median(t) for name, t in times.items()}
+    out.update({name + "_cpu": statistics.median(t) for name, t in cpu.items()})
     steps = WARMUP + per_round
     for level in ("modules", "ops"):
         out[level + "_records_per_step"] = stats[level]["lines"] / steps

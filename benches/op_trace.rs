@@ -9,8 +9,9 @@
 //!
 //! `cargo bench --bench op_trace`, with the installed package's interpreter in `BITEXACT_PYTHON`
 //! (default `~/.cache/bitexact/python-path`) and torch installed; `BITEXACT_REPS` steps per mode
-//! (default 20), medians; `OMP_NUM_THREADS` sets torch's threads (1 gives steadier figures on a
-//! busy machine).
+//! (default 20), medians of wall time and of the process's CPU time per step;
+//! `OMP_NUM_THREADS` sets torch's threads (1 gives steadier figures on a busy machine, where the
+//! CPU times are the ones to compare).
 
 #[path = "common/python.rs"]
 mod python;
@@ -40,10 +41,21 @@ fn main() {
         let f = |k: &str| w[k].as_f64();
         let base = f("untraced").expect("untraced");
         println!("{what}:");
+        let cpu_base = f("untraced_cpu").expect("untraced_cpu");
+        println!(
+            "  {:35} {:>8}  {:>14}  {:>8}  {:>14}",
+            "", "wall", "", "CPU", ""
+        );
         for (key, name) in MODES {
-            match f(key) {
-                Some(t) => println!("  {name:35} {:8.2} ms  {:5.2}x untraced", t * 1e3, t / base),
-                None => println!("  {name:35} unavailable: {}", w["debugmode_error"]),
+            match (f(key), f(&format!("{key}_cpu"))) {
+                (Some(t), Some(c)) => println!(
+                    "  {name:35} {:5.1} ms  {:5.2}x untraced  {:5.1} ms  {:5.2}x untraced",
+                    t * 1e3,
+                    t / base,
+                    c * 1e3,
+                    c / cpu_base
+                ),
+                _ => println!("  {name:35} unavailable: {}", w["debugmode_error"]),
             }
         }
         if let (Some(b), Some(d)) = (f("ops"), f("debugmode")) {
