@@ -112,19 +112,6 @@ impl Host {
     }
 }
 
-/// `f` of every tensor, in order, with the GIL released. Small batches (an op's few tensors
-/// under op tracing) on this thread: waking the pool costs more than hashing them. Larger ones
-/// in parallel, in jobs of about a chunk's worth of bytes each; large tensors are also chunked
-/// in parallel inside `digest_parts`.
-fn hash_all<F: Fn(&Host) -> String + Sync>(py: Python<'_>, tensors: &[Host], f: F) -> Vec<String> {
-    let total: usize = tensors.iter().map(|t| t.nbytes).sum();
-    if total <= digest::CHUNK_BYTES {
-        return py.detach(|| tensors.iter().map(&f).collect());
-    }
-    let per_job = (digest::CHUNK_BYTES * tensors.len() / total).max(1);
-    py.detach(|| tensors.par_iter().with_min_len(per_job).map(&f).collect())
-}
-
 /// Runs the `bitexact` command line with `argv` (the program name first) and returns its exit
 /// code. `python` is the interpreter that children re-run the command line with
 /// (`python -m bitexact __child`); `package` is this package's directory, which `bitexact run
@@ -166,7 +153,21 @@ fn digests_ptr(
     items: Vec<(usize, usize, String, Vec<usize>)>,
 ) -> PyResult<Vec<String>> {
     let tensors = Host::all(items)?;
-    Ok(hash_all(py, &tensors, |t| t.digest().hex()))
+    // Small batches on this thread: waking the pool costs more than hashing them. Larger ones
+    // in parallel, in jobs of about a chunk's worth of bytes each; large tensors are also
+    // chunked in parallel inside `digest_parts`.
+    let total: usize = tensors.iter().map(|t| t.nbytes).sum();
+    if total <= digest::CHUNK_BYTES {
+        return Ok(py.detach(|| tensors.iter().map(|t| t.digest().hex()).collect()));
+    }
+    let per_job = (digest::CHUNK_BYTES * tensors.len() / total).max(1);
+    Ok(py.detach(|| {
+        tensors
+            .par_iter()
+            .with_min_len(per_job)
+            .map(|t| t.digest().hex())
+            .collect()
+    }))
 }
 
 /// The canonical hex digest of a `bytes` object read as a `dtype` tensor of `shape`.

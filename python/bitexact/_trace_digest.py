@@ -25,19 +25,23 @@ DIGEST_HEX = 32
 CACHE = True
 
 
+_strided = []  # [torch.strided], once torch is imported
+
+
 def _fast(t, max_bytes):
     """``(ptr, nbytes, dtype name, shape)`` of a host tensor of a bitexact dtype, with the
     tensor that owns the bytes; None for the general path."""
     name, is_complex = _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)
-    if is_complex or not t.is_cpu or t.layout != _digest._torch_strided() or t.is_conj() \
-            or t.is_neg():
+    if not _strided:
+        _strided.append(_digest._torch_strided())
+    if is_complex or not t.is_cpu or t.layout is not _strided[0] or t.is_conj() or t.is_neg():
         return None
-    nbytes = t.numel() * t.element_size()
+    nbytes = t.nbytes
     if nbytes > max_bytes:
         return None
     if not t.is_contiguous():
         t = t.detach().contiguous()
-    return (t.data_ptr(), nbytes, name, list(t.shape)), t
+    return (t.data_ptr(), nbytes, name, t.shape), t
 
 
 def _general(t, max_bytes, hashed):

@@ -13,12 +13,14 @@
 //! numpy sharing the memory, an extension writing through a raw pointer) changes the XXH3 and
 //! the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
 //! between two states of one buffer (about 2^-128 for bytes that are not built to collide).
-//! The cache starts over when it holds [`CACHE_ENTRIES`] buffers.
+//! The cache starts over when it holds [`CACHE_ENTRIES`] buffers. The tensors an op still has to
+//! hash (its results, mostly) are hashed in parallel when there are several and enough bytes.
 
 use super::Host;
-use crate::digest::{self, Digest};
+use crate::digest::Digest;
 use crate::tensor::DType;
 use pyo3::prelude::*;
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::{LazyLock, Mutex};
@@ -29,6 +31,10 @@ const DIGEST_HEX: usize = 32;
 
 /// Buffers the cache holds before it starts over (about 100 bytes each).
 const CACHE_ENTRIES: usize = 1 << 16;
+
+/// An op's tensors to hash are hashed in parallel (rayon) above this many bytes in all: a
+/// SHA-256 of 256 KiB takes about 150 µs here, waking the pool tens of µs.
+const PARALLEL_BYTES: usize = 256 << 10;
 
 /// A host buffer read as a tensor.
 #[derive(PartialEq, Eq, Hash)]
@@ -51,28 +57,59 @@ fn cache() -> std::sync::MutexGuard<'static, HashMap<Key, Seen>> {
     CACHE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The digest of `t`, from the cache when its bytes are unchanged since it was last hashed.
-fn cached_digest(t: &Host) -> Digest {
-    let data = t.data();
-    let check = xxh3_128(data);
-    let key = Key {
+/// The buffer's key in the cache.
+fn key(t: &Host) -> Key {
+    Key {
         ptr: t.ptr,
         nbytes: t.nbytes,
         dtype: t.dtype,
         shape: t.shape.clone(),
+    }
+}
+
+/// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest.
+fn lookup(t: &Host) -> (u128, Option<Digest>) {
+    let check = xxh3_128(t.data());
+    let hit = cache()
+        .get(&key(t))
+        .filter(|seen| seen.check == check)
+        .map(|seen| seen.digest);
+    (check, hit)
+}
+
+/// The digests of `tensors`, from the cache (when `use_cache`) or computed: the ones to compute
+/// in parallel when there are several and enough bytes ([`PARALLEL_BYTES`]); a tensor over
+/// [`crate::digest::CHUNK_BYTES`] is also hashed in parallel chunks by `digest_parts`.
+fn digests(tensors: &[Host], use_cache: bool) -> Vec<Digest> {
+    let looked: Vec<(u128, Option<Digest>)> = if use_cache {
+        tensors.iter().map(lookup).collect()
+    } else {
+        tensors.iter().map(|_| (0, None)).collect()
     };
-    if let Some(seen) = cache().get(&key) {
-        if seen.check == check {
-            return seen.digest;
+    let todo: Vec<usize> = (0..tensors.len())
+        .filter(|&i| looked[i].1.is_none())
+        .collect();
+    let bytes: usize = todo.iter().map(|&i| tensors[i].nbytes).sum();
+    let computed: Vec<Digest> = if todo.len() > 1 && bytes > PARALLEL_BYTES {
+        todo.par_iter().map(|&i| tensors[i].digest()).collect()
+    } else {
+        todo.iter().map(|&i| tensors[i].digest()).collect()
+    };
+    if use_cache && !todo.is_empty() {
+        let mut c = cache();
+        if c.len() + todo.len() > CACHE_ENTRIES {
+            c.clear();
+        }
+        for (&i, &digest) in todo.iter().zip(&computed) {
+            let check = looked[i].0;
+            c.insert(key(&tensors[i]), Seen { check, digest });
         }
     }
-    let d = digest::digest_parts(t.dtype, &t.shape, data);
-    let mut c = cache();
-    if c.len() >= CACHE_ENTRIES {
-        c.clear();
-    }
-    c.insert(key, Seen { check, digest: d });
-    d
+    let mut computed = computed.into_iter();
+    looked
+        .into_iter()
+        .map(|(_, hit)| hit.unwrap_or_else(|| computed.next().expect("one per miss")))
+        .collect()
 }
 
 /// `dtype[d0,d1,...]:<first DIGEST_HEX hex digits of d>`, as trace records show a tensor.
@@ -106,8 +143,8 @@ pub fn trace_digests(
     cache: bool,
 ) -> PyResult<Vec<String>> {
     let tensors = Host::all(items)?;
-    Ok(super::hash_all(py, &tensors, |t| {
-        let d = if cache { cached_digest(t) } else { t.digest() };
-        label(t, &d)
+    Ok(py.detach(|| {
+        let ds = digests(&tensors, cache);
+        tensors.iter().zip(&ds).map(|(t, d)| label(t, d)).collect()
     }))
 }
