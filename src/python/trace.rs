@@ -14,7 +14,8 @@
 //! the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
 //! between two states of one buffer (about 2^-128 for bytes that are not built to collide).
 //! The cache starts over when it holds [`CACHE_ENTRIES`] buffers. The tensors an op still has to
-//! hash (its results, mostly) are hashed in parallel when there are several and enough bytes.
+//! hash (its results, mostly) are hashed in parallel when there are several and over
+//! [`PARALLEL_BYTES`].
 
 use super::Host;
 use crate::digest::Digest;
@@ -32,9 +33,11 @@ const DIGEST_HEX: usize = 32;
 /// Buffers the cache holds before it starts over (about 100 bytes each).
 const CACHE_ENTRIES: usize = 1 << 16;
 
-/// An op's tensors to hash are hashed in parallel (rayon) above this many bytes in all: a
-/// SHA-256 of 256 KiB takes about 150 µs here, waking the pool tens of µs.
-const PARALLEL_BYTES: usize = 256 << 10;
+/// An op's tensors to hash are hashed in parallel (rayon) above this many bytes in all, as
+/// `digests_ptr` does. Not lower: on a busy 2-core machine (the pool's threads wait to be
+/// scheduled) a traced nanoGPT step took 6.5x its untraced time with 256 KiB against 5.6x
+/// with every op on one thread, and three 192 KiB tensors hashed no faster in parallel.
+const PARALLEL_BYTES: usize = crate::digest::CHUNK_BYTES;
 
 /// A host buffer read as a tensor.
 #[derive(PartialEq, Eq, Hash)]
