@@ -1,14 +1,27 @@
-"""Timings for benches/op_trace.rs (run by it; prints one JSON object): one training step of the
-small transformer classifier of examples/python/ops_trace.py (the same model and inputs for every
-mode), median of REPS steps after warm-up, in one process:
+"""Timings for benches/op_trace.rs (run by it; prints one JSON object). Workloads:
 
-- untraced: the plain step;
-- debugmode: torch's DebugMode with ``log_tensor_hashes(hash_fn="hash_tensor")`` (the cheaper of
-  its hashes, an order-blind XOR; outputs only, its default), and debugmode_inputs with
-  ``hash_inputs=True`` too (what bitexact records);
-- bitexact: ``bitexact._trace`` (what ``bitexact run --trace ops`` injects): canonical,
-  order-aware SHA-256 digests of every op's inputs and outputs, module, source line, written to
-  a JSONL trace. Also the trace's bytes and op calls per step.
+- ``classifier``: one training step of the small transformer classifier of
+  examples/python/ops_trace.py;
+- ``nanogpt``: one training iteration of a nanoGPT-sized GPT (benches/nanogpt.py: 2 layers, 64
+  wide, AdamW, gradient clipping), and ``nanogpt_eval``: one of its no-grad eval forwards.
+
+Each under these modes, in one process, interleaved in rounds (every mode runs a few steps per
+round, so drift of the machine hits all modes alike); the median step time over all rounds, and
+the median CPU time of the process per step (``<mode>_cpu``: steadier than the wall time on a
+busy machine; with one torch thread it is the work itself):
+
+- ``untraced``: the plain step;
+- ``floor``: a ``TorchDispatchMode`` that only calls the op: the cost of intercepting every op,
+  which any op tracer in Python pays;
+- ``modules``: ``bitexact._trace`` at ``level="modules"`` (``bitexact run --trace modules``);
+- ``ops``: ``bitexact._trace`` (``bitexact run --trace ops``): canonical, order-aware SHA-256
+  digests of every op's inputs and outputs, module, source line, written to a JSONL trace;
+- ``debugmode`` / ``debugmode_inputs``: torch's DebugMode with
+  ``log_tensor_hashes(hash_fn="hash_tensor")`` (the cheaper of its hashes, an order-blind XOR;
+  outputs only, its default), and with ``hash_inputs=True`` too (what bitexact records).
+
+Also the records per step of ``ops`` and ``modules`` and the ``ops`` trace's bytes per step.
+``python benches/op_trace.py [REPS] [WORKLOAD...]``: REPS steps per mode (default 20).
 """
 
 import importlib.util
@@ -20,77 +33,141 @@ import tempfile
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import bitexact._trace as tracer
 
-REPS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location(
-    "ops_trace", os.path.join(HERE, "..", "examples", "python", "ops_trace.py"))
-example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(example)
-
-torch.manual_seed(0)
-model = example.Classifier(50, 32, 4, False, False)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-g = torch.Generator().manual_seed(0)
-x = torch.randint(0, 50, (16, 12), generator=g)
-y = torch.randint(0, 4, (16,), generator=g)
+ROUNDS, WARMUP = 5, 2
 
 
-def step():
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def timed(enter=None, leave=None):
-    times = []
-    for i in range(REPS + 3):
-        if enter:
-            enter()
-        t0 = time.perf_counter()
-        step()
-        dt = time.perf_counter() - t0
-        if leave:
-            leave()
-        if i >= 3:
-            times.append(dt)
-    return statistics.median(times)
+def classifier():
+    example = load("ops_trace", os.path.join(HERE, "..", "examples", "python", "ops_trace.py"))
+    torch.manual_seed(0)
+    model = example.Classifier(50, 32, 4, False, False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 50, (16, 12), generator=g)
+    y = torch.randint(0, 4, (16,), generator=g)
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step
 
 
-out = {"reps": REPS, "untraced": timed()}
+def workloads():
+    gpt = load("nanogpt", os.path.join(HERE, "nanogpt.py")).Workload()
+    return {"classifier": classifier(), "nanogpt": gpt.train, "nanogpt_eval": gpt.eval}
 
-try:
-    from torch.utils._debug_mode import DebugMode
 
-    holder = {}
+class Floor(TorchDispatchMode):
+    """Intercepts every op and only calls it."""
 
-    def dm_enter(inputs):
-        holder["dm"] = DebugMode()
-        holder["hash"] = DebugMode.log_tensor_hashes(hash_fn="hash_tensor", hash_inputs=inputs)
-        holder["dm"].__enter__()
-        holder["hash"].__enter__()
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
-    def dm_leave():
-        holder["hash"].__exit__(None, None, None)
-        holder["dm"].__exit__(None, None, None)
 
-    out["debugmode"] = timed(lambda: dm_enter(False), dm_leave)
-    out["debugmode_inputs"] = timed(lambda: dm_enter(True), dm_leave)
-except (ImportError, AttributeError, TypeError) as e:
-    out["debugmode_error"] = str(e)
+class Mode:
+    """How a mode is entered and left around a round of steps; ``lines``: trace records made
+    in the last round (bitexact's modes)."""
 
-with tempfile.TemporaryDirectory() as d:
-    path = os.path.join(d, "trace.jsonl")
-    tracer.start(path)
-    out["bitexact"] = timed()
-    tracer.stop()
-    size = os.path.getsize(path)
-    with open(path) as f:
-        calls = sum(1 for _ in f)
-    steps = REPS + 3
-    out["trace_bytes_per_step"] = size / steps
-    out["ops_per_step"] = calls / steps
-print(json.dumps(out))
+    def __init__(self, enter=None, leave=None):
+        self.enter, self.leave, self.lines = enter, leave, None
+
+
+def bitexact_mode(level, tmp, stats):
+    path = os.path.join(tmp, level + ".jsonl")
+
+    def leave():
+        tracer.stop()
+        with open(path) as f:
+            stats["lines"] = sum(1 for _ in f)
+        stats["bytes"] = os.path.getsize(path)
+
+    return Mode(lambda: tracer.start(path, level=level), leave)
+
+
+def modes(tmp, stats):
+    out = {"untraced": Mode()}
+    floor = Floor()
+    out["floor"] = Mode(floor.__enter__, lambda: floor.__exit__(None, None, None))
+    for level in ("modules", "ops"):
+        stats[level] = {}
+        out[level] = bitexact_mode(level, tmp, stats[level])
+    try:
+        from torch.utils._debug_mode import DebugMode
+
+        DebugMode.log_tensor_hashes  # noqa: B018  (torch too old: AttributeError)
+    except (ImportError, AttributeError) as e:
+        stats["debugmode_error"] = str(e)
+        return out
+    for name, inputs in (("debugmode", False), ("debugmode_inputs", True)):
+        held = []
+
+        def enter(inputs=inputs, held=held):
+            held[:] = [DebugMode(), DebugMode.log_tensor_hashes(hash_fn="hash_tensor",
+                                                                hash_inputs=inputs)]
+            for cm in held:
+                cm.__enter__()
+
+        def leave(held=held):
+            for cm in reversed(held):
+                cm.__exit__(None, None, None)
+
+        out[name] = Mode(enter, leave)
+    return out
+
+
+def measure(step, reps, tmp):
+    """Median seconds per step of every mode, records per step of bitexact's."""
+    stats = {}
+    ms = modes(tmp, stats)
+    times = {name: [] for name in ms}
+    cpu = {name: [] for name in ms}
+    per_round = max(1, reps // ROUNDS)
+    for _ in range(ROUNDS):
+        for name, mode in ms.items():
+            if mode.enter:
+                mode.enter()
+            for i in range(WARMUP + per_round):
+                t0, c0 = time.perf_counter(), time.process_time()
+                step()
+                if i >= WARMUP:
+                    times[name].append(time.perf_counter() - t0)
+                    cpu[name].append(time.process_time() - c0)
+            if mode.leave:
+                mode.leave()
+    out = {name: statistics.median(t) for name, t in times.items()}
+    out.update({name + "_cpu": statistics.median(t) for name, t in cpu.items()})
+    steps = WARMUP + per_round
+    for level in ("modules", "ops"):
+        out[level + "_records_per_step"] = stats[level]["lines"] / steps
+    out["ops_trace_bytes_per_step"] = stats["ops"]["bytes"] / steps
+    if "debugmode_error" in stats:
+        out["debugmode_error"] = stats["debugmode_error"]
+    return out
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    all_work = workloads()
+    names = sys.argv[2:] or list(all_work)
+    out = {"reps": reps, "threads": torch.get_num_threads(), "torch": torch.__version__}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            out[name] = measure(all_work[name], reps, tmp)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

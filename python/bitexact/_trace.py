@@ -26,7 +26,9 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 - ``in``: the tensors the op reads; a tensor it writes (in-place ``self``, ``out=``) is a result
   only, since it is hashed after the op.
 - digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
-  result, from the native module; a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
+  result, from the native module, one call per op (:mod:`bitexact._trace_digest`: a tensor
+  whose bytes are unchanged since it was last hashed, checked by an XXH3-128 of them, reuses
+  its digest; records are written by :mod:`bitexact._trace_record`); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
   is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
   (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
   Non-tensor arguments are not recorded.

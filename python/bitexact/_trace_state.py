@@ -3,15 +3,15 @@
 module and gradient hooks, DataLoader pausing) share. Both import this module; it imports
 neither, so the tracer's modules form no import cycle."""
 
-import json
 import os
-import sys
 import threading
+
+from . import _trace_record
+from ._trace_digest import describe  # noqa: F401  (the collectives describe their inputs)
 
 # [rank, step, phase, module, op, occurrence] of the op whose tensors are saved here (in0..,
 # out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
 CAPTURE_FILE = ".bitexact-capture.safetensors"
-DIGEST_HEX = 32
 
 _paused = threading.local()
 
@@ -55,19 +55,6 @@ class State:
                 self.file.close()
 
 
-def source(skip_dirs):
-    """``file:line`` of the innermost frame in the program's own code: not torch, bitexact, the
-    standard library or installed packages (relative to the working directory when inside it)."""
-    f = sys._getframe(2)
-    while f is not None:
-        name = f.f_code.co_filename
-        if not (name.startswith(skip_dirs) or name.startswith("<") or "-packages" + os.sep in name):
-            rel = os.path.relpath(name)
-            return "%s:%d" % (name if rel.startswith("..") else rel, f.f_lineno)
-        f = f.f_back
-    return ""
-
-
 def module_of(tracker):
     parents = tracker.parents
     if len(parents) <= 1:
@@ -80,35 +67,6 @@ def module_of(tracker):
 # Verified for mkldnn_rnn_layer (CPU LSTM: result 3, a u8 buffer); _cudnn_rnn's reserve
 # (result 3) is the same kind of buffer on CUDA.
 _SCRATCH_RESULTS = {"aten::mkldnn_rnn_layer": {3}, "aten::_cudnn_rnn": {3}}
-
-
-def describe(tensors, state, scratch=()):
-    """``["f32[2,3]:<digest>", ...]`` for the tensors, hashed together by the native module."""
-    from . import _digest
-
-    out, hosts = [], []
-    for i, t in enumerate(tensors):
-        kind = None
-        try:
-            if i in scratch or t.is_meta or (t.numel() * t.element_size() > state.max_bytes):
-                raise ValueError
-            kind, v = _digest._prepare(t)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-        name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
-        label = "%s[%s]" % (name, ",".join(str(d) for d in t.shape))
-        if kind == "host":
-            hosts.append((len(out), v))
-            out.append(label)
-        elif kind == "device":
-            out.append("%s:%s" % (label, v[:DIGEST_HEX]))
-        else:
-            out.append(label + ":-")
-    if hosts:
-        digests = _digest.native().digests_ptr([h.args() for _, h in hosts])
-        for (i, _), d in zip(hosts, digests):
-            out[i] = "%s:%s" % (out[i], d[:DIGEST_HEX])
-    return out
 
 
 def collect_tensors(x, cls, out):
@@ -160,18 +118,18 @@ def emit(state, op, phase, module, ins, outs, described_ins=None, scratch_outs=(
     if state.capture is not None and state.capture == [state.rank, step, phase, module, op, occ]:
         state.capture = None
         save(state, ins, outs)
-    scratch = set(_SCRATCH_RESULTS.get(op.split(".")[0], ())) | set(scratch_outs)
+    scratch = _SCRATCH_RESULTS.get(op.split(".")[0], ())
+    if scratch_outs:
+        scratch = set(scratch) | set(scratch_outs)
     if described_ins is None:
-        described = describe(ins + outs, state, {len(ins) + i for i in scratch})
-        described_ins, described_outs = described[:len(ins)], described[len(ins):]
+        n = len(ins)
+        described = describe(ins + outs, state, {n + i for i in scratch} if scratch else ())
+        described_ins, described_outs = described[:n], described[n:]
     else:
         described_outs = describe(outs, state, scratch)
-    record = {
-        "v": 2, "step": step, "rank": state.rank, "phase": phase, "module": module,
-        "op": op, "occ": occ, "src": source(state.skip_dirs),
-        "in": described_ins, "out": described_outs,
-    }
-    line = json.dumps(record, separators=(",", ":")) + "\n"
+    line = _trace_record.line(step, state.rank, phase, module, op, occ,
+                              _trace_record.source(state.skip_dirs), described_ins,
+                              described_outs)
     with state.lock:
         if not state.file.closed:
             state.file.write(line)

@@ -11,6 +11,8 @@
 //!   and a length (numpy's `__array_interface__`, torch's `data_ptr()`), with the GIL
 //!   released and no copy.
 //! - [`digest_bytes`]: the same over a `bytes` object.
+//! - [`trace::trace_digests`]: an op's tensors for the op tracer, labelled as trace records
+//!   show them, with a cache of digests checked against the bytes (see [`trace`]).
 //! - [`cuda_status`] / [`digest_cuda_ptr`]: the same digest of device memory, chunks hashed by
 //!   the SHA-256 kernel on the GPU ([`bitexact::backend::cuda`]), where a CUDA device is usable.
 //!
@@ -26,6 +28,8 @@ use pyo3::prelude::*;
 use rayon::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
+
+mod trace;
 
 /// Counts heap bytes so `bitexact run` and `report` show peak memory per run, as the binary
 /// does.
@@ -85,16 +89,28 @@ impl Host {
         })
     }
 
-    fn digest(&self) -> Digest {
-        let data: &[u8] = if self.nbytes == 0 {
+    /// `(ptr, nbytes, dtype, shape)` tuples from Python, checked.
+    fn all(items: Vec<(usize, usize, String, Vec<usize>)>) -> PyResult<Vec<Host>> {
+        items
+            .into_iter()
+            .map(|(p, n, d, s)| Host::new(p, n, &d, s))
+            .collect()
+    }
+
+    /// The bytes at the address.
+    fn data(&self) -> &[u8] {
+        if self.nbytes == 0 {
             &[]
         } else {
-            // SAFETY: the caller (the package's `_digest.py`) passes the address and length of
-            // a contiguous host buffer that it keeps alive for the whole call and that nothing
-            // writes meanwhile (documented on `digest_ptr`).
+            // SAFETY: the caller (the package's `_digest.py`, `_trace_digest.py`) passes the
+            // address and length of a contiguous host buffer that it keeps alive for the whole
+            // call and that nothing writes meanwhile (documented on `digest_ptr`).
             unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.nbytes) }
-        };
-        digest::digest_parts(self.dtype, &self.shape, data)
+        }
+    }
+
+    fn digest(&self) -> Digest {
+        digest::digest_parts(self.dtype, &self.shape, self.data())
     }
 }
 
@@ -138,13 +154,10 @@ fn digests_ptr(
     py: Python<'_>,
     items: Vec<(usize, usize, String, Vec<usize>)>,
 ) -> PyResult<Vec<String>> {
-    let tensors = items
-        .into_iter()
-        .map(|(p, n, d, s)| Host::new(p, n, &d, s))
-        .collect::<PyResult<Vec<Host>>>()?;
-    // Small batches (an op's few tensors under op tracing) on this thread: waking the pool
-    // costs more than hashing them. Larger ones in parallel, in jobs of about a chunk's worth
-    // of bytes each; large tensors are also chunked in parallel inside `digest_parts`.
+    let tensors = Host::all(items)?;
+    // Small batches on this thread: waking the pool costs more than hashing them. Larger ones
+    // in parallel, in jobs of about a chunk's worth of bytes each; large tensors are also
+    // chunked in parallel inside `digest_parts`.
     let total: usize = tensors.iter().map(|t| t.nbytes).sum();
     if total <= digest::CHUNK_BYTES {
         return Ok(py.detach(|| tensors.iter().map(|t| t.digest().hex()).collect()));
@@ -206,5 +219,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::trace_digests, m)?)?;
     Ok(())
 }

@@ -1,0 +1,153 @@
+//! [`trace_digests`]: the digests of one op's host tensors for the op tracer
+//! (`python/bitexact/_trace_digest.py`), one call per op, each already labelled as a trace
+//! record shows it (`f32[2,3]:<first 32 hex digits>`), with a cache of digests that is checked
+//! against the bytes.
+//!
+//! Most tensors an op reads were hashed a moment before, as the result of the op that made
+//! them (a layer's output is the next layer's input; a parameter is read by its forward, its
+//! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype,
+//! shape), the canonical digest and an XXH3-128 of the bytes it was computed from; a later
+//! request for the same buffer recomputes only the XXH3-128 (an order of magnitude cheaper than
+//! SHA-256) and reuses the digest when it is equal. The cache trusts the bytes, not the
+//! program's bookkeeping: a write that PyTorch's version counter never sees (through `.data`,
+//! numpy sharing the memory, an extension writing through a raw pointer) changes the XXH3 and
+//! the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
+//! between two states of one buffer (about 2^-128 for bytes that are not built to collide).
+//! The cache starts over when it holds [`CACHE_ENTRIES`] buffers. The tensors an op still has to
+//! hash (its results, mostly) are hashed in parallel when there are several and over
+//! [`PARALLEL_BYTES`].
+
+use super::Host;
+use bitexact::digest::Digest;
+use bitexact::tensor::DType;
+use pyo3::prelude::*;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::{LazyLock, Mutex};
+use xxhash_rust::xxh3::xxh3_128;
+
+/// Hex digits of a digest that a trace record keeps.
+const DIGEST_HEX: usize = 32;
+
+/// Buffers the cache holds before it starts over (about 100 bytes each).
+const CACHE_ENTRIES: usize = 1 << 16;
+
+/// An op's tensors to hash are hashed in parallel (rayon) above this many bytes in all, as
+/// `digests_ptr` does. Not lower: on a busy 2-core machine (the pool's threads wait to be
+/// scheduled) a traced nanoGPT step took 6.5x its untraced time with 256 KiB against 5.6x
+/// with every op on one thread, and three 192 KiB tensors hashed no faster in parallel.
+const PARALLEL_BYTES: usize = bitexact::digest::CHUNK_BYTES;
+
+/// A host buffer read as a tensor.
+#[derive(PartialEq, Eq, Hash)]
+struct Key {
+    ptr: usize,
+    nbytes: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+/// What a buffer held when it was last hashed: the XXH3-128 of its bytes and their digest.
+struct Seen {
+    check: u128,
+    digest: Digest,
+}
+
+static CACHE: LazyLock<Mutex<HashMap<Key, Seen>>> = LazyLock::new(Default::default);
+
+fn cache() -> std::sync::MutexGuard<'static, HashMap<Key, Seen>> {
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The buffer's key in the cache.
+fn key(t: &Host) -> Key {
+    Key {
+        ptr: t.ptr,
+        nbytes: t.nbytes,
+        dtype: t.dtype,
+        shape: t.shape.clone(),
+    }
+}
+
+/// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest.
+fn lookup(t: &Host) -> (u128, Option<Digest>) {
+    let check = xxh3_128(t.data());
+    let hit = cache()
+        .get(&key(t))
+        .filter(|seen| seen.check == check)
+        .map(|seen| seen.digest);
+    (check, hit)
+}
+
+/// The digests of `tensors`, from the cache (when `use_cache`) or computed: the ones to compute
+/// in parallel when there are several and enough bytes ([`PARALLEL_BYTES`]); a tensor over
+/// [`bitexact::digest::CHUNK_BYTES`] is also hashed in parallel chunks by `digest_parts`.
+fn digests(tensors: &[Host], use_cache: bool) -> Vec<Digest> {
+    let looked: Vec<(u128, Option<Digest>)> = if use_cache {
+        tensors.iter().map(lookup).collect()
+    } else {
+        tensors.iter().map(|_| (0, None)).collect()
+    };
+    let todo: Vec<usize> = (0..tensors.len())
+        .filter(|&i| looked[i].1.is_none())
+        .collect();
+    let bytes: usize = todo.iter().map(|&i| tensors[i].nbytes).sum();
+    let computed: Vec<Digest> = if todo.len() > 1 && bytes > PARALLEL_BYTES {
+        todo.par_iter().map(|&i| tensors[i].digest()).collect()
+    } else {
+        todo.iter().map(|&i| tensors[i].digest()).collect()
+    };
+    if use_cache && !todo.is_empty() {
+        let mut c = cache();
+        if c.len() + todo.len() > CACHE_ENTRIES {
+            c.clear();
+        }
+        for (&i, &digest) in todo.iter().zip(&computed) {
+            let check = looked[i].0;
+            c.insert(key(&tensors[i]), Seen { check, digest });
+        }
+    }
+    let mut computed = computed.into_iter();
+    looked
+        .into_iter()
+        .map(|(_, hit)| hit.unwrap_or_else(|| computed.next().expect("one per miss")))
+        .collect()
+}
+
+/// `dtype[d0,d1,...]:<first DIGEST_HEX hex digits of d>`, as trace records show a tensor.
+fn label(t: &Host, d: &Digest) -> String {
+    let mut s = String::with_capacity(16 + 4 * t.shape.len() + DIGEST_HEX);
+    s.push_str(t.dtype.name());
+    s.push('[');
+    for (i, n) in t.shape.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{n}");
+    }
+    s.push_str("]:");
+    for b in &d.0[..DIGEST_HEX / 2] {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// The trace labels (`f32[2,3]:<32 hex digits>`) of host tensors given as
+/// `(ptr, nbytes, dtype, shape)` like [`super::digests_ptr`]'s, in order: one call per op,
+/// with one release of the GIL. With `cache` (the default), a buffer whose bytes are unchanged
+/// since this function last hashed it (same address, length, dtype and shape; equal XXH3-128)
+/// reuses its digest. Unsafe by contract, as `digest_ptr`.
+#[pyfunction]
+#[pyo3(signature = (items, cache=true))]
+pub fn trace_digests(
+    py: Python<'_>,
+    items: Vec<(usize, usize, String, Vec<usize>)>,
+    cache: bool,
+) -> PyResult<Vec<String>> {
+    let tensors = Host::all(items)?;
+    Ok(py.detach(|| {
+        let ds = digests(&tensors, cache);
+        tensors.iter().zip(&ds).map(|(t, d)| label(t, d)).collect()
+    }))
+}

@@ -1,0 +1,81 @@
+"""One op trace record as a JSON line (:func:`line`) and its source location (:func:`source`),
+made cheaply: the tracer makes one per op, hundreds per training step.
+
+- :func:`line` writes exactly what ``json.dumps(record, separators=(",", ":"))`` writes for the
+  record's fields in their order, without building the dict: the strings that repeat (phase,
+  module, op, source) are encoded once each and remembered; the tensor labels are made of
+  ASCII letters, digits and ``[],:-_.`` only (see :mod:`bitexact._trace_digest`), which JSON
+  writes as they are.
+- :func:`source` walks the stack to the innermost frame in the program's own code; whether a
+  file is the program's own, and how it is shown, is worked out once per file name (and
+  working directory).
+"""
+
+import json
+import os
+import sys
+
+# Memo sizes: past this many entries a memo starts over (a program that makes code or module
+# names without end keeps this bounded).
+_MEMO_MAX = 1 << 14
+
+_quoted = {}
+
+
+def _quote(s):
+    """``json.dumps(s)``, remembered."""
+    q = _quoted.get(s)
+    if q is None:
+        if len(_quoted) >= _MEMO_MAX:
+            _quoted.clear()
+        q = _quoted[s] = json.dumps(s)
+    return q
+
+
+def _labels(labels):
+    return '"' + '","'.join(labels) + '"' if labels else ""
+
+
+def line(step, rank, phase, module, op, occ, src, ins, outs):
+    """The record's JSON line (``"v": 2``), newline-terminated."""
+    return '{"v":2,"step":%d,"rank":%d,"phase":%s,"module":%s,"op":%s,"occ":%d,"src":%s,' \
+           '"in":[%s],"out":[%s]}\n' % (step, rank, _quote(phase), _quote(module), _quote(op),
+                                        occ, _quote(src), _labels(ins), _labels(outs))
+
+
+_shown = {}  # file name -> how a record shows it, or None when it is not the program's own
+_shown_for = [None, None]  # the skip_dirs and working directory _shown holds answers for
+
+
+def _show(name, skip_dirs):
+    if name.startswith(skip_dirs) or name.startswith("<") or "-packages" + os.sep in name:
+        return None
+    try:
+        rel = os.path.relpath(name)
+    except OSError:  # the working directory is gone
+        return name
+    return name if rel.startswith("..") else rel
+
+
+def source(skip_dirs, depth=2):
+    """``file:line`` of the innermost frame (from ``depth`` frames up) in the program's own
+    code: not torch, bitexact, the standard library or installed packages (relative to the
+    working directory when inside it)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    if _shown_for[0] is not skip_dirs or _shown_for[1] != cwd or len(_shown) >= _MEMO_MAX:
+        _shown.clear()
+        _shown_for[:] = [skip_dirs, cwd]
+    f = sys._getframe(depth)
+    while f is not None:
+        name = f.f_code.co_filename
+        try:
+            shown = _shown[name]
+        except KeyError:
+            shown = _shown[name] = _show(name, skip_dirs)
+        if shown is not None:
+            return "%s:%d" % (shown, f.f_lineno)
+        f = f.f_back
+    return ""

@@ -1,0 +1,165 @@
+"""The op tracer's fast digests (bitexact._trace_digest, the native trace_digests cache) and
+record lines (bitexact._trace_record): a tensor changed between two ops, by any means, is hashed
+again; traces with the cache, without it, and through the general path with json.dumps records
+(what the tracer wrote before) are byte for byte the same."""
+
+import ctypes
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from bitexact import _digest  # noqa: E402
+
+pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
+
+import bitexact  # noqa: E402
+from bitexact import _trace, _trace_digest, _trace_record  # noqa: E402
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture
+def trace(tmp_path):
+    path = str(tmp_path / "t.jsonl")
+    yield path
+    _trace.stop()
+
+
+def _set(x):
+    x.set_(torch.full((4,), 7.0))
+
+
+def _assign_data(x):
+    x.data = torch.full((4,), 7.0)
+
+
+def _untraced(x):
+    with _trace.paused():
+        x.add_(1)
+
+
+MUTATIONS = {
+    "in place": lambda x: x.add_(1),
+    "through a view": lambda x: x[1:].mul_(3),
+    "through a reshaped view": lambda x: x.view(2, 2).mul_(3),
+    "through .data": lambda x: x.data.add_(1),
+    "through numpy": lambda x: x.numpy().__setitem__(0, 5.0),
+    "by set_": _set,
+    "by assigning .data": _assign_data,
+    "untraced (paused)": _untraced,
+    "through a raw pointer": lambda x: ctypes.memset(x.data_ptr(), 0, 8),
+}
+
+
+@pytest.mark.parametrize("how", list(MUTATIONS))
+def test_a_tensor_changed_between_two_ops_is_hashed_again(trace, how):
+    _trace.start(trace)
+    x = torch.ones(4)  # hashed as aten::ones' result: in the cache
+    x * 2  # hashed as an input: from the cache
+    MUTATIONS[how](x)
+    x * 2
+    _trace.stop()
+    muls = [r["in"][0] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    assert muls[0] == "f32[4]:" + bitexact.digest(torch.ones(4))[:32]
+    assert muls[-1] == "f32[4]:" + bitexact.digest(x)[:32]
+    assert muls[-1] != muls[0]
+
+
+def test_an_unchanged_tensor_keeps_its_digest(trace):
+    _trace.start(trace)
+    x = torch.arange(6.0).reshape(2, 3)
+    for _ in range(3):
+        x * 2
+    x.t() * 2  # a non-contiguous view: hashed in logical order
+    _trace.stop()
+    muls = [r["in"][0] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    assert muls[:3] == ["f32[2,3]:" + bitexact.digest(x)[:32]] * 3
+    assert muls[3] == "f32[3,2]:" + bitexact.digest(x.t().contiguous())[:32]
+
+
+class Model(torch.nn.Module):
+    """Embeddings, attention, a bf16 branch, a complex FFT, a bool mask: fast and general path
+    tensors in the same ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(20, 16)
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = self.layer(self.embed(x))
+        h = h + torch.fft.rfft(h, dim=1).abs().mean(dim=1, keepdim=True)
+        h = h + h.to(torch.bfloat16).float() * (h > 0)
+        return self.head(h.mean(dim=1))
+
+
+def program():
+    torch.manual_seed(0)
+    model = Model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randint(0, 20, (4, 6))
+    y = torch.randint(0, 3, (4,))
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        model(x)
+
+
+def _json_line(step, rank, phase, module, op, occ, src, ins, outs):
+    record = {"v": 2, "step": step, "rank": rank, "phase": phase, "module": module, "op": op,
+              "occ": occ, "src": src, "in": ins, "out": outs}
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+@pytest.mark.parametrize("level", ["ops", "modules"])
+def test_traces_with_and_without_the_cache_and_the_general_path_are_the_same(
+        tmp_path, monkeypatch, level):
+    def run(name):
+        path = str(tmp_path / name)
+        _trace.start(path, level=level)
+        try:
+            program()
+        finally:
+            _trace.stop()
+        with open(path, "rb") as f:
+            return f.read()
+
+    cached = run("cached.jsonl")
+    monkeypatch.setattr(_trace_digest, "CACHE", False)
+    uncached = run("uncached.jsonl")
+    # What the tracer did before: every tensor through bitexact._digest, records by json.dumps.
+    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes: None)
+    monkeypatch.setattr(_trace_record, "line", _json_line)
+    general = run("general.jsonl")
+    assert cached == uncached == general
+    assert b'"op":"parameter grad"' in cached if level == "modules" else b'"op":"aten::' in cached
+    if level == "ops":  # other dtypes; the FFT's complex result, through the general path
+        assert b'"bf16[' in cached and b'"bool[' in cached and b'"op":"aten::_fft_r2c"' in cached
+
+
+def test_a_record_line_is_what_json_dumps_writes():
+    args = (3, 1, "forward", 'Net."odd" name\\é\n', "aten::add.Tensor", 2, "ü.py:7",
+            ["f32[2,3]:" + "a" * 32, "i64[]:-"], [])
+    assert _trace_record.line(*args) == _json_line(*args)
+    assert json.loads(_trace_record.line(*args))["module"] == args[3]
+
+
+def test_source_follows_the_working_directory(trace, tmp_path, monkeypatch):
+    here = os.path.dirname(os.path.abspath(__file__))
+    monkeypatch.chdir(here)
+    _trace.start(trace)
+    torch.ones(2) * 2
+    monkeypatch.chdir(tmp_path)
+    torch.ones(2) * 3
+    _trace.stop()
+    srcs = [r["src"] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    assert srcs[0].startswith("test_trace_digest.py:")
+    assert srcs[1].startswith(os.path.join(here, "test_trace_digest.py:"))
