@@ -41,6 +41,7 @@ import random
 import struct
 import sys
 
+from . import _protocol
 from . import _controls, _dist, _platform_info, _safetensors
 from ._controls import controls, threads, workers
 from ._digest import cuda_status, digest, digests
@@ -68,8 +69,8 @@ __all__ = [
     "write_platform",
 ]
 
-MEMORY_FILE = ".bitexact-memory.jsonl"
-PLATFORM_FILE = ".bitexact-platform.json"
+MEMORY_FILE = _protocol.MEMORY_FILE
+PLATFORM_FILE = _protocol.PLATFORM_FILE
 _MASK64 = (1 << 64) - 1
 
 # The seed of the last seed_everything() call in this process (inherited by forked workers).
@@ -85,7 +86,7 @@ _platform_written = False
 
 def active():
     """Whether this process runs under ``bitexact run`` (``BITEXACT_OUT`` is set)."""
-    return bool(os.environ.get("BITEXACT_OUT"))
+    return bool(os.environ.get(_protocol.OUT_ENV))
 
 
 def out_dir():
@@ -166,8 +167,8 @@ def seed_everything(seed=None, torch=None):
         seed = _controls.seed()
     seed = int(seed) & _MASK64
     _seed = seed
-    deterministic = _env_flag("BITEXACT_DETERMINISTIC", True)
-    benchmark = _env_flag("BITEXACT_BENCHMARK", False)
+    deterministic = _env_flag(_protocol.DETERMINISTIC_ENV, True)
+    benchmark = _env_flag(_protocol.BENCHMARK_ENV, False)
     _controls.record("deterministic", deterministic)
     _controls.record("benchmark", benchmark)
     n_threads = _controls.threads(None)
@@ -294,7 +295,7 @@ def _resolve(name, suffix=".safetensors"):
     if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
         raise ValueError("bitexact.dump: name %r must be a relative path inside $BITEXACT_OUT" % name)
     base = os.path.basename(name)
-    if base.startswith(".bitexact-"):
+    if base.startswith(_protocol.METADATA_PREFIX):
         raise ValueError("bitexact.dump: names starting with '.bitexact-' are reserved")
     return os.path.join(root, name)
 

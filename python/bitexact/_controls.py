@@ -13,7 +13,9 @@ once per process), so the report can say which varied controls the program never
 import json
 import os
 
-CONTROLS_FILE = ".bitexact-controls.jsonl"
+from . import _protocol
+
+CONTROLS_FILE = _protocol.CONTROLS_FILE
 
 # (output directory, control, pid) triples this process has recorded.
 _recorded = set()
@@ -47,7 +49,7 @@ def record(control, value):
     (once per process and output directory; nothing outside bitexact). One short ``O_APPEND``
     write per line, so DataLoader workers and ranks that share the directory do not tear
     each other's lines."""
-    out = os.environ.get("BITEXACT_OUT")
+    out = os.environ.get(_protocol.OUT_ENV)
     if not out:
         return
     key = (out, control, os.getpid())
@@ -64,7 +66,7 @@ def record(control, value):
 
 def seed():
     """``$BITEXACT_SEED`` (default 0), recorded as read."""
-    s = env_int("BITEXACT_SEED", 0)
+    s = env_int(_protocol.SEED_ENV, 0)
     record("seed", s)
     return s
 
@@ -73,7 +75,7 @@ def workers(default=0):
     """The data-loader worker count for this run: ``$BITEXACT_WORKERS`` when set (always, under
     ``bitexact run``: ``--workers N``, default 0, and what ``--vary workers`` alternates), else
     ``default``. Recorded as read, so ``--vary workers`` is known to reach the script."""
-    n = env_int("BITEXACT_WORKERS", None)
+    n = env_int(_protocol.WORKERS_ENV, None)
     if n is None:
         return default
     if n < 0:
@@ -86,7 +88,7 @@ def threads(default=None):
     """The CPU thread count for this run: ``$BITEXACT_THREADS`` when bitexact sets it (``--threads``
     or ``--vary threads``), else ``default``. Recorded as read. bitexact also sets
     ``OMP_NUM_THREADS`` and friends, so torch and BLAS follow it even unread."""
-    n = env_int("BITEXACT_THREADS", None)
+    n = env_int(_protocol.THREADS_ENV, None)
     if n is None:
         return default
     if n < 1:
@@ -101,8 +103,8 @@ def controls():
     recorded as read."""
     out = {
         "seed": seed(),
-        "deterministic": env_flag("BITEXACT_DETERMINISTIC", True),
-        "benchmark": env_flag("BITEXACT_BENCHMARK", False),
+        "deterministic": env_flag(_protocol.DETERMINISTIC_ENV, True),
+        "benchmark": env_flag(_protocol.BENCHMARK_ENV, False),
         "workers": workers(None),
         "threads": threads(None),
     }

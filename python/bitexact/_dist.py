@@ -17,6 +17,8 @@ worker process per rank with ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` in its 
 """
 
 import os
+
+from . import _protocol
 import sys
 
 # The launchers of torch.distributed, by script name and by module.
@@ -36,7 +38,7 @@ def rank():
 def out_root():
     """Where this process's outputs go: ``$BITEXACT_OUT/rank<R>`` for a rank of a distributed
     run (created), else ``$BITEXACT_OUT``; ``None`` outside bitexact."""
-    out = os.environ.get("BITEXACT_OUT")
+    out = os.environ.get(_protocol.OUT_ENV)
     if not out:
         return None
     r = rank()
