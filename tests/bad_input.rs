@@ -130,6 +130,9 @@ const CORPUS: &[Bad] = &[
     bad(&["run", "--runs", "1", "--", "true"], 2, "--runs"),
     bad(&["run", "--timeout", "0", "--", "true"], 2, "--timeout"),
     bad(&["run", "--memory-limit", "1", "--", "true"], 2, "--memory-limit"),
+    // One floor for both commands (it was 16 MiB for `run`, 64 for `report`).
+    bad(&["run", "--memory-limit", "20", "--", "true"], 2, "at least 64 MiB"),
+    bad(&["report", "--isolate", "--memory-limit", "20"], 2, "at least 64 MiB"),
     bad(&["run", "--name", " ", "--", "true"], 2, "--name"),
     bad(&["run", "--vary", "bogus", "--", "true"], 2, "bogus"),
     bad(&["run", "--format", "xml", "--", "true"], 2, "xml"),

@@ -147,12 +147,8 @@ pub struct ReportArgs {
     pub runs: usize,
     #[command(flatten)]
     pub controls: ControlArgs,
-    /// Output format: text, json, junit or markdown.
-    #[arg(long, default_value = "text", value_parser = Format::parse)]
-    pub format: Format,
-    /// Write the report to this file instead of standard output.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
     #[arg(long, help = Variation::help(Kind::Case))]
     pub vary: Option<String>,
     /// Run each case in its own child process, so crashes, hangs and OOM become errors
@@ -162,9 +158,8 @@ pub struct ReportArgs {
     /// Seconds before an isolated case (or a child run) is killed with its process group.
     #[arg(long)]
     pub timeout: Option<f64>,
-    /// Address-space limit of each isolated case in MiB (needs --isolate).
-    #[arg(long)]
-    pub memory_limit: Option<u64>,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Record the digest of every op's inputs and output and save the traces to this file.
     #[arg(long)]
     pub trace: Option<PathBuf>,
@@ -172,6 +167,42 @@ pub struct ReportArgs {
     /// (matched / missing / mismatch per case; a difference is `snapshot-mismatch`).
     #[arg(long)]
     pub snapshots: Option<PathBuf>,
+}
+
+/// Where the report goes and in which format (`report` and `run`).
+#[derive(clap::Args)]
+pub struct OutputArgs {
+    /// Output format: text, json, junit or markdown.
+    #[arg(long, default_value = "text", value_parser = Format::parse)]
+    pub format: Format,
+    /// Write the report to this file instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// The smallest `--memory-limit`: below it not even a runtime starts.
+pub const MIN_MEMORY_LIMIT_MB: u64 = 64;
+
+/// `--memory-limit` (`report --isolate` and `run`).
+#[derive(clap::Args)]
+pub struct MemoryArgs {
+    /// Address-space limit in MiB of each child: an isolated case (`report` needs --isolate)
+    /// or a run of the program. At least 64.
+    #[arg(long, value_name = "MB")]
+    pub memory_limit: Option<u64>,
+}
+
+impl MemoryArgs {
+    /// The limit, checked against [`MIN_MEMORY_LIMIT_MB`].
+    pub fn checked(&self) -> Result<Option<u64>> {
+        match self.memory_limit {
+            Some(mb) if mb < MIN_MEMORY_LIMIT_MB => Err(usage(format!(
+                "--memory-limit must be at least {MIN_MEMORY_LIMIT_MB} MiB (got {mb}): a smaller \
+                 limit cannot even start a runtime"
+            ))),
+            limit => Ok(limit),
+        }
+    }
 }
 
 /// A usage error (bad flag value, a filter that matches nothing): exit code 2.
@@ -237,17 +268,14 @@ impl ReportArgs {
         let mut config = SuiteConfig::new(backends(self.backend), controls, runs(self.runs)?);
         let o = &mut config.options;
         o.vary = spec.variations;
-        if self.memory_limit.is_some() && !self.isolate {
+        if self.memory.memory_limit.is_some() && !self.isolate {
             return Err(usage(
                 "--memory-limit applies to isolated cases only: add --isolate",
             ));
         }
-        if self.memory_limit.is_some_and(|mb| mb < 64) {
-            return Err(usage("--memory-limit must be at least 64 MiB (a smaller limit cannot even start the runtime)"));
-        }
         let mut children = ChildConfig::new(me);
         children.timeout = timeout(self.timeout)?;
-        children.memory_limit_mb = self.memory_limit;
+        children.memory_limit_mb = self.memory.checked()?;
         o.trace = self.trace.is_some();
         o.isolate = self.isolate.then(|| children.clone());
         o.children = Some(children);

@@ -104,22 +104,26 @@ fn list(filter: Option<&str>) -> Result<u8> {
 fn report(a: ReportArgs, me: Launcher) -> Result<u8> {
     let config = a.config(me)?;
     let selected = flags::select(a.filter.as_deref())?;
-    validate_outputs(a.out.as_deref(), a.trace.as_deref(), a.snapshots.as_deref())?;
+    validate_outputs(
+        a.output.out.as_deref(),
+        a.trace.as_deref(),
+        a.snapshots.as_deref(),
+    )?;
     let cases: Vec<&dyn Case> = selected.iter().map(|c| c.as_ref()).collect();
     let report = run_with_progress(&Subject::cases(&cases), &config)?;
     if let Some(path) = &a.trace {
         let file = report.traces()?;
         write_file(path, serde_json::to_string_pretty(&file)?.as_bytes())?;
     }
-    emit(a.format, a.out.as_deref(), &report)?;
+    emit(a.output.format, a.output.out.as_deref(), &report)?;
     Ok(report.exit_code() as u8)
 }
 
 fn run(a: ProgramArgs) -> Result<u8> {
     let (program, config) = a.config()?;
-    validate_outputs(a.out.as_deref(), None, config.snapshots.as_deref())?;
+    validate_outputs(a.output.out.as_deref(), None, config.snapshots.as_deref())?;
     let report = run_with_progress(&[Subject::Program(&program)], &config)?;
-    emit(a.format, a.out.as_deref(), &report)?;
+    emit(a.output.format, a.output.out.as_deref(), &report)?;
     Ok(report.exit_code() as u8)
 }
 

@@ -1,10 +1,9 @@
 //! The flags of `bitexact run` (a program and how to check it), validated into a
 //! [`Program`] and the suite settings before any run.
 
-use super::flags::{runs, timeout, usage, ControlArgs};
+use super::flags::{runs, timeout, usage, ControlArgs, MemoryArgs, OutputArgs};
 use crate::backend::Backend;
 use crate::protocol::TraceLevel;
-use crate::report::Format;
 use crate::run::ignore::Ignore;
 use crate::run::{project, Program};
 use crate::suite::SuiteConfig;
@@ -25,19 +24,14 @@ pub struct ProgramArgs {
     /// Seconds before a run is killed with its whole process group (default: no limit).
     #[arg(long)]
     pub timeout: Option<f64>,
-    /// Address-space limit of each run in MiB.
-    #[arg(long)]
-    pub memory_limit: Option<u64>,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Compare the outputs with the committed snapshot under this directory; a missing or
     /// changed one is written as pending `.snap.new` (never in CI).
     #[arg(long)]
     pub snapshots: Option<PathBuf>,
-    /// Output format: text, json, junit or markdown.
-    #[arg(long, default_value = "text", value_parser = Format::parse)]
-    pub format: Format,
-    /// Write the report to this file instead of standard output.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Case name in the report and snapshots (default `run/<program or script file name>`).
     #[arg(long)]
     pub name: Option<String>,
@@ -196,9 +190,7 @@ impl ProgramArgs {
             .collect();
         let ignore =
             Ignore::new(&ignore_outputs, &ignore_stdout).map_err(|e| usage(format!("{e:#}")))?;
-        if self.memory_limit.is_some_and(|mb| mb < 16) {
-            return Err(usage("--memory-limit must be at least 16 MiB"));
-        }
+        let memory_limit_mb = self.memory.checked()?;
         let name = match &self.name {
             Some(n) if n.trim().is_empty() || n.contains('\0') => {
                 return Err(usage("--name must not be empty"))
@@ -212,7 +204,7 @@ impl ProgramArgs {
             threads_given: self.controls.threads.is_some()
                 || std::env::var_os(crate::protocol::THREADS_ENV).is_some(),
             timeout: timeout(self.timeout.or(file.timeout))?,
-            memory_limit_mb: self.memory_limit,
+            memory_limit_mb,
             stdout: self.stdout || file.stdout == Some(true) || ignore.masks_stdout(),
             keep: self.keep.clone(),
             ignore,
