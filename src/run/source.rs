@@ -370,19 +370,10 @@ impl RunSource for ProgramSource<'_> {
             return diagnose::first_output_divergence(first, other);
         };
         // Op traces name the op; when they agree while the files differ (host-side arithmetic
-        // after the last op, say), the first differing output file.
-        // A run stopped early is compared on what it recorded before it was stopped. The cut
-        // keeps each record's `call`, its index in run 0's whole trace `a`, used below.
-        let cut;
-        let compared = match other.partial {
-            true => {
-                cut = crate::trace::ranks::cut_to(a, b);
-                &cut
-            }
-            false => a,
-        };
-        let Some(mut d) = crate::trace::first_divergence(compared, b) else {
-            return diagnose::first_output_divergence(first, other);
+        // after the last op, say), the first differing output file, saying the ops agreed.
+        let Some(mut d) = super::trace::first_op_divergence(a, b, other.partial) else {
+            let d = diagnose::first_output_divergence(first, other);
+            return d.map(|d| super::trace::outside_the_ops(d, a.len()));
         };
         if d.inputs_matched && a.get(d.call).is_some_and(|e| e.call == d.call) {
             let key = crate::trace::identity_json(a, d.call);

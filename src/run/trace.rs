@@ -23,7 +23,7 @@ use std::sync::Mutex;
 /// (`--seed-everything`).
 pub const SEED_ENV: &str = "BITEXACT_SEED_EVERYTHING";
 
-/// The variable asking the tracer to save one op's tensors (`[rank, step, phase, module, op,
+/// The variable asking the tracer to save one op's tensors (`[rank, thread, step, phase, module, op,
 /// occurrence]` as JSON), for the explanation of a localized divergence.
 pub const CAPTURE_ENV: &str = "BITEXACT_TRACE_CAPTURE";
 
@@ -174,6 +174,35 @@ pub(super) fn explain_captured(
 
 /// The report's note on run 0's trace: how many op calls, and how many tensors were over the
 /// size cap (recorded by dtype and shape only, so not compared); or that it left none although
+/// The first divergence between run 0's trace `a` and another run's `b`; a run stopped early
+/// (`partial`) is compared on what it recorded before it was stopped ([`cut_to`]: the cut
+/// keeps each record's `call`, its index in `a`).
+///
+/// [`cut_to`]: crate::trace::ranks::cut_to
+pub(super) fn first_op_divergence(
+    a: &[TraceEntry],
+    b: &[TraceEntry],
+    partial: bool,
+) -> Option<crate::trace::Divergence> {
+    match partial {
+        true => crate::trace::first_divergence(&crate::trace::ranks::cut_to(a, b), b),
+        false => crate::trace::first_divergence(a, b),
+    }
+}
+
+/// `d`, the first differing output of two runs whose op traces agree (`ops` records in run 0),
+/// saying so: the difference arose where the tracer does not look.
+pub(super) fn outside_the_ops(
+    mut d: crate::trace::Divergence,
+    ops: usize,
+) -> crate::trace::Divergence {
+    d.explanation.push_str(&format!(
+        "; every traced op matched ({ops} op calls): the difference arose outside the traced ops \
+         (code after the last op or between ops, or a process the tracer does not follow)"
+    ));
+    d
+}
+
 /// the tracer started (else the run failed: [`super::tracer`]).
 pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
     let Some(t) = t else {
