@@ -35,7 +35,10 @@ fn run(args: &[&str], program: &[&str]) -> (i32, serde_json::Value) {
         .args(program)
         .output()
         .unwrap();
-    (o.status.code().unwrap(), common::json(&o)["cases"][0].clone())
+    (
+        o.status.code().unwrap(),
+        common::json(&o)["cases"][0].clone(),
+    )
 }
 
 fn explanation(case: &serde_json::Value) -> String {
@@ -127,8 +130,7 @@ fn recomputed_ops_carry_their_module_and_are_marked() {
 
 #[test]
 fn a_difference_outside_the_traced_ops_says_that_every_op_matched() {
-    let Some(py) = python("a_difference_outside_the_traced_ops_says_that_every_op_matched")
-    else {
+    let Some(py) = python("a_difference_outside_the_traced_ops_says_that_every_op_matched") else {
         return;
     };
     let script = "import os, random, torch\n\

@@ -60,8 +60,10 @@ def pause_loading():
     """Leaves a DataLoader's own work out of the trace (sampling indices, its seed, loading
     and collating a batch in this process when ``num_workers=0``): with workers most of it
     runs in them, untraced, so tracing it here would make the op stream depend on the worker
-    count. The batch is hashed where the program first uses it, either way. Returns handles
-    that put the originals back."""
+    count. The batch is hashed where the program first uses it, either way. The pin-memory
+    thread a DataLoader with workers starts while it is iterated is, for the same reason, not
+    traced (:mod:`bitexact._trace_threads`: threads started while paused are not). Returns
+    handles that put the originals back."""
     from torch.utils.data import dataloader
 
     handles = []

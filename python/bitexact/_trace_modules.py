@@ -143,7 +143,7 @@ class Tracker:
 
     def _enter(self, name):
         def entered(_grads):
-            if not self._on:
+            if self._torch.compiler.is_compiling() or not self._on:
                 return
             task = self._torch._C._current_graph_task_id()
             with self._lock:
@@ -164,7 +164,7 @@ class Tracker:
 
     def _leave(self, name):
         def left(_grads):
-            if not self._on:
+            if self._torch.compiler.is_compiling() or not self._on:
                 return
             task = self._torch._C._current_graph_task_id()
             with self._lock:
