@@ -103,8 +103,8 @@ class Tracker:
             return FORWARD, stack[-1][0] if stack else ""
         if stack and stack[-1][1]:
             return RECOMPUTE, stack[-1][0]
-        entered = self._backward.get(task)
-        return BACKWARD, entered[-1] if entered else ""
+        top = self._backward.get(task, [])[-1:]  # a slice: another thread may pop meanwhile
+        return BACKWARD, top[0] if top else ""
 
     def forward_phase(self):
         """The phase of a module forward running now in this thread: ``forward``, or
