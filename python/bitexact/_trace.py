@@ -92,7 +92,10 @@ _tracer_class = None
 
 def _make_mode(stream):
     """A dispatch mode that records ``stream``'s ops (one per traced thread: a mode is
-    thread-local; autograd hands it on to the threads that run a backward for its thread)."""
+    thread-local). Autograd runs a backward's CUDA ops in its device threads under the
+    thread-local state of the thread that called it (``at::ThreadLocalState`` holds the
+    dispatch modes), so they are recorded in that thread's stream (read from torch's headers;
+    not checked on a GPU)."""
     global _tracer_class
     if _tracer_class is None:
         import torch
