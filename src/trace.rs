@@ -5,8 +5,9 @@
 //! One record type ([`TraceEntry`]) and one localizer ([`first_divergence`]) serve built-in
 //! cases (recorded by `Ctx::record`) and programs (`bitexact run --trace ops`: the Python
 //! tracer's `.bitexact-trace-rank<R>.jsonl`, read by [`program::read_jsonl`]). Records are
-//! aligned by identity, not position: (rank, step, phase, module, op, the call's number among
-//! calls of that op there), so one extra op does not misalign the rest.
+//! aligned by identity, not position: (rank, thread, step, phase, module, op, the call's number
+//! among calls of that op there), so one extra op does not misalign the rest, and how a
+//! program's threads interleave does not either ([`streams`]).
 //!
 //! Trace digests are SHA-256 over the values' little-endian bytes (no header: the op and call
 //! index identify them). Traces are JSON-serialisable, so they can be saved with
@@ -102,7 +103,12 @@ pub struct TraceEntry {
     /// Rank of the process that made the call (`RANK`; 0 alone).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rank: u64,
-    /// `forward` or `backward` (programs), empty for cases.
+    /// The program thread that made the call (`ema_loop#0`), empty for the thread that
+    /// started tracing and for cases: each thread is its own stream ([`streams`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub thread: String,
+    /// `forward`, `backward` or `recompute` (a module forward run again by a backward:
+    /// activation checkpointing) for programs, empty for cases.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
     /// The innermost module running (`Net.encoder.fc1`), empty outside modules and for cases.
@@ -119,25 +125,39 @@ fn is_zero(v: &u64) -> bool {
 
 impl TraceEntry {
     /// The identity a record is aligned by, without its occurrence number.
-    fn key(&self) -> (u64, u64, &str, &str, &str) {
-        (self.rank, self.step, &self.phase, &self.module, &self.op)
+    fn key(&self) -> streams::Key<'_> {
+        (
+            self.rank,
+            &self.thread,
+            self.step,
+            &self.phase,
+            &self.module,
+            &self.op,
+        )
     }
 
-    /// `step 3, rank 0, aten::mm (call 17 of aten::mm) in module enc.fc1 (backward),
-    /// train.py:88` for program records; `call 4 `matmul`` for a case's.
+    /// `step 3, rank 0, thread ema#0, aten::mm (call 17 of aten::mm) in module enc.fc1
+    /// (backward), train.py:88` for program records (no thread for the main one; a
+    /// recomputation says so); `call 4 `matmul`` for a case's.
     fn describe(&self, occurrence: usize) -> String {
         if self.phase.is_empty() && self.module.is_empty() && self.source.is_empty() {
             return format!("call {} `{}`", self.call, self.op);
         }
+        let thread = match self.thread.as_str() {
+            "" => String::new(),
+            t => format!("thread {t}, "),
+        };
         let mut s = format!(
-            "step {}, rank {}, {} (call {} of {})",
+            "step {}, rank {}, {thread}{} (call {} of {})",
             self.step, self.rank, self.op, occurrence, self.op
         );
         if !self.module.is_empty() {
             s.push_str(&format!(" in module {}", self.module));
         }
-        if !self.phase.is_empty() {
-            s.push_str(&format!(" ({})", self.phase));
+        match self.phase.as_str() {
+            "" => {}
+            "recompute" => s.push_str(" (recomputed in the backward)"),
+            p => s.push_str(&format!(" ({p})")),
         }
         if !self.source.is_empty() {
             s.push_str(&format!(", {}", self.source));
@@ -169,28 +189,8 @@ pub struct Divergence {
     pub receivers: Vec<String>,
 }
 
-/// The occurrence number of each record of `trace` among the records with the same key: with
-/// the key, the identity two traces are aligned by.
-fn identities(trace: &[TraceEntry]) -> Vec<usize> {
-    let mut seen: std::collections::HashMap<(u64, u64, &str, &str, &str), usize> =
-        std::collections::HashMap::new();
-    trace
-        .iter()
-        .map(|e| {
-            let n = seen.entry(e.key()).or_insert(0);
-            *n += 1;
-            *n - 1
-        })
-        .collect()
-}
-
-/// The identity of record `index` of `trace`, as the tracer's capture request reads it
-/// (`BITEXACT_TRACE_CAPTURE`): `[rank, step, phase, module, op, occurrence]` in JSON.
-pub fn identity_json(trace: &[TraceEntry], index: usize) -> String {
-    let e = &trace[index];
-    let occ = identities(trace)[index];
-    serde_json::json!([e.rank, e.step, e.phase, e.module, e.op, occ]).to_string()
-}
+use streams::identities;
+pub use streams::identity_json;
 
 impl Divergence {
     /// The explanation without its verdict, when it has one: `step 0, rank 0, aten::addmm
@@ -215,9 +215,10 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
     ranks::localize(a, b)
 }
 
-/// The first divergence of one stream: in `a`'s order, the first record whose counterpart in
-/// `b` (same rank, step, phase, module, op and occurrence) is missing or differs. A missing
-/// counterpart means control flow diverged (said with what `b` does at that position); one
+/// The first divergence of one rank: in `a`'s order, the first record whose counterpart in
+/// `b` (same rank, thread, step, phase, module, op and occurrence) is missing or differs. A
+/// missing counterpart means control flow diverged (said with what `b` does at that position
+/// of the same thread's stream); one
 /// whose inputs matched is the origin (this op is nondeterministic); one whose inputs already
 /// differed received the difference from outside the traced ops. Records of `b` with no
 /// counterpart in `a` are reported after `a` is done.
@@ -231,10 +232,9 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
         .collect();
     for (pos, (x, &n)) in a.iter().zip(&ia).enumerate() {
         let Some(&j) = index.get(&(x.key(), n)) else {
-            let other = b
-                .get(pos)
-                .map_or("makes no more op calls".to_string(), |y| {
-                    format!("calls {}", y.describe(ib[pos] + 1))
+            let other = streams::counterpart(a, b, pos)
+                .map_or("makes no more op calls".to_string(), |k| {
+                    format!("calls {}", b[k].describe(ib[k] + 1))
                 });
             return Some(Divergence {
                 call: x.call,
@@ -430,6 +430,7 @@ pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<D
 
 pub mod program;
 pub mod ranks;
+pub mod streams;
 
 #[cfg(test)]
 mod tests;

@@ -15,10 +15,17 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 
 - ``step``: optimizer steps completed so far (``torch.optim`` step hooks), or, for a script
   without an optimizer, the index after its last ``bitexact.step(i)``.
-- ``module``: the innermost module running (``torch.utils.module_tracker``: forward hooks,
-  and gradient hooks for the backward), by fully qualified name from the root's class name.
-- ``occ``: the call's number among calls of the same op in the same step, rank, module and
-  phase: what aligns two runs' streams (identity, not position).
+- ``thread``: only in records of a thread the program started (``"thread": "ema_loop#0"``):
+  every thread started through ``threading`` after tracing started is traced as its own
+  stream, with a label stable across runs and a step of its own
+  (:mod:`bitexact._trace_threads`).
+- ``phase``: ``forward``, ``backward``, or ``recompute``: a module forward run again while a
+  backward runs (activation checkpointing).
+- ``module``: the innermost module running, by fully qualified name from the root's class
+  name (:mod:`bitexact._trace_modules`: a stack per thread from forward hooks, a stack per
+  backward from gradient hooks).
+- ``occ``: the call's number among calls of the same op in the same step, rank, thread, module
+  and phase: what aligns two runs' streams (identity, not position).
 - cost controls: ``$BITEXACT_TRACE_STEPS`` (``A..B`` inclusive, ``A..``) records only those
   steps, ``$BITEXACT_TRACE_SKIP`` (comma-separated globs such as ``aten::copy_*``) leaves ops
   out (``--trace-steps``, ``--trace-skip``, ``--trace-max-bytes``).
@@ -69,7 +76,7 @@ OWNER_ENV = "BITEXACT_TRACE_OWNER"
 MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"
 STEPS_ENV = "BITEXACT_TRACE_STEPS"  # "A..B" (inclusive) or "A.."
 SKIP_ENV = "BITEXACT_TRACE_SKIP"  # comma-separated op-name globs
-# [rank, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
+# [rank, thread, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
 # _trace_state.CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
 CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE"
 FILE_PREFIX = ".bitexact-trace-rank"
@@ -82,22 +89,39 @@ _state = None
 _NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_", "profiler::")
 
 
-def _make_mode():
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+_tracer_class = None
 
-    class Tracer(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            state = _state
-            if func.namespace in _trace_c10d.NAMESPACES and state is not None and ts.mine(state):
-                return _trace_c10d.record(state, func, args, kwargs, torch.Tensor)
-            result = func(*args, **kwargs)
-            if state is not None and not func.is_view and ts.mine(state):
-                _record(state, func, args, kwargs, result, torch.Tensor)
-            return result
 
-    return Tracer()
+def _make_mode(stream):
+    """A dispatch mode that records ``stream``'s ops (one per traced thread: a mode is
+    thread-local). Autograd runs a backward's CUDA ops in its device threads under the
+    thread-local state of the thread that called it (``at::ThreadLocalState`` holds the
+    dispatch modes), so they are recorded in that thread's stream (read from torch's headers;
+    not checked on a GPU)."""
+    global _tracer_class
+    if _tracer_class is None:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Tracer(TorchDispatchMode):
+            def __init__(self, stream):
+                super().__init__()
+                self.stream = stream
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                state = _state
+                if (func.namespace in _trace_c10d.NAMESPACES and state is not None
+                        and ts.mine(state)):
+                    return _trace_c10d.record(state, self.stream, func, args, kwargs,
+                                              torch.Tensor)
+                result = func(*args, **kwargs)
+                if state is not None and not func.is_view and ts.mine(state):
+                    _record(state, self.stream, func, args, kwargs, result, torch.Tensor)
+                return result
+
+        _tracer_class = Tracer
+    return _tracer_class(stream)
 
 
 _written = {}
@@ -116,9 +140,10 @@ def _written_args(func):
     return hit
 
 
-def _record(state, func, args, kwargs, result, tensor_type):
+def _record(state, stream, func, args, kwargs, result, tensor_type):
     op = func.name()
-    if op.startswith(_NOT_COMPUTATION) or not ts.in_steps(state) or ts.skipped(state, op):
+    if (op.startswith(_NOT_COMPUTATION) or not ts.in_steps(state, stream)
+            or ts.skipped(state, op)):
         return
     written = _written_args(func)
     if written:  # in-place and out= ops: the written tensor is a result, not an input
@@ -126,17 +151,18 @@ def _record(state, func, args, kwargs, result, tensor_type):
         kwargs = {k: v for k, v in kwargs.items() if k not in written}
     ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     outs = ts.collect_tensors(result, tensor_type, [])
-    phase = "backward" if state.tracker.is_bw else "forward"
-    ts.emit(state, op, phase, ts.module_of(state.tracker), ins, outs)
+    phase, module = state.tracker.where()
+    ts.emit(state, stream, op, phase, module, ins, outs)
 
 
 def on_helper_step(i):
-    """``bitexact.step(i)`` was called: for a script without an optimizer, later ops belong to
-    step ``i + 1``."""
+    """``bitexact.step(i)`` was called: for a script without an optimizer, later ops of the
+    calling thread belong to step ``i + 1``."""
     state = _state
-    if state is not None and state.optimizer_steps == 0:
+    stream = ts.stream_of(state) if state is not None else None
+    if stream is not None and stream.optimizer_steps == 0:
         with state.lock:
-            state.step = int(i) + 1
+            stream.step = int(i) + 1
 
 
 class Unavailable(RuntimeError):
@@ -219,9 +245,9 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     global _state, _active
     import torch
     import torch.optim.optimizer as optimizer
-    from torch.utils.module_tracker import ModuleTracker
 
     from . import _trace_hooks as _hooks
+    from . import _trace_modules, _trace_threads
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
@@ -230,21 +256,24 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
-    state.tracker = ModuleTracker()
-    state.tracker.__enter__()
+    state.tracker = _trace_modules.Tracker(torch)
+    state.tracker.start()
 
     def after_step(_optimizer, _args, _kwargs):
-        with state.lock:
-            state.optimizer_steps += 1
-            state.step = state.optimizer_steps
+        stream = ts.stream_of(state)
+        if stream is not None:
+            with state.lock:
+                stream.optimizer_steps += 1
+                stream.step = stream.first_step + stream.optimizer_steps
 
     hooks = [optimizer.register_optimizer_step_post_hook(after_step)] + _hooks.pause_loading()
     mode = None
     if level == "modules":
         hooks += _hooks.module_hooks(state, torch)
     else:
-        mode = _make_mode()
+        mode = _make_mode(state.main)
         mode.__enter__()
+    hooks += _trace_threads.follow(state, _make_mode if mode is not None else None, torch_dir)
     _state = state
     _active = (mode, state.tracker, hooks)
 
@@ -259,7 +288,7 @@ def stop():
         try:
             if mode is not None:
                 mode.__exit__(None, None, None)
-            tracker.__exit__()
+            tracker.stop()
         except Exception:  # at interpreter exit the mode stack may already be gone
             pass
         for h in hooks:

@@ -108,15 +108,15 @@ def inputs(func, args, kwargs, tensor_type):
     return out
 
 
-def record(state, func, args, kwargs, tensor_type):
-    """Runs collective ``func`` and records it: its inputs (:func:`inputs`) are hashed
+def record(state, stream, func, args, kwargs, tensor_type):
+    """Runs collective ``func`` and records it in ``stream``: its inputs (:func:`inputs`) are hashed
     **before** the call (``c10d`` ops write their tensors in place without saying so in their
     schema) and, after waiting for its ``Work``, its results (what the rank received).
     Functional collectives return tensors still being written: their results are recorded by
     dtype and shape only (the op that waits for them shows the values). Waiting early changes
     when the program blocks, never what it computes."""
     op = func.name()
-    if not ts.in_steps(state) or ts.skipped(state, op):
+    if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return func(*args, **kwargs)
     ins = inputs(func, args, kwargs, tensor_type)
     before = ts.describe(ins, state)
@@ -127,6 +127,6 @@ def record(state, func, args, kwargs, tensor_type):
             r.wait()
     outs = ts.collect_tensors(result, tensor_type, [])
     scratch = range(len(outs)) if func.namespace == "_c10d_functional" else ()
-    phase = "backward" if state.tracker.is_bw else "forward"
-    ts.emit(state, op, phase, ts.module_of(state.tracker), ins, outs, before, scratch)
+    phase, module = state.tracker.where()
+    ts.emit(state, stream, op, phase, module, ins, outs, before, scratch)
     return result

@@ -9,30 +9,38 @@ from . import _trace_state as ts
 
 
 def module_hooks(state, torch):
-    """``--trace modules``: every module's forward output (op ``module output``) and, before
-    each optimizer step, every parameter's gradient (op ``parameter grad``, phase
-    ``backward``, the parameter's name as module)."""
+    """``--trace modules``: every module's forward output (op ``module output``, phase
+    ``forward``, or ``recompute`` when a backward recomputes it) and, before each optimizer
+    step, every parameter's gradient (op ``parameter grad``, phase ``backward``, the
+    parameter's name as module), in the stream of the thread that made them."""
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
 
     def after_forward(mod, args, output):
-        if not ts.mine(state) or not ts.in_steps(state):
+        if torch.compiler.is_compiling():
             return
-        name = state.tracker._known_modules.get(mod) or type(mod).__name__
+        stream = ts.stream_of(state)
+        if stream is None or not ts.mine(state) or not ts.in_steps(state, stream):
+            return
+        name = state.tracker.name(mod)
         for pname, p in mod.named_parameters(prefix=name):
             state.param_names.setdefault(id(p), pname)
         ins = ts.collect_tensors(args, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
-        ts.emit(state, "module output", "forward", name, ins, outs)
+        ts.emit(state, stream, "module output", state.tracker.forward_phase(), name, ins, outs)
 
     def before_step(opt, _args, _kwargs):
-        if os.getpid() != state.pid or not ts.in_steps(state):
+        if torch.compiler.is_compiling():
+            return
+        stream = ts.stream_of(state)
+        if os.getpid() != state.pid or stream is None or not ts.in_steps(state, stream):
             return
         for group in opt.param_groups:
             for i, p in enumerate(group["params"]):
                 if p.grad is not None:
                     name = state.param_names.get(id(p), "param%d" % i)
-                    ts.emit(state, "parameter grad", "backward", name, [p.detach()], [p.grad])
+                    ts.emit(state, stream, "parameter grad", "backward", name, [p.detach()],
+                            [p.grad])
 
     return [nn_module.register_module_forward_hook(after_forward),
             optimizer.register_optimizer_step_pre_hook(before_step)]
@@ -52,8 +60,10 @@ def pause_loading():
     """Leaves a DataLoader's own work out of the trace (sampling indices, its seed, loading
     and collating a batch in this process when ``num_workers=0``): with workers most of it
     runs in them, untraced, so tracing it here would make the op stream depend on the worker
-    count. The batch is hashed where the program first uses it, either way. Returns handles
-    that put the originals back."""
+    count. The batch is hashed where the program first uses it, either way. The pin-memory
+    thread a DataLoader with workers starts while it is iterated is, for the same reason, not
+    traced (:mod:`bitexact._trace_threads`: threads started while paused are not). Returns
+    handles that put the originals back."""
     from torch.utils.data import dataloader
 
     handles = []

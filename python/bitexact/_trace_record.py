@@ -36,11 +36,13 @@ def _labels(labels):
     return '"' + '","'.join(labels) + '"' if labels else ""
 
 
-def line(step, rank, phase, module, op, occ, src, ins, outs):
-    """The record's JSON line (``"v": 2``), newline-terminated."""
+def line(step, rank, phase, module, op, occ, src, ins, outs, thread=""):
+    """The record's JSON line (``"v": 2``), newline-terminated; ``"thread"`` last, and only for
+    a thread other than the one that started tracing."""
+    tail = ',"thread":%s}\n' % _quote(thread) if thread else "}\n"
     return '{"v":2,"step":%d,"rank":%d,"phase":%s,"module":%s,"op":%s,"occ":%d,"src":%s,' \
-           '"in":[%s],"out":[%s]}\n' % (step, rank, _quote(phase), _quote(module), _quote(op),
-                                        occ, _quote(src), _labels(ins), _labels(outs))
+           '"in":[%s],"out":[%s]%s' % (step, rank, _quote(phase), _quote(module), _quote(op),
+                                      occ, _quote(src), _labels(ins), _labels(outs), tail)
 
 
 _shown = {}  # file name -> how a record shows it, or None when it is not the program's own

@@ -9,8 +9,8 @@ import threading
 from . import _trace_record
 from ._trace_digest import describe  # noqa: F401  (the collectives describe their inputs)
 
-# [rank, step, phase, module, op, occurrence] of the op whose tensors are saved here (in0..,
-# out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
+# [rank, thread, step, phase, module, op, occurrence] of the op whose tensors are saved here
+# (in0.., out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
 CAPTURE_FILE = ".bitexact-capture.safetensors"
 
 _paused = threading.local()
@@ -26,8 +26,22 @@ class paused:
         _paused.depth -= 1
 
 
+class Stream:
+    """One thread's op stream (:mod:`bitexact._trace_threads`): its label (``""`` for the
+    thread that started tracing) and its step: the step of the thread that started it, when it
+    started, plus the optimizer steps it made itself (or, without an optimizer, the index after
+    its last ``bitexact.step(i)``)."""
+
+    def __init__(self, label="", step=0):
+        self.label = label
+        self.first_step = step
+        self.step = step
+        self.optimizer_steps = 0
+
+
 class State:
-    """One traced process: its trace file, rank, step, occurrence counts and cost controls."""
+    """One traced process: its trace file, rank, streams, occurrence counts and cost
+    controls."""
 
     def __init__(self, path, rank, max_bytes, steps, skip):
         # Line-buffered: each record reaches the file as it is made, so the trace of a run
@@ -37,8 +51,9 @@ class State:
         self.rank = rank
         self.max_bytes = max_bytes
         self.pid = os.getpid()
-        self.step = 0
-        self.optimizer_steps = 0
+        self.main = Stream()  # the thread that started tracing
+        self.streams = threading.local()  # .stream: this thread's Stream, when traced
+        self.streams.stream = self.main
         self.occurrences = {}
         self.tracker = None
         self.skip_dirs = ()
@@ -55,11 +70,10 @@ class State:
                 self.file.close()
 
 
-def module_of(tracker):
-    parents = tracker.parents
-    if len(parents) <= 1:
-        return ""
-    return max((p for p in parents if p != "Global"), key=lambda p: (p.count("."), len(p)))
+def stream_of(state):
+    """The calling thread's :class:`Stream`: ``None`` in a thread the tracer does not follow
+    (started before tracing, or by bitexact's or torch's own work)."""
+    return getattr(state.streams, "stream", None)
 
 
 # Results that are scratch memory, not values: the RNN workspaces handed to the backward
@@ -88,10 +102,10 @@ def mine(state):
     return os.getpid() == state.pid and not getattr(_paused, "depth", 0)
 
 
-def in_steps(state):
-    """Whether the current step is one ``--trace-steps`` records."""
-    return state.step >= state.first_step and (state.last_step is None
-                                                or state.step <= state.last_step)
+def in_steps(state, stream):
+    """Whether the stream's current step is one ``--trace-steps`` records."""
+    return stream.step >= state.first_step and (state.last_step is None
+                                                 or stream.step <= state.last_step)
 
 
 def skipped(state, op):
@@ -106,16 +120,18 @@ def skipped(state, op):
     return skip
 
 
-def emit(state, op, phase, module, ins, outs, described_ins=None, scratch_outs=()):
-    """Writes one record: its occurrence number, the capture if it is the one asked for, the
-    digests (``described_ins``: the inputs' already, hashed before the op ran;
+def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratch_outs=()):
+    """Writes one record of ``stream``: its occurrence number, the capture if it is the one
+    asked for, the digests (``described_ins``: the inputs' already, hashed before the op ran;
     ``scratch_outs``: results recorded by dtype and shape only)."""
+    thread = stream.label
     with state.lock:
-        key = (state.step, module, phase, op)
+        step = stream.step
+        key = (thread, step, module, phase, op)
         occ = state.occurrences.get(key, 0)
         state.occurrences[key] = occ + 1
-        step = state.step
-    if state.capture is not None and state.capture == [state.rank, step, phase, module, op, occ]:
+    if state.capture is not None and state.capture == [
+            state.rank, thread, step, phase, module, op, occ]:
         state.capture = None
         save(state, ins, outs)
     scratch = _SCRATCH_RESULTS.get(op.split(".")[0], ())
@@ -129,7 +145,7 @@ def emit(state, op, phase, module, ins, outs, described_ins=None, scratch_outs=(
         described_outs = describe(outs, state, scratch)
     line = _trace_record.line(step, state.rank, phase, module, op, occ,
                               _trace_record.source(state.skip_dirs), described_ins,
-                              described_outs)
+                              described_outs, thread)
     with state.lock:
         if not state.file.closed:
             state.file.write(line)

@@ -113,9 +113,11 @@ def program():
         model(x)
 
 
-def _json_line(step, rank, phase, module, op, occ, src, ins, outs):
+def _json_line(step, rank, phase, module, op, occ, src, ins, outs, thread=""):
     record = {"v": 2, "step": step, "rank": rank, "phase": phase, "module": module, "op": op,
               "occ": occ, "src": src, "in": ins, "out": outs}
+    if thread:
+        record["thread"] = thread
     return json.dumps(record, separators=(",", ":")) + "\n"
 
 
@@ -150,6 +152,8 @@ def test_a_record_line_is_what_json_dumps_writes():
             ["f32[2,3]:" + "a" * 32, "i64[]:-"], [])
     assert _trace_record.line(*args) == _json_line(*args)
     assert json.loads(_trace_record.line(*args))["module"] == args[3]
+    threaded = args + ('ema "x"#0',)
+    assert _trace_record.line(*threaded) == _json_line(*threaded)
 
 
 def test_source_follows_the_working_directory(trace, tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 /// (`--seed-everything`).
 pub const SEED_ENV: &str = crate::protocol::SEED_EVERYTHING_ENV;
 
-/// The variable asking the tracer to save one op's tensors (`[rank, step, phase, module, op,
+/// The variable asking the tracer to save one op's tensors (`[rank, thread, step, phase, module, op,
 /// occurrence]` as JSON), for the explanation of a localized divergence.
 pub const CAPTURE_ENV: &str = crate::protocol::TRACE_CAPTURE_ENV;
 

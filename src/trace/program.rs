@@ -7,6 +7,10 @@
 //!  "occ": 3, "src": "train.py:42", "in": ["f32[64,10]:<digest>"], "out": ["f32[64,10]:<digest>"]}
 //! ```
 //!
+//! A record of a thread other than the one that started tracing also has `"thread":
+//! "ema_loop#0"` ([`super::streams`]); lines without it (all lines of older traces) are the
+//! main thread's.
+//!
 //! Version 2 of the trace schema (version 1 is the built-in cases' trace file).
 
 use super::TraceEntry;
@@ -28,11 +32,19 @@ pub const MAX_RECORDS: usize = 20_000_000;
 /// record), so a script that writes no file is still checked.
 pub const OPS_NAME: &str = "<ops>";
 
-/// One digest over every record of `trace` (all fields but the call position), in order.
+/// One digest over every record of `trace` (all fields but the call position), stream by
+/// stream ([`super::streams::canonical`]: how threads interleaved does not change it). A
+/// record's thread is hashed only when it has one, so a trace of one thread digests as it did
+/// before traces had threads.
 pub fn digest(trace: &[TraceEntry]) -> crate::digest::Digest {
     use sha2::{Digest as _, Sha256};
     let mut h = Sha256::new();
-    for e in trace {
+    for e in super::streams::canonical(trace) {
+        if !e.thread.is_empty() {
+            h.update(b"thread");
+            h.update((e.thread.len() as u64).to_le_bytes());
+            h.update(e.thread.as_bytes());
+        }
         let fields = [
             &e.rank.to_string(),
             &e.step.to_string(),
@@ -58,6 +70,8 @@ struct Line {
     v: u32,
     step: u64,
     rank: u64,
+    #[serde(default)]
+    thread: String,
     phase: String,
     module: String,
     op: String,
@@ -105,6 +119,7 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
             output: parsed.out.join(";"),
             step: parsed.step,
             rank: parsed.rank,
+            thread: parsed.thread,
             phase: parsed.phase,
             module: parsed.module,
             source: parsed.src,

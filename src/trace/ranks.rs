@@ -22,19 +22,21 @@ pub fn is_collective(op: &str) -> bool {
     op.starts_with("c10d::") || op.starts_with("_c10d_functional::")
 }
 
-/// `a` cut, rank by rank, to as many records as `b` holds of that rank, in `a`'s order: a run
-/// stopped early has streams that end where it was killed, and compared with what run 0
-/// recorded up to the same point, the end of a cut stream is not taken for diverging control
-/// flow (when the recorded parts agree, the differing files are named instead). Records keep
-/// their `call`: a divergence found in the cut trace names its record in the whole one.
+/// `a` cut, stream by stream (rank and thread), to as many records as `b` holds of that
+/// stream, in `a`'s order: a run stopped early has streams that end where it was killed, and
+/// compared with what run 0 recorded up to the same point, the end of a cut stream is not taken
+/// for diverging control flow (when the recorded parts agree, the differing files are named
+/// instead). Records keep their `call`: a divergence found in the cut trace names its record
+/// in the whole one.
 pub fn cut_to(a: &[TraceEntry], b: &[TraceEntry]) -> Vec<TraceEntry> {
-    let mut left: BTreeMap<u64, usize> = BTreeMap::new();
+    use super::streams::stream;
+    let mut left: BTreeMap<(u64, &str), usize> = BTreeMap::new();
     for e in b {
-        *left.entry(e.rank).or_default() += 1;
+        *left.entry(stream(e)).or_default() += 1;
     }
     a.iter()
         .filter(|e| {
-            let n = left.entry(e.rank).or_default();
+            let n = left.entry(stream(e)).or_default();
             *n > 0 && {
                 *n -= 1;
                 true

@@ -1,0 +1,177 @@
+"""Which module an op of the op tracer (:mod:`bitexact._trace`) belongs to, and in which phase:
+bitexact's own module tracker, in place of ``torch.utils.module_tracker.ModuleTracker``.
+
+ModuleTracker keeps the modules running as an unordered set and the tracer picked the deepest
+name; under non-reentrant ``torch.utils.checkpoint`` the set holds both the module whose
+backward runs and the modules recomputed for it, so a recomputed ``addmm`` of
+``blocks.3.fc`` was recorded under ``blocks.3.drop (backward)``; and one set shared by every
+thread would make an op's module depend on what another thread was doing at that moment.
+This tracker keeps real stacks instead:
+
+- **forward**: one stack per thread, pushed by a global forward pre-hook and popped by a
+  global forward hook registered with ``always_call=True``, so a forward cut short by an
+  exception (checkpoint's early stop of a recomputation raises one) still pops. The module of
+  an op is the top of its thread's stack.
+- **backward**: one stack per autograd graph task (``torch._C._current_graph_task_id()``),
+  whichever thread runs it (the backward of CPU ops runs in the thread that called it, that of
+  CUDA ops in autograd's device threads): a module is pushed when the gradients of its forward
+  outputs are ready and removed when those of its inputs are (``register_multi_grad_hook``,
+  as ModuleTracker does); the stack is dropped when the graph task ends. An op's module is the
+  most recently entered one still there (modules entered together, through one gradient, in
+  nesting order: ``Net``, ``Net.blocks.1``, then ``Net.blocks.1.drop`` on top) (a module whose inputs need no gradient, the first
+  layer, stays to the end, as it did in ModuleTracker).
+- **recompute**: a module forward that starts while a backward runs in this thread
+  (``_current_graph_task_id() != -1``) is a recomputation (``torch.utils.checkpoint``, either
+  kind) or other forward work a backward does. Ops inside it get the phase ``recompute`` and
+  the recomputed module's name, so they neither shift the occurrence numbers of the backward's
+  own ops nor borrow its module. Recomputed ops outside every module (a checkpointed function
+  that calls ``torch.relu`` itself) are not seen as recomputation: they are recorded in the
+  backward of the module whose backward asked for them.
+
+Names are ModuleTracker's: the root module's class name, then attribute names
+(``Net.blocks.3.fc``), assigned the first time a module runs. Every hook returns at once while
+``torch.compile`` traces (``torch.compiler.is_compiling()``). The hooks hold no tensors; the
+gradient hooks they register on a forward's tensors die with them, and do nothing once the
+tracker is stopped.
+"""
+
+import threading
+import weakref
+
+FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"
+
+
+class Tracker:
+    """The module stacks of one traced process (see the module docs); :meth:`where` answers
+    for the calling thread."""
+
+    def __init__(self, torch):
+        self._torch = torch
+        self._names = weakref.WeakKeyDictionary()  # module -> qualified name
+        self._named = weakref.WeakSet()  # modules whose children are named
+        self._local = threading.local()  # .stack: [(name, recomputed)] of this thread
+        self._backward = {}  # graph task id -> [module names entered in its backward]
+        self._lock = threading.Lock()
+        self._handles = []
+        self._on = False
+
+    def start(self):
+        """Installs the global forward hooks."""
+        from torch.nn.modules import module as nn_module
+
+        self._on = True
+        self._handles = [
+            nn_module.register_module_forward_pre_hook(self._pre),
+            nn_module.register_module_forward_hook(self._post, always_call=True),
+        ]
+
+    def stop(self):
+        """Removes the hooks; gradient hooks still attached to tensors do nothing from now."""
+        self._on = False
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def name(self, mod):
+        """The module's qualified name (``Net.fc1``; a module first seen alone: its class)."""
+        with self._lock:
+            return self._name(mod)
+
+    def _name(self, mod):
+        name = self._names.get(mod)
+        if name is None:
+            name = self._names[mod] = type(mod).__name__
+        if mod not in self._named:
+            self._named.add(mod)
+            for child_name, child in mod.named_children():
+                self._names[child] = "%s.%s" % (name, child_name)
+                self._name(child)
+        return name
+
+    def _stack(self):
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def where(self):
+        """``(phase, module)`` of an op made now in this thread: ``forward``, ``backward`` or
+        ``recompute``, and the innermost module running (``""`` outside every module)."""
+        stack = getattr(self._local, "stack", None)
+        task = self._torch._C._current_graph_task_id()
+        if task == -1:
+            return FORWARD, stack[-1][0] if stack else ""
+        if stack and stack[-1][1]:
+            return RECOMPUTE, stack[-1][0]
+        top = self._backward.get(task, [])[-1:]  # a slice: another thread may pop meanwhile
+        return BACKWARD, top[0] if top else ""
+
+    def forward_phase(self):
+        """The phase of a module forward running now in this thread: ``forward``, or
+        ``recompute`` while a backward runs."""
+        return FORWARD if self._torch._C._current_graph_task_id() == -1 else RECOMPUTE
+
+    def _pre(self, mod, args):
+        if self._torch.compiler.is_compiling():
+            return
+        name = self.name(mod)
+        recomputed = self._torch._C._current_graph_task_id() != -1
+        self._stack().append((name, recomputed))
+        self._on_grads(args, self._leave(name))
+
+    def _post(self, mod, args, output):
+        if self._torch.compiler.is_compiling():
+            return
+        name = self.name(mod)
+        stack = self._stack()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] == name:
+                del stack[i:]
+                break
+        self._on_grads(output, self._enter(name))
+
+    def _on_grads(self, values, fn):
+        """Calls ``fn`` in the backward once the gradients of the tensors in ``values`` that
+        need one are computed."""
+        from torch.autograd.graph import register_multi_grad_hook
+        from torch.utils._pytree import tree_flatten
+
+        tensors = [t for t in tree_flatten(values)[0]
+                   if isinstance(t, self._torch.Tensor) and t.requires_grad]
+        if tensors:
+            register_multi_grad_hook(tensors, fn)
+
+    def _enter(self, name):
+        def entered(_grads):
+            if self._torch.compiler.is_compiling() or not self._on:
+                return
+            task = self._torch._C._current_graph_task_id()
+            with self._lock:
+                stack = self._backward.get(task)
+                if stack is None:
+                    stack = self._backward[task] = []
+                    self._torch.autograd.Variable._execution_engine.queue_callback(
+                        lambda: self._backward.pop(task, None))
+                # The gradients of a module's outputs are often those of its last child's
+                # (a Sequential's): their hooks fire together, innermost first. An ancestor
+                # goes below the descendants just entered, so the innermost stays on top.
+                i = len(stack)
+                while i > 0 and stack[i - 1].startswith(name + "."):
+                    i -= 1
+                stack.insert(i, name)
+
+        return entered
+
+    def _leave(self, name):
+        def left(_grads):
+            if self._torch.compiler.is_compiling() or not self._on:
+                return
+            task = self._torch._C._current_graph_task_id()
+            with self._lock:
+                stack = self._backward.get(task, [])
+                for i in range(len(stack) - 1, -1, -1):
+                    if stack[i] == name:
+                        del stack[i]
+                        break
+
+        return left
