@@ -31,6 +31,11 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
   Non-tensor arguments are not recorded.
 
+A module or function compiled with ``torch.compile`` runs compiled (TorchDynamo skips every
+frame while a dispatch mode is on the stack; the tracer takes its mode off around each compiled
+call), and each call is one record, op ``compiled <name>``, forward and backward: see
+:mod:`bitexact._trace_compile`.
+
 View and alias ops (``is_view``) carry no new data and are skipped, and so are allocations of
 uninitialized memory (``aten::empty*``) and ``aten::set_`` (how a DataLoader batch is received
 from a worker, at a moment that depends on worker timing: the batch is hashed where the program
@@ -57,8 +62,10 @@ import atexit
 import json
 import os
 import sys
+import warnings
 
 from . import _trace_c10d
+from . import _trace_compile
 from . import _trace_state as ts
 from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -85,13 +92,21 @@ def _make_mode():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Tracer(TorchDispatchMode):
+        @classmethod
+        def ignore_compile_internals(cls):
+            # TorchDynamo compiles under this mode (it skips frames under other modes), and
+            # what runs inside a compiled region is not recorded (see _trace_compile).
+            return True
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             state = _state
-            if func.namespace in _trace_c10d.NAMESPACES and state is not None and ts.mine(state):
+            if state is None or not ts.mine(state) or _trace_compile.running():
+                return func(*args, **kwargs)
+            if func.namespace in _trace_c10d.NAMESPACES:
                 return _trace_c10d.record(state, func, args, kwargs, torch.Tensor)
             result = func(*args, **kwargs)
-            if state is not None and not func.is_view and ts.mine(state):
+            if not func.is_view:
                 _record(state, func, args, kwargs, result, torch.Tensor)
             return result
 
@@ -217,7 +232,6 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     global _state, _active
     import torch
     import torch.optim.optimizer as optimizer
-    from torch.utils.module_tracker import ModuleTracker
 
     from . import _trace_hooks as _hooks
 
@@ -228,7 +242,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
-    state.tracker = ModuleTracker()
+    state.tracker = _trace_compile.tracker()
     state.tracker.__enter__()
 
     def after_step(_optimizer, _args, _kwargs):
@@ -243,6 +257,11 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     else:
         mode = _make_mode()
         mode.__enter__()
+    hooks.append(_trace_compile.install(state, mode, level))
+    # torch.compile(module) warns that global module hooks (the tracer's) fire an extra time
+    # for its wrapper: they do nothing for it (_trace_compile.silent).
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "
+                            "global hooks", category=UserWarning)
     _state = state
     _active = (mode, state.tracker, hooks)
 

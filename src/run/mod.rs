@@ -38,6 +38,7 @@ mod info;
 mod inotify;
 mod large;
 pub mod project;
+mod python_error;
 mod source;
 pub mod spawn;
 pub mod trace;
