@@ -73,6 +73,21 @@ else
     rm -f "$log"
 fi
 
+# torch.compile's CPU backend (Inductor) builds C++ with g++ (or $CXX): the tests of compiled
+# models need one. g++ is installed with apt-get when missing and possible (root, or sudo
+# without a password); otherwise those tests say SKIPPED and why. Never fails the script.
+if [ -z "${CXX:-}" ] && ! command -v g++ >/dev/null 2>&1; then
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then sudo=(sudo -n); fi
+    apt_get() { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq "$@" >/dev/null 2>&1; }
+    if command -v apt-get >/dev/null 2>&1 &&
+        { apt_get install -y g++ || { apt_get update && apt_get install -y g++; }; }; then
+        echo "ci/python.sh: installed g++ (torch.compile's CPU backend)"
+    else
+        echo "skipped: g++ could not be installed (the torch.compile tests skip)"
+    fi
+fi
+
 echo "$py" >"$cache/python-path"
 echo "ci/python.sh: python=$py (also in $cache/python-path)"
 

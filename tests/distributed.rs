@@ -190,6 +190,13 @@ fn a_failed_rank_is_named_with_its_status_and_stderr() {
         "{why}"
     );
     assert!(why.contains("planted failure at step 0"), "{why}");
+    // The rank's exception is named from its own lines, before them.
+    assert!(
+        why.contains(
+            "(torchrun exited with status 1): RuntimeError: rank 1: planted failure at step 0; "
+        ),
+        "{why}"
+    );
     assert!(!why.contains("torch/distributed/elastic"), "{why}");
 }
 

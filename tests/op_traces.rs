@@ -1,8 +1,11 @@
 //! `bitexact run --trace ops` on unmodified PyTorch scripts (`examples/python/ops_trace.py`,
 //! which never imports bitexact): the deterministic script passes, a planted unseeded noise is
 //! localized to its op, module, phase, step and source line, a random branch is reported as
-//! control flow diverging, and a `sitecustomize` the injected one shadows still runs. Needs a
-//! Python with torch and the installed bitexact package (ci/python.sh); says `SKIPPED` without.
+//! control flow diverging, and a `sitecustomize` the injected one shadows still runs. A
+//! `torch.compile`d model (`tests/fixtures/programs/compiled_gpt.py`) runs compiled under
+//! `--trace`, each call one record, and a nondeterministic compiled region is the origin. Needs
+//! a Python with torch and the installed bitexact package (ci/python.sh), and a C++ compiler
+//! for the compiled model; says `SKIPPED` without.
 
 mod common;
 
@@ -253,4 +256,163 @@ fn a_difference_outside_the_traced_ops_is_said_to_be_so() {
         d.contains("the difference arose outside the traced ops"),
         "{d}"
     );
+}
+
+/// A Python with torch, the installed bitexact package and a C++ compiler for Inductor's CPU
+/// backend (`torch.compile`'s default; g++ or `$CXX`, found as Inductor finds it).
+fn python_with_compiler(test: &str) -> Option<String> {
+    let py = python(test)?;
+    let probe = "from torch._inductor.cpp_builder import get_cpp_compiler; get_cpp_compiler()";
+    let o = Command::new(&py).args(["-c", probe]).output().unwrap();
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        let why = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        bitexact::check::skip_notice(
+            test,
+            &format!("no C++ compiler for torch.compile's CPU backend (g++ or $CXX): {why}"),
+        );
+        return None;
+    }
+    Some(py)
+}
+
+fn compiled_gpt() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/programs/compiled_gpt.py")
+        .display()
+        .to_string()
+}
+
+/// `bitexact run [--trace LEVEL] --format json --keep DIR -- PROGRAM`: (exit code, the case,
+/// the records of run 0's trace).
+fn kept(
+    level: Option<&str>,
+    program: &[&str],
+    keep: &Path,
+) -> (i32, serde_json::Value, Vec<serde_json::Value>) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    c.args(["run", "--format", "json", "--keep", keep.to_str().unwrap()]);
+    if let Some(level) = level {
+        c.args(["--trace", level]);
+    }
+    let o = c.arg("--").args(program).output().unwrap();
+    let case = common::json(&o)["cases"][0].clone();
+    let trace =
+        std::fs::read_to_string(keep.join("run-0/.bitexact-trace-rank0.jsonl")).unwrap_or_default();
+    let records = trace
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (o.status.code().unwrap(), case, records)
+}
+
+/// `(step, phase)` of the records of op `compiled GPT`.
+fn compiled_calls(records: &[serde_json::Value]) -> Vec<(u64, String)> {
+    records
+        .iter()
+        .filter(|r| r["op"] == "compiled GPT")
+        .map(|r| {
+            assert_eq!(r["module"], "GPT", "{r}");
+            (
+                r["step"].as_u64().unwrap(),
+                r["phase"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A `torch.compile`d model runs compiled under `--trace ops` and `--trace modules`: its
+/// outputs are the untraced run's, bit for bit (the tracer's dispatch mode made TorchDynamo
+/// skip every frame, so it ran eagerly: other bits; `--trace modules` crashed TorchDynamo with
+/// `already tracked for mutation`), and each compiled call is one record, forward and backward.
+#[test]
+fn a_compiled_model_runs_compiled_under_trace_with_the_untraced_bits() {
+    let test = "a_compiled_model_runs_compiled_under_trace_with_the_untraced_bits";
+    let Some(py) = python_with_compiler(test) else {
+        return;
+    };
+    let script = compiled_gpt();
+    let dir = tempfile::tempdir().unwrap();
+    let result =
+        |level: &str| std::fs::read(dir.path().join(level).join("run-0/result.bin")).unwrap();
+    let (code, case, _) = kept(None, &[&py, &script], &dir.path().join("plain"));
+    assert_eq!(code, 0, "{case:#}");
+    let (code, case, records) = kept(Some("ops"), &[&py, &script], &dir.path().join("ops"));
+    assert_eq!(code, 0, "{case:#}");
+    assert!(
+        result("ops") == result("plain"),
+        "traced outputs differ from untraced ones"
+    );
+    let both = |p: &str| [(0, p.to_string()), (1, p.to_string())];
+    let mut want: Vec<(u64, String)> = vec![];
+    for step in 0..2 {
+        want.push((step, "forward".into()));
+        want.push((step, "backward".into()));
+    }
+    assert_eq!(compiled_calls(&records), want);
+    // Nothing inside the compiled model is recorded op by op.
+    let inside: Vec<_> = records
+        .iter()
+        .filter(|r| r["module"].as_str().unwrap().starts_with("GPT."))
+        .collect();
+    assert!(inside.is_empty(), "{inside:?}");
+    let (code, case, records) = kept(
+        Some("modules"),
+        &[&py, &script],
+        &dir.path().join("modules"),
+    );
+    assert_eq!(code, 0, "{case:#}");
+    assert!(
+        result("modules") == result("plain"),
+        "traced outputs differ from untraced ones"
+    );
+    assert_eq!(compiled_calls(&records), both("forward"));
+    assert!(
+        records.iter().any(|r| r["module"] == "GPT.qkv.weight"),
+        "parameter grads named"
+    );
+}
+
+/// A compiled model whose dropout masks differ every run (torch reseeded from the OS's entropy)
+/// is nondeterministic with and without `--trace ops`, and the trace names the compiled call
+/// as the origin: identical inputs, different output (it said deterministic: the tracer ran
+/// the model eagerly, and its per-op trace hid the compiled code's nondeterminism).
+#[test]
+fn a_nondeterministic_compiled_region_is_the_origin_with_and_without_trace() {
+    let test = "a_nondeterministic_compiled_region_is_the_origin_with_and_without_trace";
+    let Some(py) = python_with_compiler(test) else {
+        return;
+    };
+    let program = [
+        py.as_str(),
+        &compiled_gpt(),
+        "--planted",
+        "unseeded-dropout",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (code, case, _) = kept(None, &program, &dir.path().join("plain"));
+    assert_eq!(
+        (code, case["verdict"].as_str()),
+        (1, Some("nondeterministic")),
+        "{case:#}"
+    );
+    let (code, case) = run(&[], &program, &[]);
+    assert_eq!(
+        (code, case["verdict"].as_str()),
+        (1, Some("nondeterministic")),
+        "{case:#}"
+    );
+    let d = divergence(&case);
+    for want in [
+        "step 0, rank 0, compiled GPT (call 1 of compiled GPT) in module GPT (forward)",
+        "compiled_gpt.py:",
+        "inputs identical, output differs",
+    ] {
+        assert!(d.contains(want), "{want:?} not in {d}");
+    }
+    assert_eq!(case["divergence"]["inputs_matched"], true);
 }

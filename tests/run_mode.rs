@@ -450,3 +450,22 @@ fn every_run_directory_is_gone_when_bitexact_exits() {
         assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     }
 }
+
+/// A Python program that raised: the failure names the exception (the last of a chain, its
+/// message's lines joined) before the last lines of standard error.
+#[test]
+fn a_python_exception_is_named_in_the_failure() {
+    let Some(py) = python_with(&[]) else {
+        return skip("a_python_exception_is_named_in_the_failure", "no python3");
+    };
+    let script = "try:\n    {}['k']\nexcept KeyError as e:\n    \
+                  raise RuntimeError('wrapped\\nsecond line') from e\n";
+    let (code, out, _) = run(&["--", &py, "-c", script]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(
+            "exited with status 1: RuntimeError: wrapped second line; last lines of stderr:"
+        ),
+        "{out}"
+    );
+}

@@ -40,6 +40,11 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
   Non-tensor arguments are not recorded.
 
+A module or function compiled with ``torch.compile`` runs compiled (TorchDynamo skips every
+frame while a dispatch mode is on the stack; the tracer takes its mode off around each compiled
+call), and each call is one record, op ``compiled <name>``, forward and backward: see
+:mod:`bitexact._trace_compile`.
+
 View and alias ops (``is_view``) carry no new data and are skipped, and so are allocations of
 uninitialized memory (``aten::empty*``) and ``aten::set_`` (how a DataLoader batch is received
 from a worker, at a moment that depends on worker timing: the batch is hashed where the program
@@ -66,8 +71,10 @@ import atexit
 import json
 import os
 import sys
+import warnings
 
 from . import _trace_c10d
+from . import _trace_compile
 from . import _trace_state as ts
 from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -108,20 +115,32 @@ def _make_mode(stream):
                 super().__init__()
                 self.stream = stream
 
+            @classmethod
+            def ignore_compile_internals(cls):
+                # TorchDynamo compiles under this mode (it skips frames under other modes), and
+                # what runs inside a compiled region is not recorded (see _trace_compile).
+                return True
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 state = _state
-                if (func.namespace in _trace_c10d.NAMESPACES and state is not None
-                        and ts.mine(state)):
+                if state is None or not ts.mine(state) or _trace_compile.running():
+                    return func(*args, **kwargs)
+                if func.namespace in _trace_c10d.NAMESPACES:
                     return _trace_c10d.record(state, self.stream, func, args, kwargs,
                                               torch.Tensor)
                 result = func(*args, **kwargs)
-                if state is not None and not func.is_view and ts.mine(state):
+                if not func.is_view:
                     _record(state, self.stream, func, args, kwargs, result, torch.Tensor)
                 return result
 
         _tracer_class = Tracer
     return _tracer_class(stream)
+
+
+def _is_tracer(mode):
+    """Whether a dispatch mode is one of the tracer's (one per traced thread)."""
+    return _tracer_class is not None and isinstance(mode, _tracer_class)
 
 
 _written = {}
@@ -260,6 +279,8 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     state.tracker.start()
 
     def after_step(_optimizer, _args, _kwargs):
+        if torch.compiler.is_compiling():
+            return
         stream = ts.stream_of(state)
         if stream is not None:
             with state.lock:
@@ -274,6 +295,11 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
         mode = _make_mode(state.main)
         mode.__enter__()
     hooks += _trace_threads.follow(state, _make_mode if mode is not None else None, torch_dir)
+    hooks.append(_trace_compile.install(state, _is_tracer, level))
+    # torch.compile(module) warns that global module hooks (the tracer's) fire an extra time
+    # for its wrapper: they do nothing for it (_trace_compile.silent).
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "
+                            "global hooks", category=UserWarning)
     _state = state
     _active = (mode, state.tracker, hooks)
 

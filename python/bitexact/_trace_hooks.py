@@ -5,6 +5,7 @@ The state and record writing they share with the dispatch mode are in
 
 import os
 
+from . import _trace_compile
 from . import _trace_state as ts
 
 
@@ -17,7 +18,9 @@ def module_hooks(state, torch):
     import torch.optim.optimizer as optimizer
 
     def after_forward(mod, args, output):
-        if torch.compiler.is_compiling():
+        # Compile-safe: silent while TorchDynamo traces it into a compiled module's graph, and
+        # in a compiled call (recorded as one, see _trace_compile).
+        if torch.compiler.is_compiling() or _trace_compile.silent(mod):
             return
         stream = ts.stream_of(state)
         if stream is None or not ts.mine(state) or not ts.in_steps(state, stream):

@@ -38,6 +38,8 @@ tracker is stopped.
 import threading
 import weakref
 
+from . import _trace_compile
+
 FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"
 
 
@@ -112,7 +114,9 @@ class Tracker:
         return FORWARD if self._torch._C._current_graph_task_id() == -1 else RECOMPUTE
 
     def _pre(self, mod, args):
-        if self._torch.compiler.is_compiling():
+        # Compile-safe (see _trace_compile): nothing while TorchDynamo traces this hook into a
+        # graph, nor inside a compiled call or for torch.compile's wrapper module.
+        if self._torch.compiler.is_compiling() or _trace_compile.silent(mod):
             return
         name = self.name(mod)
         recomputed = self._torch._C._current_graph_task_id() != -1
@@ -120,7 +124,7 @@ class Tracker:
         self._on_grads(args, self._leave(name))
 
     def _post(self, mod, args, output):
-        if self._torch.compiler.is_compiling():
+        if self._torch.compiler.is_compiling() or _trace_compile.silent(mod):
             return
         name = self.name(mod)
         stack = self._stack()

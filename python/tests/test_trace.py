@@ -193,3 +193,122 @@ def test_a_process_that_cannot_trace_says_why(tmp_path):
     )
     out = _python(script, env).decode()
     assert out.startswith("has no torch ("), out
+
+
+def _counting_backend(graphs):
+    """A torch.compile backend (AOTAutograd, no code generation: no C++ compiler needed) that
+    counts the graphs TorchDynamo gives it."""
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+    return backend
+
+
+def test_a_compiled_model_runs_compiled_and_is_one_record(trace):
+    """Under the tracer's dispatch mode TorchDynamo skipped every frame: a compiled model ran
+    eagerly, op by op. It runs compiled, and each call is one record, forward and backward."""
+    torch._dynamo.reset()
+    graphs = []
+    _trace.start(trace)
+    torch.manual_seed(0)
+    net = Net()
+    compiled = torch.compile(net, backend=_counting_backend(graphs))
+    x = torch.randn(3, 4)
+    y = compiled(x)
+    y.sum().backward()
+    _trace.stop()
+    assert len(graphs) == 1
+    rs = records(trace)
+    fw, bw = [r for r in rs if r["op"].startswith("compiled")]
+    assert [(r["phase"], r["module"], r["op"]) for r in (fw, bw)] == [
+        ("forward", "Net", "compiled Net"), ("backward", "Net", "compiled Net")]
+    # The call's tensor arguments, then the module's parameters; its output.
+    assert fw["in"][0] == "f32[3,4]:" + bitexact.digest(x)[:32]
+    assert [i.split(":")[0] for i in fw["in"][1:]] == ["f32[8,4]", "f32[8]", "f32[2,8]", "f32[2]"]
+    assert fw["out"] == ["f32[3,2]:" + bitexact.digest(y.detach())[:32]]
+    # The backward: the output's gradient in, the parameters' gradients out.
+    assert [i.split(":")[0] for i in bw["in"]] == ["f32[3,2]"]
+    grads = {"f32[%s]:%s" % (",".join(map(str, p.shape)), bitexact.digest(p.grad)[:32])
+             for p in net.parameters()}
+    assert grads <= set(bw["out"])
+    # Nothing inside the compiled call is recorded op by op.
+    assert not [r for r in rs if r["module"].startswith("Net.")
+                or (r["module"] == "Net" and not r["op"].startswith("compiled"))]
+
+
+def test_a_compiled_function_with_a_graph_break_is_one_forward_record(trace):
+    torch._dynamo.reset()
+    graphs = []
+
+    def step(a, b):
+        c = torch.sin(a) * b
+        torch._dynamo.graph_break()
+        return (c @ b.t()).relu()
+
+    _trace.start(trace)
+    compiled = torch.compile(step, backend=_counting_backend(graphs))
+    a = torch.randn(3, 3, requires_grad=True)
+    out = compiled(a, torch.randn(3, 3))
+    out.sum().backward()
+    _trace.stop()
+    assert len(graphs) == 2
+    calls = [(r["phase"], r["op"]) for r in records(trace) if r["op"].startswith("compiled")]
+    # One forward call; each graph's backward node (CompiledFunctionBackward) is one record.
+    # The op is the function's qualified name, without `<locals>.`.
+    op = "compiled test_a_compiled_function_with_a_graph_break_is_one_forward_record.step"
+    assert calls == [("forward", op), ("backward", op), ("backward", op)]
+    assert not [r for r in records(trace) if r["op"] in ("aten::sin", "aten::mm", "aten::cos")]
+
+
+def test_module_level_tracing_of_a_compiled_model(trace):
+    """`--trace modules` crashed TorchDynamo (its global module hook, traced into the graph:
+    `AssertionError: ... already tracked for mutation`)."""
+    torch._dynamo.reset()
+    _trace.start(trace, level="modules")
+    torch.manual_seed(0)
+    net = Net()
+    compiled = torch.compile(net, backend=_counting_backend([]))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    compiled(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    _trace.stop()
+    rs = records(trace)
+    assert [(r["op"], r["module"]) for r in rs if r["op"] != "parameter grad"] == [
+        ("compiled Net", "Net")]
+    grads = sorted(r["module"] for r in rs if r["op"] == "parameter grad")
+    assert grads == ["Net.fc1.bias", "Net.fc1.weight", "Net.fc2.bias", "Net.fc2.weight"]
+
+
+def _cpp_compiler():
+    """Why Inductor's CPU backend cannot compile here (no C++ compiler), or None."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        get_cpp_compiler()
+    except Exception as e:  # noqa: BLE001 (whatever Inductor raises, it cannot compile)
+        return "no C++ compiler for torch.compile's CPU backend (g++ or $CXX): %s" % e
+    return None
+
+
+def test_a_model_compiled_by_inductor_computes_the_untraced_bits(trace):
+    """Run eagerly under the tracer, a compiled Sequential(Linear, GELU, Linear) gave other
+    bits than the untraced run (Inductor fuses and vectorizes differently from eager)."""
+    why = _cpp_compiler()
+    if why:
+        pytest.skip(why)
+
+    def run():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+        y = torch.compile(m)(torch.randn(8, 16))
+        y.sum().backward()
+        return [y.detach()] + [p.grad for p in m.parameters()]
+
+    untraced = run()
+    _trace.start(trace)
+    traced = run()
+    _trace.stop()
+    for u, t in zip(untraced, traced):
+        assert bitexact.digest(u) == bitexact.digest(t)
+    calls = [r["phase"] for r in records(trace) if r["op"] == "compiled Sequential"]
+    assert calls == ["forward", "backward"]

@@ -39,6 +39,7 @@ mod inotify;
 mod large;
 mod name;
 pub mod project;
+mod python_error;
 mod source;
 pub mod spawn;
 pub mod trace;
