@@ -3,6 +3,7 @@ module, the console script; test_native checks its Python files are this checkou
 helper from this source tree (python/, pure Python); and give each test a clean bitexact
 environment."""
 
+import json
 import os
 import sys
 
@@ -49,3 +50,19 @@ def out(tmp_path, monkeypatch):
     d.mkdir()
     monkeypatch.setenv("BITEXACT_OUT", str(d))
     return d
+
+
+def records(path):
+    """The records of a trace file, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture
+def trace(tmp_path):
+    """A trace file's path; the tracer is stopped after the test."""
+    from bitexact import _trace
+
+    path = str(tmp_path / "t.jsonl")
+    yield path
+    _trace.stop()

@@ -1,7 +1,6 @@
 """The op tracer (bitexact._trace, what `bitexact run --trace ops` injects): records, modules,
 phases, steps, cost controls, and what it leaves out."""
 
-import json
 import os
 import subprocess
 import sys
@@ -38,16 +37,7 @@ def train(steps=2):
         opt.step()
 
 
-def records(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-@pytest.fixture
-def trace(tmp_path):
-    path = str(tmp_path / "t.jsonl")
-    yield path
-    _trace.stop()
+from conftest import records, trace  # noqa: E402,F401  (the shared trace fixture)
 
 
 def test_records_ops_with_module_phase_step_and_line(trace):

@@ -18,16 +18,7 @@ import bitexact  # noqa: E402
 from bitexact import _trace, _trace_digest, _trace_record  # noqa: E402
 
 
-def records(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-@pytest.fixture
-def trace(tmp_path):
-    path = str(tmp_path / "t.jsonl")
-    yield path
-    _trace.stop()
+from conftest import records, trace  # noqa: E402,F401  (the shared trace fixture)
 
 
 def _set(x):

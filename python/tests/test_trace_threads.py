@@ -2,7 +2,6 @@
 its own stream (label, step, occurrence numbers), a thread's module never leaks into another's,
 and recomputed forwards are recorded under their own module in phase ``recompute``."""
 
-import json
 import threading
 
 import pytest
@@ -16,16 +15,7 @@ from bitexact import _trace  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 
-def records(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-@pytest.fixture
-def trace(tmp_path):
-    path = str(tmp_path / "t.jsonl")
-    yield path
-    _trace.stop()
+from conftest import records, trace  # noqa: E402,F401  (the shared trace fixture)
 
 
 def run_thread(target, **kw):
