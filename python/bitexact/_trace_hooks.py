@@ -4,6 +4,7 @@ The state and record writing they share with the dispatch mode are in
 :mod:`bitexact._trace_state`."""
 
 import os
+import weakref
 
 from . import _trace_compile
 from . import _trace_state as ts
@@ -17,6 +18,8 @@ def module_hooks(state, torch):
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
 
+    named = weakref.WeakSet()  # modules whose whole subtree's parameters have names
+
     def after_forward(mod, args, output):
         # Compile-safe: silent while TorchDynamo traces it into a compiled module's graph, and
         # in a compiled call (recorded as one, see _trace_compile).
@@ -26,7 +29,11 @@ def module_hooks(state, torch):
         if stream is None or not ts.mine(state) or not ts.in_steps(state, stream):
             return
         name = state.tracker.name(mod)
-        for pname, p in mod.named_parameters(prefix=name):
+        # The parameters' names: the whole subtree's once, then (a parameter replaced mid-run)
+        # the module's own, so a forward does not walk every parameter below it each time.
+        recurse = mod not in named
+        named.add(mod)
+        for pname, p in mod.named_parameters(prefix=name, recurse=recurse):
             state.param_names.setdefault(id(p), pname)
         ins = ts.collect_tensors(args, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
