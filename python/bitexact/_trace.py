@@ -73,20 +73,21 @@ import os
 import sys
 import warnings
 
-from . import _trace_c10d
+from . import _protocol, _trace_c10d
 from . import _trace_compile
 from . import _trace_state as ts
 from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
-ENV = "BITEXACT_TRACE"
-OWNER_ENV = "BITEXACT_TRACE_OWNER"
-MAX_BYTES_ENV = "BITEXACT_TRACE_MAX_BYTES"
-STEPS_ENV = "BITEXACT_TRACE_STEPS"  # "A..B" (inclusive) or "A.."
-SKIP_ENV = "BITEXACT_TRACE_SKIP"  # comma-separated op-name globs
+# The names bitexact run sets for the tracer (src/protocol.rs, generated into _protocol).
+ENV = _protocol.TRACE_ENV
+OWNER_ENV = _protocol.TRACE_OWNER_ENV
+MAX_BYTES_ENV = _protocol.TRACE_MAX_BYTES_ENV
+STEPS_ENV = _protocol.TRACE_STEPS_ENV  # "A..B" (inclusive) or "A.."
+SKIP_ENV = _protocol.TRACE_SKIP_ENV  # comma-separated op-name globs
 # [rank, thread, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
 # _trace_state.CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
-CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE"
-FILE_PREFIX = ".bitexact-trace-rank"
+CAPTURE_ENV = _protocol.TRACE_CAPTURE_ENV
+FILE_PREFIX = _protocol.TRACE_FILE_PREFIX
 
 _state = None
 
@@ -218,7 +219,8 @@ def install_from_env():
     Python process of each rank (see :mod:`bitexact._dist`). Returns whether it started;
     raises :class:`Unavailable` when this process should trace and cannot."""
     level = os.environ.get(ENV)
-    if _state is not None or level not in ("ops", "modules") or not os.environ.get("BITEXACT_OUT"):
+    out = os.environ.get(_protocol.OUT_ENV)
+    if _state is not None or level not in _protocol.TRACE_LEVELS or not out:
         return False
     from . import _dist
 

@@ -6,12 +6,12 @@ neither, so the tracer's modules form no import cycle."""
 import os
 import threading
 
-from . import _trace_record
+from . import _protocol, _trace_record
 from ._trace_digest import describe  # noqa: F401  (the collectives describe their inputs)
 
 # [rank, thread, step, phase, module, op, occurrence] of the op whose tensors are saved here
 # (in0.., out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
-CAPTURE_FILE = ".bitexact-capture.safetensors"
+CAPTURE_FILE = _protocol.CAPTURE_FILE
 
 _paused = threading.local()
 
@@ -159,6 +159,6 @@ def save(state, ins, outs):
     tensors.update({"out%d" % i: t for i, t in enumerate(outs)})
     with paused():
         blob = _safetensors.serialize({k: v.detach() for k, v in tensors.items()})
-    root = os.environ.get("BITEXACT_OUT") or state.out_dir  # one capture per run, any rank
+    root = os.environ.get(_protocol.OUT_ENV) or state.out_dir  # one capture per run, any rank
     with open(os.path.join(root, CAPTURE_FILE), "wb") as f:
         f.write(blob)
