@@ -19,9 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// The environment variable carrying a run's marker.
-pub const MARKER_ENV: &str = crate::protocol::RUN_ID_ENV;
-
 static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static CONTAINERS: Mutex<Vec<(Option<PathBuf>, String)>> = Mutex::new(Vec::new());
 
@@ -86,7 +83,7 @@ impl Container {
         c
     }
 
-    /// The marker every process of the run inherits (as [`MARKER_ENV`]).
+    /// The marker every process of the run inherits (as [`crate::protocol::RUN_ID_ENV`]).
     pub fn marker(&self) -> &str {
         &self.marker
     }
@@ -186,7 +183,7 @@ fn cgroup_pids(dir: &Path) -> Vec<i32> {
 
 /// Live processes (not zombies) whose initial environment holds `MARKER_ENV=marker`.
 fn marked_pids(marker: &str) -> Vec<i32> {
-    let needle = format!("{MARKER_ENV}={marker}");
+    let needle = format!("{}={marker}", crate::protocol::RUN_ID_ENV);
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -246,7 +243,7 @@ mod tests {
         let c = Container::new();
         let mut cmd = std::process::Command::new("sh");
         cmd.args(["-c", "setsid sh -c 'sleep 60' & sleep 0.2"])
-            .env(MARKER_ENV, c.marker());
+            .env(crate::protocol::RUN_ID_ENV, c.marker());
         let status = cmd.status().unwrap();
         assert!(status.success());
         assert!(!marked_pids(c.marker()).is_empty(), "the daemon runs");

@@ -138,7 +138,7 @@ fn run_flags(
         .arg(&kept)
         .arg("--")
         .args(command)
-        .env_remove(bitexact::run::tracer::PACKAGE_ENV);
+        .env_remove(bitexact::protocol::PYTHON_PACKAGE_ENV);
     for (k, v) in env {
         c.env(k, v);
     }

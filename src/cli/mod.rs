@@ -268,7 +268,7 @@ fn diff_trace(a: &Path, b: &Path) -> Result<u8> {
                     anyhow::anyhow!(
                         "{}: no {}<R>.jsonl in it (keep runs with `bitexact run --trace ops --keep DIR`)",
                         p.display(),
-                        trace::program::FILE_PREFIX
+                        crate::protocol::TRACE_FILE_PREFIX
                     )
                 })?
             } else {

@@ -123,7 +123,7 @@ fn collect_reusing(
             platform = Some(
                 serde_json::from_str(&text).map_err(|e| anyhow!("{}: not JSON: {e}", f.name))?,
             );
-        } else if base == CONTROLS_FILE {
+        } else if base == crate::protocol::CONTROLS_FILE {
             let read_now = read_controls(&read()?);
             controls_read
                 .get_or_insert_with(BTreeSet::new)
@@ -152,11 +152,7 @@ fn collect_reusing(
     })
 }
 
-/// Where the helper records each control it read, one JSON object a line:
-/// `{"control": "workers", "value": 3, "pid": 1234}`.
-pub const CONTROLS_FILE: &str = crate::protocol::CONTROLS_FILE;
-
-/// The control names in a [`CONTROLS_FILE`]; lines that are not such an object are skipped
+/// The control names in a [`crate::protocol::CONTROLS_FILE`]; lines that are not such an object are skipped
 /// (a line cut short by a killed writer must not hide the others).
 fn read_controls(text: &str) -> BTreeSet<String> {
     text.lines()

@@ -183,9 +183,9 @@ impl Drop for RunFiles {
 
 impl Loader for RunFiles {
     fn load(&self, name: &str) -> Result<Tensor> {
-        if name.starts_with(super::trace::CAPTURE_FILE) {
-            let path = self.out.join(super::trace::CAPTURE_FILE);
-            let file = crate::tensor_files::OutputFile::new(super::trace::CAPTURE_FILE, &path)?;
+        if name.starts_with(crate::protocol::CAPTURE_FILE) {
+            let path = self.out.join(crate::protocol::CAPTURE_FILE);
+            let file = crate::tensor_files::OutputFile::new(crate::protocol::CAPTURE_FILE, &path)?;
             return crate::tensor_files::load(&file, name);
         }
         collect::load(&self.out, self.stdout.as_deref(), name)

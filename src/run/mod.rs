@@ -215,7 +215,7 @@ pub fn env_for(
         env.extend(t.env());
     }
     if program.seed_everything {
-        env.insert(trace::SEED_ENV.into(), "1".into());
+        env.insert(crate::protocol::SEED_EVERYTHING_ENV.into(), "1".into());
     }
     if program.injects() {
         let inject = trace::inject_dir(out);

@@ -186,7 +186,7 @@ impl RunSource for ProgramSource<'_> {
             .clone();
         let capturing = capture.is_some();
         if let Some(key) = capture {
-            env.insert(super::trace::CAPTURE_ENV.into(), key);
+            env.insert(crate::protocol::TRACE_CAPTURE_ENV.into(), key);
         }
         // One program run at a time per process: after each run the subreaper sweep reaps
         // whatever was left, which must not be another thread's program.

@@ -92,7 +92,7 @@ pub fn run(s: &Spawn) -> Result<Ended> {
     // Every process of the run, however it leaves the group or session, is found again by
     // its cgroup or its marker and killed when the run ends (see `crate::cleanup`).
     let container = cleanup::Container::new();
-    cmd.env(cleanup::MARKER_ENV, container.marker());
+    cmd.env(crate::protocol::RUN_ID_ENV, container.marker());
     let procs = container.procs();
     // SAFETY: `enter` makes only async-signal-safe calls on a path prepared before fork.
     unsafe {

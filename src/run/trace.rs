@@ -20,17 +20,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// The variable asking the injected `sitecustomize` to call `bitexact.seed_everything()`
-/// (`--seed-everything`).
-pub const SEED_ENV: &str = crate::protocol::SEED_EVERYTHING_ENV;
-
-/// The variable asking the tracer to save one op's tensors (`[rank, thread, step, phase, module, op,
-/// occurrence]` as JSON), for the explanation of a localized divergence.
-pub const CAPTURE_ENV: &str = crate::protocol::TRACE_CAPTURE_ENV;
-
-/// Where the tracer saves them: `in0…`, `out0…` in a safetensors file under `$BITEXACT_OUT`.
-pub const CAPTURE_FILE: &str = crate::protocol::CAPTURE_FILE;
-
 /// Largest tensor hashed in a trace unless `--trace-max-bytes` says otherwise (64 MiB).
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 
@@ -211,7 +200,7 @@ pub(super) fn explain_captured(
     let outputs = record.output.split(';').filter(|o| !o.is_empty()).count();
     let mut parts = Vec::new();
     for i in 0..outputs {
-        let name = format!("{}:out{i}", CAPTURE_FILE);
+        let name = format!("{}:out{i}", crate::protocol::CAPTURE_FILE);
         match (a.loader.load(&name), b.loader.load(&name)) {
             (Ok(x), Ok(y)) if x == y => parts.push(format!(
                 "output {i} identical in the re-runs (the difference did not recur)"

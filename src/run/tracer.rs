@@ -14,29 +14,23 @@
 //! binary with no package of its own leaves the program's Python to import its own `bitexact`.
 //!
 //! **When it cannot work, the run fails and says why.** Each Python process that tries records
-//! what happened in `ROOT/.bitexact-inject/records.jsonl` ([`RECORDS_FILE`], written by
-//! `python/bitexact/_sitecustomize.py`; cleared before each run, runs being one at a time). A run in which no process started the tracer (or, for
-//! `--seed-everything`, seeded) fails with [`FailureKind::TraceUnavailable`], naming the
-//! interpreter and the reason: `--trace ops: /usr/bin/python3 has no torch (...)`, `cannot load
-//! bitexact's native module (...)`, `cannot import bitexact's tracer (...)`, or that no Python
+//! what happened in `ROOT/.bitexact-inject/records.jsonl` ([`TRACER_RECORDS_FILE`], written by
+//! `python/bitexact/_sitecustomize.py`; cleared before each run, runs being one at a time). A
+//! run in which no process started the tracer (or, for `--seed-everything`, seeded) fails with
+//! [`FailureKind::TraceUnavailable`], naming the interpreter and the reason:
+//! `--trace ops: /usr/bin/python3 has no torch (...)`, `cannot load bitexact's native module
+//! (...)`, `cannot import bitexact's tracer (...)`, or that no Python
 //! process started it at all (the program ran no Python, or its Python skipped `PYTHONPATH`:
 //! `python -I`, `-E`, `-S`; or a Python older than 3.9 said so). A run stopped early is judged on
 //! its outputs alone. A program that runs several Pythons (torchrun's agent, DataLoader
 //! workers, a helper script) is fine as long as one traces: each rank's first process does.
 
 use crate::harness::{Failure, FailureKind};
+use crate::protocol::{PYTHON_PACKAGE_ENV, TRACER_RECORDS_FILE};
 use anyhow::{bail, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-/// What each Python process of a run that tried to trace or seed recorded, one JSON line each,
-/// in the injected directory (not in `$BITEXACT_OUT`, which a program may clear).
-pub const RECORDS_FILE: &str = "records.jsonl";
-
-/// The variable naming bitexact's own Python package directory for a binary that is not the
-/// package's console script (one built by cargo).
-pub const PACKAGE_ENV: &str = crate::protocol::PYTHON_PACKAGE_ENV;
 
 static OWN_PACKAGE: OnceLock<PathBuf> = OnceLock::new();
 
@@ -52,13 +46,13 @@ pub fn own_package() -> Result<Option<PathBuf>> {
     if let Some(dir) = OWN_PACKAGE.get() {
         return Ok(Some(dir.clone()));
     }
-    let Some(dir) = std::env::var_os(PACKAGE_ENV).filter(|d| !d.is_empty()) else {
+    let Some(dir) = std::env::var_os(PYTHON_PACKAGE_ENV).filter(|d| !d.is_empty()) else {
         return Ok(None);
     };
     let dir = std::path::absolute(PathBuf::from(dir))?;
     if !dir.join("__init__.py").is_file() || !dir.join("_trace.py").is_file() {
         bail!(
-            "${PACKAGE_ENV} {}: not a bitexact Python package directory (no __init__.py and _trace.py)",
+            "${PYTHON_PACKAGE_ENV} {}: not a bitexact Python package directory (no __init__.py and _trace.py)",
             dir.display()
         );
     }
@@ -100,13 +94,13 @@ pub struct Record {
 
 /// Removes the last run's records from the injected directory `inject`, before a run.
 pub fn clear(inject: &Path) {
-    let _ = std::fs::remove_file(inject.join(RECORDS_FILE));
+    let _ = std::fs::remove_file(inject.join(TRACER_RECORDS_FILE));
 }
 
 /// The records of the run that just ended, from the injected directory `inject` (none when no
 /// process wrote any; a link there is not followed).
 pub fn read(inject: &Path) -> Vec<Record> {
-    let path = inject.join(RECORDS_FILE);
+    let path = inject.join(TRACER_RECORDS_FILE);
     if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
         return Vec::new();
     }
@@ -138,8 +132,8 @@ pub fn verdict(
     }
 }
 
-/// The records in the text of a [`RECORDS_FILE`]; lines that are not a record are skipped (a
-/// process killed mid-write must not hide the others).
+/// The records in the text of a [`TRACER_RECORDS_FILE`]; lines that are not a record are
+/// skipped (a process killed mid-write must not hide the others).
 pub fn parse(text: &str) -> Vec<Record> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<Record>(l).ok())
@@ -181,7 +175,7 @@ pub fn judge(
         };
         if !own && why.contains(NO_PACKAGE) {
             why.push_str(&format!(
-                " (this bitexact has no Python package of its own to give the program: run the `bitexact` command of a pip or pipx install, set ${PACKAGE_ENV} to a bitexact package directory, or install bitexact-harness where the program runs)"
+                " (this bitexact has no Python package of its own to give the program: run the `bitexact` command of a pip or pipx install, set ${PYTHON_PACKAGE_ENV} to a bitexact package directory, or install bitexact-harness where the program runs)"
             ));
         }
         return Err(Failure::new(
@@ -265,9 +259,9 @@ mod tests {
             "cannot import bitexact's tracer (ModuleNotFoundError: No module named 'bitexact')";
         let failed = rec("failed", Some(reason));
         let f = judge(std::slice::from_ref(&failed), Some("ops"), false, false).unwrap_err();
-        assert!(f.message.contains(PACKAGE_ENV), "{}", f.message);
+        assert!(f.message.contains(PYTHON_PACKAGE_ENV), "{}", f.message);
         let f = judge(&[failed], Some("ops"), false, true).unwrap_err();
-        assert!(!f.message.contains(PACKAGE_ENV), "{}", f.message);
+        assert!(!f.message.contains(PYTHON_PACKAGE_ENV), "{}", f.message);
     }
 
     #[test]

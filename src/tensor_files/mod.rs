@@ -1,7 +1,7 @@
 //! Tensor files a program wrote into its output directory (`$BITEXACT_OUT` in run mode):
 //! `*.safetensors`, `*.npy`, `*.npz` and `torch.save`'s `*.pt` / `*.pth` (read without
 //! executing pickle: see `torch.rs`) are parsed into tensors, any other file is one raw
-//! `u8` tensor of shape `[len]`. Files whose name starts with [`METADATA_PREFIX`] are the
+//! `u8` tensor of shape `[len]`. Files whose name starts with [`crate::protocol::METADATA_PREFIX`] are the
 //! Python helper's metadata, never outputs ([`metadata_files`] lists them).
 //!
 //! * **Names**: the path relative to the directory with `/` separators, plus `:key` for each
@@ -47,9 +47,6 @@ use rayon::prelude::*;
 use std::borrow::Cow;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-
-/// File-name prefix of the Python helper's metadata files (`.bitexact-platform.json`, ...).
-pub const METADATA_PREFIX: &str = crate::protocol::METADATA_PREFIX;
 
 /// How a file is read, from its extension (exact, lower-case).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,8 @@
 //! dangles or resolves outside the directory is an error, never silently skipped. Special
 //! files (FIFOs, sockets, devices) are errors too. Names must be UTF-8.
 
-use super::{natural_cmp, FileKind, OutputFile, METADATA_PREFIX};
+use super::{natural_cmp, FileKind, OutputFile};
+use crate::protocol::METADATA_PREFIX;
 use crate::quote::{self, MAX_PATH};
 use anyhow::{bail, Context, Result};
 use std::fs;

@@ -22,9 +22,6 @@ use std::path::Path;
 /// The schema version of a program trace line.
 pub const VERSION: u32 = 2;
 
-/// File name prefix of a rank's trace under `$BITEXACT_OUT` (metadata, never compared).
-pub const FILE_PREFIX: &str = crate::protocol::TRACE_FILE_PREFIX;
-
 /// Most records read from one trace (a bound on memory; the rest is reported as cut).
 pub const MAX_RECORDS: usize = 20_000_000;
 
@@ -130,7 +127,7 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
 
 /// The rank `R` of a trace file named `.bitexact-trace-rank<R>.jsonl`.
 pub fn rank_of(name: &str) -> Option<u64> {
-    name.strip_prefix(FILE_PREFIX)?
+    name.strip_prefix(crate::protocol::TRACE_FILE_PREFIX)?
         .strip_suffix(".jsonl")?
         .parse()
         .ok()
