@@ -60,7 +60,12 @@ fn rust_problems(files: &[(String, String)]) -> Vec<String> {
     for (name, text) in files {
         // Test code may spell names out (it checks the contract from outside).
         let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        for l in literals(code).into_iter().filter(|l| is_protocol(l)) {
+        // Any protocol value spelled as a whole string literal (`"records.jsonl"` too).
+        for n in NAMES
+            .iter()
+            .filter(|n| code.contains(&format!("{:?}", n.value)))
+        {
+            let l = n.value;
             out.push(format!(
                 "{name}: {l:?} written as a literal; use bitexact::protocol"
             ));
@@ -133,6 +138,11 @@ fn planted_drift_is_caught() {
         "env.insert(\"BITEXACT_SEED\", s);".to_string(),
     )];
     assert_eq!(rust_problems(&rs).len(), 1);
+    let records = vec![(
+        "src/y.rs".to_string(),
+        "dir.join(\"records.jsonl\")".to_string(),
+    )];
+    assert_eq!(rust_problems(&records).len(), 1);
     let test_only = "#[cfg(test)]\nmod t { const X: &str = \"BITEXACT_SEED\"; }";
     assert!(rust_problems(&[("src/x.rs".into(), test_only.into())]).is_empty());
 }
