@@ -48,8 +48,9 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::harness::{CaseReport, Failure, FailureKind, Verdict};
+use crate::harness::{Failure, FailureKind};
 use crate::isolate::{self, ChildConfig, Launcher};
+use crate::outcome::{CaseReport, Verdict};
 use crate::suite::{self, Subject, SuiteConfig};
 use crate::vary::{Kind, Variation};
 use std::io::Write;

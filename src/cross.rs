@@ -13,10 +13,10 @@
 
 use crate::backend::Backend;
 use crate::case::{Case, Outputs};
-use crate::controls::Controls;
 use crate::diff::{self, TensorDiff};
-use crate::harness::{run_in_process, CaseReport, Verdict};
-use crate::vary::RunSettings;
+use crate::harness::{CaseSource, Planner};
+use crate::outcome::case::CaseReport;
+use crate::outcome::verdict::Verdict;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -174,73 +174,103 @@ pub fn compare_outputs(case: &str, cpu: &Outputs, cuda: &Outputs) -> CrossDevice
     }
 }
 
-/// Compares every case of `cases` that ran on both CPU and CUDA in `reports`.
+/// Compares case `case`'s CPU report `cpu` (final) with its CUDA report `cuda` (its evidence
+/// so far: the comparison is evidence for it). Only two deterministic reports are compared;
+/// when their digests differ, `planner` makes one more run on each device (run-0 settings) to
+/// explain how.
 pub fn compare(
-    cases: &[&dyn Case],
-    reports: &[CaseReport],
-    controls: &Controls,
-) -> Vec<CrossDevice> {
-    let find = |name: &str, b: Backend| reports.iter().find(|r| r.name == name && r.backend == b);
-    let mut out = Vec::new();
-    for case in cases {
-        let name = case.name();
-        let (Some(cpu), Some(cuda)) = (find(&name, Backend::Cpu), find(&name, Backend::Cuda))
-        else {
-            continue;
-        };
-        if let Some(r) = [cpu, cuda]
-            .into_iter()
-            .find(|r| r.verdict() == Verdict::Skipped)
-        {
-            let why = r.message.clone().unwrap_or_else(|| "skipped".into());
-            out.push(CrossDevice::skipped(&name, format!("{}: {why}", r.backend)));
-            continue;
-        }
-        if let Some(r) = [cpu, cuda]
-            .into_iter()
-            .find(|r| r.verdict() != Verdict::Deterministic)
-        {
-            out.push(CrossDevice::skipped(
-                &name,
-                format!(
-                    "{} run was {}: only deterministic results are compared across devices",
-                    r.backend,
-                    r.verdict().name()
-                ),
-            ));
-            continue;
-        }
-        if cpu.digests == cuda.digests {
-            out.push(CrossDevice {
-                case: name.clone(),
-                verdict: CrossVerdict::Identical,
-                tensors: cpu
-                    .digests
-                    .keys()
-                    .map(|t| CrossTensor {
-                        tensor: t.clone(),
-                        exact_required: None,
-                        identical: true,
-                        diff: None,
-                    })
-                    .collect(),
-                message: None,
-            });
-            continue;
-        }
-        let settings = RunSettings::for_run(controls, &[], 0, false);
-        let run = |b| run_in_process(*case, b, &settings).map(|r| r.outputs);
-        out.push(match (run(Backend::Cpu), run(Backend::Cuda)) {
-            (Ok(a), Ok(b)) => compare_outputs(&name, &a, &b),
-            (Err(e), _) | (_, Err(e)) => CrossDevice {
-                case: name.clone(),
-                verdict: CrossVerdict::Mismatch,
-                tensors: Vec::new(),
-                message: Some(format!("re-run to explain the difference failed: {e:#}")),
-            },
-        });
+    case: &dyn Case,
+    cpu: &CaseReport,
+    cuda: &CaseReport,
+    planner: &mut Planner,
+) -> CrossDevice {
+    let name = case.name();
+    if let Some(r) = [cpu, cuda]
+        .into_iter()
+        .find(|r| r.verdict_so_far() == Verdict::Skipped)
+    {
+        let why = r
+            .evidence
+            .skipped
+            .clone()
+            .unwrap_or_else(|| "skipped".into());
+        return CrossDevice::skipped(&name, format!("{}: {why}", r.backend));
     }
-    out
+    if let Some(r) = [cpu, cuda]
+        .into_iter()
+        .find(|r| r.verdict_so_far() != Verdict::Deterministic)
+    {
+        return CrossDevice::skipped(
+            &name,
+            format!(
+                "{} run was {}: only deterministic results are compared across devices",
+                r.backend,
+                r.verdict_so_far().name()
+            ),
+        );
+    }
+    if cpu.digests == cuda.digests {
+        return CrossDevice {
+            case: name.clone(),
+            verdict: CrossVerdict::Identical,
+            tensors: cpu
+                .digests
+                .keys()
+                .map(|t| CrossTensor {
+                    tensor: t.clone(),
+                    exact_required: None,
+                    identical: true,
+                    diff: None,
+                })
+                .collect(),
+            message: None,
+        };
+    }
+    let settings = planner.settings(0, false);
+    let mut run = |k: usize, backend| -> Result<Outputs, String> {
+        let source = CaseSource {
+            case,
+            backend,
+            children: None,
+        };
+        let told = ("cross-device: cpu and cuda", k, 2);
+        let c = planner
+            .one(&source, &settings, 0, told)
+            .map_err(|f| f.message)?;
+        c.digests
+            .iter()
+            .map(|(n, _)| Ok((n.clone(), c.loader.load(n).map_err(|e| format!("{e:#}"))?)))
+            .collect()
+    };
+    match (run(0, Backend::Cpu), run(1, Backend::Cuda)) {
+        (Ok(a), Ok(b)) => compare_outputs(&name, &a, &b),
+        (Err(e), _) | (_, Err(e)) => CrossDevice {
+            case: name.clone(),
+            verdict: CrossVerdict::Mismatch,
+            tensors: Vec::new(),
+            message: Some(format!("re-run to explain the difference failed: {e}")),
+        },
+    }
+}
+
+/// What a `mismatch` adds to the CUDA report's evidence: its message, or the outputs that
+/// differ.
+pub fn mismatch_evidence(c: &CrossDevice) -> Option<String> {
+    if c.verdict != CrossVerdict::Mismatch {
+        return None;
+    }
+    Some(match &c.message {
+        Some(m) => m.clone(),
+        None => {
+            let differing: Vec<&str> = c
+                .tensors
+                .iter()
+                .filter(|t| !t.identical)
+                .map(|t| t.tensor.as_str())
+                .collect();
+            format!("{} differ(s) between cpu and cuda", differing.join(", "))
+        }
+    })
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@
 // The public API: the root re-exports below, plus these modules.
 pub mod check;
 pub mod memory;
+pub mod outcome;
 pub mod report;
 pub mod snapshot;
 
@@ -138,10 +139,11 @@ pub use controls::Controls;
 pub use digest::Digest;
 /// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].
 pub use half;
-pub use harness::{CaseReport, Failure, FailureKind, Judged, Verdict};
+pub use harness::{Failure, FailureKind};
+pub use outcome::{CaseReport, Judged, Report, Verdict};
 pub use outputs::Outputs;
 pub use report::Format;
 pub use snapshot::{review as review_snapshots, Review};
-pub use suite::{Event, Report, SuiteConfig};
+pub use suite::{Event, SuiteConfig};
 pub use tensor::{DType, Tensor};
 pub use vary::Variation;

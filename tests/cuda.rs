@@ -6,8 +6,9 @@
 use bitexact::backend::cuda::{ops as gpu_ops, Gpu};
 use bitexact::backend::Backend;
 use bitexact::case::Ctx;
-use bitexact::cross::{self, CrossVerdict};
-use bitexact::harness::{assess_case, Verdict};
+use bitexact::cross::CrossVerdict;
+use bitexact::harness::assess_case;
+use bitexact::outcome::Verdict;
 use bitexact::rng::Stream;
 use bitexact::suite::{self, SuiteConfig};
 use bitexact::{cases, ops, Controls};
@@ -223,11 +224,11 @@ fn cross_device_comparison_of_small_cases() {
     let selected = cases::select(Some("kernel/*/small"));
     let controls = Controls::default();
     let selected: Vec<&dyn bitexact::Case> = selected.iter().map(|c| c.as_ref()).collect();
-    let config = SuiteConfig::new(vec![Backend::Cpu, Backend::Cuda], controls.clone(), 2);
-    let reports = suite::run(&suite::Subject::cases(&selected), &config, &mut |_| {})
+    let mut config = SuiteConfig::new(vec![Backend::Cpu, Backend::Cuda], controls, 2);
+    config.cross_device = true;
+    let cmp = suite::run(&suite::Subject::cases(&selected), &config, &mut |_| {})
         .unwrap()
-        .cases;
-    let cmp = cross::compare(&selected, &reports, &controls);
+        .cross_device;
     assert_eq!(cmp.len(), selected.len());
     for c in &cmp {
         assert_ne!(c.verdict, CrossVerdict::Mismatch, "{c:?}");

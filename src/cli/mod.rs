@@ -152,7 +152,7 @@ fn validate_outputs(
 
 /// Runs the suite with a progress bar on standard error, drawn only on a terminal and never in
 /// CI (`CI` set), so logs and piped output stay clean.
-fn run_with_progress(subjects: &[Subject], config: &SuiteConfig) -> Result<report::Report> {
+fn run_with_progress(subjects: &[Subject], config: &SuiteConfig) -> Result<crate::outcome::Report> {
     use std::io::IsTerminal;
     let bar = if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
         ProgressBar::hidden()
@@ -184,7 +184,7 @@ fn run_with_progress(subjects: &[Subject], config: &SuiteConfig) -> Result<repor
 }
 
 /// Renders `report` and writes it to `out` (atomically) or standard output.
-fn emit(format: Format, out: Option<&Path>, report: &report::Report) -> Result<()> {
+fn emit(format: Format, out: Option<&Path>, report: &crate::outcome::Report) -> Result<()> {
     while crate::process::stopping() {
         std::thread::park(); // no report of runs a stop signal cut short (see `main`)
     }

@@ -3,18 +3,18 @@
 //! subject, and find cases whose result depends on what ran before them (the `order`
 //! variation). Each adds evidence; none assigns a verdict.
 
-use super::executor::{pass, Pass, RunStart};
+use super::executor::Pass;
 use super::failure::FailureKind;
-use super::in_process::run_in_process;
-use super::outcome::{CaseReport, Verdict};
+use super::in_process::CaseSource;
+use super::planner::Planner;
 use super::source::{Collected, RunSource};
-use super::Options;
 use crate::case::Case;
-use crate::controls::Controls;
+use crate::outcome::{CaseReport, Verdict};
+
 use crate::diff::{self, TensorDiff};
-use crate::digest::{self, Digest};
+use crate::digest::Digest;
 use crate::trace::Divergence;
-use crate::vary::{Blame, RunSettings, Variation};
+use crate::vary::{Blame, Variation};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
@@ -217,12 +217,8 @@ fn why(p: &Pass) -> Option<String> {
 
 /// The control (everything fixed), then each variation alone, `opts.runs` runs each. The blame
 /// says how many runs it made and how long they took.
-pub fn blame(
-    source: &dyn RunSource,
-    controls: &Controls,
-    opts: &Options,
-    progress: &mut dyn FnMut(RunStart),
-) -> Blame {
+pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
+    let opts = planner.opts;
     let t0 = std::time::Instant::now();
     let mut passes: Vec<(String, usize)> = Vec::new();
     let mut first_ops: Vec<(Variation, String)> = Vec::new();
@@ -230,14 +226,7 @@ pub fn blame(
     let mut control_failed = false;
     let mut diverges = |vary: &[Variation], purpose: String| {
         let name = purpose.trim_start_matches("blame: ").to_string();
-        let mut p = pass(
-            source,
-            controls,
-            vary,
-            (opts.runs, false),
-            &purpose,
-            progress,
-        );
+        let mut p = planner.pass(source, vary, (opts.runs, false), &purpose);
         passes.push((purpose.clone(), p.metas.len()));
         let timed_out = p.failure.as_ref().map(|f| f.kind) == Some(FailureKind::Timeout);
         if p.failed_before_differing() && !timed_out {
@@ -249,7 +238,7 @@ pub fn blame(
             let why = why(&p).unwrap_or_default();
             evidence.push(format!("{name}: {why} (the pass was made again)"));
             let again = format!("{purpose} again");
-            p = pass(source, controls, vary, (opts.runs, false), &again, progress);
+            p = planner.pass(source, vary, (opts.runs, false), &again);
             passes.push((again, p.metas.len()));
         }
         if let Some(why) = why(&p) {
@@ -286,47 +275,45 @@ pub fn blame(
         .with_evidence(evidence)
 }
 
-/// The `order` variation: runs the cases that passed once more, in reverse order, in this
-/// process under the settings of their first run, and records as evidence which outputs now
-/// differ from that first run. The caller re-judges the reports.
-pub fn order_pass(
-    cases: &[&dyn Case],
-    controls: &Controls,
-    vary: &[Variation],
-    reports: &mut [CaseReport],
-) {
-    let mut settings = RunSettings::for_run(controls, vary, 0, false);
-    settings.fresh_process = false;
-    for r in reports.iter_mut().rev() {
-        if r.verdict() != Verdict::Deterministic && r.verdict() != Verdict::Missed {
-            continue;
-        }
-        let Some(case) = cases.iter().find(|c| c.name() == r.name) else {
-            continue;
-        };
-        let Ok(out) = run_in_process(*case, r.backend, &settings) else {
-            continue;
-        };
-        let now: BTreeMap<String, String> = digest::digest_all(&out.outputs)
-            .into_iter()
-            .map(|(k, d)| (k, d.hex()))
-            .collect();
-        if now == r.digests {
-            continue;
-        }
-        let names: BTreeSet<&String> = now.keys().chain(r.digests.keys()).collect();
-        let differing: Vec<&str> = names
-            .into_iter()
-            .filter(|n| now.get(*n) != r.digests.get(*n))
-            .map(|n| n.as_str())
-            .collect();
-        r.blame = Some(Blame::new(true, vec![Variation::Order]));
-        r.evidence.order_dependence = Some(format!(
-            "result depends on case order: {} differ(s) when the suite runs again in reverse order",
-            differing.join(", ")
-        ));
-        r.rejudge();
+/// The `order` variation for one report: runs its case once more in this process under the
+/// settings of its first run (the suite calls it for the cases in reverse order, after every
+/// case ran once), made by `planner`, and records as evidence which outputs now differ from
+/// that first run. Only reports whose evidence so far says deterministic (or a planted bug
+/// missed) are checked; the verdict is left to the judge.
+pub fn order_check(case: &dyn Case, r: &mut CaseReport, planner: &mut Planner) {
+    let now = r.verdict_so_far();
+    if now != Verdict::Deterministic && now != Verdict::Missed {
+        return;
     }
+    let mut settings = planner.settings(0, false);
+    settings.fresh_process = false;
+    let source = CaseSource {
+        case,
+        backend: r.backend,
+        children: None,
+    };
+    let Ok(out) = planner.one(&source, &settings, 0, ("order: reverse", 0, 1)) else {
+        return;
+    };
+    let now: BTreeMap<String, String> = out
+        .digests
+        .iter()
+        .map(|(k, d)| (k.clone(), d.hex()))
+        .collect();
+    if now == r.digests {
+        return;
+    }
+    let names: BTreeSet<&String> = now.keys().chain(r.digests.keys()).collect();
+    let differing: Vec<&str> = names
+        .into_iter()
+        .filter(|n| now.get(*n) != r.digests.get(*n))
+        .map(|n| n.as_str())
+        .collect();
+    r.blame = Some(Blame::new(true, vec![Variation::Order]));
+    r.evidence.order_dependence = Some(format!(
+        "result depends on case order: {} differ(s) when the suite runs again in reverse order",
+        differing.join(", ")
+    ));
 }
 
 /// How two text outputs differ, line by line.

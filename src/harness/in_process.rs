@@ -3,11 +3,11 @@
 //! process (`--vary process`), in a child started by a [`ChildRunner`] the caller supplies.
 
 use super::failure::{Failure, FailureKind};
+use super::source::Runs;
 use super::source::{Collected, RunMeta, RunSource, Started};
 use super::Options;
 use crate::backend::Backend;
 use crate::case::{Case, Ctx};
-use crate::controls::Controls;
 use crate::memory;
 use crate::outputs::Outputs;
 use crate::trace::{first_divergence, Divergence, TraceEntry};
@@ -212,17 +212,16 @@ impl RunSource for CaseSource<'_> {
         other: &Collected,
         j: usize,
         metas: &[RunMeta],
-        controls: &Controls,
-        opts: &Options,
+        planner: &mut dyn Runs,
     ) -> Option<Divergence> {
         if let (Some(a), Some(b)) = (&first.trace, &other.trace) {
             return crate::trace::first_divergence(a, b);
         }
         // Only cases that record op traces can be localized: others cost nothing more.
-        if !opts.localize || metas.iter().all(|m| m.recorded_ops == 0) {
+        if !planner.opts().localize || metas.iter().all(|m| m.recorded_ops == 0) {
             return None;
         }
-        self.localize_by_reruns(controls, opts, j)
+        self.localize_by_reruns(planner, j)
     }
 }
 
@@ -235,16 +234,8 @@ impl CaseSource<'_> {
     /// settings (or any earlier one when both settings are the same, i.e. no variation), and
     /// names the first diverging op of the first differing pair. A race that shows rarely gets
     /// many pairs out of few runs this way.
-    fn localize_by_reruns(
-        &self,
-        controls: &Controls,
-        opts: &Options,
-        j: usize,
-    ) -> Option<Divergence> {
-        let settings = [
-            RunSettings::for_run(controls, &opts.vary, 0, true),
-            RunSettings::for_run(controls, &opts.vary, j, true),
-        ];
+    fn localize_by_reruns(&self, planner: &mut dyn Runs, j: usize) -> Option<Divergence> {
+        let settings = [planner.settings(0, true), planner.settings(j, true)];
         if settings[0].knobs.batch_split != settings[1].knobs.batch_split {
             return None; // different batchings make different op calls: traces do not line up
         }
@@ -252,7 +243,11 @@ impl CaseSource<'_> {
         let mut traces: Vec<(usize, Vec<TraceEntry>)> = Vec::new();
         for i in 0..LOCALIZE_RUNS {
             let side = i % 2;
-            let t = self.run(&settings[side]).ok()?.trace?;
+            let told = ("localize: traced re-run", i, LOCALIZE_RUNS);
+            let t = planner
+                .one(self, &settings[side], [0, j][side], told)
+                .ok()?
+                .trace?;
             for (other, earlier) in &traces {
                 if same || *other != side {
                     if let Some(d) = first_divergence(earlier, &t) {

@@ -5,17 +5,19 @@
 //!
 //! - [`source`]: the [`RunSource`] trait and what a run yields;
 //! - [`in_process`]: cases as a run source ([`CaseSource`]);
-//! - [`executor`]: the K runs of any source and their evidence;
+//! - [`planner`]: the one owner of every run an assessment makes ([`Planner`]);
+//! - [`executor`]: a pass of K runs of any source and their evidence;
 //! - [`diagnose`]: explanation, first differing output, blame and the order pass;
-//! - [`failure`]: why a run failed, typed;
-//! - [`outcome`]: [`CaseReport`], its [`Evidence`], and [`judge`], the one place verdicts are
-//!   assigned.
+//! - [`failure`]: why a run failed, typed.
+//!
+//! What it finds goes into a [`CaseReport`] ([`crate::outcome`]), judged once its evidence is
+//! complete.
 
 pub mod diagnose;
 pub mod executor;
 pub mod failure;
 pub mod in_process;
-pub mod outcome;
+pub mod planner;
 pub mod program;
 pub mod source;
 
@@ -24,13 +26,14 @@ pub use failure::{Failure, FailureKind};
 pub use in_process::{
     call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
 };
-pub use outcome::{judge, CaseReport, Evidence, Judged, SnapshotStatus, Summary, Verdict};
+pub use planner::Planner;
 pub use program::{Ignored, ProgramInfo, ProgramRun, StepMemory, WorldSize};
-pub use source::{Collected, Loader, RunMeta, RunSource, Started};
+pub use source::{Collected, Loader, RunMeta, RunSource, Runs, Started};
 
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
+use crate::outcome::CaseReport;
 use crate::vary::Variation;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -122,32 +125,38 @@ impl Options {
 
 /// Assesses any run source: K runs, explanation, localization, blame, then the one judge.
 pub fn assess(source: &dyn RunSource, controls: &Controls, opts: &Options) -> CaseReport {
-    assess_with_progress(source, controls, opts, &mut |_| {})
+    gather(source, controls, opts, &mut |_| {}).judge()
 }
 
-/// [`assess`], telling `progress` of every run before it is made (the main pass and blame's).
-pub fn assess_with_progress(
+/// The evidence about `source`, not yet judged, telling `progress` of every run before it is
+/// made: the main pass, blame's passes, localization and capture re-runs, and any run the
+/// source needs to describe itself, all through one [`Planner`]. The suite adds what only it
+/// knows (snapshots, the order pass, the other device) and then judges, once.
+pub fn gather(
     source: &dyn RunSource,
     controls: &Controls,
     opts: &Options,
     progress: &mut dyn FnMut(RunStart),
 ) -> CaseReport {
+    let mut planner = Planner::new(controls, opts, progress);
+    let mut report = evidence(source, &mut planner);
+    report.passes = planner.into_made();
+    report
+}
+
+/// The evidence about `source` (not yet judged): K runs, explanation, localization, blame and
+/// what the source adds, every run made by `planner`.
+fn evidence(source: &dyn RunSource, planner: &mut Planner) -> CaseReport {
+    let opts = planner.opts;
     let t0 = Instant::now();
     let mut report = CaseReport::new(&source.name(), source.backend());
     report.variations = opts.vary.clone();
     report.evidence.planted = source.planted();
     if let Some(reason) = source.skip_reason(opts) {
         report.evidence.skipped = Some(reason);
-        return report.judge();
+        return report;
     }
-    let p = executor::pass(
-        source,
-        controls,
-        &opts.vary,
-        (opts.runs, opts.trace),
-        "main",
-        progress,
-    );
+    let p = planner.pass(source, &opts.vary, (opts.runs, opts.trace), "main");
     report.runs = p.run_digests.len();
     report.run_digests = p.run_digests.iter().map(|d| d.hex()).collect();
     report.distinct_digests = p.distinct();
@@ -165,9 +174,9 @@ pub fn assess_with_progress(
         (Some(f), _, _) => report.evidence.failure = Some(f.clone()),
         (None, Some(first), Some((j, other))) => {
             report.diff = diagnose::explain(first, 0, other, *j);
-            report.divergence = source.localize(first, other, *j, &p.metas, controls, opts);
+            report.divergence = source.localize(first, other, *j, &p.metas, planner);
             if opts.blame && !opts.vary.is_empty() {
-                report.blame = Some(diagnose::blame(source, controls, opts, progress));
+                report.blame = Some(diagnose::blame(source, planner));
             }
         }
         _ => {}
@@ -180,9 +189,9 @@ pub fn assess_with_progress(
             .map(|(k, d)| (k.clone(), d.hex()))
             .collect();
     }
-    source.describe(&mut report, &p.metas, p.first.as_ref(), controls, opts);
+    source.describe(&mut report, &p.metas, p.first.as_ref(), planner);
     report.seconds = t0.elapsed().as_secs_f64();
-    report.judge()
+    report
 }
 
 /// Assesses `case` on `backend` under `opts`; fresh-process runs go through `children`.
@@ -194,11 +203,13 @@ pub fn assess_case_with(
     opts: &Options,
     children: Option<&dyn ChildRunner>,
 ) -> CaseReport {
-    assess_case_with_progress(case, backend, controls, opts, children, &mut |_| {})
+    gather_case(case, backend, controls, opts, children, &mut |_| {}).judge()
 }
 
-/// [`assess_case_with`], telling `progress` of every run before it is made.
-pub fn assess_case_with_progress(
+/// The evidence about `case` on `backend` ([`gather`]), not yet judged, telling `progress` of
+/// every run before it is made. The seed variation applies only to cases that declare their
+/// outputs seed-independent.
+pub fn gather_case(
     case: &dyn Case,
     backend: Backend,
     controls: &Controls,
@@ -226,7 +237,7 @@ pub fn assess_case_with_progress(
         backend,
         children,
     };
-    assess_with_progress(&source, controls, opts, progress)
+    gather(&source, controls, opts, progress)
 }
 
 /// Assesses `case` on `backend` with `runs` runs (at least 2) under `controls`.
@@ -245,6 +256,7 @@ mod tests {
     use crate::backend::Backend;
     use crate::case::{Case, Ctx, Outputs};
     use crate::controls::Controls;
+    use crate::outcome::Verdict;
     use crate::tensor::Tensor;
     use anyhow::Result;
     use std::sync::atomic::{AtomicUsize, Ordering};

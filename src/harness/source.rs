@@ -7,16 +7,18 @@
 //! - `crate::run::ProgramSource`: an external program, spawned with the environment contract,
 //!   its output files collected.
 //!
+//! Sources never make runs of their own accord: every run, the main pass's or one a source
+//! needs to localize or describe, is asked of the planner ([`Runs`]).
+//!
 //! A new way to make runs (say, a remote runner) is one new file implementing [`RunSource`],
 //! plus one line where its subject is handed to the suite (`crate::suite::Subject`).
 
 use super::failure::Failure;
-use super::outcome::CaseReport;
 use super::program::{Ignored, ProgramRun, StepMemory};
 use super::Options;
 use crate::backend::Backend;
-use crate::controls::Controls;
 use crate::digest::Digest;
+use crate::outcome::CaseReport;
 use crate::outputs::Outputs;
 use crate::tensor::Tensor;
 use crate::trace::{Divergence, TraceEntry};
@@ -145,6 +147,25 @@ impl Started {
     }
 }
 
+/// What a source may ask of the planner ([`super::Planner`]) while it localizes or describes
+/// a difference: the harness options, the settings of a main-pass run, and more runs, each
+/// told to progress and counted in the report.
+pub trait Runs {
+    /// The harness options.
+    fn opts(&self) -> &Options;
+    /// The settings of run `index` of the main pass, traced when `trace` is set.
+    fn settings(&self, index: usize, trace: bool) -> RunSettings;
+    /// One run of `source`, as its run `index` under `settings`, told as run `k` of `of` made
+    /// for `purpose`: its outputs collected, or why it failed.
+    fn one(
+        &mut self,
+        source: &dyn RunSource,
+        settings: &RunSettings,
+        index: usize,
+        told: (&str, usize, usize),
+    ) -> Result<Collected, Failure>;
+}
+
 /// Makes runs of one subject on one backend.
 pub trait RunSource: Sync {
     /// The case name reports use.
@@ -167,27 +188,26 @@ pub trait RunSource: Sync {
     fn start(&self, index: usize, settings: &RunSettings) -> Started;
     /// Names the first divergence between run 0 and run `j`: from their op traces when both
     /// have one (programs also capture the op's tensors in a re-run to explain it), else by
-    /// traced re-runs (cases) or the first differing output in write order (programs).
+    /// traced re-runs (cases) or the first differing output in write order (programs). Any
+    /// run it needs, it asks `planner` for.
     fn localize(
         &self,
         _first: &Collected,
         _other: &Collected,
         _j: usize,
         _metas: &[RunMeta],
-        _controls: &Controls,
-        _opts: &Options,
+        _planner: &mut dyn Runs,
     ) -> Option<Divergence> {
         None
     }
     /// Adds what only this source knows to the report of its main pass (before judging); a
-    /// program under `--vary world-size` makes its world-size run here.
+    /// program under `--vary world-size` asks `planner` for its world-size run here.
     fn describe(
         &self,
         _report: &mut CaseReport,
         _metas: &[RunMeta],
         _first: Option<&Collected>,
-        _controls: &Controls,
-        _opts: &Options,
+        _planner: &mut dyn Runs,
     ) {
     }
 }

@@ -1,6 +1,6 @@
 //! JSON report: one object `{version, controls, runs, platform, cases, cost?, summary}`.
 
-use super::Report;
+use crate::outcome::Report;
 
 /// The report as pretty-printed JSON.
 pub fn render(report: &Report) -> String {

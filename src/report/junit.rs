@@ -7,9 +7,10 @@
 //! `<error>`; `skipped` is `<skipped>` with the reason. The failure body holds the whole
 //! explanation (differing tensors, blame, localization). Controls and platform are properties.
 
-use super::{details, headline, Report};
+use super::{details, headline};
 use crate::backend::Backend;
-use crate::harness::{CaseReport, Verdict};
+use crate::outcome::Report;
+use crate::outcome::{CaseReport, Verdict};
 use std::fmt::Write;
 
 /// The report as JUnit XML.

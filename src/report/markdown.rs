@@ -2,9 +2,10 @@
 //! backend, verdict, runs, digest prefix, time), then the explanation of every case that did not
 //! pass in a collapsible block, and the cost of determinism when it was measured.
 
+use super::details;
 use super::text::seconds;
-use super::{details, Report};
-use crate::harness::Verdict;
+use crate::outcome::Report;
+use crate::outcome::Verdict;
 use std::fmt::Write;
 
 /// The report as GitHub-flavoured Markdown.

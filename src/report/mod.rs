@@ -8,8 +8,8 @@ pub mod markdown;
 pub mod text;
 
 use crate::cost::CostRow;
-use crate::harness::{CaseReport, SnapshotStatus, Summary, Verdict};
-pub use crate::suite::{Report, REPORT_VERSION};
+use crate::outcome::Report;
+use crate::outcome::{CaseReport, SnapshotStatus, Summary, Verdict};
 
 /// A report output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Text report: a table (case, backend, verdict, runs, digest prefix, time), the explanation of
 //! every difference, the cost of determinism when measured, and a summary line.
 
-use super::Report;
+use crate::outcome::Report;
 use std::fmt::Write;
 
 /// Formats seconds as `850µs`, `12.3ms` or `1.24s`.
@@ -16,7 +16,7 @@ pub fn seconds(s: f64) -> String {
 }
 
 /// The highest per-run peak heap use of a case (`-` when nothing ran, `?` when unknown).
-pub fn peak_memory(c: &crate::harness::CaseReport) -> String {
+pub fn peak_memory(c: &crate::outcome::CaseReport) -> String {
     match c.peak_bytes.iter().max() {
         Some(&b) => crate::memory::human(b),
         None if c.runs == 0 => "-".into(),

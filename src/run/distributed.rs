@@ -13,10 +13,8 @@
 //!   error (torchrun's log lines and its own traceback left out).
 
 use super::Program;
-use crate::controls::Controls;
-use crate::harness::{Collected, Options, RunSource, WorldSize};
+use crate::harness::{Collected, RunSource, Runs, WorldSize};
 use crate::trace::program::OPS_NAME;
-use crate::vary::RunSettings;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 
@@ -127,17 +125,16 @@ pub(super) fn check_world_size(
     source: &dyn RunSource,
     program: &Program,
     first: &Collected,
-    controls: &Controls,
-    opts: &Options,
+    planner: &mut dyn Runs,
 ) -> WorldSize {
     let n = program.world_size;
-    let mut settings = RunSettings::for_run(controls, &opts.vary, 0, false);
+    let mut settings = planner.settings(0, false);
     settings.knobs.world_size = Some(1);
     let mut w = WorldSize {
         sizes: [n, 1],
         ..WorldSize::default()
     };
-    let other = match source.start(0, &settings).outputs.and_then(|p| p()) {
+    let other = match planner.one(source, &settings, 0, ("world size: 1 process", 0, 1)) {
         Ok(c) => c,
         Err(f) => {
             w.summary = format!(

@@ -8,10 +8,10 @@ use super::files::{self, Remover, RunFiles, Scratch};
 use super::info::{own_peak_rss, program_info, unread_controls};
 use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
-use crate::controls::Controls;
 use crate::harness::{
-    CaseReport, Collected, Failure, FailureKind, Options, ProgramRun, RunMeta, RunSource, Started,
+    Collected, Failure, FailureKind, ProgramRun, RunMeta, RunSource, Runs, Started,
 };
+use crate::outcome::CaseReport;
 use crate::trace::Divergence;
 use crate::vary::{RunSettings, Variation};
 use anyhow::{Context, Result};
@@ -362,10 +362,9 @@ impl RunSource for ProgramSource<'_> {
         other: &Collected,
         j: usize,
         _metas: &[RunMeta],
-        controls: &Controls,
-        opts: &Options,
+        planner: &mut dyn Runs,
     ) -> Option<Divergence> {
-        super::trace::localize(self, &self.capture, first, other, j, controls, opts)
+        super::trace::localize(self, &self.capture, first, other, j, planner)
     }
 
     fn describe(
@@ -373,9 +372,9 @@ impl RunSource for ProgramSource<'_> {
         report: &mut CaseReport,
         metas: &[RunMeta],
         first: Option<&Collected>,
-        controls: &Controls,
-        opts: &Options,
+        planner: &mut dyn Runs,
     ) {
+        let world_size = planner.opts().vary.contains(&Variation::WorldSize);
         if let Some(c) = first {
             let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
             report.memory_growth = crate::memory::step_growth(&steps);
@@ -398,8 +397,8 @@ impl RunSource for ProgramSource<'_> {
         let (unread, note) = unread_controls(&report.variations, read);
         info.unread_controls = unread;
         report.notes.extend(note);
-        if let (Some(c), true) = (first, opts.vary.contains(&Variation::WorldSize)) {
-            let w = super::distributed::check_world_size(self, self.program, c, controls, opts);
+        if let (Some(c), true) = (first, world_size) {
+            let w = super::distributed::check_world_size(self, self.program, c, planner);
             report.notes.push(w.summary.clone());
             if self.program.world_size_invariant && w.depends == Some(true) {
                 report.evidence.world_size_dependence =

@@ -11,8 +11,7 @@
 //! The script's own seeding is left alone. Which `bitexact` package the program's Python
 //! imports, and what happens when it cannot trace (the run fails, saying why): [`super::tracer`].
 
-use crate::controls::Controls;
-use crate::harness::{diagnose, Collected, Options, RunSource};
+use crate::harness::{diagnose, Collected, RunSource, Runs};
 use crate::protocol::TraceLevel;
 use crate::trace::{Divergence, TraceEntry};
 use anyhow::{bail, Context, Result};
@@ -124,8 +123,7 @@ pub(super) fn localize(
     first: &Collected,
     other: &Collected,
     j: usize,
-    controls: &Controls,
-    opts: &Options,
+    planner: &mut dyn Runs,
 ) -> Option<Divergence> {
     let (Some(a), Some(b)) = (&first.trace, &other.trace) else {
         return diagnose::first_output_divergence(first, other);
@@ -149,7 +147,7 @@ pub(super) fn localize(
     };
     if d.inputs_matched && a.get(d.call).is_some_and(|e| e.call == d.call) {
         let key = crate::trace::identity_json(a, d.call);
-        let what = explain_captured(source, capture, &key, &a[d.call], j, controls, opts);
+        let what = explain_captured(source, capture, &key, &a[d.call], j, planner);
         d.explanation.push_str(&what);
     }
     Some(d)
@@ -180,15 +178,14 @@ pub(super) fn explain_captured(
     key: &str,
     record: &crate::trace::TraceEntry,
     j: usize,
-    controls: &Controls,
-    opts: &Options,
+    planner: &mut dyn Runs,
 ) -> String {
     *capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.to_string());
     let mut runs = Vec::new();
-    for index in [0, j] {
-        let settings = crate::vary::RunSettings::for_run(controls, &opts.vary, index, false);
-        let started = source.start(index, &settings);
-        runs.push(started.outputs.and_then(|pending| pending()));
+    let purpose = format!("capture: runs 0 and {j}");
+    for (k, index) in [0, j].into_iter().enumerate() {
+        let settings = planner.settings(index, false);
+        runs.push(planner.one(source, &settings, index, (&purpose, k, 2)));
     }
     *capture.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let (a, b) = match (&runs[0], &runs[1]) {

@@ -24,7 +24,7 @@ use super::naming::{path, pending_path};
 use super::store::{remove_if_present, write};
 use super::{ci_from, in_ci};
 use crate::controls::Controls;
-use crate::harness::CaseReport;
+use crate::outcome::CaseReport;
 use crate::platform::Platform;
 use std::path::Path;
 
@@ -189,7 +189,7 @@ fn ci_message(headline: &str, pending: &Path) -> String {
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::CaseReport;
+    use crate::outcome::CaseReport;
     use std::path::PathBuf;
 
     use crate::scratch::Scratch;
@@ -197,7 +197,7 @@ mod tests {
     fn report(digest: &str) -> CaseReport {
         let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
         r.distinct_digests = 1;
-        r.rejudge();
+        r = r.judge();
         r.runs = 2;
         r.run_digests = vec![digest.repeat(32); 2];
         r.digests = [("sum".to_string(), digest.repeat(32))].into();

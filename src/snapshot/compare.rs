@@ -4,7 +4,7 @@
 use super::format::Snapshot;
 use super::naming::path;
 use crate::controls::Controls;
-use crate::harness::CaseReport;
+use crate::outcome::CaseReport;
 use crate::platform::Platform;
 use anyhow::{anyhow, Result};
 use std::io::ErrorKind;
@@ -144,12 +144,12 @@ pub fn compare(
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::CaseReport;
+    use crate::outcome::CaseReport;
 
     fn report(tensors: &[(&str, &str)]) -> CaseReport {
         let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
         r.distinct_digests = 1;
-        r.rejudge();
+        r = r.judge();
         r.runs = 2;
         r.run_digests = vec!["ab".repeat(32); 2];
         r.digests = tensors
@@ -194,7 +194,7 @@ mod tests {
     fn nondeterministic_reports_are_not_snapshotted() {
         let mut r = report(&[("a", "1")]);
         r.distinct_digests = 2;
-        r.rejudge();
+        r = r.judge();
         let e = Snapshot::of(&r, &Controls::default(), &Platform::detect()).unwrap_err();
         assert!(e.to_string().contains("only deterministic"), "{e}");
     }

@@ -11,7 +11,7 @@
 use super::naming::controls_suffix;
 use super::yaml;
 use crate::controls::Controls;
-use crate::harness::{CaseReport, Verdict};
+use crate::outcome::{CaseReport, Verdict};
 use crate::platform::Platform;
 use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeMap;
@@ -69,12 +69,12 @@ pub fn is_digest(d: &str) -> bool {
 impl Snapshot {
     /// The snapshot of a deterministic case report made under `controls` on `platform`.
     pub fn of(report: &CaseReport, controls: &Controls, platform: &Platform) -> Result<Snapshot> {
-        if report.verdict() != Verdict::Deterministic {
+        if report.verdict_so_far() != Verdict::Deterministic {
             bail!(
                 "{} on {} is {}: only deterministic results can be snapshotted",
                 report.name,
                 report.backend,
-                report.verdict().name()
+                report.verdict_so_far().name()
             );
         }
         let run = report
@@ -303,12 +303,12 @@ fn parse_body_lines<'a>(
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::CaseReport;
+    use crate::outcome::CaseReport;
 
     fn snapshot() -> Snapshot {
         let mut r = CaseReport::new("kernel/test/small", Backend::Cpu);
         r.distinct_digests = 1;
-        r.rejudge();
+        r = r.judge();
         r.runs = 2;
         r.run_digests = vec!["ab".repeat(32); 2];
         r.digests = [("x", "11"), ("y: z", "22")]

@@ -11,7 +11,7 @@ use super::in_ci;
 use super::naming::{path, pending_path};
 use crate::atomic::{temp_file_pid, write_atomically};
 use crate::controls::Controls;
-use crate::harness::CaseReport;
+use crate::outcome::CaseReport;
 use crate::platform::Platform;
 use anyhow::{anyhow, bail, Result};
 use std::io::ErrorKind;
@@ -249,14 +249,14 @@ pub fn stale_temp_files(dir: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::CaseReport;
+    use crate::outcome::CaseReport;
 
     use crate::scratch::Scratch;
 
     fn report(name: &str, digest: &str) -> CaseReport {
         let mut r = CaseReport::new(name, Backend::Cpu);
         r.distinct_digests = 1;
-        r.rejudge();
+        r = r.judge();
         r.runs = 2;
         r.run_digests = vec![digest.repeat(32); 2];
         r.digests = [("out".to_string(), digest.repeat(32))].into();
