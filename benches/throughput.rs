@@ -3,10 +3,10 @@
 //! against a baseline measured in the same run. `BITEXACT_BENCH_MB` sets the large-tensor size
 //! (default 1024 MiB).
 
-use bitexact::case::Ctx;
 use bitexact::cases::registry;
 use bitexact::digest::{digest_all, tensor_digest};
 use bitexact::harness::assess_case;
+use bitexact::Ctx;
 use bitexact::{Backend, Controls, Tensor};
 use sha2::{Digest as _, Sha256};
 

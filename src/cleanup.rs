@@ -89,7 +89,8 @@ impl Container {
     }
 
     /// What contains the run, in words (`cgroup v2`, or `process scan`).
-    pub fn mechanism(&self) -> &'static str {
+    #[cfg(test)]
+    fn mechanism(&self) -> &'static str {
         if self.cgroup.is_some() {
             "cgroup v2"
         } else {

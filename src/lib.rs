@@ -8,9 +8,13 @@
 //! a run source → the harness (K runs, variations, diagnoses) → digests → compare → one judge
 //! → a [`Report`]. The suite is that pipeline for a selection of subjects; the CLI and
 //! [`check`] call it. The public API is what a user's test needs: [`check`] and the types
-//! re-exported here, the [`report`] renderers, [`snapshot`] review (accepting pending
-//! snapshots from code: [`review_snapshots`]`(dir, true)`) and the [`memory`] counting
-//! allocator. Every other module is internal to bitexact's binary and tests.
+//! re-exported here, the report model ([`outcome`]) and its renderers ([`report`]),
+//! [`snapshot`] review (accepting pending snapshots from code: [`review_snapshots`]`(dir,
+//! true)`), the [`memory`] counting allocator, and the pieces a report is made of ([`digest`],
+//! [`trace`], [`vary`], [`platform`], [`cross`], [`cost`], [`rng`], [`protocol`], and the
+//! [`suite`] that drives them). The eight hidden modules are bitexact's own binary's, bindings'
+//! and tests' way in, not a stable API; the rest is private. `docs/architecture.md` describes
+//! the house.
 //!
 //! ```
 //! use bitexact::{Case, Ctx, Outputs, Result, Tensor};
@@ -31,111 +35,80 @@
 
 // The public API: the root re-exports below, plus these modules.
 pub mod check;
+/// The cost of determinism per op (`report --cost-of-determinism`).
+pub mod cost;
+/// CPU vs CUDA comparison of one case's outputs (`report --backend all`).
+pub mod cross;
+/// Canonical digests: SHA-256 over a canonical encoding of a tensor, and a run's digest.
+pub mod digest;
 pub mod memory;
 pub mod outcome;
-pub mod report;
-pub mod snapshot;
-
-// Internal modules: public only because bitexact's own binary, tests and benches reach in.
-// Not a stable API; hidden from the docs.
-/// Atomic writes (internal).
-#[doc(hidden)]
-pub mod atomic;
-/// Backends: CPU and CUDA (internal).
-#[doc(hidden)]
-pub mod backend;
-/// The `Case` trait and its context (re-exported at the root).
-#[doc(hidden)]
-pub mod case;
-/// What must not outlive bitexact: run containers and temporary directories (internal).
-#[doc(hidden)]
-pub mod cleanup;
-/// The command line, shared by the binary and the Python package (internal).
-#[doc(hidden)]
-pub mod cli;
-/// Controls (re-exported at the root).
-#[doc(hidden)]
-pub mod controls;
-/// The cost of determinism (internal).
-#[doc(hidden)]
-pub mod cost;
-/// CPU vs CUDA comparison (internal).
-#[doc(hidden)]
-pub mod cross;
-/// Element-level explanations of differences (internal).
-#[doc(hidden)]
-pub mod diff;
-/// Canonical digests (internal; `Digest` is re-exported at the root).
-#[doc(hidden)]
-pub mod digest;
-/// Globs over names (internal).
-#[doc(hidden)]
-pub mod glob;
-/// The harness: run sources, K runs, diagnoses, the judge (internal).
-#[doc(hidden)]
-pub mod harness;
-/// Child processes: the isolate protocol (internal).
-#[doc(hidden)]
-pub mod isolate;
-/// The machine fingerprint (internal).
-#[doc(hidden)]
+/// The machine fingerprint a report and a snapshot record.
 pub mod platform;
-/// Process plumbing: contained children, live groups, signals (internal).
-#[doc(hidden)]
-pub mod process;
 /// The names bitexact and the programs it runs share: environment variables, metadata files,
 /// trace levels and trace record fields.
 pub mod protocol;
-/// Quoting input in messages (internal).
-#[doc(hidden)]
-pub mod quote;
-/// Philox random streams (internal).
-#[doc(hidden)]
+pub mod report;
+/// Philox random streams: the seeded inputs a case draws ([`Ctx::stream`]).
 pub mod rng;
+pub mod snapshot;
+/// The pipeline every entry point calls: subjects in, events out, a [`Report`] back.
+pub mod suite;
+/// Op traces: records, trace files and the first diverging op between two runs.
+pub mod trace;
+/// Variations between runs, and blame.
+pub mod vary;
+
+// Internal modules: public only because bitexact's own binary, Python bindings, tests and
+// benches reach in. Not a stable API; hidden from the docs.
+/// Backends: CPU and CUDA (internal).
+#[doc(hidden)]
+pub mod backend;
+/// The built-in cases and their registry (internal).
+#[doc(hidden)]
+pub mod cases;
+/// The command line, shared by the binary and the Python bindings (internal).
+#[doc(hidden)]
+pub mod cli;
+/// The harness: run sources, the planner, K runs, diagnoses (internal).
+#[doc(hidden)]
+pub mod harness;
+/// Op families and their implementations (internal).
+#[doc(hidden)]
+pub mod ops;
 /// Run mode: external programs (internal).
 #[doc(hidden)]
 pub mod run;
-#[cfg(test)]
-mod scratch;
-pub mod sha_lanes;
-/// The pipeline every entry point calls (internal; `Report`, `SuiteConfig`, `Event` are
-/// re-exported at the root).
-#[doc(hidden)]
-pub mod suite;
-/// Host tensors (re-exported at the root).
-#[doc(hidden)]
-pub mod tensor;
 /// Readers of tensor files (internal).
 #[doc(hidden)]
 pub mod tensor_files;
-/// Op traces (internal).
-#[doc(hidden)]
-pub mod trace;
-/// Variations between runs (internal; `Variation` is re-exported at the root).
-#[doc(hidden)]
-pub mod vary;
-
-mod outputs;
-mod tensor_io;
-
-/// The built-in cases and their registry. Internal: public for bitexact's own binary, tests
-/// and benches, not a stable API.
-#[doc(hidden)]
-pub mod cases;
-/// Op families and their implementations. Internal: public for bitexact's own tests and
-/// benches, not a stable API.
-#[doc(hidden)]
-pub mod ops;
-/// The training step behind the `train/*` cases. Internal: public for bitexact's own tests,
-/// not a stable API.
+/// The training step behind the `train/*` cases (internal).
 #[doc(hidden)]
 pub mod train;
+
+// Internal to the crate.
+mod atomic;
+mod case;
+mod cleanup;
+mod controls;
+mod diff;
+mod glob;
+mod isolate;
+mod outputs;
+mod process;
+mod quote;
+#[cfg(test)]
+mod scratch;
+mod sha_lanes;
+mod tensor;
+mod tensor_io;
 
 pub use anyhow::{self, Error, Result};
 pub use backend::Backend;
 pub use case::{Algo, Case, Ctx};
 pub use check::{check, Check};
 pub use controls::Controls;
+pub use diff::TensorDiff;
 pub use digest::Digest;
 /// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].
 pub use half;

@@ -5,12 +5,12 @@
 
 use bitexact::backend::cuda::{ops as gpu_ops, Gpu};
 use bitexact::backend::Backend;
-use bitexact::case::Ctx;
 use bitexact::cross::CrossVerdict;
 use bitexact::harness::assess_case;
 use bitexact::outcome::Verdict;
 use bitexact::rng::Stream;
 use bitexact::suite::{self, SuiteConfig};
+use bitexact::Ctx;
 use bitexact::{cases, ops, Controls};
 
 fn bits(v: Vec<f32>) -> Vec<u32> {

@@ -12,8 +12,8 @@
 use bitexact::backend::cuda::geometry::{self, Geometry};
 use bitexact::backend::cuda::{kernels, ops::TILED16, ops::TILED32};
 use bitexact::backend::Backend;
-use bitexact::case::Ctx;
 use bitexact::rng::Stream;
+use bitexact::Ctx;
 use bitexact::{ops, Controls};
 use libloading::Library;
 use std::ffi::c_void;

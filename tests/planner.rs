@@ -6,12 +6,12 @@
 
 mod common;
 
-use bitexact::case::{Case, Ctx, Outputs};
 use bitexact::report::{self, Format};
 use bitexact::run::{trace::TraceOptions, Program};
 use bitexact::suite::{self, Event, Subject, SuiteConfig};
 use bitexact::vary::Variation;
 use bitexact::{Backend, Controls, Report, Tensor, Verdict};
+use bitexact::{Case, Ctx, Outputs};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU32, Ordering};

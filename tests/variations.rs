@@ -1,11 +1,11 @@
 //! Variation injection, automatic blame, process isolation and first-divergence localization.
 
-use bitexact::case::{Case, Ctx, Outputs};
 use bitexact::harness::{assess_case_with, Options};
 use bitexact::report::{self, Format};
 use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::Variation;
 use bitexact::{ops, Backend, Controls, Tensor, Verdict};
+use bitexact::{Case, Ctx, Outputs};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 mod common;
@@ -14,7 +14,7 @@ use common::{bitexact, json};
 /// The suite as `report --vary all` runs it, through the library: children (the `process`
 /// variation) are the built `bitexact` binary, which finds built-in cases by name.
 fn vary_all_suite(filter: &str) -> bitexact::Report {
-    use bitexact::isolate::{ChildConfig, Launcher};
+    use bitexact::harness::{ChildConfig, Launcher};
     let selected = bitexact::cases::select(Some(filter));
     let cases: Vec<&dyn Case> = selected.iter().map(|c| c.as_ref()).collect();
     let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);

@@ -24,7 +24,7 @@ pub struct PassCount {
 }
 
 /// Facts gathered about a case besides its digests, findings and memory: the inputs of
-/// [`judge`] that have no other field in [`CaseReport`].
+/// [`judge`](super::judge::judge) that have no other field in [`CaseReport`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Evidence {
@@ -62,7 +62,7 @@ pub struct CaseReport {
     /// Backend it ran on.
     pub backend: Backend,
     /// Verdict, as the judge gave it: it reads like a [`Verdict`] (`r.verdict ==
-    /// Verdict::Deterministic`, `r.verdict.name()`), but only [`judge`] makes one.
+    /// Verdict::Deterministic`, `r.verdict.name()`), but only [`judge`](super::judge::judge) makes one.
     pub verdict: Judged,
     /// Runs completed.
     pub runs: usize,
@@ -80,7 +80,7 @@ pub struct CaseReport {
     pub seconds: f64,
     /// Wall time of each run's `Case::run`.
     pub run_seconds: Vec<f64>,
-    /// Error, skip reason, planted-bug description or order dependence (set by [`judge`]).
+    /// Error, skip reason, planted-bug description or order dependence (set by [`judge`](super::judge::judge)).
     pub message: Option<String>,
     /// Variations applied between the runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

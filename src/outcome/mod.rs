@@ -1,6 +1,6 @@
 //! The report model: what a check found, filled by the suite ([`crate::suite`]) and read by the
 //! renderers ([`crate::report`]). A [`Report`] holds one [`CaseReport`] per subject and
-//! backend, each with its [`Evidence`] and the [`Verdict`] the one judge ([`judge`]) gave it
+//! backend, each with its [`Evidence`] and the [`Verdict`] the one judge ([`judge()`]) gave it
 //! once its evidence was complete.
 //!
 //! - [`case`]: [`CaseReport`], [`Evidence`], [`PassCount`];

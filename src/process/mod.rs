@@ -5,10 +5,7 @@
 //! nothing of cases, runs or reports.
 
 pub mod groups;
-pub use groups::{
-    group_leading_children, install_signal_handlers, kill_all_children, register, stopping,
-    Registered,
-};
+pub use groups::{group_leading_children, install_signal_handlers, register, stopping};
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;

@@ -22,7 +22,7 @@
 
 use bitexact::digest::{self, Digest};
 use bitexact::harness::Launcher;
-use bitexact::tensor::DType;
+use bitexact::DType;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use rayon::prelude::*;

@@ -19,7 +19,7 @@
 
 use super::Host;
 use bitexact::digest::Digest;
-use bitexact::tensor::DType;
+use bitexact::DType;
 use pyo3::prelude::*;
 use rayon::prelude::*;
 use std::collections::HashMap;
