@@ -7,7 +7,7 @@
 //! - `fs::rename` outside the one atomic-write helper (`src/atomic.rs`);
 //! - a verdict assigned outside the judge (`src/outcome/judge.rs`);
 //! - an import cycle between the Python package's modules (`python/bitexact/`, see
-//!   [`python`]).
+//!   [`python`]), one of them over [`MAX_LINES`] lines, or one without a docstring.
 //!
 //! Test code (`#[cfg(test)]` sections) is not part of the house and is skipped. The binary's
 //! own file (`src/main.rs`) imports the library as `bitexact::`, so it sits on top of

@@ -161,6 +161,9 @@ def _written_args(func):
 
 
 def _record(state, stream, func, args, kwargs, result, tensor_type):
+    """Records one computing op of ``stream`` (not a collective, not a view): its inputs are
+    what it read (a tensor it writes in place or through ``out=`` is a result), its outputs
+    what it returned."""
     op = func.name()
     if (op.startswith(_NOT_COMPUTATION) or not ts.in_steps(state, stream)
             or ts.skipped(state, op)):

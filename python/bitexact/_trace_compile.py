@@ -80,6 +80,9 @@ def running():
 
 
 class _Restore:
+    """The handle of :func:`install`: removing it puts back ``OptimizeContext.__call__`` and
+    forgets the tracer's state (no compiled call is traced after the tracer stops)."""
+
     def __init__(self, owner, name, original):
         self.owner, self.name, self.original = owner, name, original
 

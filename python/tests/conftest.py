@@ -37,8 +37,8 @@ def clean_env(monkeypatch):
     """No bitexact variables set, and the module's per-process state reset."""
     for v in _VARS:
         monkeypatch.delenv(v, raising=False)
-    monkeypatch.setattr(bitexact, "_seed", None)
-    monkeypatch.setattr(bitexact, "_platform_written", False)
+    monkeypatch.setattr(bitexact._seed, "_last_seed", None)
+    monkeypatch.setattr(bitexact._outputs, "_platform_written", False)
     monkeypatch.setattr(bitexact._controls, "_recorded", set())
     yield
 

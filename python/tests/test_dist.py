@@ -18,7 +18,7 @@ def test_a_rank_writes_under_its_own_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert _dist.rank() == 1
     assert bitexact.out_dir() == str(tmp_path / "rank1")
-    monkeypatch.setattr(bitexact, "_steps_written", {})
+    monkeypatch.setattr(bitexact._outputs, "_steps_written", {})
     path = bitexact.step(0, loss=[1.5])
     assert path == str(tmp_path / "rank1" / "step_0000.safetensors")
     assert (tmp_path / "rank1" / ".bitexact-memory.jsonl").is_file()

@@ -222,7 +222,7 @@ def test_none_values_are_skipped_with_a_warning_naming_them(out):
 
 
 def test_the_platform_file_records_the_seed_used(out, monkeypatch):
-    monkeypatch.setattr(bitexact, "_platform_written", False)
+    monkeypatch.setattr(bitexact._outputs, "_platform_written", False)
     bitexact.seed_everything(1234, torch=False)
     bitexact.dump("a", x=np.ones(1))
     info = json.loads((out / ".bitexact-platform.json").read_text())

@@ -1,4 +1,7 @@
-//! The Python package's house (`python/bitexact/`): no import cycle between its modules.
+//! The Python package's house (`python/bitexact/`): no import cycle between its modules, no
+//! module over [`super::MAX_LINES`] lines, and every module opens with a docstring saying what
+//! it holds (`_sitecustomize.py` excepted: it is written out as a `sitecustomize.py` of its own
+//! and opens with a comment saying the same).
 //!
 //! Every import counts, at the top of a module or inside a function (a lazy import is still
 //! an arrow; it only moves the cycle from import time to call time): `from . import a, b`,
@@ -156,9 +159,43 @@ fn graph(package: &Path) -> BTreeMap<String, BTreeSet<String>> {
     g
 }
 
+/// Modules that need not open with a docstring: `_sitecustomize.py` runs as a file of its own
+/// before `bitexact` is imported and opens with a comment header instead.
+const NO_DOCSTRING: &[&str] = &["_sitecustomize.py"];
+
+/// Modules of `package` over [`super::MAX_LINES`] lines or not opening with a docstring.
+fn shape_problems(package: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut paths: Vec<_> = std::fs::read_dir(package)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    paths.sort();
+    for p in paths {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines = text.lines().count();
+        if lines > super::MAX_LINES {
+            out.push(format!(
+                "{name} has {lines} lines (over {})",
+                super::MAX_LINES
+            ));
+        }
+        let opening = text.trim_start();
+        let docstring = opening.starts_with("\"\"\"") || opening.starts_with("r\"\"\"");
+        if !docstring && !NO_DOCSTRING.contains(&name.as_str()) {
+            out.push(format!(
+                "{name} does not open with a docstring saying what it holds"
+            ));
+        }
+    }
+    out
+}
+
 /// Everything wrong with the Python package in `package`, one line each.
 pub fn problems(package: &Path) -> Vec<String> {
-    super::cycles(&graph(package))
+    let mut out: Vec<String> = super::cycles(&graph(package))
         .into_iter()
         .map(|c| {
             format!(
@@ -167,7 +204,9 @@ pub fn problems(package: &Path) -> Vec<String> {
                 c.join(" ")
             )
         })
-        .collect()
+        .collect();
+    out.extend(shape_problems(package));
+    out
 }
 
 fn package() -> std::path::PathBuf {
@@ -177,7 +216,7 @@ fn package() -> std::path::PathBuf {
 }
 
 #[test]
-fn the_python_package_has_no_import_cycle() {
+fn the_python_package_is_kept() {
     assert_eq!(native_module(&package()).as_deref(), Some("_native"));
     let p = problems(&package());
     assert!(
@@ -222,6 +261,31 @@ fn a_planted_python_cycle_is_caught() {
     let p = problems(&copy).join("\n");
     assert!(
         p.contains("Python import cycle between") && p.contains("_trace.py _trace_hooks.py"),
+        "{p}"
+    );
+}
+
+/// An over-long module and one without a docstring are caught too.
+#[test]
+fn a_planted_long_or_undocumented_module_is_caught() {
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join(PACKAGE);
+    super::copy_dir(&package(), &copy);
+    assert!(shape_problems(&copy).is_empty());
+    let seed = copy.join("_seed.py");
+    let text = std::fs::read_to_string(&seed).unwrap();
+    let after_open = text.strip_prefix("\"\"\"").unwrap();
+    let body = after_open.split_once("\"\"\"").unwrap().1; // the module without its docstring
+    std::fs::write(&seed, body).unwrap();
+    std::fs::write(
+        copy.join("_long.py"),
+        "\"\"\"Long.\"\"\"\n".to_string() + &"x = 1\n".repeat(super::MAX_LINES),
+    )
+    .unwrap();
+    let p = shape_problems(&copy).join("\n");
+    assert!(
+        p.contains("_seed.py does not open with a docstring")
+            && p.contains(&format!("_long.py has {} lines", super::MAX_LINES + 1)),
         "{p}"
     );
 }
