@@ -2,7 +2,7 @@
 //!
 //! Every case runs at least twice under fixed seeds and switches; every output tensor is hashed
 //! (SHA-256 over a canonical encoding, [`digest`]); runs are compared bit for bit and any
-//! difference is explained ([`diff`]). See `README.md` ("How it works") for the whole picture.
+//! difference is explained ([`TensorDiff`]). See `docs/architecture.md` for the whole picture.
 //!
 //! Data flows one way: a subject (a [`Case`], or an external program under `bitexact run`) →
 //! a run source → the harness (K runs, variations, diagnoses) → digests → compare → one judge

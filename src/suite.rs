@@ -166,11 +166,14 @@ pub fn run(
 ) -> Result<Report> {
     let opts = &config.options;
     let controls = &config.controls;
-    let platform = Platform::detect();
     let deferred = opts.vary.contains(&Variation::Order);
-    let mut done: Vec<CaseReport> = Vec::new();
     let mut waiting: Vec<(Subject, CaseReport)> = Vec::new();
-    let mut cross_device = Vec::new();
+    let mut finished = Finished {
+        config,
+        platform: Platform::detect(),
+        done: Vec::new(),
+        cross_device: Vec::new(),
+    };
     for &backend in &config.backends {
         for subject in subjects.iter().filter(|s| s.runs_on(backend)) {
             let name = subject.name();
@@ -190,17 +193,7 @@ pub fn run(
                 waiting.push((*subject, r));
                 continue;
             }
-            let r = settle(
-                *subject,
-                r,
-                &done,
-                config,
-                &platform,
-                &mut cross_device,
-                on_event,
-            );
-            on_event(Event::Finished(&r));
-            done.push(r);
+            finished.finish(*subject, r, on_event);
         }
     }
     for (subject, r) in waiting.iter_mut().rev() {
@@ -213,17 +206,7 @@ pub fn run(
         }
     }
     for (subject, r) in waiting {
-        let r = settle(
-            subject,
-            r,
-            &done,
-            config,
-            &platform,
-            &mut cross_device,
-            on_event,
-        );
-        on_event(Event::Finished(&r));
-        done.push(r);
+        finished.finish(subject, r, on_event);
     }
     let mut cost = Vec::new();
     if config.cost_of_determinism && !controls.deterministic {
@@ -236,29 +219,46 @@ pub fn run(
             }
         }
     }
-    let mut report = Report::new(controls.clone(), opts.runs, done, cost);
+    let mut report = Report::new(controls.clone(), opts.runs, finished.done, cost);
     report.variations = opts.vary.clone();
     report.backends = config.backends.clone();
-    report.cross_device = cross_device;
+    report.cross_device = finished.cross_device;
     Ok(report)
+}
+
+/// The reports whose verdict is final, in the order they finished.
+struct Finished<'c> {
+    config: &'c SuiteConfig,
+    platform: Platform,
+    done: Vec<CaseReport>,
+    cross_device: Vec<CrossDevice>,
+}
+
+impl Finished<'_> {
+    /// Adds what only the suite knows to `r`'s evidence ([`settle`]), judges it, once, and
+    /// tells `on_event` it finished.
+    fn finish(&mut self, subject: Subject, r: CaseReport, on_event: &mut dyn FnMut(Event)) {
+        let r = settle(subject, r, self, on_event);
+        on_event(Event::Finished(&r));
+        self.done.push(r);
+    }
 }
 
 /// Adds what only the suite knows to `r`'s evidence, then judges it, once: its committed
 /// snapshot, and for a case's CUDA report under `--backend all`, how it compares with the
-/// case's CPU report (among `done`).
+/// case's CPU report (among those `finished`).
 fn settle(
     subject: Subject,
     mut r: CaseReport,
-    done: &[CaseReport],
-    config: &SuiteConfig,
-    platform: &Platform,
-    cross_device: &mut Vec<CrossDevice>,
+    finished: &mut Finished,
     on_event: &mut dyn FnMut(Event),
 ) -> CaseReport {
+    let config = finished.config;
     if let Some(dir) = &config.snapshots {
-        snapshot::policy::check(dir, &mut r, &config.controls, platform);
+        snapshot::policy::check(dir, &mut r, &config.controls, &finished.platform);
     }
-    let cpu = done
+    let cpu = finished
+        .done
         .iter()
         .find(|c| c.name == r.name && c.backend == Backend::Cpu);
     if let (Subject::Case(case), Some(cpu), true, Backend::Cuda) =
@@ -270,7 +270,7 @@ fn settle(
         let c = crate::cross::compare(case, cpu, &r, &mut planner);
         r.passes.extend(planner.into_made());
         r.evidence.cross_device = crate::cross::mismatch_evidence(&c);
-        cross_device.push(c);
+        finished.cross_device.push(c);
     }
     r.judge()
 }

@@ -1,4 +1,4 @@
-//! Keeps the house (README.md, "How it works"): reads the library's sources under `src/`
+//! Keeps the house (docs/architecture.md): reads the library's sources under `src/`
 //! and fails, naming the files, on
 //! - an import cycle between source files (`use crate::…`, `use super::…` and inline
 //!   `crate::…` paths, resolved through `pub use` re-exports to the file that defines the item);

@@ -137,7 +137,9 @@ fn every_run_of_a_traced_program_with_a_divergence_is_an_event_and_in_the_json()
     assert_eq!(made as usize, told.len());
 }
 
+/// What `Polluter` leaves behind for `Victim` (the tests using them hold `ONE_AT_A_TIME`).
 static SHARED: AtomicU32 = AtomicU32::new(0);
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Leaves process-global state behind.
 struct Polluter;
@@ -164,7 +166,35 @@ impl Case for Victim {
 }
 
 #[test]
+fn order_variation_finds_state_leaking_between_cases() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cases: Vec<Box<dyn Case>> = vec![Box::new(Victim), Box::new(Polluter)];
+    let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
+    config.options.vary = vec![Variation::Order];
+    let cases: Vec<&dyn Case> = cases.iter().map(|c| c.as_ref()).collect();
+    let reports = suite::run(&Subject::cases(&cases), &config, &mut |_| {})
+        .unwrap()
+        .cases;
+    let victim = reports.iter().find(|r| r.name == "test/victim").unwrap();
+    assert_eq!(victim.verdict(), Verdict::Nondeterministic, "{victim:?}");
+    assert_eq!(
+        victim.blame.as_ref().unwrap().broken_by,
+        vec![Variation::Order]
+    );
+    assert!(victim.message.as_ref().unwrap().contains("case order"));
+    assert_eq!(
+        reports
+            .iter()
+            .find(|r| r.name == "test/polluter")
+            .unwrap()
+            .verdict(),
+        Verdict::Deterministic
+    );
+}
+
+#[test]
 fn no_verdict_changes_after_finished() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let scratch = std::env::temp_dir().join(format!("bitexact-planner-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).unwrap();

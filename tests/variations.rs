@@ -6,7 +6,6 @@ use bitexact::suite::{self, SuiteConfig};
 use bitexact::vary::Variation;
 use bitexact::{ops, Backend, Controls, Tensor, Verdict};
 use bitexact::{Case, Ctx, Outputs};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 mod common;
 use common::{bitexact, json};
@@ -186,60 +185,4 @@ fn localization_names_the_first_nondeterministic_op() {
         }
     }
     panic!("split-K atomics never diverged (and localized) in 50x8 runs");
-}
-
-static SHARED: AtomicU32 = AtomicU32::new(0);
-
-/// Leaves process-global state behind.
-struct Polluter;
-impl Case for Polluter {
-    fn name(&self) -> String {
-        "test/polluter".into()
-    }
-    fn run(&self, _ctx: &mut Ctx) -> anyhow::Result<Outputs> {
-        SHARED.store(1, Ordering::SeqCst);
-        Ok(Outputs::from([("x".to_string(), Tensor::scalar(1u32))]))
-    }
-}
-
-/// Reads process-global state and resets it.
-struct Victim;
-impl Case for Victim {
-    fn name(&self) -> String {
-        "test/victim".into()
-    }
-    fn run(&self, _ctx: &mut Ctx) -> anyhow::Result<Outputs> {
-        let v = SHARED.swap(0, Ordering::SeqCst);
-        Ok(Outputs::from([("seen".to_string(), Tensor::scalar(v))]))
-    }
-}
-
-#[test]
-fn order_variation_finds_state_leaking_between_cases() {
-    let cases: Vec<Box<dyn Case>> = vec![Box::new(Victim), Box::new(Polluter)];
-    let opts = Options {
-        vary: vec![Variation::Order],
-        ..Options::runs(2)
-    };
-    let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
-    config.options = opts;
-    let cases: Vec<&dyn Case> = cases.iter().map(|c| c.as_ref()).collect();
-    let reports = suite::run(&suite::Subject::cases(&cases), &config, &mut |_| {})
-        .unwrap()
-        .cases;
-    let victim = reports.iter().find(|r| r.name == "test/victim").unwrap();
-    assert_eq!(victim.verdict(), Verdict::Nondeterministic, "{victim:?}");
-    assert_eq!(
-        victim.blame.as_ref().unwrap().broken_by,
-        vec![Variation::Order]
-    );
-    assert!(victim.message.as_ref().unwrap().contains("case order"));
-    assert_eq!(
-        reports
-            .iter()
-            .find(|r| r.name == "test/polluter")
-            .unwrap()
-            .verdict(),
-        Verdict::Deterministic
-    );
 }
