@@ -143,9 +143,8 @@ fn list_shows_cases_backends_and_ops() {
 
 #[test]
 fn out_file_is_written() {
-    let dir = std::env::temp_dir().join(format!("bitexact-out-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("r.json");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.json");
     let o = bitexact(&[
         "report",
         "--filter",
@@ -159,5 +158,4 @@ fn out_file_is_written() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(v["cases"][0]["name"], "kernel/reduce_sum/small");
-    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -195,9 +195,8 @@ fn order_variation_finds_state_leaking_between_cases() {
 #[test]
 fn no_verdict_changes_after_finished() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = std::env::temp_dir().join(format!("bitexact-planner-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let scratch = tmp.path().to_path_buf();
     let cases: Vec<Box<dyn Case>> = vec![Box::new(Victim), Box::new(Polluter)];
     let cases: Vec<&dyn Case> = cases.iter().map(|c| c.as_ref()).collect();
     let subjects = Subject::cases(&cases);
@@ -226,7 +225,6 @@ fn no_verdict_changes_after_finished() {
         .iter()
         .map(|c| (c.name.clone(), c.verdict()))
         .collect();
-    let _ = std::fs::remove_dir_all(&scratch);
     assert_eq!(finished.len(), finals.len());
     for f in &finished {
         assert!(

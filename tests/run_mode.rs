@@ -189,9 +189,8 @@ fn variations_set_the_environment_they_promise() {
 
 #[test]
 fn snapshots_round_trip_with_a_pending_file_outside_ci() {
-    let dir = std::env::temp_dir().join(format!("bitexact-run-snaps-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let d = dir.to_str().unwrap();
     let prog = |v: &str| format!("printf '{v}' > \"$BITEXACT_OUT/out.bin\"");
     let runit = |v: &str, ci: bool| {
@@ -246,7 +245,6 @@ fn snapshots_round_trip_with_a_pending_file_outside_ci() {
     );
     let pending: Vec<_> = bitexact::snapshot::pending(&dir);
     assert!(pending.is_empty(), "nothing written in CI: {pending:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -66,8 +66,8 @@ fn committed_files_load_and_rewrite_byte_for_byte() {
 fn insta_accepts_our_files_byte_for_byte() {
     // `cargo insta accept` loads the `.snap.new` and saves it as `.snap`: the bytes must
     // not change, so accepting through insta or through bitexact gives the same file.
-    let dir = std::env::temp_dir().join(format!("bitexact-fmt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let new = dir.join("x@seed0-det.snap.new");
     let text = snapshot().file_text();
     std::fs::write(&new, &text).unwrap();
@@ -77,7 +77,6 @@ fn insta_accepts_our_files_byte_for_byte() {
         .save(&saved)
         .unwrap();
     let resaved = std::fs::read_to_string(&saved).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(resaved, text);
 }
 
@@ -110,18 +109,13 @@ proptest! {
     }
 }
 
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
+/// A path that does not exist yet (`.0`, named `tag`) inside a temporary directory removed on
+/// drop.
+struct Scratch(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 impl Scratch {
     fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("bitexact-files-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        Scratch(d)
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let t = tempfile::tempdir().unwrap();
+        Scratch(t.path().join(tag), t)
     }
 }
 

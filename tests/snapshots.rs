@@ -57,11 +57,12 @@ fn builtin_cpu_cases_match_their_snapshots() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// A scratch path (`.0`, named `tag`) inside a temporary directory removed on drop.
+struct Scratch(PathBuf, #[allow(dead_code)] tempfile::TempDir);
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let t = tempfile::tempdir().unwrap();
+        Scratch(t.path().join(tag), t)
     }
 }
 
@@ -73,16 +74,16 @@ fn perturbed(case: &dyn Case, tag: &str, edit: impl Fn(&mut Snapshot)) -> (Scrat
     let report = bitexact::check(case).report();
     let mut snap = Snapshot::of(&report, &controls, &platform).unwrap();
     edit(&mut snap);
-    let dir = std::env::temp_dir().join(format!("bitexact-{tag}-{}", std::process::id()));
+    let scratch = Scratch::new(tag);
     let file = snapshot::path(
-        &dir,
+        &scratch.0,
         &platform.class_for(Backend::Cpu),
         &case.name(),
         &controls,
     );
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, snap.file_text()).unwrap();
-    (Scratch(dir), file)
+    (scratch, file)
 }
 
 #[test]
@@ -184,7 +185,7 @@ fn bitexact(args: &[&str], ci: bool) -> (Option<i32>, String, String) {
 
 #[test]
 fn cli_update_report_and_ci_refusal() {
-    let dir = Scratch(std::env::temp_dir().join(format!("bitexact-cli-{}", std::process::id())));
+    let dir = Scratch::new("cli");
     let d = dir.0.to_str().unwrap();
     let filter = ["--filter", "kernel/reduce_sum/small", "--backend", "cpu"];
     let update = |ci: bool, extra: &[&str]| {

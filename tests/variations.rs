@@ -114,9 +114,8 @@ fn selftests_are_hidden_and_skipped_without_isolation() {
 
 #[test]
 fn trace_files_compare_across_processes() {
-    let dir = std::env::temp_dir().join(format!("bitexact-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     for (file, seed) in [("a.json", "0"), ("b.json", "0"), ("c.json", "5")] {
         let o = bitexact(&[
             "report",
@@ -140,7 +139,6 @@ fn trace_files_compare_across_processes() {
     let bad = bitexact(&["diff-trace", &p("a.json"), &p("missing.json")]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.json"));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// softmax (deterministic) feeding a matmul that is atomic when the switch is off.
