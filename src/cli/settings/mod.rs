@@ -7,6 +7,8 @@
 //! ones with a project file, are in [`run`]; the checks every command shares are here.
 
 mod run;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use run::RunSettings;
 
