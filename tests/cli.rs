@@ -159,3 +159,23 @@ fn out_file_is_written() {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(v["cases"][0]["name"], "kernel/reduce_sum/small");
 }
+
+#[test]
+fn format_help_lists_every_format_from_one_place() {
+    // The format list comes from `report::Format::ALL` alone: a new format shows up in `--help`
+    // of both commands that take `--format` without any help text written for it.
+    let names: Vec<&str> = bitexact::report::Format::ALL
+        .iter()
+        .map(|(_, n)| *n)
+        .collect();
+    for command in ["report", "run"] {
+        let o = bitexact(&[command, "--help"]);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        let possible = format!("[possible values: {}]", names.join(", "));
+        assert!(
+            out.contains(&possible),
+            "{command} --help lacks {possible}:\n{out}"
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! `run`'s settings: its flags over the project file over the defaults, with the
+//! environment's controls, validated into a [`Program`] and the suite settings to check it
+//! under.
+
+use super::{controls, memory_limit, outputs, runs, timeout, vary, Output};
+use crate::backend::Backend;
+use crate::cli::args::{ProjectFileArgs, RunArgs};
+use crate::cli::usage::usage;
+use crate::protocol;
+use crate::run::ignore::Ignore;
+use crate::run::project::{self, Project};
+use crate::run::trace::TraceOptions;
+use crate::run::Program;
+use crate::suite::SuiteConfig;
+use crate::vary::{Kind, Variation};
+use anyhow::Result;
+
+/// `run`: the program, the suite settings to check it under, and where the report goes.
+pub(crate) struct RunSettings {
+    /// The program and how to run and compare it.
+    pub(crate) program: Program,
+    /// Controls, runs, variations, snapshots (CPU only).
+    pub(crate) config: SuiteConfig,
+    /// The report's format and destination.
+    pub(crate) output: Output,
+}
+
+impl RunSettings {
+    /// `run`'s flags over the project file (`--config FILE`, none with `--no-config`, else the
+    /// nearest one from the current directory up) over the defaults, with the environment's
+    /// controls; the program must be startable.
+    pub(crate) fn resolve(args: RunArgs) -> Result<Self> {
+        let mut controls = controls(&args.controls)?;
+        let project = project_file(&args.project)?;
+        let file = project.as_ref().map(|p| p.run.clone()).unwrap_or_default();
+        let spec = vary(args.vary.as_deref().or(file.vary.as_deref()), Kind::Program)?;
+        spec.apply(&mut controls);
+        let ignore_outputs: Vec<String> = file.ignore.iter().chain(&args.ignore).cloned().collect();
+        let ignore_stdout: Vec<String> = file
+            .stdout_ignore
+            .iter()
+            .chain(&args.stdout_ignore)
+            .cloned()
+            .collect();
+        let ignore =
+            Ignore::new(&ignore_outputs, &ignore_stdout).map_err(|e| usage(format!("{e:#}")))?;
+        let memory_limit_mb = memory_limit(&args.memory)?;
+        let name = match &args.name {
+            Some(n) if n.trim().is_empty() || n.contains('\0') => {
+                return Err(usage("--name must not be empty"))
+            }
+            Some(n) => n.clone(),
+            None => crate::run::default_name(&args.command),
+        };
+        let program = Program {
+            command: args.command.clone(),
+            name,
+            threads_given: args.controls.threads.is_some()
+                || std::env::var_os(protocol::THREADS_ENV).is_some(),
+            timeout: timeout(args.timeout.or(file.timeout))?,
+            memory_limit_mb,
+            stdout: args.stdout || file.stdout == Some(true) || ignore.masks_stdout(),
+            keep: args.keep.clone(),
+            ignore,
+            config: project.as_ref().map(|p| p.path.clone()),
+            trace: trace_options(&args)?,
+            seed_everything: args.seed_everything,
+            world_size: args
+                .world_size
+                .unwrap_or(crate::run::distributed::DEFAULT_WORLD_SIZE),
+            world_size_invariant: args.world_size_invariant,
+            keep_going: args.keep_going,
+        };
+        check_world_size(&args, &spec.variations)?;
+        program.validate().map_err(|e| usage(format!("{e:#}")))?;
+        let k = runs(args.runs.or(file.runs).unwrap_or(2))?;
+        let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, k);
+        config.options.vary = spec.variations;
+        config.snapshots = args.snapshots;
+        let output = outputs(args.output, None, config.snapshots.as_deref())?;
+        Ok(RunSettings {
+            program,
+            config,
+            output,
+        })
+    }
+}
+
+/// The project file `run` reads: `--config FILE` (which must have a `[tool.bitexact]` table),
+/// none with `--no-config`, else the nearest one from the current directory up.
+fn project_file(a: &ProjectFileArgs) -> Result<Option<Project>> {
+    match (&a.config, a.no_config) {
+        (_, true) => Ok(None),
+        (Some(f), _) => project::read(f)
+            .and_then(|p| p.ok_or_else(|| anyhow::anyhow!("no [tool.bitexact] table")))
+            .map(Some)
+            .map_err(|e| usage(format!("--config {}: {e:#}", f.display()))),
+        (None, _) => {
+            let cwd =
+                std::env::current_dir().map_err(|e| usage(format!("current directory: {e}")))?;
+            project::discover(&cwd).map_err(|e| usage(format!("{e:#}")))
+        }
+    }
+}
+
+/// `run`'s validated `--trace` settings, if tracing.
+fn trace_options(a: &RunArgs) -> Result<Option<TraceOptions>> {
+    let Some(level) = a.trace else {
+        return Ok(None);
+    };
+    let steps = match &a.trace_steps {
+        Some(s) => {
+            Some(TraceOptions::parse_steps(s).map_err(|e| usage(format!("--trace-steps: {e:#}")))?)
+        }
+        None => None,
+    };
+    let t = TraceOptions {
+        level,
+        steps,
+        max_bytes: a
+            .trace_max_bytes
+            .unwrap_or(crate::run::trace::DEFAULT_MAX_BYTES),
+        skip: a.trace_skip.clone(),
+    };
+    t.validate().map_err(|e| usage(format!("{e:#}")))?;
+    Ok(Some(t))
+}
+
+/// Checks `run`'s world-size flags against the command: `{nproc}` must be in it for
+/// `--world-size` and `--vary world-size`, which compares N ≥ 2 processes with 1.
+fn check_world_size(a: &RunArgs, vary: &[Variation]) -> Result<()> {
+    use crate::run::distributed::{uses_nproc, NPROC};
+    let varied = vary.contains(&Variation::WorldSize);
+    let has = uses_nproc(&a.command);
+    if varied && !has {
+        return Err(usage(format!(
+            "--vary world-size: the command must take its process count from {NPROC} (e.g. torchrun --nproc-per-node {NPROC} train.py), so bitexact can run it with 1 process"
+        )));
+    }
+    if a.world_size.is_some() && !has {
+        return Err(usage(format!(
+            "--world-size: the command has no {NPROC} to replace (e.g. torchrun --nproc-per-node {NPROC} train.py)"
+        )));
+    }
+    if varied && a.world_size == Some(1) {
+        return Err(usage(
+            "--vary world-size compares --world-size N with 1 process: N must be at least 2",
+        ));
+    }
+    if a.world_size_invariant && !varied {
+        return Err(usage("--world-size-invariant needs --vary world-size"));
+    }
+    Ok(())
+}
