@@ -55,7 +55,7 @@ impl Loader for Files {
 }
 
 fn collected(dir: &Path) -> Collected {
-    let c = collect::collect(dir, None, false, Default::default()).unwrap();
+    let c = collect::collect(dir, None, (false, false), Default::default()).unwrap();
     let mut out = Collected::of_outputs(Default::default(), None);
     out.digests = c.digests;
     out.loader = Box::new(Files(dir.to_path_buf()));
@@ -67,7 +67,7 @@ fn measure(root: &Path, n: usize) -> (f64, f64) {
     let files = root.join(format!("files-{n}"));
     many_files(&files, n);
     let t_files = best(3, || {
-        collect::collect(&files, None, false, Default::default())
+        collect::collect(&files, None, (false, false), Default::default())
             .unwrap()
             .digests
             .len()

@@ -24,6 +24,23 @@ pub struct Controls {
     /// `--vary workers=A,B` chooses them).
     #[serde(default = "default_worker_pair")]
     pub worker_pair: [usize; 2],
+    /// The batch sizes `--vary batch` gives a program's even and odd runs through `{batch}`
+    /// in its command (default 1 and 8; `--vary batch=A,B` chooses them).
+    #[serde(
+        default = "default_batch_pair",
+        skip_serializing_if = "is_default_batch_pair"
+    )]
+    pub batch_pair: [usize; 2],
+}
+
+/// The batch sizes `--vary batch` compares in a program unless told: a request alone against
+/// a batch of 8.
+pub fn default_batch_pair() -> [usize; 2] {
+    [1, 8]
+}
+
+fn is_default_batch_pair(p: &[usize; 2]) -> bool {
+    *p == default_batch_pair()
 }
 
 /// The thread counts `--vary threads` compares unless told: 1 against the machine's cores,
@@ -50,6 +67,7 @@ impl Default for Controls {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             thread_pair: default_thread_pair(),
             worker_pair: default_worker_pair(),
+            batch_pair: default_batch_pair(),
         }
     }
 }

@@ -29,8 +29,9 @@ impl CaseReport {
 /// 2. a run failed → `error` (with the cause);
 /// 3. a planted bug → `caught` when runs differed, the case depended on suite order, it
 ///    reported a finding or its memory grew; `missed` otherwise;
-/// 4. runs differed, the result depended on suite order, or on the world size where it was
-///    required not to → `nondeterministic`;
+/// 4. runs differed, and blame found the batch size alone breaks it (runs at one batch size
+///    agree) → `batch-variant`; runs differed otherwise, the result depended on suite order, or
+///    on the world size where it was required not to → `nondeterministic`;
 /// 5. a defect found inside the runs → `error`;
 /// 6. the committed snapshot is unreadable → `error`; it differs → `snapshot-mismatch`;
 /// 7. CPU and CUDA differ where they must agree → `device-mismatch`;
@@ -58,6 +59,14 @@ pub fn judge(r: &CaseReport) -> (Verdict, Option<String>) {
             let msg = format!("planted bug NOT caught over {} runs: {bug}", r.runs);
             (Verdict::Missed, Some(msg))
         };
+    }
+    let batch_alone = r.blame.as_ref().is_some_and(|b| {
+        b.reproducible_when_fixed && b.broken_by == [crate::vary::Variation::Batch]
+    });
+    if differs && batch_alone && e.order_dependence.is_none() {
+        let msg = "a request's result depends on the batch it is computed in: identical runs at \
+                   one batch size, different results at the other (--vary batch)";
+        return (Verdict::BatchVariant, Some(msg.to_string()));
     }
     if differs {
         let why = e.order_dependence.clone();
@@ -119,6 +128,19 @@ mod tests {
         let (v, m) = judge(&r);
         assert_eq!(v, Verdict::Caught);
         assert!(m.unwrap().contains("x differs"));
+    }
+
+    #[test]
+    fn a_difference_only_the_batch_size_makes_is_batch_variant() {
+        use crate::vary::{Blame, Variation};
+        let mut r = report(2);
+        r.blame = Some(Blame::new(true, vec![Variation::Batch]));
+        assert_eq!(judge(&r).0, Verdict::BatchVariant);
+        r.blame = Some(Blame::new(true, vec![Variation::Batch, Variation::Threads]));
+        assert_eq!(judge(&r).0, Verdict::Nondeterministic);
+        r.blame = Some(Blame::new(false, Vec::new()));
+        assert_eq!(judge(&r).0, Verdict::Nondeterministic);
+        assert!(Verdict::BatchVariant.is_failure());
     }
 
     #[test]

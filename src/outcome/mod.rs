@@ -46,6 +46,9 @@ pub struct Summary {
     /// Cases whose CPU and CUDA results differ where they must agree.
     #[serde(skip_serializing_if = "is_zero")]
     pub device_mismatches: usize,
+    /// Programs whose requests' results depend on the batch size (`--vary batch`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub batch_variant: usize,
     /// Cases skipped.
     pub skipped: usize,
 }
@@ -62,6 +65,7 @@ impl Summary {
                 Verdict::SnapshotMismatch => s.snapshot_mismatches += 1,
                 Verdict::Error => s.errors += 1,
                 Verdict::DeviceMismatch => s.device_mismatches += 1,
+                Verdict::BatchVariant => s.batch_variant += 1,
                 Verdict::Skipped => s.skipped += 1,
             }
             if r.evidence.snapshot == Some(SnapshotStatus::Missing) {
@@ -79,6 +83,7 @@ impl Summary {
             + self.snapshot_mismatches
             + self.errors
             + self.device_mismatches
+            + self.batch_variant
     }
 }
 

@@ -24,6 +24,9 @@ pub enum Verdict {
     Missed,
     /// Runs agreed on each device, but CPU and CUDA results differ where they must agree.
     DeviceMismatch,
+    /// Runs agreed at one batch size, but a request's result depends on the batch it is
+    /// computed in (`--vary batch`: blame found the batch size alone breaks it).
+    BatchVariant,
 }
 
 impl Verdict {
@@ -38,6 +41,7 @@ impl Verdict {
             Verdict::Caught => "caught",
             Verdict::Missed => "missed",
             Verdict::DeviceMismatch => "device-mismatch",
+            Verdict::BatchVariant => "batch-variant",
         }
     }
 
@@ -50,6 +54,7 @@ impl Verdict {
                 | Verdict::Error
                 | Verdict::Missed
                 | Verdict::DeviceMismatch
+                | Verdict::BatchVariant
         )
     }
 }

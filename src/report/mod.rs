@@ -298,6 +298,9 @@ pub fn counts(s: &Summary) -> String {
     if s.device_mismatches > 0 {
         line.push_str(&format!("{} device mismatches, ", s.device_mismatches));
     }
+    if s.batch_variant > 0 {
+        line.push_str(&format!("{} batch-variant, ", s.batch_variant));
+    }
     line.push_str(&format!("{} errors, {} skipped", s.errors, s.skipped));
     if s.caught > 0 {
         line.push_str(&format!(", {} planted bugs caught", s.caught));

@@ -45,6 +45,9 @@ pub struct RunOutputs {
     /// The output files of at least [`BASELINE_MIN_BYTES`] with their digests (what run 0
     /// publishes to the later runs: [`super::baseline`]).
     pub files: Vec<(tensor_files::OutputFile, Vec<(String, Digest)>)>,
+    /// Files of a run stopped early that could not be read: it was killed while writing them
+    /// (left out, as the outputs it never wrote are).
+    pub unfinished: Vec<String>,
 }
 
 /// Collects the outputs under `out` (and `stdout`, when compared), and the op traces when
@@ -52,10 +55,10 @@ pub struct RunOutputs {
 pub fn collect(
     out: &Path,
     stdout: Option<&Path>,
-    traces: bool,
+    (traces, stopped): (bool, bool),
     reuse: Reuse,
 ) -> Result<RunOutputs> {
-    let collected = collect_reusing(out, stdout, traces, reuse);
+    let collected = collect_reusing(out, stdout, (traces, stopped), reuse);
     // What the collection freed (the watcher's hashes, the scan) goes back to the system.
     crate::memory::release_free_heap();
     collected
@@ -64,7 +67,7 @@ pub fn collect(
 fn collect_reusing(
     out: &Path,
     stdout: Option<&Path>,
-    traces: bool,
+    (traces, stopped): (bool, bool),
     mut reuse: Reuse,
 ) -> Result<RunOutputs> {
     // One walk: every file with the time it was written, then its digests: the watcher's when
@@ -73,7 +76,9 @@ fn collect_reusing(
     let (files, metadata) = tensor_files::scan_all(out)?;
     let known = reuse.known(&files);
     drop(reuse);
-    let mut per_file = tensor_files::digest_files_reusing(&files, known)?;
+    let mut unfinished = Vec::new();
+    let mut per_file =
+        tensor_files::digest_files_reusing(&files, known, stopped.then_some(&mut unfinished))?;
     // The scan is let go before the digests are listed: each file's time is all that is left
     // to order them, except for the files run 0 publishes.
     let mut modified = Vec::with_capacity(files.len());
@@ -149,6 +154,7 @@ fn collect_reusing(
         controls_read,
         trace: crate::trace::program::read_ranks(trace_files)?,
         files: published,
+        unfinished,
     })
 }
 
@@ -208,4 +214,23 @@ pub fn load(out: &Path, stdout: Option<&Path>, name: &str) -> Result<Tensor> {
         ));
     }
     tensor_files::load(file, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_run_leaves_out_the_file_it_was_killed_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.bin"), b"whole").unwrap();
+        // What a run killed inside `torch.save` leaves: the zip's first bytes only.
+        std::fs::write(dir.path().join("b.pt"), b"PK\x03\x04\x14\x00").unwrap();
+        let err = collect(dir.path(), None, (false, false), Reuse::default());
+        assert!(err.is_err(), "an unreadable file fails a run that ended");
+        let c = collect(dir.path(), None, (false, true), Reuse::default()).unwrap();
+        assert_eq!(c.unfinished, ["b.pt"]);
+        let names: Vec<&str> = c.digests.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a.bin"]);
+    }
 }

@@ -26,18 +26,12 @@ pub const DEFAULT_WORLD_SIZE: usize = 2;
 
 /// Whether any argument of `command` holds [`NPROC`].
 pub fn uses_nproc(command: &[OsString]) -> bool {
-    command.iter().any(|a| a.to_string_lossy().contains(NPROC))
+    super::batch::uses(command, NPROC)
 }
 
 /// `command` with every [`NPROC`] replaced by `world_size`.
 pub fn with_world_size(command: &[OsString], world_size: usize) -> Vec<OsString> {
-    command
-        .iter()
-        .map(|a| match a.to_str() {
-            Some(s) if s.contains(NPROC) => s.replace(NPROC, &world_size.to_string()).into(),
-            _ => a.clone(),
-        })
-        .collect()
+    super::batch::replace(command, NPROC, world_size)
 }
 
 /// The failed rank torchrun names as the root cause in `stderr`: `rank 1 (local_rank 1)

@@ -87,7 +87,7 @@ pub(super) fn program_info(
     ProgramInfo {
         kind: "run".into(),
         command: program
-            .command_for(None)
+            .command_for(None, None)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),

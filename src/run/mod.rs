@@ -30,6 +30,7 @@
 //! `trace-unavailable` (`--trace` asked for and no process could start it: [`tracer`]).
 
 pub mod baseline;
+pub mod batch;
 pub mod collect;
 pub mod distributed;
 mod files;
@@ -118,9 +119,15 @@ impl Program {
         }
     }
 
-    /// The command of a run with `world_size` processes (`{nproc}` replaced).
-    pub fn command_for(&self, world_size: Option<usize>) -> Vec<OsString> {
-        distributed::with_world_size(&self.command, world_size.unwrap_or(self.world_size))
+    /// The command of a run with `world_size` processes (`{nproc}` replaced) and a batch size
+    /// of `batch` (`{batch}` replaced; `None` keeps it, as the report shows the command).
+    pub fn command_for(&self, world_size: Option<usize>, batch: Option<usize>) -> Vec<OsString> {
+        let command =
+            distributed::with_world_size(&self.command, world_size.unwrap_or(self.world_size));
+        match batch {
+            Some(b) => batch::replace(&command, batch::BATCH, b),
+            None => command,
+        }
     }
 
     /// Whether the program's Python gets bitexact's `sitecustomize` (`--trace`,

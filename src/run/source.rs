@@ -192,7 +192,10 @@ impl RunSource for ProgramSource<'_> {
         // whatever was left, which must not be another thread's program.
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let command = self.program.command_for(settings.knobs.world_size);
+        let batch = (settings.knobs.batch).unwrap_or(settings.controls.batch_pair[0]);
+        let command = self
+            .program
+            .command_for(settings.knobs.world_size, Some(batch));
         let (watcher, stop) = self.watcher(index, capturing);
         let inject = super::trace::inject_dir(&out);
         super::tracer::clear(&inject);
@@ -307,7 +310,8 @@ impl RunSource for ProgramSource<'_> {
                 other => other,
             };
             let compared = stdout.as_deref().filter(|_| !partial); // cut short if stopped
-            let mut c = collect::collect(&dest, compared, trace_ops, reuse).map_err(unreadable)?;
+            let mut c = collect::collect(&dest, compared, (trace_ops, partial), reuse)
+                .map_err(unreadable)?;
             if let Some(p) = publisher {
                 p.publish(std::mem::take(&mut c.files));
             }

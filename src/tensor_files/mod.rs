@@ -138,20 +138,34 @@ pub fn scan_all(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
 /// natural order of names, in the order of `files`. Errors on two outputs with the same name
 /// (e.g. a raw file literally named `a.npz:x` beside `a.npz` holding `x`).
 pub fn digest_files(files: &[OutputFile]) -> Result<Vec<Vec<(String, Digest)>>> {
-    digest_files_reusing(files, files.iter().map(|_| None).collect())
+    digest_files_reusing(files, files.iter().map(|_| None).collect(), None)
 }
 
 /// [`digest_files`], taking a file's digests from `known` (one entry per file) instead when it
 /// has them (run mode: what the output watcher already hashed, for a file unchanged since).
+/// With `unfinished`, a file that cannot be read is not an error: its name goes there and it
+/// has no outputs (a run stopped early, killed while it was writing that file).
 pub fn digest_files_reusing(
     files: &[OutputFile],
     known: Vec<Option<Vec<(String, Digest)>>>,
+    mut unfinished: Option<&mut Vec<String>>,
 ) -> Result<Vec<Vec<(String, Digest)>>> {
-    let per_file: Vec<Vec<(String, Digest)>> = files
+    let results: Vec<Result<Vec<(String, Digest)>>> = files
         .par_iter()
         .zip(known)
         .map(|(f, k)| k.map_or_else(|| digest_file(f), Ok))
-        .collect::<Result<_>>()?;
+        .collect();
+    let mut per_file = Vec::with_capacity(results.len());
+    for (f, r) in files.iter().zip(results) {
+        match (r, unfinished.as_deref_mut()) {
+            (Ok(ds), _) => per_file.push(ds),
+            (Err(_), Some(names)) => {
+                names.push(f.name.clone());
+                per_file.push(Vec::new());
+            }
+            (Err(e), None) => return Err(e),
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     for (n, _) in per_file.iter().flatten() {
         if !seen.insert(n.as_str()) {

@@ -14,7 +14,7 @@
 //! | `poison`  | scratch / fresh heap filled with `0xFF` | filled with `0x5A` | reads of uninitialised memory |
 //! | `process` | every run in a fresh child process | (same) | process-global state such as `HashMap` order |
 //! | `order`   | — | — | the suite runs again in reverse order; a case whose result changes depends on what ran before it |
-//! | `batch`   | rows in one batch | rows in sub-batches of 7 | ops that are not batch-invariant |
+//! | `batch`   | rows in one batch (programs: `{batch}` in the command is A, default 1) | rows in sub-batches of 7 (programs: `{batch}` is B, default 8; `batch=A,B` chooses) | ops that are not batch-invariant: a request's result depends on what it is batched with; programs only when named (not part of `all`: the command must take `{batch}`) |
 //! | `hashseed` | `PYTHONHASHSEED` = run index | (same) | programs whose result follows Python's string hashing (set order) |
 //! | `seed` | the base seed | base seed + run index | outputs that depend on the seed where they must not (dropout left on in eval); applied only to cases that declare [`crate::case::Case::seed_independent`], and to programs only when named (not part of `all`: a program cannot declare seed independence) |
 //! | `world-size` | — | — | programs only, when named: one more run with 1 process (`{nproc}` in the command) compared with run 0 as information (see `crate::run::distributed`) |
@@ -125,10 +125,10 @@ pub const TABLE: &[Info] = &[
     Info {
         variation: Variation::Batch,
         name: "batch",
-        changes: "rows in one batch vs sub-batches of 7",
+        changes: "rows in one batch vs sub-batches of 7 (programs: {batch} in the command is 1 vs 8; batch=A,B picks the sizes)",
         catches: "ops that are not batch-invariant",
         cases: true,
-        programs: false,
+        programs: true,
     },
     Info {
         variation: Variation::Hashseed,
@@ -236,6 +236,9 @@ pub struct Knobs {
     /// Processes of a distributed program (`{nproc}`; `None` = `--world-size`).
     #[serde(default)]
     pub world_size: Option<usize>,
+    /// A program's batch size (`{batch}`; `None`: not varied, the even runs' size).
+    #[serde(default)]
+    pub batch: Option<usize>,
 }
 
 /// Everything one run is made under.
@@ -272,7 +275,10 @@ impl RunSettings {
                 Variation::Workers => s.controls.workers = base.worker_pair[odd as usize],
                 Variation::Poison => s.knobs.poison = Some(if odd { 0x5A } else { 0xFF }),
                 Variation::Process => s.fresh_process = true,
-                Variation::Batch => s.knobs.batch_split = odd.then_some(BATCH_SPLIT),
+                Variation::Batch => {
+                    s.knobs.batch_split = odd.then_some(BATCH_SPLIT);
+                    s.knobs.batch = Some(base.batch_pair[odd as usize]);
+                }
                 Variation::Seed if odd => {
                     s.controls.seed = base.seed.wrapping_add(run as u64);
                 }

@@ -1,6 +1,6 @@
-//! Parsing `--vary`: `all`, or a comma-separated list of variation names, where `threads` and
-//! `workers` may name the two counts they alternate between (`threads=1,2`: even runs get 1
-//! thread, odd runs 2). The counts are written into the base [`Controls`] by [`Spec::apply`],
+//! Parsing `--vary`: `all`, or a comma-separated list of variation names, where `threads`,
+//! `workers` and (programs) `batch` may name the two counts they alternate between
+//! (`threads=1,2`: even runs get 1 thread, odd runs 2; `batch=1,8`). The counts are written into the base [`Controls`] by [`Spec::apply`],
 //! so every run, report and blame pass reads them from one place.
 
 use super::{Kind, Variation, TABLE};
@@ -16,6 +16,8 @@ pub struct Spec {
     pub thread_pair: Option<[usize; 2]>,
     /// Counts named by `workers=A,B`.
     pub worker_pair: Option<[usize; 2]>,
+    /// Batch sizes named by `batch=A,B` (programs).
+    pub batch_pair: Option<[usize; 2]>,
 }
 
 impl Spec {
@@ -35,7 +37,8 @@ impl Spec {
                 // A program cannot declare seed independence: `seed` only when named; the
                 // world size needs `{nproc}` in the command: only when named.
                 let in_all = |v: &Variation| {
-                    !(kind == Kind::Program && matches!(v, Variation::Seed | Variation::WorldSize))
+                    !(kind == Kind::Program
+                        && matches!(v, Variation::Seed | Variation::WorldSize | Variation::Batch))
                 };
                 let all = Variation::all().filter(|v| v.applies_to(kind) && in_all(v));
                 spec.variations.extend(all);
@@ -57,7 +60,14 @@ impl Spec {
                 }
                 Variation::Threads => spec.thread_pair = Some(pair),
                 Variation::Workers => spec.worker_pair = Some(pair),
-                _ => bail!("variation {name:?} takes no counts (only threads=A,B and workers=A,B)"),
+                Variation::Batch if kind == Kind::Case => {
+                    bail!("{part},{}: batch sizes apply to programs (bitexact run) only; built-in cases compare one batch with sub-batches of 7", pair[1])
+                }
+                Variation::Batch if pair.contains(&0) => {
+                    bail!("{part},{}: a batch size must be at least 1", pair[1])
+                }
+                Variation::Batch => spec.batch_pair = Some(pair),
+                _ => bail!("variation {name:?} takes no counts (only threads=A,B, workers=A,B and batch=A,B)"),
             }
         }
         spec.variations.sort();
@@ -72,6 +82,9 @@ impl Spec {
         }
         if let Some(p) = self.worker_pair {
             controls.worker_pair = p;
+        }
+        if let Some(p) = self.batch_pair {
+            controls.batch_pair = p;
         }
     }
 }

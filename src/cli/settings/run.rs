@@ -12,7 +12,7 @@ use crate::run::project::{self, Project};
 use crate::run::trace::TraceOptions;
 use crate::run::Program;
 use crate::suite::SuiteConfig;
-use crate::vary::{Kind, Variation};
+use crate::vary::{Kind, Spec, Variation};
 use anyhow::Result;
 
 /// `run`: the program, the suite settings to check it under, and where the report goes.
@@ -72,6 +72,7 @@ impl RunSettings {
             keep_going: args.keep_going,
         };
         check_world_size(&args, &spec.variations)?;
+        check_batch(&args, &spec, &program)?;
         program.validate().map_err(|e| usage(format!("{e:#}")))?;
         let k = runs(args.runs.or(file.runs).unwrap_or(2))?;
         let mut config = SuiteConfig::new(vec![Backend::Cpu], controls, k);
@@ -124,6 +125,30 @@ fn trace_options(a: &RunArgs) -> Result<Option<TraceOptions>> {
     };
     t.validate().map_err(|e| usage(format!("{e:#}")))?;
     Ok(Some(t))
+}
+
+/// Checks `--vary batch` against the command: it must take its batch size from `{batch}`, and
+/// under `--trace` the larger size must be a multiple of the smaller (the larger run's results
+/// are compared with the smaller run's in row slices).
+fn check_batch(a: &RunArgs, spec: &Spec, program: &Program) -> Result<()> {
+    use crate::run::batch::{uses, BATCH};
+    if !spec.variations.contains(&Variation::Batch) {
+        return Ok(());
+    }
+    if !uses(&a.command, BATCH) {
+        return Err(usage(format!(
+            "--vary batch: the command must take its batch size from {BATCH} (e.g. python infer.py --batch-size {BATCH}), so bitexact can run it at two batch sizes"
+        )));
+    }
+    let [x, y] = spec
+        .batch_pair
+        .unwrap_or_else(crate::controls::default_batch_pair);
+    if program.trace.is_some() && x.max(y) % x.min(y) != 0 {
+        return Err(usage(format!(
+            "--vary batch={x},{y} with --trace: the larger batch size must be a multiple of the smaller, so each op's result can be compared request by request"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks `run`'s world-size flags against the command: `{nproc}` must be in it for

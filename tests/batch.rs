@@ -1,0 +1,108 @@
+//! Batch invariance (`bitexact run --vary batch=A,B -- CMD … {batch}`, issue 31): `{batch}` is A
+//! in the even runs and B in the odd runs; a request whose result follows the batch size is
+//! `batch-variant` (exit 1), one that does not passes; a command without `{batch}` is a usage
+//! error (exit 2). The example `examples/python/batch_invariance.py` (a small causal LM) is
+//! batch-variant on this CPU and invariant with `--invariant`; needs a Python with torch (says
+//! `SKIPPED` without).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// `bitexact run --format json ARGS -- PROGRAM…`: (exit code, the case, stderr).
+fn run(args: &[&str], program: &[&str]) -> (i32, serde_json::Value, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
+        .args(["run", "--format", "json"])
+        .args(args)
+        .arg("--")
+        .args(program)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    let case = match o.status.code() {
+        Some(2) => serde_json::Value::Null,
+        _ => common::json(&o)["cases"][0].clone(),
+    };
+    (o.status.code().unwrap(), case, stderr)
+}
+
+#[test]
+fn a_result_that_follows_the_batch_size_is_batch_variant() {
+    let script = "echo {batch} > \"$BITEXACT_OUT/request_0.txt\"; echo same > \"$BITEXACT_OUT/request_1.txt\"";
+    let (code, case, _) = run(&["--vary", "batch=2,4"], &["sh", "-c", script]);
+    assert_eq!(code, 1, "{case}");
+    assert_eq!(case["verdict"], "batch-variant", "{case}");
+    assert_eq!(case["divergence"]["op"], "request_0.txt", "{case}");
+    assert_eq!(case["blame"]["broken_by"], serde_json::json!(["batch"]));
+    let passes: Vec<&str> = case["passes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["purpose"].as_str().unwrap())
+        .collect();
+    assert_eq!(passes, ["main", "blame: control", "blame: batch"]);
+}
+
+#[test]
+fn a_result_the_batch_size_does_not_change_passes() {
+    let script = "echo $(( {batch} * 0 )) > \"$BITEXACT_OUT/request_0.txt\"";
+    let (code, case, _) = run(&["--vary", "batch"], &["sh", "-c", script]);
+    assert_eq!(code, 0, "{case}");
+    assert_eq!(case["verdict"], "deterministic", "{case}");
+    assert_eq!(
+        case["program"]["command"][2], script,
+        "the report shows {{batch}}"
+    );
+}
+
+#[test]
+fn vary_batch_needs_the_placeholder_and_sizes_that_divide_under_trace() {
+    let (code, _, err) = run(&["--vary", "batch"], &["sh", "-c", "true"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--vary batch") && err.contains("{batch}"),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &["--vary", "batch=3,8", "--trace", "ops"],
+        &["python3", "x.py", "{batch}"],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("batch=3,8") && err.contains("multiple"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--vary", "batch=0,8"], &["sh", "-c", "{batch}"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("at least 1"), "{err}");
+}
+
+fn example() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/python/batch_invariance.py")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn the_example_is_batch_variant_and_its_fix_is_not() {
+    let Some(py) = common::python_with(&["torch"]) else {
+        bitexact::check::skip_notice(
+            "the_example_is_batch_variant_and_its_fix_is_not",
+            "no Python with torch (run ci/python.sh)",
+        );
+        return;
+    };
+    let ex = example();
+    let (code, case, _) = run(&["--vary", "batch"], &[&py, &ex, "--batch-size", "{batch}"]);
+    assert_eq!(code, 1, "{case}");
+    assert_eq!(case["verdict"], "batch-variant", "{case}");
+    assert_eq!(case["divergence"]["op"], "logits_00.pt", "{case}");
+    let (code, case, _) = run(
+        &["--vary", "batch"],
+        &[&py, &ex, "--batch-size", "{batch}", "--invariant"],
+    );
+    assert_eq!(code, 0, "{case}");
+    assert_eq!(case["verdict"], "deterministic", "{case}");
+}
