@@ -379,6 +379,13 @@ impl RunSource for ProgramSource<'_> {
         planner: &mut dyn Runs,
     ) {
         let world_size = planner.opts().vary.contains(&Variation::WorldSize);
+        if planner.opts().vary.contains(&Variation::Batch) {
+            let [a, b] = [0, 1].map(|i| planner.settings(i, false).knobs.batch.unwrap_or(0));
+            report.notes.push(format!(
+                "batch sizes: {} is {a} in the even runs, {b} in the odd runs",
+                super::batch::BATCH
+            ));
+        }
         if let Some(c) = first {
             let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
             report.memory_growth = crate::memory::step_growth(&steps);
