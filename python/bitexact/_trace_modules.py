@@ -137,12 +137,21 @@ class Tracker:
     def _on_grads(self, values, fn):
         """Calls ``fn`` in the backward once the gradients of the tensors in ``values`` that
         need one are computed."""
-        from torch.autograd.graph import register_multi_grad_hook
         from torch.utils._pytree import tree_flatten
 
         tensors = [t for t in tree_flatten(values)[0]
                    if isinstance(t, self._torch.Tensor) and t.requires_grad]
-        if tensors:
+        if len(tensors) == 1:
+            # One tensor (the common case): a plain tensor hook, which is what
+            # register_multi_grad_hook registers for it, without its closure over the tensor's
+            # grad_fn: that closure, held by the grad_fn's own hook, is a cycle through C++
+            # that the garbage collector cannot see, so every hooked node of every step (and
+            # the graph behind it) leaked, and the full collections it set off took longer
+            # with every step.
+            tensors[0].register_hook(lambda _grad: fn(None))
+        elif tensors:
+            from torch.autograd.graph import register_multi_grad_hook
+
             register_multi_grad_hook(tensors, fn)
 
     def _enter(self, name):
