@@ -63,6 +63,9 @@ names! {
     TRACE_CAPTURE_ENV = "BITEXACT_TRACE_CAPTURE";
     /// Python: the process of a rank that claimed the tracer (its children do not trace).
     TRACE_OWNER_ENV = "BITEXACT_TRACE_OWNER";
+    /// `n` > 1: the tracer labels each tensor whose first dimension is a multiple of `n` by
+    /// the digests of its `n` row slices (the larger-batch run of `--vary batch`: `n` = B/A).
+    TRACE_ROWS_ENV = "BITEXACT_TRACE_ROWS";
     /// `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
     SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING";
     /// Python: the process of a rank that seeded (its children do not seed again).

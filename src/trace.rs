@@ -196,7 +196,8 @@ impl Divergence {
     /// The explanation without its verdict, when it has one: `step 0, rank 0, aten::addmm
     /// (call 1 of aten::addmm) in module Sequential.4 (forward), train.py:40` out of
     /// `first divergence: … — inputs identical, output differs: …` (as [`differing`] words
-    /// it); other explanations whole.
+    /// it) or `first batch-variant op: … — inputs identical for request 0, …`
+    /// ([`batch::first_variant`]); other explanations whole.
     pub fn place(&self) -> &str {
         let at = self
             .explanation
@@ -204,6 +205,7 @@ impl Divergence {
             .next()
             .unwrap_or(&self.explanation);
         at.trim_start_matches("first divergence: ")
+            .trim_start_matches("first batch-variant op: ")
     }
 }
 
@@ -428,6 +430,7 @@ pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<D
     out
 }
 
+pub mod batch;
 pub mod program;
 pub mod ranks;
 pub mod streams;

@@ -38,7 +38,9 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   its digest; records are written by :mod:`bitexact._trace_record`); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
   is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
   (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
-  Non-tensor arguments are not recorded.
+  Non-tensor arguments are not recorded. With ``$BITEXACT_TRACE_ROWS`` = n > 1 (the
+  larger-batch run of ``--vary batch``), a tensor whose first dimension is a multiple of n is
+  labelled ``dtype[shape]/n:<d1>,...,<dn>`` by its n row slices' digests instead.
 
 A module or function compiled with ``torch.compile`` runs compiled (TorchDynamo skips every
 frame while a dispatch mode is on the stack; the tracer takes its mode off around each compiled
@@ -87,6 +89,9 @@ SKIP_ENV = _protocol.TRACE_SKIP_ENV  # comma-separated op-name globs
 # [rank, thread, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
 # _trace_state.CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
 CAPTURE_ENV = _protocol.TRACE_CAPTURE_ENV
+# n > 1: label each tensor whose first dimension is a multiple of n by its n row slices' digests
+# (the larger-batch run of `bitexact run --vary batch`, n = B/A; see _trace_digest.describe).
+ROWS_ENV = _protocol.TRACE_ROWS_ENV
 FILE_PREFIX = _protocol.TRACE_FILE_PREFIX
 
 _state = None
@@ -261,11 +266,13 @@ def install_from_env():
 _active = None  # (mode or None, tracker, hook handles) while tracing
 
 
-def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops"):
+def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops", rows=None):
     """Traces this process into ``path`` until :func:`stop` (``bitexact run --trace ops``
     calls it through :func:`install_from_env`; benchmarks call it directly). ``level`` is
     ``ops`` (every ATen op) or ``modules`` (module outputs and parameter gradients only: the
-    cheaper rung, for long runs)."""
+    cheaper rung, for long runs). ``rows`` (default: ``$BITEXACT_TRACE_ROWS``, else 1): n > 1
+    labels each tensor whose first dimension is a multiple of n by its n row slices' digests
+    (``f32[8,4]/8:<d1>,...,<d8>``; the larger-batch run of ``bitexact run --vary batch``)."""
     global _state, _active
     import torch
     import torch.optim.optimizer as optimizer
@@ -275,7 +282,11 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
-    state = ts.State(path, rank, max_bytes, steps, skip)
+    if rows is None:
+        rows = int(os.environ.get(ROWS_ENV) or 1)
+    if rows < 1:
+        raise ValueError("bitexact: %s must be a positive integer, not %d" % (ROWS_ENV, rows))
+    state = ts.State(path, rank, max_bytes, steps, skip, rows)
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))

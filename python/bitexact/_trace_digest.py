@@ -15,6 +15,12 @@ Everything else takes the general path of :mod:`bitexact._digest` (device tensor
 GPU; complex, conjugate and negative views, sparse tensors), and a tensor that cannot be hashed
 (a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an unknown dtype) is
 labelled ``dtype[shape]:-``.
+
+Row slices (``$BITEXACT_TRACE_ROWS`` = n > 1, the larger-batch run of ``bitexact run --vary
+batch``): a tensor whose first dimension is a multiple of n is labelled
+``dtype[shape]/n:<d1>,...,<dn>``, the digests of its n row slices (see :func:`describe`), so
+each slice compares with the smaller-batch run's whole result for the same requests
+(``src/trace/batch.rs``).
 """
 
 from . import _digest
@@ -55,8 +61,7 @@ def _general(t, max_bytes, hashed):
         kind, v = _digest._prepare(t)
     except (TypeError, ValueError, RuntimeError):
         pass
-    name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
-    label = "%s[%s]" % (name, ",".join(str(d) for d in t.shape))
+    label = _head(t)
     if kind == "host":
         hashed.append(v)
         return label
@@ -65,12 +70,61 @@ def _general(t, max_bytes, hashed):
     return label + ":-"
 
 
+def _rows(shape, rows):
+    """``rows`` when a tensor of ``shape`` is labelled by row slices (its first dimension a
+    positive multiple of ``rows`` > 1), else 1."""
+    if rows > 1 and len(shape) >= 1 and shape[0] >= rows and shape[0] % rows == 0:
+        return rows
+    return 1
+
+
+def _head(t):
+    """``dtype[d0,d1,...]`` of a tensor, as :func:`_general` names it."""
+    name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
+    return "%s[%s]" % (name, ",".join(str(d) for d in t.shape))
+
+
+def _general_rows(t, n, max_bytes, hosts, slow, i):
+    """The row-slice digests of a general-path tensor (``n`` slices): a list with a digest for
+    each device slice and None for each host slice (appended to ``hosts``, and its place to
+    ``slow``); None when the tensor cannot be hashed (it is then labelled whole, ``:-``)."""
+    try:
+        if t.is_meta or t.numel() * t.element_size() > max_bytes:
+            return None
+    except (TypeError, RuntimeError):
+        return None
+    step = t.shape[0] // n
+    mark, places, digests = len(hosts), [], []
+    for k in range(n):
+        label = _general(t[k * step:(k + 1) * step], max_bytes, hosts)
+        if label.endswith(":-"):
+            del hosts[mark:]
+            return None
+        if len(hosts) > mark + len(places):
+            places.append(((i, k), label))
+            digests.append(None)
+        else:
+            digests.append(label.rpartition(":")[2])
+    slow.extend(places)
+    return digests
+
+
 def describe(tensors, state, scratch=()):
     """``["f32[2,3]:<digest>", ...]`` for the tensors (``scratch``: positions recorded by dtype
-    and shape only), hashed together by the native module."""
+    and shape only), hashed together by the native module.
+
+    With ``state.rows`` = n > 1 (``$BITEXACT_TRACE_ROWS``: the larger-batch run of ``bitexact
+    run --vary batch``), a hashable tensor whose first dimension d0 is a multiple of n is
+    labelled ``f32[8,4]/n:<d1>,...,<dn>``: its whole shape, then the digests of its n
+    contiguous row slices ``t[k*d0/n:(k+1)*d0/n]``, each hashed as the tensor it is (shape
+    ``[d0/n, ...]``), so slice k compares with the whole result of the smaller-batch run's call
+    that held those requests. A host tensor's slices are parts of its buffer, hashed (and
+    cached) like any tensor in the op's one native call."""
     nat = _digest.native()
+    rows = getattr(state, "rows", 1)
     out = [None] * len(tensors)
-    fast, owners, slow, hosts = [], [], [], []
+    sliced = {}  # position -> [dtype or None, digest of each row slice]
+    fast, places, owners, slow, hosts = [], [], [], [], []
     for i, t in enumerate(tensors):
         hit = None
         if i not in scratch:
@@ -79,20 +133,46 @@ def describe(tensors, state, scratch=()):
             except (TypeError, RuntimeError):  # no bitexact dtype; a tensor without storage
                 hit = None
         if hit is not None:
-            fast.append(hit[0])
-            owners.append((i, hit[1]))
+            (ptr, nbytes, name, shape), owner = hit
+            owners.append(owner)
+            n = _rows(shape, rows)
+            if n == 1:
+                fast.append(hit[0])
+                places.append((i, None))
+                continue
+            step, sub = nbytes // n, (shape[0] // n,) + tuple(shape[1:])
+            fast.extend((ptr + k * step, step, name, sub) for k in range(n))
+            places.extend((i, k) for k in range(n))
+            sliced[i] = [None, [None] * n]
         elif i in scratch:
             out[i] = _general(t, None, hosts)
         else:
-            n = len(hosts)
+            n = _rows(t.shape, rows)
+            digests = _general_rows(t, n, state.max_bytes, hosts, slow, i) if n > 1 else None
+            if digests is not None:
+                sliced[i] = [None, digests]
+                continue
+            mark = len(hosts)
             label = _general(t, state.max_bytes, hosts)
-            if len(hosts) > n:
-                slow.append((i, label))
+            if len(hosts) > mark:
+                slow.append(((i, None), label))
             out[i] = label
     if fast:
-        for (i, _), label in zip(owners, nat.trace_digests(fast, CACHE)):
-            out[i] = label
+        for (i, k), label in zip(places, nat.trace_digests(fast, CACHE)):
+            if k is None:
+                out[i] = label
+            else:
+                sliced[i][0] = label.partition("[")[0]
+                sliced[i][1][k] = label.rpartition(":")[2]
     if hosts:
-        for (i, label), d in zip(slow, nat.digests_ptr([h.args() for h in hosts])):
-            out[i] = "%s:%s" % (label, d[:DIGEST_HEX])
+        for ((i, k), label), d in zip(slow, nat.digests_ptr([h.args() for h in hosts])):
+            if k is None:
+                out[i] = "%s:%s" % (label, d[:DIGEST_HEX])
+            else:
+                sliced[i][1][k] = d[:DIGEST_HEX]
+    for i, (name, digests) in sliced.items():
+        head = _head(tensors[i])
+        if name is not None:  # the native module's name of the dtype
+            head = name + head[head.index("["):]
+        out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
     return out

@@ -4,7 +4,7 @@ made cheaply: the tracer makes one per op, hundreds per training step.
 - :func:`line` writes exactly what ``json.dumps(record, separators=(",", ":"))`` writes for the
   record's fields in their order, without building the dict: the strings that repeat (phase,
   module, op, source) are encoded once each and remembered; the tensor labels are made of
-  ASCII letters, digits and ``[],:-_.`` only (see :mod:`bitexact._trace_digest`), which JSON
+  ASCII letters, digits and ``[],:-_./`` only (see :mod:`bitexact._trace_digest`), which JSON
   writes as they are.
 - :func:`source` walks the stack to the innermost frame in the program's own code; whether a
   file is the program's own, and how it is shown, is worked out once per file name (and

@@ -40,16 +40,17 @@ class Stream:
 
 
 class State:
-    """One traced process: its trace file, rank, streams, occurrence counts and cost
-    controls."""
+    """One traced process: its trace file, rank, streams, occurrence counts, cost controls
+    and row slicing (``rows``)."""
 
-    def __init__(self, path, rank, max_bytes, steps, skip):
+    def __init__(self, path, rank, max_bytes, steps, skip, rows=1):
         # Line-buffered: each record reaches the file as it is made, so the trace of a run
         # bitexact stops early (or that crashes) holds every op made before.
         self.file = open(path, "w", buffering=1)
         self.lock = threading.Lock()
         self.rank = rank
         self.max_bytes = max_bytes
+        self.rows = rows  # n > 1: tensors labelled by n row slices (_trace_digest.describe)
         self.pid = os.getpid()
         self.main = Stream()  # the thread that started tracing
         self.streams = threading.local()  # .stream: this thread's Stream, when traced

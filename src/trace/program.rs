@@ -11,6 +11,11 @@
 //! "ema_loop#0"` ([`super::streams`]); lines without it (all lines of older traces) are the
 //! main thread's.
 //!
+//! Each tensor label is `dtype[shape]:<digest>` (`:-` when not hashed). In the larger-batch
+//! run of `--vary batch` (`$BITEXACT_TRACE_ROWS` = n), a tensor whose first dimension is a
+//! multiple of n is labelled by its n row slices' digests instead,
+//! `dtype[shape]/n:<d1>,...,<dn>` ([`super::batch`] parses and aligns them).
+//!
 //! Version 2 of the trace schema (version 1 is the built-in cases' trace file).
 
 use super::TraceEntry;
