@@ -252,7 +252,9 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
             .and_then(|a| a.trace.as_ref())
             .zip(p.differing.as_ref().and_then(|(_, b)| b.trace.as_ref()));
         if let (Some((a, b)), [v]) = (traces, vary) {
-            if let Some(d) = crate::trace::first_divergence(a, b) {
+            // Runs at other batch sizes make other op calls: their streams do not line up.
+            let aligned = *v != Variation::Batch;
+            if let Some(d) = crate::trace::first_divergence(a, b).filter(|_| aligned) {
                 first_ops.push((*v, d.place().to_string()));
             }
         }

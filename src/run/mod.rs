@@ -220,6 +220,10 @@ pub fn env_for(
     }
     if let Some(t) = &program.trace {
         env.extend(t.env());
+        // `--vary batch`: the larger-batch run records row slices (see [`batch`]).
+        if let Some(rows) = (settings.knobs.batch).and_then(|b| batch::rows(c.batch_pair, b)) {
+            env.insert(crate::protocol::TRACE_ROWS_ENV.into(), rows.to_string());
+        }
     }
     if program.seed_everything {
         env.insert(crate::protocol::SEED_EVERYTHING_ENV.into(), "1".into());

@@ -287,6 +287,9 @@ impl RunSource for ProgramSource<'_> {
         };
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
+        // Runs at other batch sizes make other op calls: their op streams are compared request
+        // by request when localizing, never as one output.
+        let ops_compared = !settings.varied.contains(&Variation::Batch);
         let partial = ended.stopped;
         let reuse = Reuse {
             hashed: Reuse::last_hashes(std::mem::take(&mut watched.seen)),
@@ -316,7 +319,7 @@ impl RunSource for ProgramSource<'_> {
                 p.publish(std::mem::take(&mut c.files));
             }
             let trace = c.trace.take();
-            if let Some(t) = &trace {
+            if let Some(t) = trace.as_ref().filter(|_| ops_compared) {
                 let ops = crate::trace::program::OPS_NAME.to_string();
                 c.digests.push((ops, crate::trace::program::digest(t)));
             }

@@ -128,6 +128,12 @@ pub(super) fn localize(
     let (Some(a), Some(b)) = (&first.trace, &other.trace) else {
         return diagnose::first_output_divergence(first, other);
     };
+    let sizes = [0, j].map(|i| planner.settings(i, false).knobs.batch);
+    if let [Some(x), Some(y)] = sizes {
+        if x != y {
+            return batch_variant(first, other, [x, y]);
+        }
+    }
     // A run stopped early is compared on what it recorded before it was stopped. The cut
     // keeps each record's `call`, its index in run 0's whole trace `a`, used below.
     let cut;
@@ -151,6 +157,29 @@ pub(super) fn localize(
         d.explanation.push_str(&what);
     }
     Some(d)
+}
+
+/// `--vary batch`: runs 0 and `other` at batch sizes `sizes` differ; the first op whose result
+/// differs for a request both hold ([`crate::trace::batch::first_variant`]: the larger-batch
+/// run recorded row slices), else the first differing output, said to arise outside the ops.
+/// The smaller size is run 0's (the even runs'), so a run stopped early is the larger one,
+/// whose every record has its counterpart.
+fn batch_variant(first: &Collected, other: &Collected, sizes: [usize; 2]) -> Option<Divergence> {
+    let (a, b) = (first.trace.as_deref()?, other.trace.as_deref()?);
+    let ([small, large], lo, hi) = match sizes[0] < sizes[1] {
+        true => ([a, b], sizes[0], sizes[1]),
+        false => ([b, a], sizes[1], sizes[0]),
+    };
+    if let Some(d) = crate::trace::batch::first_variant(small, large, hi / lo, [lo, hi]) {
+        return Some(d);
+    }
+    diagnose::first_output_divergence(first, other).map(|mut d| {
+        d.explanation.push_str(&format!(
+            "; every op call both runs made gave the same bits for every request both held \
+             (batch {lo} vs {hi}): the difference arose outside the traced ops"
+        ));
+        d
+    })
 }
 
 /// What is said of a file difference when the op traces agree: `calls` op calls compared

@@ -10,12 +10,14 @@
 //! (`f32[1,512]:<d>`). So ([`first_variant`]):
 //!
 //! - records are aligned by identity as in [`super::first_divergence`] (rank, thread, step,
-//!   phase, module, op: [`super::streams::Key`]), occurrence by occurrence: an op called k times
-//!   per call of the program's batch function (k is the op's count over the calls of its
-//!   (rank, thread, step): the fewest records any batch op there has, normally one per call)
-//!   has its large-run occurrence `q*k + i` (call q, i-th time) made by the small run as
-//!   occurrences `(q*n + s)*k + i`, s = 0..n. An op called as often in both runs (model set-up,
-//!   weight loading) does not depend on the batch: occurrence j against occurrence j;
+//!   phase, module, op: [`super::streams::Key`]), within calls of the program's batch function:
+//!   the first op with sliced tensors that the two runs call a different number of times marks
+//!   where each call begins (per rank, thread and step), in both runs. The i-th record of a key
+//!   in the large run's call q is compared, slice s, with the i-th record of that key in the
+//!   small run's call `q*n + s`, s = 0..n; when that call has no such record (an op one batch
+//!   size makes and the other does not: a copy at one size that is a view at the other) it is
+//!   not comparable. An op called as often in both runs (model set-up, weight loading) does not
+//!   depend on the batch: occurrence j against occurrence j;
 //! - slice s of a sliced label compares with the small run's whole label of the slice's shape
 //!   (`[D0/n, ...]`, same dtype); an input that is not sliced (a parameter) compares whole with
 //!   a small-run label of the same shape; anything else is not comparable: a result that does
@@ -24,9 +26,9 @@
 //!   with no sliced tensor (a last partial batch, arithmetic on batch reductions);
 //! - the first record in the large run's order that has a comparable differing tensor is the
 //!   answer: with every comparable input identical, the origin (`inputs_matched`, the op is
-//!   batch-variant); with an input that already differed, a receiver; a sliced record whose
-//!   counterpart the small run lacks means control flow diverged. Records of the small run past
-//!   what the large run covers (more requests, a last partial batch) are not compared.
+//!   batch-variant); with an input that already differed, a receiver. Records of the small run
+//!   past what the large run covers (more requests, a last partial batch, or a run stopped
+//!   early) are not compared.
 
 use super::streams::{identities, Key};
 use super::{Divergence, TraceEntry};
@@ -232,26 +234,32 @@ pub fn first_variant(
         .collect();
     let (cs, cl) = (counts(small), counts(large));
     let parsed: Vec<Parsed> = large.iter().map(Parsed::of).collect();
-    // Calls of the program's batch function per (rank, thread, step): the fewest records a
-    // per-batch op with sliced tensors has there.
-    let mut calls: HashMap<(u64, &str, u64), usize> = HashMap::new();
+    // An op with sliced tensors that the two runs call a different number of times runs per
+    // call of the program's batch function; the first such op of each (rank, thread, step)
+    // marks where each call begins, in both runs.
+    let per_batch = |x: &TraceEntry, p: &Parsed| {
+        p.sliced()
+            && cs
+                .get(&x.key())
+                .is_some_and(|&n| n > 0 && n != cl[&x.key()])
+    };
+    let mut markers: HashMap<Group, Key> = HashMap::new();
     for (x, p) in large.iter().zip(&parsed) {
-        let (k, l, s) = (
-            x.key(),
-            cl[&x.key()],
-            cs.get(&x.key()).copied().unwrap_or(0),
-        );
-        if p.sliced() && s > 0 && s != l {
-            let c = calls.entry((k.0, k.1, k.2)).or_insert(l);
-            *c = (*c).min(l);
+        if per_batch(x, p) {
+            markers.entry(group(x)).or_insert(x.key());
         }
     }
+    let small_at: HashMap<(Key, usize, usize), usize> = calls(small, &markers)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(t, place)| place.map(|(call, i)| ((small[t].key(), call, i), t)))
+        .collect();
+    let large_places = calls(large, &markers);
     let [a, b] = sizes;
-    for ((x, &j), p) in large.iter().zip(&il).zip(&parsed) {
+    for (((x, &j), p), place) in large.iter().zip(&il).zip(&parsed).zip(large_places) {
         let key = x.key();
-        let (l, s_count) = (cl[&key], cs.get(&key).copied().unwrap_or(0));
         let at = x.describe(j + 1);
-        if l == s_count {
+        if cl[&key] == cs.get(&key).copied().unwrap_or(0) {
             // Called as often in both runs: does not depend on the batch.
             if let Some(&t) = index.get(&(key, j)) {
                 match verdict(p, &small[t], None) {
@@ -262,32 +270,16 @@ pub fn first_variant(
             }
             continue;
         }
-        let Some(&c) = calls.get(&(key.0, key.1, key.2)) else {
-            continue;
+        let Some((q, i)) = place.filter(|_| p.sliced()) else {
+            continue; // outside the batch calls, or no per-request tensor
         };
-        if !p.sliced() || !l.is_multiple_of(c) {
-            continue; // no per-request tensor, or not called alike in every call
-        }
-        let k = l / c;
-        let (q, i) = (j / k, j % k);
         for s in 0..rows {
-            let occ = (q * rows + s) * k + i;
-            let request = q * b + s * a;
-            let Some(&t) = index.get(&(key, occ)) else {
-                return Some(Divergence {
-                    call: x.call,
-                    op: x.op.clone(),
-                    inputs_matched: false,
-                    explanation: format!(
-                        "control flow diverged: the batch-{b} run calls {at}, holding request \
-                         {request}, where the batch-{a} run makes no call {} of {}",
-                        occ + 1,
-                        x.op
-                    ),
-                    rank: None,
-                    receivers: Vec::new(),
-                });
+            // A call of the smaller run that lacks this op (a view at one batch size, a copy
+            // at the other) is not comparable here, not control flow.
+            let Some(&t) = small_at.get(&(key, q * rows + s, i)) else {
+                continue;
             };
+            let request = q * b + s * a;
             match verdict(p, &small[t], Some(s)) {
                 Verdict::Same => {}
                 Verdict::Received(which) => {
@@ -298,6 +290,41 @@ pub fn first_variant(
         }
     }
     None
+}
+
+/// The records a batch call belongs to: (rank, thread, step).
+type Group<'a> = (u64, &'a str, u64);
+
+fn group(e: &TraceEntry) -> Group<'_> {
+    (e.rank, &e.thread, e.step)
+}
+
+/// Each record's place in the batch calls of its group: (call, its occurrence among the
+/// records of its key in that call); `None` before the group's first call (or in a group
+/// without a marker). A call begins at each record of the group's marker key.
+fn calls<'a>(
+    trace: &'a [TraceEntry],
+    markers: &HashMap<Group<'a>, Key<'a>>,
+) -> Vec<Option<(usize, usize)>> {
+    let mut call: HashMap<Group, usize> = HashMap::new();
+    let mut seen: HashMap<Key, (usize, usize)> = HashMap::new(); // key → (call, count)
+    trace
+        .iter()
+        .map(|e| {
+            let g = group(e);
+            let marker = markers.get(&g)?;
+            if e.key() == *marker {
+                call.entry(g).and_modify(|c| *c += 1).or_insert(0);
+            }
+            let c = *call.get(&g)?;
+            let n = seen.entry(e.key()).or_insert((c, 0));
+            if n.0 != c {
+                *n = (c, 0);
+            }
+            n.1 += 1;
+            Some((c, n.1 - 1))
+        })
+        .collect()
 }
 
 /// `… for request R` when the call depends on the batch.

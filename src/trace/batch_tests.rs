@@ -197,20 +197,22 @@ fn tensors_that_do_not_scale_are_not_compared() {
 }
 
 #[test]
-fn a_missing_counterpart_is_control_flow() {
+fn an_op_one_batch_size_does_not_make_is_not_compared() {
+    // At one batch size an op can be a view where the other makes a copy: a call of the
+    // smaller run without the large run's record is not comparable there, not a divergence.
     let mut small = serve(8, 1, 1);
     small.remove(4 * 7 + 1); // request 7's addmm
+    assert_eq!(
+        first_variant(&numbered(small), &serve(8, 8, 8), 8, [1, 8]),
+        None
+    );
+    // What is still there is still compared: request 6's addmm, planted.
+    let mut small = serve(8, 1, 1);
+    small.remove(4 * 7 + 1);
+    small[4 * 6 + 1].output = "f32[1,4]:planted".into();
     let d = first_variant(&numbered(small), &serve(8, 8, 8), 8, [1, 8]).unwrap();
-    assert_eq!(
-        (d.call, d.op.as_str(), d.inputs_matched),
-        (1, "aten::addmm", false)
-    );
-    assert_eq!(
-        d.explanation,
-        "control flow diverged: the batch-8 run calls step 0, rank 0, aten::addmm (call 1 of \
-         aten::addmm) in module Model.lm_head (forward), serve.py:88, holding request 7, where \
-         the batch-1 run makes no call 8 of aten::addmm"
-    );
+    assert!(d.inputs_matched, "{d:?}");
+    assert!(d.explanation.contains("request 6"), "{}", d.explanation);
 }
 
 #[test]

@@ -66,7 +66,9 @@ impl Spec {
                 Variation::Batch if pair.contains(&0) => {
                     bail!("{part},{}: a batch size must be at least 1", pair[1])
                 }
-                Variation::Batch => spec.batch_pair = Some(pair),
+                // The smaller size in the even runs: run 0, the reference a later run is
+                // compared with (and stopped at its first difference), holds whole results.
+                Variation::Batch => spec.batch_pair = Some([pair[0].min(pair[1]), pair[0].max(pair[1])]),
                 _ => bail!("variation {name:?} takes no counts (only threads=A,B, workers=A,B and batch=A,B)"),
             }
         }
