@@ -3,10 +3,14 @@
 //! Snapshots ([`crate::snapshot`]) are kept per *platform class* ([`Platform::class_for`]:
 //! `cpu-x86_64`, `cpu-aarch64`, `cuda-sm80`, `cuda-sm90`, ...) and store the whole fingerprint
 //! as metadata, so a mismatch can say what differs between the machine that wrote the snapshot
-//! and this one ([`Platform::fields`]).
+//! and this one ([`Platform::fields`]). Every kept run directory records it too, with the
+//! program's own platform file, and `bitexact diff-trace` says what differs between two
+//! ([`record`]).
 
 use crate::backend::Backend;
 use serde::Serialize;
+
+pub mod record;
 
 /// Facts about the GPU a CUDA run used.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -81,6 +81,8 @@ names! {
     MEMORY_FILE = ".bitexact-memory.jsonl";
     /// Metadata: the program's platform (Python, numpy, torch, CUDA versions).
     PLATFORM_FILE = ".bitexact-platform.json";
+    /// Metadata, in a kept run directory: bitexact's platform fingerprint and the run's controls.
+    RECORD_FILE = ".bitexact-record.json";
     /// Metadata: the controls the program read (`{"control": "workers", ...}` per line).
     CONTROLS_FILE = ".bitexact-controls.jsonl";
     /// Metadata: the op trace of rank R is `<prefix><R>.jsonl`.

@@ -1,6 +1,6 @@
 """Outputs: what a script writes into ``$BITEXACT_OUT`` -- :func:`dump` and :func:`step`
 (tensors as safetensors, and per step a line of memory use in ``.bitexact-memory.jsonl``),
-:func:`write_platform` (``.bitexact-platform.json``), and where they write: :func:`active`,
+:func:`write_platform` (``.bitexact-platform.json``; :func:`record_platform` for the tracer), and where they write: :func:`active`,
 :func:`out_dir` (``$BITEXACT_OUT``, or ``rank<RANK>/`` under it for a torch.distributed rank).
 Re-exported by :mod:`bitexact`; outside bitexact every writer here is a no-op."""
 
@@ -195,6 +195,36 @@ def write_platform(probe_cuda=False):
     _atomic_write(path, text.encode("utf-8"))
     _platform_written = True
     return path
+
+
+def record_platform(at_exit=False):
+    """The tracer's record of the platform (``bitexact run --trace``), so that a kept run says
+    where it comes from even when the script never imports bitexact: writes
+    ``.bitexact-platform.json`` when tracing starts (without counting as this process's own
+    write: :func:`dump` still writes it, with the seed, on first use), and at exit again
+    unless the script wrote it itself and it is still there (a program may clear its output
+    directory); at exit it records torch's threads as the program left them, and the GPU once
+    CUDA is initialised. Never raises: the program's run must not fail for its record."""
+    if not active():
+        return None
+    path = os.path.join(out_dir(), _protocol.PLATFORM_FILE)
+    if at_exit and _platform_written and os.path.exists(path):
+        return None
+    if not at_exit and os.path.exists(path):
+        return None
+    written = _platform_written
+    try:
+        return write_platform()
+    except Exception:
+        return None
+    finally:
+        _set_written(written)
+
+
+def _set_written(written):
+    """Sets whether the program wrote ``.bitexact-platform.json`` itself."""
+    global _platform_written
+    _platform_written = written
 
 
 def _ensure_platform():

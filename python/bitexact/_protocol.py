@@ -25,6 +25,7 @@ PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE"  # The Python package a cargo-bui
 RUN_ID_ENV = "BITEXACT_RUN_ID"  # Marks every process of a run, so none outlives it.
 MEMORY_FILE = ".bitexact-memory.jsonl"  # Metadata: one JSON line per step with the process's resident memory.
 PLATFORM_FILE = ".bitexact-platform.json"  # Metadata: the program's platform (Python, numpy, torch, CUDA versions).
+RECORD_FILE = ".bitexact-record.json"  # Metadata, in a kept run directory: bitexact's platform fingerprint and the run's controls.
 CONTROLS_FILE = ".bitexact-controls.jsonl"  # Metadata: the controls the program read (`{"control": "workers", ...}` per line).
 TRACE_FILE_PREFIX = ".bitexact-trace-rank"  # Metadata: the op trace of rank R is `<prefix><R>.jsonl`.
 CAPTURE_FILE = ".bitexact-capture.safetensors"  # Metadata: the tensors of the captured op (`in0…`, `out0…`, safetensors).

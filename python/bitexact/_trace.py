@@ -54,7 +54,9 @@ first uses it). Only the process that
 installed the tracer records (DataLoader workers, forked or spawned, do not), and batch loading
 in that process (``num_workers=0``) is not traced either, so the stream does not depend on the
 worker count. No tensor is kept
-after it is hashed. The tracer never changes what the program computes.
+after it is hashed. The tracer never changes what the program computes. It also records the
+platform in ``.bitexact-platform.json`` (metadata, like the trace) when it starts and at exit,
+unless the script writes it itself (:func:`bitexact._outputs.record_platform`).
 
 Collectives (``c10d::allreduce_`` from ``dist.all_reduce`` and DDP's gradient buckets,
 ``c10d::broadcast_``, ...) are recorded like ops: their ``in`` is this rank's contribution,
@@ -259,7 +261,14 @@ def install_from_env():
     )
     if os.environ.get(CAPTURE_ENV):
         _state.capture = json.loads(os.environ[CAPTURE_ENV])
+    # The run's platform, recorded whether or not the script imports bitexact; once more at
+    # exit, after tracing stops (atexit runs last-registered first), unless the script wrote it.
+    from . import _outputs
+
+    atexit.register(_outputs.record_platform, at_exit=True)
     atexit.register(stop)
+    with paused():
+        _outputs.record_platform()
     return True
 
 

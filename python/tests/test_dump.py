@@ -228,3 +228,30 @@ def test_the_platform_file_records_the_seed_used(out, monkeypatch):
     info = json.loads((out / ".bitexact-platform.json").read_text())
     assert info["seed"] == 1234
     assert isinstance(info["seed_everything_seconds"], float)
+
+
+def test_the_tracer_records_the_platform_unless_the_script_did(out, monkeypatch):
+    from bitexact import _outputs, _seed
+
+    monkeypatch.setattr(_outputs, "_platform_written", False)
+    path = out / ".bitexact-platform.json"
+    # When tracing starts: written, but not as the script's own (dump writes it again, seeded).
+    assert _outputs.record_platform() == str(path)
+    assert json.loads(path.read_text())["seed"] is None and not _outputs._platform_written
+    monkeypatch.setattr(_seed, "_last_seed", 7)
+    bitexact.dump("a", x=np.ones(1))
+    assert json.loads(path.read_text())["seed"] == 7 and _outputs._platform_written
+    # At exit: the script's file is kept; a cleared one is written again.
+    path.write_text("{}")
+    assert _outputs.record_platform(at_exit=True) is None
+    assert path.read_text() == "{}"
+    os.remove(str(path))
+    assert _outputs.record_platform(at_exit=True) == str(path)
+    assert json.loads(path.read_text())["seed"] == 7
+    # A script that never wrote it: the exit rewrites the start's record.
+    monkeypatch.setattr(_outputs, "_platform_written", False)
+    path.write_text("{}")
+    assert _outputs.record_platform(at_exit=True) == str(path)
+    assert "python" in json.loads(path.read_text())
+    monkeypatch.delenv("BITEXACT_OUT")
+    assert _outputs.record_platform() is None

@@ -9,7 +9,8 @@
 //! `ROOT/run-1`), under a fresh one beside it (`run-1-<16 hex>`); the outputs are moved onto
 //! it when the run ends, or, when the run itself put something there, to a fresh name made
 //! with no-replace ([`move_out`]). With `--keep DIR`, which promises `DIR/run-<i>`, the
-//! report's notes say where a run's outputs went when they are not there.
+//! report's notes say where a run's outputs went when they are not there, and each kept run
+//! directory gets bitexact's platform record ([`record_platform`]).
 
 use super::collect;
 use crate::harness::Loader;
@@ -59,6 +60,21 @@ pub(super) fn kept_elsewhere(index: usize, to: &Path, promised: &Path) -> Option
             quote::path(promised)
         )
     })
+}
+
+/// Writes bitexact's platform record (`.bitexact-record.json`:
+/// [`crate::platform::record`]) into the run directory `dest` when it is `kept`: every kept
+/// run says where it comes from, whether or not its program imports bitexact.
+pub(super) fn record_platform(
+    dest: &Path,
+    kept: bool,
+    settings: &crate::vary::RunSettings,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    match kept {
+        true => crate::platform::record::write(dest, settings, env),
+        false => Ok(()),
+    }
 }
 
 /// Tries the name `dir/name`, then fresh ones `dir/name-<16 hex>`, until `make` makes one that

@@ -253,6 +253,9 @@ impl RunSource for ProgramSource<'_> {
             (Ok(e), Ok(_)) => e,
             (Err(e), _) | (_, Err(e)) => return harness_failure(e),
         };
+        if let Err(e) = files::record_platform(&dest, keep, settings, &env) {
+            return harness_failure(e);
+        }
         let run = ProgramRun {
             index,
             exit_status: ended.status.code(),

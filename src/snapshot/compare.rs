@@ -58,7 +58,10 @@ pub fn explain(case: &str, file: &Path, old: &Snapshot, new: &Snapshot) -> Optio
         .collect();
     let mut platform = Vec::new();
     for (k, v) in &new.info {
-        if matches!(k.as_str(), "case" | "backend" | "controls" | "cores") {
+        let timing = k
+            .strip_prefix("program.")
+            .is_some_and(crate::platform::record::meaningless);
+        if timing || matches!(k.as_str(), "case" | "backend" | "controls" | "cores") {
             continue;
         }
         match old.info(k) {
@@ -182,6 +185,29 @@ mod tests {
                 *v = "rustc 1.0.0 (old)".into();
             }
         }
+        // A program's torch version joins the fingerprint; its seeding time (always
+        // different) is no platform difference.
+        let (mut torch_old, mut torch_new) = (old.clone(), new.clone());
+        torch_old
+            .info
+            .push(("program.torch".into(), "2.9.1".into()));
+        torch_new
+            .info
+            .push(("program.torch".into(), "2.15.0".into()));
+        let mut same_torch = new.clone();
+        same_torch
+            .info
+            .push(("program.torch".into(), "2.9.1".into()));
+        torch_old
+            .info
+            .push(("program.seed_everything_seconds".into(), "0.1".into()));
+        same_torch
+            .info
+            .push(("program.seed_everything_seconds".into(), "0.2".into()));
+        let e = explain("k", f, &torch_old, &same_torch).unwrap();
+        assert!(e.contains("same platform fingerprint: regression"), "{e}");
+        let e = explain("k", f, &torch_old, &torch_new).unwrap();
+        assert!(e.contains("program.torch changed (2.9.1 → 2.15.0)"), "{e}");
         let e = explain("kernel/test/small", f, &older, &new).unwrap();
         assert!(
             e.contains("rustc changed (rustc 1.0.0 (old) → ")

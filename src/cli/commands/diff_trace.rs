@@ -1,6 +1,7 @@
 //! `bitexact diff-trace A B`: compare two trace files and name the first diverging op.
 
 use crate::cli::usage::usage;
+use crate::platform::record::{self, Side};
 use crate::trace::{self, TraceFile};
 use anyhow::Result;
 use std::path::Path;
@@ -8,7 +9,11 @@ use std::path::Path;
 /// Exit 0 when every case in either file has identical traces, 1 when any differs or is in one
 /// file only, 2 when a file is unreadable or not a valid trace file (version, duplicates).
 /// Program op traces (`bitexact run --trace ops --keep DIR`: a run directory or its
-/// `.bitexact-trace-rank<R>.jsonl`) are compared the same way, with the same answer.
+/// `.bitexact-trace-rank<R>.jsonl`) are compared the same way, with the same answer, after a
+/// line on what differs between the two runs' platforms ([`record::compare`]: each kept run
+/// directory's `.bitexact-record.json` and `.bitexact-platform.json`); when they differ, an op
+/// of identical inputs whose output differs gives different results on the two platforms
+/// rather than being called nondeterministic.
 pub(crate) fn diff_trace(a: &Path, b: &Path) -> Result<u8> {
     let program = |p: &Path| p.is_dir() || p.extension().is_some_and(|x| x == "jsonl");
     if program(a) || program(b) {
@@ -51,14 +56,71 @@ fn diff_program_traces(a: &Path, b: &Path) -> Result<u8> {
     };
     let bad = |e: anyhow::Error| usage(format!("{e:#}"));
     let (ta, tb) = (load(a).map_err(bad)?, load(b).map_err(bad)?);
+    let (pa, pb) = (Side::read(a).map_err(bad)?, Side::read(b).map_err(bad)?);
+    let platforms = record::compare(&pa, &pb, ["A", "B"]);
+    for line in platforms.lines() {
+        println!("{line}");
+    }
     Ok(match trace::first_divergence(&ta, &tb) {
         None => {
             println!("identical op traces ({} op calls)", ta.len());
             0
+        }
+        Some(d) if platforms.differ() => {
+            println!("{}", across_platforms(&d.explanation));
+            1
         }
         Some(d) => {
             println!("{}", d.explanation);
             1
         }
     })
+}
+
+/// A divergence's explanation for two runs on different platforms: what it calls
+/// nondeterministic (an op, or a collective, whose inputs were identical) gives different
+/// results on the two platforms, which one machine's runs cannot tell apart from
+/// nondeterminism.
+fn across_platforms(explanation: &str) -> String {
+    explanation
+        .replace(
+            " is nondeterministic",
+            " gives different results on the two platforms",
+        )
+        .replace("nondeterministic", "platform-dependent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(op: &str, out: &str) -> trace::TraceEntry {
+        let line = format!(
+            r#"{{"v": 2, "step": 0, "rank": 0, "phase": "forward", "module": "", "op": "{op}", "occ": 0, "src": "t.py:1", "in": ["f32[4]:aa"], "out": ["f32[4]:{out}"]}}"#
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+        std::fs::write(&p, line + "\n").unwrap();
+        trace::program::read_jsonl(&p).unwrap().remove(0)
+    }
+
+    #[test]
+    fn an_op_of_identical_inputs_differs_on_two_platforms_not_nondeterministically() {
+        let d = trace::first_divergence(&[entry("aten::mul", "bb")], &[entry("aten::mul", "cc")])
+            .unwrap();
+        assert!(
+            d.explanation.contains("this op is nondeterministic"),
+            "{d:?}"
+        );
+        let e = across_platforms(&d.explanation);
+        assert!(
+            e.ends_with("inputs identical, output differs: this op gives different results on the two platforms"),
+            "{e}"
+        );
+        assert!(!e.contains("nondeterministic"), "{e}");
+        let collective = "first divergence: x — inputs identical on every rank, output differs: \
+                          the collective itself is nondeterministic (origin: rank 1)";
+        let e = across_platforms(collective);
+        assert!(e.contains("the collective itself gives different results on the two platforms (origin: rank 1)"), "{e}");
+    }
 }
