@@ -106,3 +106,33 @@ fn the_example_is_batch_variant_and_its_fix_is_not() {
     assert_eq!(code, 0, "{case}");
     assert_eq!(case["verdict"], "deterministic", "{case}");
 }
+
+#[test]
+fn under_trace_the_first_batch_variant_op_is_named() {
+    let Some(py) = common::tracer_python("under_trace_the_first_batch_variant_op_is_named") else {
+        return;
+    };
+    let ex = example();
+    let (code, case, _) = run(
+        &["--vary", "batch", "--trace", "ops"],
+        &[&py, &ex, "--batch-size", "{batch}"],
+    );
+    assert_eq!(code, 1, "{case}");
+    assert_eq!(case["verdict"], "batch-variant", "{case}");
+    let d = &case["divergence"];
+    let text = d["explanation"].as_str().unwrap_or_default();
+    assert_eq!(d["op"], "aten::addmm", "{text}");
+    assert_eq!(d["inputs_matched"], true, "{text}");
+    assert!(
+        text.starts_with("first batch-variant op: ")
+            && text.contains("in module Model.lm_head (forward)")
+            && text.contains("inputs identical for request 0, output differs (batch 1 vs 8)"),
+        "{text}"
+    );
+    // The fix: every op gives each request the same bits at both batch sizes.
+    let (code, case, _) = run(
+        &["--vary", "batch", "--trace", "ops"],
+        &[&py, &ex, "--batch-size", "{batch}", "--invariant"],
+    );
+    assert_eq!(code, 0, "{case}");
+}

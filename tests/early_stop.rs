@@ -223,11 +223,8 @@ for step in range(12):
 
 #[test]
 fn a_traced_run_is_stopped_early_and_still_names_the_op() {
-    let Some(py) = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]) else {
-        bitexact::check::skip_notice(
-            "a_traced_run_is_stopped_early_and_still_names_the_op",
-            "no Python with torch and the installed bitexact package (run ci/python.sh)",
-        );
+    let Some(py) = common::tracer_python("a_traced_run_is_stopped_early_and_still_names_the_op")
+    else {
         return;
     };
     let o = bitexact(&[

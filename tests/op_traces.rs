@@ -12,17 +12,6 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-fn python(test: &str) -> Option<String> {
-    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]);
-    if py.is_none() {
-        bitexact::check::skip_notice(
-            test,
-            "no Python with torch and the installed bitexact package (run ci/python.sh)",
-        );
-    }
-    py
-}
-
 fn example() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/python/ops_trace.py")
@@ -54,7 +43,7 @@ fn divergence(case: &serde_json::Value) -> String {
 
 #[test]
 fn an_unmodified_script_is_traced_and_deterministic() {
-    let Some(py) = python("an_unmodified_script_is_traced_and_deterministic") else {
+    let Some(py) = common::tracer_python("an_unmodified_script_is_traced_and_deterministic") else {
         return;
     };
     let (code, case) = run(&[], &[&py, &example()], &[]);
@@ -64,7 +53,8 @@ fn an_unmodified_script_is_traced_and_deterministic() {
 
 #[test]
 fn unseeded_noise_is_named_with_its_op_module_and_line() {
-    let Some(py) = python("unseeded_noise_is_named_with_its_op_module_and_line") else {
+    let Some(py) = common::tracer_python("unseeded_noise_is_named_with_its_op_module_and_line")
+    else {
         return;
     };
     let keep = tempfile::tempdir().unwrap();
@@ -116,7 +106,7 @@ fn unseeded_noise_is_named_with_its_op_module_and_line() {
 
 #[test]
 fn a_random_branch_is_control_flow_diverging() {
-    let Some(py) = python("a_random_branch_is_control_flow_diverging") else {
+    let Some(py) = common::tracer_python("a_random_branch_is_control_flow_diverging") else {
         return;
     };
     let (code, case) = run(
@@ -133,7 +123,7 @@ fn a_random_branch_is_control_flow_diverging() {
 
 #[test]
 fn a_shadowed_sitecustomize_still_runs() {
-    let Some(py) = python("a_shadowed_sitecustomize_still_runs") else {
+    let Some(py) = common::tracer_python("a_shadowed_sitecustomize_still_runs") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -152,7 +142,9 @@ fn a_shadowed_sitecustomize_still_runs() {
 
 #[test]
 fn module_traces_name_the_module_that_received_the_difference() {
-    let Some(py) = python("module_traces_name_the_module_that_received_the_difference") else {
+    let Some(py) =
+        common::tracer_python("module_traces_name_the_module_that_received_the_difference")
+    else {
         return;
     };
     let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
@@ -171,7 +163,7 @@ fn module_traces_name_the_module_that_received_the_difference() {
 
 #[test]
 fn blame_names_the_op_each_variation_breaks() {
-    let Some(py) = python("blame_names_the_op_each_variation_breaks") else {
+    let Some(py) = common::tracer_python("blame_names_the_op_each_variation_breaks") else {
         return;
     };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/conv_threads.py");
@@ -202,7 +194,8 @@ fn blame_names_the_op_each_variation_breaks() {
 
 #[test]
 fn dropout_left_on_in_eval_is_named_under_a_varied_seed() {
-    let Some(py) = python("dropout_left_on_in_eval_is_named_under_a_varied_seed") else {
+    let Some(py) = common::tracer_python("dropout_left_on_in_eval_is_named_under_a_varied_seed")
+    else {
         return;
     };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/eval_dropout.py");
@@ -239,7 +232,8 @@ fn a_program_that_records_no_trace_fails_and_says_why() {
 
 #[test]
 fn a_difference_outside_the_traced_ops_is_said_to_be_so() {
-    let Some(py) = python("a_difference_outside_the_traced_ops_is_said_to_be_so") else {
+    let Some(py) = common::tracer_python("a_difference_outside_the_traced_ops_is_said_to_be_so")
+    else {
         return;
     };
     // Every torch op is the same in both runs; the clock is mixed in by plain Python.
@@ -261,7 +255,7 @@ fn a_difference_outside_the_traced_ops_is_said_to_be_so() {
 /// A Python with torch, the installed bitexact package and a C++ compiler for Inductor's CPU
 /// backend (`torch.compile`'s default; g++ or `$CXX`, found as Inductor finds it).
 fn python_with_compiler(test: &str) -> Option<String> {
-    let py = python(test)?;
+    let py = common::tracer_python(test)?;
     let probe = "from torch._inductor.cpp_builder import get_cpp_compiler; get_cpp_compiler()";
     let o = Command::new(&py).args(["-c", probe]).output().unwrap();
     if !o.status.success() {

@@ -99,11 +99,9 @@ fn every_run_of_a_blamed_program_is_an_event_and_in_the_json() {
 
 #[test]
 fn every_run_of_a_traced_program_with_a_divergence_is_an_event_and_in_the_json() {
-    let Some(py) = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]) else {
-        bitexact::check::skip_notice(
-            "every_run_of_a_traced_program_with_a_divergence_is_an_event_and_in_the_json",
-            "no Python with torch and the installed bitexact package (run ci/python.sh)",
-        );
+    let Some(py) = common::tracer_python(
+        "every_run_of_a_traced_program_with_a_divergence_is_an_event_and_in_the_json",
+    ) else {
         return;
     };
     // The thread count reaches the result through a Python int: the op's tensor inputs match

@@ -12,17 +12,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn python(test: &str) -> Option<String> {
-    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace"]);
-    if py.is_none() {
-        bitexact::check::skip_notice(
-            test,
-            "no Python with torch and the installed bitexact package (run ci/python.sh)",
-        );
-    }
-    py
-}
-
 /// Runs `script` (never importing bitexact) twice under `--trace ops --threads THREADS
 /// --keep DIR/t<THREADS>`; returns the kept directory of its run 0.
 fn keep_run(py: &str, dir: &Path, script: &str, threads: &str) -> PathBuf {
@@ -60,7 +49,9 @@ const BY_THREADS: &str = "import torch\nx = torch.ones(4)\ny = x * torch.get_num
 
 #[test]
 fn kept_runs_carry_their_platform_and_diff_trace_says_what_differs() {
-    let Some(py) = python("kept_runs_carry_their_platform_and_diff_trace_says_what_differs") else {
+    let Some(py) =
+        common::tracer_python("kept_runs_carry_their_platform_and_diff_trace_says_what_differs")
+    else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

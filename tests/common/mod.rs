@@ -49,3 +49,16 @@ pub fn python_with(modules: &[&str]) -> Option<String> {
             .is_ok_and(|o| o.status.success())
     })
 }
+
+/// A Python with torch and the installed bitexact package (its tracer), else `None` after
+/// saying `SKIPPED` for `test` (run ci/python.sh to install them).
+pub fn tracer_python(test: &str) -> Option<String> {
+    let py = python_with(&["torch", "bitexact._native", "bitexact._trace"]);
+    if py.is_none() {
+        bitexact::check::skip_notice(
+            test,
+            "no Python with torch and the installed bitexact package (run ci/python.sh)",
+        );
+    }
+    py
+}
