@@ -2,8 +2,10 @@
 //! in the even runs and B in the odd runs; a request whose result follows the batch size is
 //! `batch-variant` (exit 1), one that does not passes; a command without `{batch}` is a usage
 //! error (exit 2). The example `examples/python/batch_invariance.py` (a small causal LM) is
-//! batch-variant on this CPU and invariant with `--invariant`; needs a Python with torch (says
-//! `SKIPPED` without).
+//! batch-variant on this CPU and invariant with `--invariant`, and under `--trace ops` the op
+//! is named; a training loop under gradient accumulation
+//! (`tests/fixtures/programs/accumulate.py`) is compared across micro-batch sizes. The torch
+//! tests need a Python with torch (they say `SKIPPED` without).
 
 mod common;
 
@@ -135,4 +137,29 @@ fn under_trace_the_first_batch_variant_op_is_named() {
         &[&py, &ex, "--batch-size", "{batch}", "--invariant"],
     );
     assert_eq!(code, 0, "{case}");
+}
+
+#[test]
+fn a_training_loop_is_compared_across_micro_batch_sizes() {
+    let Some(py) = common::python_with(&["torch"]) else {
+        bitexact::check::skip_notice(
+            "a_training_loop_is_compared_across_micro_batch_sizes",
+            "no Python with torch (run ci/python.sh)",
+        );
+        return;
+    };
+    // The global batch and the data order fixed, the micro-batch `{batch}`: the gradient is
+    // summed in another order, and the first step's weights already differ.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/programs/accumulate.py")
+        .display()
+        .to_string();
+    let (code, case, _) = run(
+        &["--vary", "batch=2,16"],
+        &[&py, &script, "--micro-batch", "{batch}"],
+    );
+    assert_eq!(code, 1, "{case}");
+    assert_eq!(case["verdict"], "batch-variant", "{case}");
+    let first = case["divergence"]["op"].as_str().unwrap_or_default();
+    assert!(first.starts_with("step_0.pt:"), "{case}");
 }
