@@ -14,7 +14,7 @@
 use crate::backend::Backend;
 use crate::case::{Case, Outputs};
 use crate::diff::{self, TensorDiff};
-use crate::harness::{CaseSource, Planner};
+use crate::harness::{CaseSource, Runs};
 use crate::outcome::case::CaseReport;
 use crate::outcome::verdict::Verdict;
 use serde::Serialize;
@@ -182,7 +182,7 @@ pub fn compare(
     case: &dyn Case,
     cpu: &CaseReport,
     cuda: &CaseReport,
-    planner: &mut Planner,
+    planner: &mut dyn Runs,
 ) -> CrossDevice {
     let name = case.name();
     if let Some(r) = [cpu, cuda]

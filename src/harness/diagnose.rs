@@ -7,7 +7,7 @@ use super::executor::Pass;
 use super::failure::FailureKind;
 use super::in_process::CaseSource;
 use super::planner::Planner;
-use super::source::{Collected, RunSource};
+use super::source::{Collected, RunSource, Runs};
 use crate::case::Case;
 use crate::outcome::{CaseReport, Verdict};
 
@@ -282,7 +282,7 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
 /// case ran once), made by `planner`, and records as evidence which outputs now differ from
 /// that first run. Only reports whose evidence so far says deterministic (or a planted bug
 /// missed) are checked; the verdict is left to the judge.
-pub fn order_check(case: &dyn Case, r: &mut CaseReport, planner: &mut Planner) {
+pub fn order_check(case: &dyn Case, r: &mut CaseReport, planner: &mut dyn Runs) {
     let now = r.verdict_so_far();
     if now != Verdict::Deterministic && now != Verdict::Missed {
         return;

@@ -38,13 +38,13 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Counts one run made for `purpose` (runs of one purpose in a row are one entry).
-    fn count(&mut self, purpose: &str) {
+    /// Counts `runs` runs made for `purpose` (runs of one purpose in a row are one entry).
+    fn count(&mut self, purpose: &str, runs: usize) {
         match self.made.last_mut() {
-            Some(p) if p.purpose == purpose => p.runs += 1,
+            Some(p) if p.purpose == purpose => p.runs += runs,
             _ => self.made.push(PassCount {
                 purpose: purpose.to_string(),
-                runs: 1,
+                runs,
             }),
         }
     }
@@ -58,47 +58,17 @@ impl<'a> Planner<'a> {
         (runs, trace): (usize, bool),
         purpose: &str,
     ) -> Pass {
-        let (controls, progress) = (self.controls, &mut *self.progress);
-        let mut made = Vec::new();
-        let p = executor::pass(source, controls, vary, (runs, trace), purpose, &mut |r| {
-            made.push(r.purpose.to_string());
-            progress(r)
-        });
-        for m in made {
-            self.count(&m);
-        }
-        p
-    }
-
-    /// One run of `source`, as its run `index` under `settings`, told as run `k` of `of` made
-    /// for `purpose`: its outputs collected, or why it failed.
-    pub fn one(
-        &mut self,
-        source: &dyn RunSource,
-        settings: &RunSettings,
-        index: usize,
-        (purpose, k, of): (&str, usize, usize),
-    ) -> Result<Collected, Failure> {
-        (self.progress)(RunStart {
-            index: k,
-            of,
+        let p = executor::pass(
+            source,
+            self.controls,
+            vary,
+            (runs, trace),
             purpose,
-        });
-        self.count(purpose);
-        source
-            .start(index, settings)
-            .outputs
-            .and_then(|collect| collect())
-    }
-
-    /// The settings of run `index` of the main pass, traced when `trace` is set.
-    pub fn settings(&self, index: usize, trace: bool) -> RunSettings {
-        RunSettings::for_run(self.controls, &self.opts.vary, index, trace)
-    }
-
-    /// Every run made so far, by purpose, in order.
-    pub fn made(&self) -> &[PassCount] {
-        &self.made
+            self.progress,
+        );
+        // One run made (and told) per meta, failed ones included.
+        self.count(purpose, p.metas.len());
+        p
     }
 
     /// Hands back what was made (for the report).
@@ -113,7 +83,7 @@ impl Runs for Planner<'_> {
     }
 
     fn settings(&self, index: usize, trace: bool) -> RunSettings {
-        Planner::settings(self, index, trace)
+        RunSettings::for_run(self.controls, &self.opts.vary, index, trace)
     }
 
     fn one(
@@ -121,9 +91,18 @@ impl Runs for Planner<'_> {
         source: &dyn RunSource,
         settings: &RunSettings,
         index: usize,
-        told: (&str, usize, usize),
+        (purpose, k, of): (&str, usize, usize),
     ) -> Result<Collected, Failure> {
-        Planner::one(self, source, settings, index, told)
+        (self.progress)(RunStart {
+            index: k,
+            of,
+            purpose,
+        });
+        self.count(purpose, 1);
+        source
+            .start(index, settings)
+            .outputs
+            .and_then(|collect| collect())
     }
 }
 
@@ -138,10 +117,10 @@ mod tests {
         let mut progress = |r: RunStart| told.push(format!("{} {}/{}", r.purpose, r.index, r.of));
         let mut p = Planner::new(&controls, &opts, &mut progress);
         for purpose in ["main", "main", "capture: runs 0 and 1", "main"] {
-            p.count(purpose);
+            p.count(purpose, 1);
         }
         assert_eq!(
-            p.made()
+            p.into_made()
                 .iter()
                 .map(|c| (c.purpose.as_str(), c.runs))
                 .collect::<Vec<_>>(),
