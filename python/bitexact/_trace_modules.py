@@ -15,11 +15,12 @@ This tracker keeps real stacks instead:
 - **backward**: one stack per autograd graph task (``torch._C._current_graph_task_id()``),
   whichever thread runs it (the backward of CPU ops runs in the thread that called it, that of
   CUDA ops in autograd's device threads): a module is pushed when the gradients of its forward
-  outputs are ready and removed when those of its inputs are (``register_multi_grad_hook``,
-  as ModuleTracker does); the stack is dropped when the graph task ends. An op's module is the
-  most recently entered one still there (modules entered together, through one gradient, in
-  nesting order: ``Net``, ``Net.blocks.1``, then ``Net.blocks.1.drop`` on top) (a module whose inputs need no gradient, the first
-  layer, stays to the end, as it did in ModuleTracker).
+  outputs are ready and removed when those of its inputs are (a multi-gradient hook as in
+  ModuleTracker, but one that does not keep the graph alive: :mod:`_trace_grad_hooks`); the
+  stack is dropped when the graph task ends. An op's module is the most recently entered one
+  still there (modules entered together, through one gradient, in nesting order: ``Net``,
+  ``Net.blocks.1``, then ``Net.blocks.1.drop`` on top) (a module whose inputs need no
+  gradient, the first layer, stays to the end, as it did in ModuleTracker).
 - **recompute**: a module forward that starts while a backward runs in this thread
   (``_current_graph_task_id() != -1``) is a recomputation (``torch.utils.checkpoint``, either
   kind) or other forward work a backward does. Ops inside it get the phase ``recompute`` and
@@ -38,7 +39,7 @@ tracker is stopped.
 import threading
 import weakref
 
-from . import _trace_compile
+from . import _trace_compile, _trace_grad_hooks
 
 FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"
 
@@ -56,6 +57,7 @@ class Tracker:
         self._lock = threading.Lock()
         self._handles = []
         self._on = False
+        self._grads = _trace_grad_hooks.GradHooks(torch)
 
     def start(self):
         """Installs the global forward hooks."""
@@ -120,7 +122,10 @@ class Tracker:
             return
         name = self.name(mod)
         recomputed = self._torch._C._current_graph_task_id() != -1
-        self._stack().append((name, recomputed))
+        stack = self._stack()
+        if not stack and not recomputed:
+            self._grads.root_forward()
+        stack.append((name, recomputed))
         self._on_grads(args, self._leave(name))
 
     def _post(self, mod, args, output):
@@ -150,9 +155,7 @@ class Tracker:
             # with every step.
             tensors[0].register_hook(lambda _grad: fn(None))
         elif tensors:
-            from torch.autograd.graph import register_multi_grad_hook
-
-            register_multi_grad_hook(tensors, fn)
+            self._grads.on(tensors, fn)  # register_multi_grad_hook leaks (_trace_grad_hooks)
 
     def _enter(self, name):
         def entered(_grads):

@@ -332,3 +332,48 @@ def test_the_module_tracker_keeps_no_step_alive(trace):
     finally:
         _trace.stop()
     assert counts == [before] * 4
+
+
+class TwoHeads(torch.nn.Module):
+    """A root returning two tensors that need gradients (``(logits, loss)``, as transformers
+    models do) around a module of two inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.mix = Mix()
+
+    def forward(self, x):
+        h = self.fc(x)
+        logits = self.mix(h, h * 2)
+        return logits, logits.square().mean()
+
+
+class Mix(torch.nn.Module):
+    def forward(self, a, b):
+        return a * b + a
+
+
+def test_multi_tensor_gradient_hooks_keep_no_step_alive(trace):
+    # register_multi_grad_hook's hooks close over the tensors' nodes, a cycle through C++: with
+    # it every step's graph stayed alive. Also a forward never backpropagated lets go (after
+    # two newer root forwards), and the modules of the backward are still named.
+    torch.manual_seed(0)
+    net = TwoHeads()
+    x = torch.randn(3, 4)
+    before = _tracker_closures()
+    _trace.start(trace, level="ops")
+    try:
+        counts, pending = [], []
+        for _ in range(4):
+            _logits, loss = net(x)
+            loss.backward()
+            net(x)  # under grad, never backpropagated
+            counts.append(_tracker_closures())
+            pending.append(_trace._active[1]._grads.pending())
+    finally:
+        _trace.stop()
+    assert max(pending) <= 3, pending
+    assert counts[1:] == [counts[1]] * 3 and counts[1] - before <= 10, (before, counts)
+    backward = {r["module"] for r in records(trace) if r["phase"] == "backward"}
+    assert {"TwoHeads.mix", "TwoHeads.fc"} <= backward, backward
