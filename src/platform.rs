@@ -13,7 +13,7 @@ use serde::Serialize;
 pub mod record;
 
 /// Facts about the GPU a CUDA run used.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GpuFingerprint {
     /// Device name, e.g. `NVIDIA H100 80GB HBM3`.
     pub name: String,
@@ -67,7 +67,7 @@ fn sm_to_major_minor(sm: &str) -> String {
 }
 
 /// Facts about the machine and build a report was made on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Platform {
     /// Platform class of CPU runs for snapshots, e.g. `cpu-x86_64`.
     pub class: String,

@@ -27,7 +27,19 @@ mod parse;
 pub use parse::Spec;
 
 /// One condition that can be varied between runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Variation {
@@ -291,7 +303,7 @@ impl RunSettings {
 }
 
 /// What automatic blame found for a diverging case.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Blame {
     /// Whether the case was bit-exact with every variation fixed (the control run).
