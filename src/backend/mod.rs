@@ -7,21 +7,10 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A device family a case can run on.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
+#[derive(schemars::JsonSchema)]
 pub enum Backend {
     /// Host CPU with a rayon thread pool.
     Cpu,

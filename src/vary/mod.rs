@@ -27,21 +27,10 @@ mod parse;
 pub use parse::Spec;
 
 /// One condition that can be varied between runs.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
+#[derive(schemars::JsonSchema)]
 pub enum Variation {
     /// CPU thread count: [`Controls::thread_pair`].
     Threads,
