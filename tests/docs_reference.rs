@@ -41,7 +41,7 @@ fn cell(s: &str) -> String {
 fn lines(s: &str) -> String {
     let parts: Vec<String> = s.lines().map(cell).filter(|l| !l.is_empty()).collect();
     let mut out = parts.join("<br>");
-    if !out.is_empty() && !out.ends_with(['.', ')', ':']) {
+    if !out.is_empty() && !out.ends_with(['.', ':']) {
         out.push('.');
     }
     out
