@@ -17,7 +17,7 @@ pub struct Controls {
     /// CPU thread-pool size.
     pub threads: usize,
     /// The thread counts `--vary threads` gives even and odd runs (default
-    /// [`default_thread_pair`]; `--vary threads=A,B` chooses them).
+    /// `default_thread_pair`; `--vary threads=A,B` chooses them).
     #[serde(default = "default_thread_pair")]
     pub thread_pair: [usize; 2],
     /// The worker counts `--vary workers` gives even and odd runs (default 0 and 3;

@@ -1,11 +1,11 @@
 //! The platform fingerprint: what a run's bits may depend on (CPU, OS, toolchain, GPU).
 //!
-//! Snapshots ([`crate::snapshot`]) are kept per *platform class* ([`Platform::class_for`]:
+//! Snapshots ([`crate::snapshot`]) are kept per *platform class* (`Platform::class_for`:
 //! `cpu-x86_64`, `cpu-aarch64`, `cuda-sm80`, `cuda-sm90`, ...) and store the whole fingerprint
 //! as metadata, so a mismatch can say what differs between the machine that wrote the snapshot
-//! and this one ([`Platform::fields`]). Every kept run directory records it too, with the
+//! and this one (`Platform::fields`). Every kept run directory records it too, with the
 //! program's own platform file, and `bitexact diff-trace` says what differs between two
-//! ([`record`]).
+//! (`record`).
 
 use crate::backend::Backend;
 use serde::Serialize;

@@ -1,5 +1,5 @@
 //! The `bitexact` command line: `report`, `run`, `list`, `snapshot update|review`,
-//! `diff-trace`. Two faces call [`main`]: the `bitexact` binary (`src/main.rs`) and the Python
+//! `diff-trace`. Two faces call `main`: the `bitexact` binary (`src/main.rs`) and the Python
 //! package's console script (`bitexact._native.main`), so `pip install` gives the same command.
 //!
 //! A command line goes through three steps, one module each:

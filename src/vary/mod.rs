@@ -1,7 +1,7 @@
 //! Variation injection: conditions that change between runs so that bugs two identical runs
 //! miss are found (the reprotest idea applied to kernels, training steps and programs).
 //!
-//! Every variation is one row of [`TABLE`]: its name, what even and odd runs get, what it
+//! Every variation is one row of `TABLE`: its name, what even and odd runs get, what it
 //! catches, and whether it applies to built-in/user cases, to programs (`bitexact run`), or
 //! both. Parsing, `--help` text, error messages and reports all read that table. Without
 //! variations, fresh scratch buffers are zero-filled, one thread count and one worker count
