@@ -5,6 +5,9 @@
 //! `ci/wheel.sh`, which installs the built wheel where no Rust is) and the two commands CI
 //! itself runs (`ci/test.sh`, and the report in `ci/snapshots.sh`).
 //!
+//! `readme_links_resolve` checks that every relative link of the README names a file of the
+//! checkout (the docs site's own links are checked by `mkdocs build --strict`, ci/docs.sh).
+//!
 //! Skipped, saying so, without a Python that has numpy and the installed bitexact package
 //! (run ci/python.sh).
 
@@ -117,4 +120,24 @@ fn readme_commands_run_as_written() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn readme_links_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let link = regex::Regex::new(r"\]\(([^)#\s]+)(#[^)]*)?\)").unwrap();
+    let mut seen = 0;
+    for c in link.captures_iter(&readme) {
+        let target = &c[1];
+        if target.contains("://") {
+            continue;
+        }
+        seen += 1;
+        assert!(
+            root.join(target).exists(),
+            "README links to {target}, which does not exist"
+        );
+    }
+    assert!(seen >= 10, "the README links into the docs ({seen} links)");
 }
