@@ -47,6 +47,29 @@ fn lines(s: &str) -> String {
     out
 }
 
+/// How an argument is written: `-s, --long <VALUE>`, `<NAME>`, `-- <CMD>...`.
+fn arg_name(a: &clap::Arg) -> String {
+    let flags: Vec<String> = [
+        a.get_short().map(|s| format!("-{s}")),
+        a.get_long().map(|l| format!("--{l}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut name = flags.join(", ");
+    if a.get_action().takes_values() {
+        let values: Vec<String> = match a.get_value_names() {
+            Some(v) if !v.is_empty() => v.iter().map(|v| format!("<{v}>")).collect(),
+            _ => vec![format!("<{}>", a.get_id().as_str().to_uppercase())],
+        };
+        name = format!("{name} {}", values.join(" ")).trim().to_string();
+    }
+    if a.is_last_set() {
+        name = format!("-- {name}...");
+    }
+    name
+}
+
 /// The flags of `cmd` as one Markdown table (nothing when it has none).
 fn arg_table(cmd: &clap::Command, out: &mut String) {
     let args: Vec<&clap::Arg> = cmd
@@ -58,35 +81,6 @@ fn arg_table(cmd: &clap::Command, out: &mut String) {
     }
     out.push_str("| argument | description |\n|---|---|\n");
     for a in args {
-        let values: Vec<String> = a
-            .get_value_names()
-            .unwrap_or_default()
-            .iter()
-            .map(|v| format!("<{v}>"))
-            .collect();
-        let mut name = match (a.get_long(), a.get_short()) {
-            (Some(l), Some(s)) => format!("-{s}, --{l}"),
-            (Some(l), None) => format!("--{l}"),
-            (None, Some(s)) => format!("-{s}"),
-            (None, None) => String::new(),
-        };
-        if a.get_action().takes_values() {
-            if values.is_empty() {
-                let id = a.get_id().as_str().to_uppercase();
-                name = if name.is_empty() {
-                    format!("<{id}>")
-                } else {
-                    format!("{name} <{id}>")
-                };
-            } else if name.is_empty() {
-                name = values.join(" ");
-            } else {
-                name = format!("{name} {}", values.join(" "));
-            }
-        }
-        if a.is_last_set() {
-            name = format!("-- {name}...");
-        }
         let help = a
             .get_long_help()
             .or(a.get_help())
@@ -116,7 +110,7 @@ fn arg_table(cmd: &clap::Command, out: &mut String) {
         if a.is_required_set() {
             desc.push_str(" Required.");
         }
-        let _ = writeln!(out, "| `{}` | {} |", name.replace('|', "\\|"), desc);
+        let _ = writeln!(out, "| `{}` | {} |", arg_name(a).replace('|', "\\|"), desc);
     }
     out.push('\n');
 }
@@ -412,16 +406,9 @@ fn pages_cover_every_command_verdict_and_name() {
     }
     assert!(!cli.contains("__child"), "hidden commands stay hidden");
     let (_, report) = schema_pages();
-    for v in [
-        "deterministic",
-        "batch-variant",
-        "device-mismatch",
-        "snapshot-mismatch",
-    ] {
-        assert!(
-            report.contains(&format!("`\"{v}\"`")),
-            "{v} in json-report.md"
-        );
+    for v in verdict_names() {
+        let row = format!("`\"{v}\"`");
+        assert!(report.contains(&row), "{v} in json-report.md");
     }
     let env = environment_page();
     for n in NAMES {
