@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Every CI check in order: lint; the README's test command (ci/test.sh: the Python package built
+# Every CI check in order: lint; the test command (ci/test.sh: the Python package built
 # and tested, then `cargo test`); the built wheel installed where no Rust toolchain is
-# (ci/wheel.sh); the report against the snapshots; and the PTX compile of the CUDA kernels.
+# (ci/wheel.sh); the documentation site (ci/docs.sh: mkdocs build --strict); the report against
+# the snapshots; and the PTX compile of the CUDA kernels.
 set -euo pipefail
 cd "$(dirname "$0")"
 bash lint.sh
 bash test.sh
 bash wheel.sh
+bash docs.sh
 bash snapshots.sh
 if [ -f ptx.sh ]; then bash ptx.sh; fi

@@ -2,7 +2,7 @@
 # The Python package (python/: the helper, the native module bitexact._native and the
 # `bitexact` console script) and its tests: makes a venv at
 # ${BITEXACT_PY_VENV:-~/.cache/bitexact/venv} (created once, then reused) with numpy,
-# safetensors, pytest and maturin, builds the wheel from this checkout with
+# safetensors, pytest, maturin and mkdocs-material (ci/docs.sh), builds the wheel from this checkout with
 # `maturin build --release` into target/wheels/ (the file name is written to
 # ~/.cache/bitexact/wheel-path for ci/wheel.sh), installs it, tries to add torch, and runs
 # `pytest python/tests` against the installed package.
@@ -43,8 +43,8 @@ else
     echo "ci/python.sh: no usable venv module; installing with pip --target into $target"
 fi
 
-if ! "$py" -c 'import numpy, safetensors, pytest, maturin' 2>/dev/null; then
-    install numpy safetensors pytest 'maturin>=1.9.4,<2'
+if ! "$py" -c 'import numpy, safetensors, pytest, maturin, mkdocs, material' 2>/dev/null; then
+    install numpy safetensors pytest 'maturin>=1.9.4,<2' 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10'
 fi
 # The package itself, built from this checkout (every time: it is what is being tested).
 # maturin compiles the crate with its `python` feature (release, target/release/) and packs it

@@ -55,7 +55,7 @@ pub trait Case: Send + Sync {
     fn run(&self, ctx: &mut Ctx) -> Result<Outputs>;
 }
 
-/// What one implementation of an op family is (the metadata view of an [`Impl`], used by
+/// What one implementation of an op family is (the metadata view of an `Impl`, used by
 /// `bitexact list`, the cost-of-determinism table and tests through [`crate::ops::catalog`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Algo {

@@ -146,7 +146,7 @@ impl Check<'_> {
     }
 
     /// Kills a child process (isolated check or `process` variation run) after this long;
-    /// default for an isolated check: [`isolate::DEFAULT_ISOLATE_TIMEOUT`].
+    /// default for an isolated check: `isolate::DEFAULT_ISOLATE_TIMEOUT`.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self

@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// The switches a run is made under.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Controls {
     /// Base seed of every random stream.
     pub seed: u64,
@@ -17,7 +17,7 @@ pub struct Controls {
     /// CPU thread-pool size.
     pub threads: usize,
     /// The thread counts `--vary threads` gives even and odd runs (default
-    /// [`default_thread_pair`]; `--vary threads=A,B` chooses them).
+    /// `default_thread_pair`; `--vary threads=A,B` chooses them).
     #[serde(default = "default_thread_pair")]
     pub thread_pair: [usize; 2],
     /// The worker counts `--vary workers` gives even and odd runs (default 0 and 3;

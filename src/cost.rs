@@ -11,7 +11,7 @@ use anyhow::{anyhow, Result};
 use serde::Serialize;
 
 /// One op's cost of determinism on one backend.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct CostRow {
     /// Op family.

@@ -21,7 +21,7 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 
 /// Outcome of comparing one case across devices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CrossVerdict {
     /// Every output is bit-identical on both devices.
@@ -47,7 +47,7 @@ impl CrossVerdict {
 }
 
 /// One output tensor compared across devices.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CrossTensor {
     /// Output name.
     pub tensor: String,
@@ -63,7 +63,7 @@ pub struct CrossTensor {
 }
 
 /// One case compared across devices.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct CrossDevice {
     /// Case name.

@@ -5,7 +5,7 @@ use crate::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// How one output tensor differs between two runs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TensorDiff {
     /// Output name.
     pub tensor: String,

@@ -2,10 +2,10 @@
 //!
 //! Encoding (format version 1):
 //! * header = `b"bitexact"` ‖ version `u32` LE ‖ dtype tag `u32` LE ‖ rank `u64` LE ‖ each dimension `u64` LE;
-//! * if the data is at most [`CHUNK_BYTES`] long: `digest = SHA-256(header ‖ data)`;
-//! * otherwise the data is cut into [`CHUNK_BYTES`] chunks (the last may be shorter), each chunk is
+//! * if the data is at most `CHUNK_BYTES` long: `digest = SHA-256(header ‖ data)`;
+//! * otherwise the data is cut into `CHUNK_BYTES` chunks (the last may be shorter), each chunk is
 //!   hashed on its own (in parallel with rayon, sixteen at once where the CPU allows:
-//!   [`crate::sha_lanes`]), and
+//!   `crate::sha_lanes`), and
 //!   `digest = SHA-256(header ‖ b"chunked" ‖ chunk_bytes u64 LE ‖ chunk count u64 LE ‖ chunk digests…)`.
 //!
 //! The chunk size is fixed, so the digest never depends on the thread count; a GPU hasher must

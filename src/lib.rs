@@ -7,14 +7,14 @@
 //! Data flows one way: a subject (a [`Case`], or an external program under `bitexact run`) →
 //! a run source → the harness (K runs, variations, diagnoses) → digests → compare → one judge
 //! → a [`Report`]. The suite is that pipeline for a selection of subjects; the CLI and
-//! [`check`] call it. The public API is what a user's test needs: [`check`] and the types
-//! re-exported here, the report model ([`outcome`]) and its renderers ([`report`]),
-//! [`snapshot`] review (accepting pending snapshots from code: [`review_snapshots`]`(dir,
-//! true)`), the [`memory`] counting allocator, and the pieces a report is made of ([`digest`],
-//! [`trace`], [`vary`], [`platform`], [`cross`], [`cost`], [`rng`], [`protocol`], and the
-//! [`suite`] that drives them). The eight hidden modules are bitexact's own binary's, bindings'
-//! and tests' way in, not a stable API; the rest is private. `docs/architecture.md` describes
-//! the house.
+//! [`check`](fn@check) call it. The public API is what a user's test needs:
+//! [`check`](fn@check) and the types re-exported here, the report model ([`outcome`]) and its
+//! renderers ([`report`]), [`snapshot`] review (accepting pending snapshots from code:
+//! [`review_snapshots`](fn@review_snapshots)`(dir, true)`), the [`memory`] counting allocator,
+//! and the pieces a report is made of ([`digest`], [`trace`], [`vary`], [`platform`],
+//! [`cross`], [`cost`], [`rng`], [`protocol`], and the [`suite`] that drives them). The eight
+//! hidden modules are bitexact's own binary's, bindings' and tests' way in, not a stable API;
+//! the rest is private. `docs/architecture.md` describes the house.
 //!
 //! ```
 //! use bitexact::{Case, Ctx, Outputs, Result, Tensor};

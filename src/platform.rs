@@ -1,11 +1,11 @@
 //! The platform fingerprint: what a run's bits may depend on (CPU, OS, toolchain, GPU).
 //!
-//! Snapshots ([`crate::snapshot`]) are kept per *platform class* ([`Platform::class_for`]:
+//! Snapshots ([`crate::snapshot`]) are kept per *platform class* (`Platform::class_for`:
 //! `cpu-x86_64`, `cpu-aarch64`, `cuda-sm80`, `cuda-sm90`, ...) and store the whole fingerprint
 //! as metadata, so a mismatch can say what differs between the machine that wrote the snapshot
-//! and this one ([`Platform::fields`]). Every kept run directory records it too, with the
+//! and this one (`Platform::fields`). Every kept run directory records it too, with the
 //! program's own platform file, and `bitexact diff-trace` says what differs between two
-//! ([`record`]).
+//! (`record`).
 
 use crate::backend::Backend;
 use serde::Serialize;
@@ -13,7 +13,7 @@ use serde::Serialize;
 pub mod record;
 
 /// Facts about the GPU a CUDA run used.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GpuFingerprint {
     /// Device name, e.g. `NVIDIA H100 80GB HBM3`.
     pub name: String,
@@ -67,7 +67,7 @@ fn sm_to_major_minor(sm: &str) -> String {
 }
 
 /// Facts about the machine and build a report was made on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Platform {
     /// Platform class of CPU runs for snapshots, e.g. `cpu-x86_64`.
     pub class: String,

@@ -1,7 +1,7 @@
 //! The contract between bitexact and the programs it runs, in one place: every environment
 //! variable and metadata file name that Rust and Python share, the trace levels, and the
 //! fields of an op-trace record. The Python package reads the same names from
-//! `python/bitexact/_protocol.py`, which is generated from this module ([`python_module`]) and
+//! `python/bitexact/_protocol.py`, which is generated from this module (`python_module`) and
 //! checked for drift by `tests/protocol.rs` (a name changed on one side only fails it, and so
 //! does a `BITEXACT_*` or `.bitexact-*` literal in either language that is not listed here).
 //!

@@ -9,8 +9,8 @@
 //! Derived values (the CUDA kernels in `kernels/philox.cuh` compute exactly the same bits):
 //! * uniform f32 in `[0, 1)`: `(w >> 8) * 2^-24` (one word);
 //! * normal f32: Box–Muller from two words `w0, w1`: `u1 = ((w0 >> 8) + 1) * 2^-24`,
-//!   `u2 = (w1 >> 8) * 2^-24`, `z = sqrt(-2 ln u1) * cos(2π u2)` evaluated in f64 with [`det_ln`] and
-//!   [`det_cos_2pi`], which use only `+ - * /` and `sqrt` (correctly rounded everywhere, no FMA), then
+//!   `u2 = (w1 >> 8) * 2^-24`, `z = sqrt(-2 ln u1) * cos(2π u2)` evaluated in f64 with `det_ln` and
+//!   `det_cos_2pi`, which use only `+ - * /` and `sqrt` (correctly rounded everywhere, no FMA), then
 //!   rounded to f32 — so normals are bit-identical across devices too;
 //! * bernoulli(p): `uniform < p` (one word).
 

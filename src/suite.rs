@@ -1,6 +1,6 @@
 //! The pipeline every entry point calls: select → gather each subject's evidence (K runs,
 //! variations, blame, localization, isolation, traces; [`crate::harness::gather`], every run
-//! made by a [`Planner`]) → order pass → snapshots → the other device → the judge, once →
+//! made by a `Planner`) → order pass → snapshots → the other device → the judge, once →
 //! `Finished` → cost of determinism → [`Report`]. Subjects are cases (built-in
 //! or a user's) and external programs (`bitexact run`): both go through this one path and get
 //! the same events, snapshots and reports. The CLI only turns flags into a [`SuiteConfig`],

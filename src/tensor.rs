@@ -204,7 +204,7 @@ impl Tensor {
 
     /// Builds a tensor from typed values; panics if `values.len()` does not match the shape.
     ///
-    /// Works for every [`Element`]: `f32`, `f64`, `i8`..`i64`, `u8`..`u64`, `bool`, and
+    /// Works for every `Element`: `f32`, `f64`, `i8`..`i64`, `u8`..`u64`, `bool`, and
     /// [`half::f16`] / [`half::bf16`] (re-exported as `bitexact::half`):
     /// `Tensor::from_slice(&[3], &[true, false, true])`,
     /// `Tensor::from_slice(&[1], &[half::bf16::from_f32(1.5)])`.

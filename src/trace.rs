@@ -85,7 +85,7 @@ pub fn trace_digest(v: TraceArg) -> String {
 }
 
 /// One op call in a trace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TraceEntry {
     /// Position of the call in the run (0-based).
     pub call: usize,
@@ -167,7 +167,7 @@ impl TraceEntry {
 }
 
 /// Where two traces first diverge.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Divergence {
     /// Call index of the first entry that differs.
     pub call: usize,

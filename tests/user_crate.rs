@@ -1,5 +1,6 @@
 //! A user's crate, built as a user would build it: `examples/user_crate` (bitexact as its only
-//! dev-dependency) plus the README's "Use it in your own tests" example extracted verbatim.
+//! dev-dependency) plus the example of the Rust tests guide (`docs/guides/rust-tests.md`)
+//! extracted verbatim.
 //! Its tests prove the example compiles and passes, that a process-global `HashMap` bug in the
 //! user's crate is caught through `check(..).vary(&[Variation::Process])`, and that a crashing
 //! case becomes an error. The crate is copied to a scratch directory and built with its own
@@ -8,14 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The first ```rust block of the README section `## Use it in your own tests`.
-fn readme_example() -> String {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
-    let section = readme
-        .split("## Use it in your own tests")
-        .nth(1)
-        .expect("README has the section");
+/// The first ```rust block of the Rust tests guide, `docs/guides/rust-tests.md`.
+fn guide_example() -> String {
+    let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guides/rust-tests.md");
+    let section = std::fs::read_to_string(guide).expect("docs/guides/rust-tests.md");
     let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
     let end = start + section[start..].find("```").expect("the block ends");
     section[start..end].to_string()
@@ -38,7 +35,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[test]
-fn readme_example_and_user_crate_build_and_catch_the_hashmap_bug() {
+fn guide_example_and_user_crate_build_and_catch_the_hashmap_bug() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("user_crate");
     let _ = std::fs::remove_dir_all(scratch.join("src"));
@@ -55,7 +52,7 @@ fn readme_example_and_user_crate_build_and_catch_the_hashmap_bug() {
     if !scratch.join("Cargo.lock").exists() {
         std::fs::copy(root.join("Cargo.lock"), scratch.join("Cargo.lock")).unwrap();
     }
-    std::fs::write(scratch.join("tests/readme.rs"), readme_example()).unwrap();
+    std::fs::write(scratch.join("tests/readme.rs"), guide_example()).unwrap();
     let snaps = scratch.join("snapshots");
     let _ = std::fs::remove_dir_all(&snaps);
 

@@ -1,5 +1,5 @@
 //! The `bitexact` command line: `report`, `run`, `list`, `snapshot update|review`,
-//! `diff-trace`. Two faces call [`main`]: the `bitexact` binary (`src/main.rs`) and the Python
+//! `diff-trace`. Two faces call `main`: the `bitexact` binary (`src/main.rs`) and the Python
 //! package's console script (`bitexact._native.main`), so `pip install` gives the same command.
 //!
 //! A command line goes through three steps, one module each:
@@ -73,6 +73,13 @@ where
     };
     let _ = std::io::stdout().flush();
     code
+}
+
+/// The command line's definition as clap sees it (every command, flag and help text), for
+/// tools that describe it: `tests/docs_reference.rs` generates `docs/reference/cli.md` from it.
+/// Nothing on the command line's own path calls it.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 /// Resolves `command`'s settings and runs it.

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 pub const MESSAGE_MAX: usize = 2048;
 
 /// What kind of failure ended a case's runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum FailureKind {
@@ -55,7 +55,7 @@ impl FailureKind {
 }
 
 /// A failed run: its kind, which run it was, and what happened in words.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Failure {
     /// What kind of failure.

@@ -225,7 +225,7 @@ impl RunSource for CaseSource<'_> {
     }
 }
 
-/// Traced re-runs [`CaseSource::localize_by_reruns`] may spend to catch a difference again.
+/// Traced re-runs `CaseSource::localize_by_reruns` may spend to catch a difference again.
 pub const LOCALIZE_RUNS: usize = 16;
 
 impl CaseSource<'_> {

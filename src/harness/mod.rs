@@ -1,14 +1,14 @@
-//! The harness: one path for every kind of subject. A [`RunSource`] makes runs (a case in
-//! this process or a child, an external program); [`assess`] makes K of them under the same
+//! The harness: one path for every kind of subject. A `RunSource` makes runs (a case in
+//! this process or a child, an external program); `assess` makes K of them under the same
 //! controls, digests every output, compares the runs bit for bit, explains, localizes and
 //! blames any difference, and hands the evidence to the one judge.
 //!
-//! - [`source`]: the [`RunSource`] trait and what a run yields;
-//! - [`in_process`]: cases as a run source ([`CaseSource`]);
-//! - [`planner`]: the one owner of every run an assessment makes ([`Planner`]);
-//! - [`executor`]: a pass of K runs of any source and their evidence;
-//! - [`diagnose`]: explanation, first differing output, blame and the order pass;
-//! - [`failure`]: why a run failed, typed.
+//! - `source`: the `RunSource` trait and what a run yields;
+//! - `in_process`: cases as a run source (`CaseSource`);
+//! - `planner`: the one owner of every run an assessment makes (`Planner`);
+//! - `executor`: a pass of K runs of any source and their evidence;
+//! - `diagnose`: explanation, first differing output, blame and the order pass;
+//! - `failure`: why a run failed, typed.
 //!
 //! What it finds goes into a [`CaseReport`] ([`crate::outcome`]), judged once its evidence is
 //! complete.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Run mode (`bitexact run`): what ran and how each run ended.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ProgramInfo {
     /// Always `run`: this case is an external program.
@@ -50,7 +50,7 @@ pub struct ProgramInfo {
 
 /// `--vary world-size`: run 0 (`--world-size N` processes) against one run with 1 process,
 /// compared on what both have (rank 0's outputs and trace, shared outputs).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct WorldSize {
     /// The world sizes compared: run 0's, then the extra run's (1).
@@ -72,7 +72,7 @@ pub struct WorldSize {
 }
 
 /// How one run of a program ended.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ProgramRun {
     /// Run index.
@@ -93,7 +93,7 @@ pub struct ProgramRun {
 }
 
 /// Memory after one training step, as the Python helper's `step()` records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepMemory {
     /// Step index.
     pub step: u64,
@@ -102,7 +102,7 @@ pub struct StepMemory {
 }
 
 /// What one ignore rule of run mode left out (outputs) or masked (standard output lines).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Ignored {
     /// The rule as given (`output GLOB` or `stdout REGEX`).

@@ -1,8 +1,8 @@
 //! Op families: one semantics, several implementations per backend, picked by [`Ctx::dispatch`].
 //!
-//! Each op module has an `IMPLS` table of [`Impl`] values (name, backend, deterministic flag and
+//! Each op module has an `IMPLS` table of `Impl` values (name, backend, deterministic flag and
 //! the function that runs it, of the op's own function type) and the op function that dispatches
-//! over it. [`catalog`] is the registry: every op family with the metadata of its table.
+//! over it. `catalog` is the registry: every op family with the metadata of its table.
 //!
 //! Implementation tables are in fixed-choice order: with the benchmark switch off, the first
 //! candidate allowed by the deterministic switch runs. The fast nondeterministic variants come

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 /// Runs made for one purpose (`main`, `blame: threads`, `localize: traced re-run`,
 /// `capture: runs 0 and 1`, `world size: 1 process`, `order: reverse`), in a report's
 /// `passes`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PassCount {
     /// Why the runs were made.
     pub purpose: String,
@@ -25,7 +25,7 @@ pub struct PassCount {
 
 /// Facts gathered about a case besides its digests, findings and memory: the inputs of
 /// [`judge`](super::judge::judge) that have no other field in [`CaseReport`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Evidence {
     /// Why the case did not run here.
@@ -54,7 +54,7 @@ pub struct Evidence {
 }
 
 /// The result of running one case on one backend K times.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct CaseReport {
     /// Case name.

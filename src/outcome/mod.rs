@@ -28,7 +28,7 @@ fn is_zero(n: &usize) -> bool {
 }
 
 /// Totals per verdict.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Summary {
     /// Cases judged deterministic.
@@ -91,7 +91,7 @@ impl Summary {
 pub const REPORT_VERSION: u32 = 1;
 
 /// Everything a report run found.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Report {
     /// Report format version.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Outcome of a case on one backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Verdict {
@@ -61,7 +61,7 @@ impl Verdict {
 
 /// A [`Verdict`] the judge gave. Its field is private to the outcome module and only the judge sets it, so no code
 /// outside the judge can make one: a report's verdict cannot be set by hand, only derived from its evidence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Judged(pub(super) Verdict);
 
@@ -92,7 +92,7 @@ impl PartialEq<Judged> for Verdict {
 }
 
 /// How a case's digests compare with its committed snapshot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum SnapshotStatus {

@@ -3,7 +3,7 @@
 //!
 //! A kept run directory (`bitexact run --keep DIR`: `DIR/run-<i>`) holds two platform files:
 //! - [`RECORD_FILE`] (`.bitexact-record.json`), written by bitexact into every kept run
-//!   directory whether or not the program imports bitexact ([`write`]):
+//!   directory whether or not the program imports bitexact ([`write`](fn@write)):
 //!   `{"bitexact_record": 1, "platform": {…}, "controls": {…}}`, where `platform` is
 //!   [`Platform::fields`] (class, OS, CPU model and features, cores, libc, rustc, bitexact
 //!   version, GPU, driver, CUDA) and `controls` the run's seed, deterministic and benchmark
@@ -25,7 +25,7 @@ use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The `bitexact_record` version [`write`] writes.
+/// The `bitexact_record` version [`write`](fn@write) writes.
 pub const RECORD_VERSION: u64 = 1;
 
 /// Largest platform file read, in bytes.

@@ -1,7 +1,7 @@
 //! `bitexact run --vary batch=A,B`: batch invariance. A request must get the same bits whether
 //! it is computed alone or batched with others. The command takes its batch size from the
 //! placeholder [`BATCH`] (`python infer.py --batch-size {batch}`), replaced by A in the even runs
-//! and B in the odd runs (default 1 and 8, [`crate::controls::default_batch_pair`]); without
+//! and B in the odd runs (default 1 and 8, `crate::controls::default_batch_pair`); without
 //! `--vary batch` it is A. Outputs are compared by name as usual, so a script that writes one
 //! output per request (`logits_<i>.npy`) is compared request by request; a difference is the
 //! verdict `batch-variant`.

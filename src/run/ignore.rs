@@ -1,7 +1,7 @@
 //! Ignore rules of run mode: what a program writes that is not a result.
 //!
 //! - **Outputs** by glob (`--ignore 'logs/*'`, `--ignore 'ckpt.pt:optimizer.*'`; see
-//!   [`crate::glob`]): a matching output name (a file path, or `path:key` for a tensor inside
+//!   `crate::glob`): a matching output name (a file path, or `path:key` for a tensor inside
 //!   a file) is left out of the comparison.
 //! - **Standard output** by regular expression (`--stdout-ignore 'ms/batch.*'`): the matched
 //!   part of every line is replaced by `<ignored>` before the output is hashed and compared, so

@@ -1,10 +1,10 @@
-//! Run mode: any program as a subject (`bitexact run -- CMD ARGS...`). [`ProgramSource`] is
+//! Run mode: any program as a subject (`bitexact run -- CMD ARGS...`). `ProgramSource` is
 //! its run source: each run gets a fresh empty `$BITEXACT_OUT` and the environment contract
 //! below; the files it writes there are digested with the library's canonical digests. The
 //! suite and the harness do the rest exactly as for a built-in case: K runs, explanation,
-//! blame, the one judge ([`crate::harness::judge`]), snapshots and reports.
+//! blame, the one judge (`crate::harness::judge`), snapshots and reports.
 //!
-//! **Environment of each run** ([`env_for`]): `BITEXACT_OUT` (absolute, fresh, empty),
+//! **Environment of each run** (`env_for`): `BITEXACT_OUT` (absolute, fresh, empty),
 //! `BITEXACT_RUN` (0..K-1), `BITEXACT_SEED`, `BITEXACT_DETERMINISTIC` / `BITEXACT_BENCHMARK`
 //! (`1`/`0`), `BITEXACT_WORKERS`; `BITEXACT_THREADS` with `OMP_NUM_THREADS`, `MKL_NUM_THREADS`
 //! and `OPENBLAS_NUM_THREADS` when a thread count is given or varied; `PYTHONHASHSEED=0` unless
@@ -12,22 +12,22 @@
 //! deterministic; under `poison`, `MALLOC_PERTURB_` and `BITEXACT_POISON` (otherwise
 //! `MALLOC_PERTURB_` is left as the user's environment has it). The report lists them.
 //!
-//! **Outputs** ([`collect`]): every file under `$BITEXACT_OUT` (see [`crate::tensor_files`]);
+//! **Outputs** (`collect`): every file under `$BITEXACT_OUT` (see [`crate::tensor_files`]);
 //! `.bitexact-*` files are the helper's metadata, not outputs. A run with nothing to compare
 //! is an error. Standard output is compared too with `--stdout` (as `<stdout>`).
 //!
 //! **Costs.** Blame re-runs the program K times with everything fixed (the control), then K
 //! times per variation alone; only on a difference under variations. Outputs are hashed from
 //! memory-mapped files; a differing output is loaded to explain it only up to
-//! [`collect::EXPLAIN_MAX_BYTES`].
+//! `collect::EXPLAIN_MAX_BYTES`.
 //!
-//! **Distributed programs** (`torchrun …`): see [`distributed`] (`{nproc}`, `--vary
+//! **Distributed programs** (`torchrun …`): see `distributed` (`{nproc}`, `--vary
 //! world-size`, ranks' outputs under `$BITEXACT_OUT/rank<R>/`, a failed rank named).
 //!
 //! **Failures** are typed ([`FailureKind`]): `timeout` (killed after `--timeout`),
 //! `out-of-memory` (killed under `--memory-limit`, or a `MemoryError` / "out of memory" in its
 //! standard error), `signal`, `exit-status`, `unreadable-output`, `nothing-to-compare`,
-//! `trace-unavailable` (`--trace` asked for and no process could start it: [`tracer`]).
+//! `trace-unavailable` (`--trace` asked for and no process could start it: `tracer`).
 
 pub mod baseline;
 pub mod batch;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 /// ends (`ROOT/run-<i>` for the main pass, kept with `--keep DIR` as `DIR/run-<i>`; hidden
 /// `ROOT/.pass<p>-run-<i>` for blame's, removed when no longer needed). `ROOT` is a private
 /// directory with an unpredictable name in TMPDIR, or the `--keep` directory.
-/// A program may write in `ROOT` too: see [`super::files`] for how names it took are avoided.
+/// A program may write in `ROOT` too: see `super::files` for how names it took are avoided.
 pub struct ProgramSource<'a> {
     program: &'a Program,
     root: Scratch,

@@ -231,7 +231,7 @@ impl Drop for PidFd {
 
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): descendants of a run that
 /// leave its process group (`setsid`) and lose their parent are re-parented to bitexact, so
-/// [`kill_escaped`] can find them. Process-wide; called once by run mode.
+/// `kill_escaped` can find them. Process-wide; called once by run mode.
 pub fn become_subreaper() {
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };

@@ -31,7 +31,7 @@
 //! [`assert_matches`] writes a new or changed snapshot as pending `.snap.new` and fails with
 //! one message saying what was written and how to accept it (`cargo insta review`,
 //! `bitexact snapshot review --accept`, or `mv`). `bitexact snapshot update` ([`update_each`])
-//! writes `.snap` files directly. Every write is atomic ([`crate::atomic::write_atomically`]).
+//! writes `.snap` files directly. Every write is atomic (`crate::atomic::write_atomically`).
 //! In CI (`CI` set, [`in_ci`]) nothing is written: `update` refuses unless forced, `review`
 //! refuses to accept, and the assertion writes nothing unless `INSTA_UPDATE=always`/`force`
 //! asks for it explicitly.

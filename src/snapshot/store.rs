@@ -1,6 +1,6 @@
 //! Writing snapshots (`bitexact snapshot update`) and finding pending ones.
 //!
-//! Every write goes through [`crate::atomic::write_atomically`] (temporary file, fsync,
+//! Every write goes through `crate::atomic::write_atomically` (temporary file, fsync,
 //! rename); the class directory is created first. In CI nothing is written unless forced.
 //! One snapshot that cannot be read or written does not stop the others: [`update_each`]
 //! reports it as a [`Failed`] entry and goes on.

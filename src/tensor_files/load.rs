@@ -5,7 +5,7 @@ use super::{map, read, FileKind, OutputFile, Sink, View};
 use crate::tensor::Tensor;
 use anyhow::{anyhow, bail, Result};
 
-/// Loads the tensor called `name` (a name [`digest_file`] returned for `file`) into memory,
+/// Loads the tensor called `name` (a name `digest_file` returned for `file`) into memory,
 /// in canonical form, e.g. to explain how it differs between two runs.
 pub fn load(file: &OutputFile, name: &str) -> Result<Tensor> {
     load_bytes(file, &map(file)?, key_of(file, name)?)

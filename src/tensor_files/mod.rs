@@ -2,13 +2,13 @@
 //! `*.safetensors`, `*.npy`, `*.npz` and `torch.save`'s `*.pt` / `*.pth` (read without
 //! executing pickle: see `torch.rs`) are parsed into tensors, any other file is one raw
 //! `u8` tensor of shape `[len]`. Files whose name starts with [`crate::protocol::METADATA_PREFIX`] are the
-//! Python helper's metadata, never outputs ([`metadata_files`] lists them).
+//! Python helper's metadata, never outputs (`metadata_files` lists them).
 //!
 //! * **Names**: the path relative to the directory with `/` separators, plus `:key` for each
 //!   tensor of a safetensors file or entry of an npz (`step_3.safetensors:fc1.weight`,
 //!   `stats.npz:mean`, the `.npy` suffix of npz keys dropped as numpy does; the path inside
 //!   a `torch.save` object, `ckpt.pt:model.fc1.weight`); an `.npy` or raw
-//!   file is its path alone. Everything is ordered by [`natural_cmp`] (`step_2` < `step_10`).
+//!   file is its path alone. Everything is ordered by `natural_cmp` (`step_2` < `step_10`).
 //! * **Digests** are the canonical [`crate::digest::digest_parts`] of each tensor, so the same values
 //!   digest the same whether numpy, safetensors or a Rust [`Tensor`](crate::tensor::Tensor) produced them.
 //! * **Zero-copy**: files are memory-mapped (`memmap2`) and little-endian row-major data is
@@ -80,7 +80,7 @@ impl FileKind {
     }
 }
 
-/// One file found by [`scan`].
+/// One file found by `scan`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputFile {
     /// Path relative to the scanned directory, `/`-separated.
@@ -124,12 +124,12 @@ pub fn scan(dir: &Path) -> Result<Vec<OutputFile>> {
     Ok(scan::walk(dir)?.0)
 }
 
-/// The `.bitexact-*` metadata files under `dir` (what [`scan`] leaves out), in natural order.
+/// The `.bitexact-*` metadata files under `dir` (what `scan` leaves out), in natural order.
 pub fn metadata_files(dir: &Path) -> Result<Vec<OutputFile>> {
     Ok(scan::walk(dir)?.1)
 }
 
-/// [`scan`] and [`metadata_files`] in one walk: (outputs, metadata files).
+/// `scan` and [`metadata_files`] in one walk: (outputs, metadata files).
 pub fn scan_all(dir: &Path) -> Result<(Vec<OutputFile>, Vec<OutputFile>)> {
     scan::walk(dir)
 }
@@ -224,7 +224,7 @@ fn release(bytes: &[u8]) {
     }
 }
 
-/// Digests every output under `dir` ([`scan`] then [`digest_file`] on each, files in
+/// Digests every output under `dir` (`scan` then [`digest_file`] on each, files in
 /// parallel), in natural order of names. Errors on two outputs with the same name (e.g. a raw
 /// file literally named `a.npz:x` beside `a.npz` holding `x`).
 pub fn digest_dir(dir: &Path) -> Result<Vec<(String, Digest)>> {

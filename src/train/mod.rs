@@ -1,10 +1,10 @@
 //! The training half: an MLP trained with SGD-momentum or AdamW on a synthetic dataset fed by
 //! a multi-worker loader, with bit-exact checkpoint/resume.
 //!
-//! A [`Trainer`] owns the model ([`model`]), the optimizer ([`optim`]), the loader
-//! ([`loader`]) and the dropout RNG state (a Philox [`Stream`] position: seed, stream,
-//! offset). [`Trainer::checkpoint`] writes all of it to bytes ([`checkpoint`]) and
-//! [`Trainer::restore`] rebuilds a fresh trainer from them, so `2N` steps equal `N` steps +
+//! A `Trainer` owns the model (`model`), the optimizer (`optim`), the loader
+//! (`loader`) and the dropout RNG state (a Philox `Stream` position: seed, stream,
+//! offset). `Trainer::checkpoint` writes all of it to bytes (`checkpoint`) and
+//! `Trainer::restore` rebuilds a fresh trainer from them, so `2N` steps equal `N` steps +
 //! checkpoint + restore + `N` steps, bit for bit. All random numbers come from Philox streams
 //! keyed by the run's seed: initial weights, data, shuffles, augmentations, dropout masks.
 

@@ -1,7 +1,7 @@
 //! Variation injection: conditions that change between runs so that bugs two identical runs
 //! miss are found (the reprotest idea applied to kernels, training steps and programs).
 //!
-//! Every variation is one row of [`TABLE`]: its name, what even and odd runs get, what it
+//! Every variation is one row of `TABLE`: its name, what even and odd runs get, what it
 //! catches, and whether it applies to built-in/user cases, to programs (`bitexact run`), or
 //! both. Parsing, `--help` text, error messages and reports all read that table. Without
 //! variations, fresh scratch buffers are zero-filled, one thread count and one worker count
@@ -30,6 +30,7 @@ pub use parse::Spec;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
+#[derive(schemars::JsonSchema)]
 pub enum Variation {
     /// CPU thread count: [`Controls::thread_pair`].
     Threads,
@@ -291,7 +292,7 @@ impl RunSettings {
 }
 
 /// What automatic blame found for a diverging case.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Blame {
     /// Whether the case was bit-exact with every variation fixed (the control run).
