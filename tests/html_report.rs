@@ -163,6 +163,22 @@ fn a_planted_divergence_renders_in_headless_chromium() {
     let dom = check_page(&browser, &page, "seed", &dir.path().join("page.png"));
     // Built-in cases trace one step; the plot still says what it could not show.
     assert!(dom.contains("max ULP per step is not recorded"), "{dom}");
+    // A report whose divergence records its growth per step gets the max-ULP line too.
+    let mut report = embedded(&std::fs::read_to_string(&page).unwrap());
+    report["cases"][0]["divergence"]["growth"] = serde_json::json!([
+        {"step": 0, "records": 10, "differing": 0, "max_rel": null, "max_ulp": null},
+        {"step": 1, "records": 10, "differing": 3, "max_rel": 1e-7, "max_ulp": 12},
+        {"step": 2, "records": 10, "differing": 9, "max_rel": 1e-3, "max_ulp": 4096},
+    ]);
+    let grown = dir.path().join("grown.html");
+    std::fs::write(&grown, bitexact::report::html::page(&report)).unwrap();
+    let dom = browse(&browser, &grown, "--dump-dom");
+    let plot = element(&dom, "growth-plot-0");
+    assert_eq!(plot.matches("<rect").count(), 3, "{plot}");
+    assert!(
+        plot.contains("<polyline") && plot.contains("step 2: 9 of 10 outputs differ, max 4096 ULP"),
+        "{plot}"
+    );
 }
 
 #[test]

@@ -23,7 +23,13 @@ const SCRIPT: &str = include_str!("html/report.js");
 
 /// The report as one self-contained HTML page.
 pub fn render(report: &Report) -> String {
-    let json = serde_json::to_string(report).expect("report serialises");
+    page(&serde_json::to_value(report).expect("report serialises"))
+}
+
+/// The page for a report already in JSON form (what [`render`] embeds; a report with fields
+/// this build does not know, e.g. `divergence.growth`, is drawn with them).
+pub fn page(report: &serde_json::Value) -> String {
+    let json = report.to_string();
     fill(
         PAGE,
         &[

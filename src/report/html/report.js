@@ -18,7 +18,7 @@
   function s(tag, attrs, kids) { return el(tag, attrs, kids, SVG); }
   function card(title, kids, attrs) { return el("section", attrs || { "class": "card" }, [title ? el("h3", {}, [title]) : null].concat(kids)); }
   function table(id, head, rows) {
-    return el("table", id ? { id: id } : {}, [el("thead", {}, [el("tr", {}, head.map(function (h) { return el("th", {}, [h]); }))]),
+    return el("table", id ? { id: id } : {}, [head ? el("thead", {}, [el("tr", {}, head.map(function (h) { return el("th", {}, [h]); }))]) : null,
       el("tbody", {}, rows)]);
   }
   function row(cells, cls) {
@@ -64,12 +64,15 @@
     } else if (al) {
       var by = {};
       al.records.forEach(function (r) {
-        var st = r.e.step || 0, p = by[st] || (by[st] = { step: st, n: 0, of: 0, ulp: null });
+        var st = r.e.step || 0, p = by[st] || (by[st] = { step: st, n: 0, of: 0, cmp: 0, ulp: null });
         p.of += 1;
+        if (r.status !== "no counterpart") p.cmp += 1;
         if (r.status !== "identical" && r.status !== "no counterpart") p.n += 1;
       });
       points = Object.keys(by).map(function (k) { return by[k]; }).sort(function (a, b) { return a.step - b.step; });
-      caption = "Bars: traced op outputs of run 0 that differ from run " + al.other + "'s at each step. The max ULP per step is not recorded in this report.";
+      points.forEach(function (p) { p.none = p.cmp === 0; });
+      caption = "Bars: traced op outputs of run 0 that differ from run " + al.other + "'s at each step. The max ULP per step is not recorded in this report." +
+        (points.some(function (p) { return p.none; }) ? " Grey: steps run " + al.other + " never reached (it was stopped at its first difference; --keep-going runs every step)." : "");
     } else {
       return card("How the difference grows", [note("No op trace in this report: run with --trace ops to see the difference grow step by step.")]);
     }
@@ -85,8 +88,9 @@
     var line = [];
     points.forEach(function (p, k) {
       var h = ph * p.n / maxN, x = L + k * bw;
-      kids.push(s("rect", { "class": p.n ? "bar" : "bar zero", x: x + (bw - bar) / 2, y: T + ph - Math.max(h, 1), width: bar, height: Math.max(h, 1) },
-        [s("title", {}, ["step " + p.step + ": " + p.n + " of " + p.of + " outputs differ" + (p.ulp ? ", max " + p.ulp + " ULP" : "")])]));
+      if (p.none) h = ph;
+      kids.push(s("rect", { "class": p.none ? "bar none" : p.n ? "bar" : "bar zero", x: x + (bw - bar) / 2, y: T + ph - Math.max(h, 1), width: bar, height: Math.max(h, 1) },
+        [s("title", {}, [p.none ? "step " + p.step + ": not compared" : "step " + p.step + ": " + p.n + " of " + p.of + " outputs differ" + (p.ulp ? ", max " + p.ulp + " ULP" : "")])]));
       if (points.length <= 40 || k % Math.ceil(points.length / 20) === 0)
         kids.push(s("text", { x: x + bw / 2, y: T + ph + 14, "text-anchor": "middle" }, [String(p.step)]));
       if (typeof p.ulp === "number" && p.ulp > 0) line.push([x + bw / 2, T + ph - ph * Math.log2(p.ulp) / maxL]);
@@ -168,7 +172,7 @@
     var x = firstTensor(c, "positions");
     if (!x) return card("Where its elements differ", [note("No tensor of one or more dimensions was compared element by element.")]);
     var p = x.t.positions, max = Math.max.apply(null, p.counts.concat([1]));
-    var cw = Math.max(3, Math.min(28, Math.floor(440 / p.grid[1]), p.grid[0] === 1 ? 28 : Math.floor(320 / p.grid[0])));
+    var cw = Math.max(3, Math.min(28, Math.floor(440 / p.grid[1]), p.grid[0] === 1 ? 28 : Math.floor(384 / p.grid[0])));
     var ch = p.grid[0] === 1 ? 28 : cw, kids = [];
     p.counts.forEach(function (n, k) {
       var r = Math.floor(k / p.grid[1]), q = k % p.grid[1];
@@ -216,7 +220,9 @@
     var rows = Object.keys(p || {}).filter(function (k) { return p[k] !== null && p[k] !== ""; }).map(function (k) {
       return row([k, el("span", { "class": "mono" }, [typeof p[k] === "object" ? JSON.stringify(p[k]) : String(p[k])])]);
     });
-    return rows.length ? card(title, [table(id, ["", ""], rows)]) : null;
+    var t = table(id, null, rows);
+    t.setAttribute("class", "kv");
+    return rows.length ? card(title, [t]) : null;
   }
 
   function caseSection(c, i) {
