@@ -1,5 +1,9 @@
 //! Explains how two tensors differ: how many elements, where first, by how much (absolute
-//! and in ULPs).
+//! and in ULPs), and how the difference spreads ([`spread`]: ULP histogram, positions).
+
+pub mod spread;
+
+pub use spread::Positions;
 
 use crate::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
@@ -25,6 +29,15 @@ pub struct TensorDiff {
     pub max_ulp: Option<u64>,
     /// Set when the tensors cannot be compared element-wise (dtype or shape differ, or missing).
     pub note: Option<String>,
+    /// Differing elements per ULP distance bucket ([`spread::ulp_bucket`]: index 0 holds
+    /// distance 0, index `k` distances in `[2^(k-1), 2^k)`), for float dtypes with differing
+    /// elements; it ends at the largest distance's bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ulp_histogram: Option<Vec<u64>>,
+    /// Where the differing elements lie (tensors of one or more dimensions with differing
+    /// elements compared element-wise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub positions: Option<Positions>,
 }
 
 impl TensorDiff {
@@ -120,19 +133,29 @@ pub fn f8_to_f64(b: u8, exp_bits: u32, fn_variant: bool) -> f64 {
     }
 }
 
-/// An explanation with nothing differing yet, for `elements` elements of `dtype`.
-fn start(name: &str, runs: [usize; 2], dtype: DType, elements: usize) -> TensorDiff {
+/// An explanation with nothing differing yet, for a tensor of `dtype` and `shape`.
+fn start(name: &str, runs: [usize; 2], dtype: DType, shape: &[usize]) -> TensorDiff {
     TensorDiff {
         tensor: name.to_string(),
         runs,
         elements_differing: 0,
-        elements,
+        elements: shape.iter().product(),
         first_index: Vec::new(),
         first_values: [String::new(), String::new()],
         max_abs: 0.0,
         max_ulp: dtype.is_float().then_some(0),
         note: None,
+        ulp_histogram: None,
+        positions: Positions::for_shape(shape),
     }
+}
+
+/// `d` once every element was compared: no positions when nothing differs.
+fn finish(mut d: TensorDiff) -> TensorDiff {
+    if d.elements_differing == 0 {
+        d.positions = None;
+    }
+    d
 }
 
 /// The note for two tensors that cannot be compared element-wise.
@@ -172,24 +195,30 @@ fn accumulate(
         if !abs.is_nan() {
             d.max_abs = d.max_abs.max(abs);
         }
+        if let Some(p) = d.positions.as_mut() {
+            p.add(offset + i);
+        }
         if let Some(u) = d.max_ulp.as_mut() {
-            *u = (*u).max((xo - yo).unsigned_abs().min(u64::MAX as u128) as u64);
+            let distance = (xo - yo).unsigned_abs().min(u64::MAX as u128) as u64;
+            *u = (*u).max(distance);
+            spread::add_ulp(d.ulp_histogram.get_or_insert_with(Vec::new), distance);
         }
     }
 }
 
 /// Explains how `b` (run `runs[1]`) differs from `a` (run `runs[0]`).
 pub fn explain(name: &str, runs: [usize; 2], a: &Tensor, b: &Tensor) -> TensorDiff {
-    let mut d = start(name, runs, a.dtype(), a.len());
+    let mut d = start(name, runs, a.dtype(), a.shape());
     if a.dtype() != b.dtype() || a.shape() != b.shape() {
         d.note = Some(mismatch((a.dtype(), a.shape()), (b.dtype(), b.shape())));
         d.max_ulp = None;
+        d.positions = None;
         return d;
     }
     accumulate(&mut d, a.dtype(), 0, (a.bytes(), b.bytes()), &|i| {
         a.coords(i)
     });
-    d
+    finish(d)
 }
 
 /// Bytes read at a time by [`explain_readers`].
@@ -204,13 +233,14 @@ pub fn explain_readers(
     (a, len_a): (&mut dyn std::io::Read, u64),
     (b, len_b): (&mut dyn std::io::Read, u64),
 ) -> std::io::Result<TensorDiff> {
-    let mut d = start(name, runs, DType::U8, len_a as usize);
+    let mut d = start(name, runs, DType::U8, &[len_a as usize]);
     if len_a != len_b {
         d.note = Some(mismatch(
             (DType::U8, &[len_a as usize]),
             (DType::U8, &[len_b as usize]),
         ));
         d.max_ulp = None;
+        d.positions = None;
         return Ok(d);
     }
     let (mut x, mut y) = (vec![0u8; STREAM_WINDOW], vec![0u8; STREAM_WINDOW]);
@@ -222,7 +252,7 @@ pub fn explain_readers(
         accumulate(&mut d, DType::U8, offset, (&x[..n], &y[..n]), &|i| vec![i]);
         offset += n;
     }
-    Ok(d)
+    Ok(finish(d))
 }
 
 /// A diff entry for an output present in one run and missing in the other.
@@ -277,6 +307,43 @@ mod tests {
         assert_eq!(d.max_abs, 0.5);
         assert_eq!(d.max_ulp, Some(1 << 20)); // 6.0 and 6.5 are 2^20 steps of 2^-21 apart
         assert!(d.summary().contains("2/6 elements differ"));
+    }
+
+    #[test]
+    fn histogram_and_positions_of_the_differing_elements() {
+        let a = Tensor::from_slice(&[2, 2], &[1.0f32, 2.0, 3.0, 4.0]);
+        let up = |v: f32, n: u32| f32::from_bits(v.to_bits() + n);
+        let b = Tensor::from_slice(&[2, 2], &[up(1.0, 1), 2.0, up(3.0, 5), -0.0f32]);
+        let d = explain("y", [0, 1], &a, &b);
+        // 1 ULP (bucket 1), 5 ULP (bucket 3), 4.0 vs -0.0 (bucket 31: 0x40800000 apart).
+        let h = d.ulp_histogram.clone().unwrap();
+        assert_eq!((h.len(), h[1], h[3], h[31]), (32, 1, 1, 1));
+        assert_eq!(h.iter().sum::<u64>(), 3);
+        let p = d.positions.clone().unwrap();
+        assert_eq!(
+            (p.view, p.grid, p.counts),
+            ([2, 2], [2, 2], vec![1, 0, 1, 1])
+        );
+        let same = explain("y", [0, 1], &a, &a);
+        assert_eq!((same.ulp_histogram, same.positions), (None, None));
+        // Integers have positions but no ULP histogram; a byte stream is one row.
+        let i = explain(
+            "i",
+            [0, 1],
+            &Tensor::from_slice(&[3], &[1i32, 2, 3]),
+            &Tensor::from_slice(&[3], &[1i32, 2, 4]),
+        );
+        assert_eq!(
+            (i.ulp_histogram, i.positions.unwrap().counts),
+            (None, vec![0, 0, 1])
+        );
+        let (x, y) = (vec![0u8; 1000], [vec![0u8; 999], vec![1]].concat());
+        let r = explain_readers("f", [0, 1], (&mut &x[..], 1000), (&mut &y[..], 1000)).unwrap();
+        let p = r.positions.unwrap();
+        assert_eq!(
+            (p.grid, p.counts[spread::STRIP - 1]),
+            ([1, spread::STRIP], 1)
+        );
     }
 
     #[test]

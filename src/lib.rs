@@ -108,7 +108,7 @@ pub use backend::Backend;
 pub use case::{Algo, Case, Ctx};
 pub use check::{check, Check};
 pub use controls::Controls;
-pub use diff::TensorDiff;
+pub use diff::{Positions, TensorDiff};
 pub use digest::Digest;
 /// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].
 pub use half;

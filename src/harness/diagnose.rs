@@ -104,7 +104,8 @@ fn explain_files(n: &str, runs: [usize; 2], pa: &Path, pb: &Path, text: bool) ->
         if text {
             let (fa, fb) = (std::fs::File::open(pa)?, std::fs::File::open(pb)?);
             if let Some(lines) = compare_lines(n, fa, fb)? {
-                // Text is compared by lines: the counts are lines, not bytes.
+                // Text is compared by lines: the counts are lines, not bytes (nor positions).
+                d.positions = None;
                 d.elements_differing = lines.differing;
                 d.elements = lines.total;
                 d.first_index = vec![lines.first];
@@ -263,13 +264,16 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
     let blame = if diverges(&[], "blame: control".into()) {
         Blame::new(false, Vec::new()).control_failed(control_failed)
     } else {
-        let broken = opts
-            .vary
+        let tried: Vec<Variation> = opts.vary.iter().copied().filter(|v| v.blamable()).collect();
+        let broken = tried
             .iter()
             .copied()
-            .filter(|&v| v.blamable() && diverges(&[v], format!("blame: {}", v.name())))
+            .filter(|&v| diverges(&[v], format!("blame: {}", v.name())))
             .collect();
-        Blame::new(true, broken)
+        Blame {
+            tried,
+            ..Blame::new(true, broken)
+        }
     };
     blame
         .with_first_ops(first_ops)

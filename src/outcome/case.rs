@@ -91,6 +91,10 @@ pub struct CaseReport {
     /// The first op (or, for a program, the first output) that differs between two runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub divergence: Option<Divergence>,
+    /// The first diverging op's outputs, captured in two more runs and compared element by
+    /// element (programs under `--trace ops` whose first diverging op had identical inputs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub captured: Vec<TensorDiff>,
     /// Op trace of each run (only with `Options::trace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traces: Vec<Vec<TraceEntry>>,
@@ -147,6 +151,7 @@ impl CaseReport {
             variations: Vec::new(),
             blame: None,
             divergence: None,
+            captured: Vec::new(),
             traces: Vec::new(),
             peak_bytes: Vec::new(),
             retained_bytes: Vec::new(),

@@ -2,6 +2,7 @@
 //! module only renders it. Every format goes through [`render`]; adding one touches its own
 //! file and [`Format`] here.
 
+pub mod html;
 pub mod json;
 pub mod junit;
 pub mod markdown;
@@ -23,15 +24,19 @@ pub enum Format {
     Junit,
     /// A Markdown table for a pull-request comment.
     Markdown,
+    /// One self-contained HTML page (no network): the JSON report embedded and drawn as
+    /// tables and plots ([`html`]).
+    Html,
 }
 
 impl Format {
     /// Every format with its name.
-    pub const ALL: [(Format, &'static str); 4] = [
+    pub const ALL: [(Format, &'static str); 5] = [
         (Format::Text, "text"),
         (Format::Json, "json"),
         (Format::Junit, "junit"),
         (Format::Markdown, "markdown"),
+        (Format::Html, "html"),
     ];
 
     /// Parses a format name; the error lists the names.
@@ -54,6 +59,7 @@ pub fn render(format: Format, report: &Report) -> String {
         Format::Json => json::render(report),
         Format::Junit => junit::render(report),
         Format::Markdown => markdown::render(report),
+        Format::Html => html::render(report),
     }
 }
 

@@ -34,8 +34,9 @@ pub struct ProgramSource<'a> {
     /// Removes `root` if bitexact is stopped by a signal (not a `--keep` directory).
     _on_signal: Option<crate::cleanup::DirGuard>,
     passes: std::sync::atomic::AtomicUsize,
-    /// The op whose tensors the tracer saves in the next runs (a localization re-run).
-    capture: std::sync::Mutex<Option<String>>,
+    /// The op whose tensors the tracer saves in the next runs (a localization re-run), and
+    /// how the captured outputs differ.
+    capture: super::trace::Capture,
     /// What run 0 of the current pass completed: later runs are compared with it while they
     /// run ([`watch`]).
     reference: std::sync::Mutex<Option<Arc<watch::Reference>>>,
@@ -74,7 +75,7 @@ impl<'a> ProgramSource<'a> {
             root,
             _on_signal: on_signal,
             passes: std::sync::atomic::AtomicUsize::new(0),
-            capture: std::sync::Mutex::new(None),
+            capture: Default::default(),
             reference: std::sync::Mutex::new(None),
             baseline: std::sync::Mutex::new(None),
             remover: Arc::new(Remover::new()),
@@ -181,6 +182,7 @@ impl RunSource for ProgramSource<'_> {
         let mut env = env_for(self.program, settings, index, &out);
         let capture = self
             .capture
+            .key
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
@@ -424,6 +426,8 @@ impl RunSource for ProgramSource<'_> {
             info.world_size = Some(w);
         }
         report.program = Some(info);
+        report.captured =
+            std::mem::take(&mut self.capture.diffs.lock().unwrap_or_else(|e| e.into_inner()));
     }
 }
 

@@ -96,6 +96,17 @@ impl TraceOptions {
     }
 }
 
+/// A program source's capture state: the op whose tensors the tracer saves in the next runs
+/// (a localization re-run), and how the outputs captured so far differ, for the report's
+/// `captured` ([`crate::outcome::CaseReport::captured`]).
+#[derive(Default)]
+pub(super) struct Capture {
+    /// The identity of the op to capture, while capturing.
+    pub(super) key: Mutex<Option<String>>,
+    /// The captured outputs compared, until the report takes them.
+    pub(super) diffs: Mutex<Vec<crate::diff::TensorDiff>>,
+}
+
 /// The `sitecustomize.py` the program's Python runs first.
 const SITECUSTOMIZE: &str = include_str!("../../python/bitexact/_sitecustomize.py");
 
@@ -119,7 +130,7 @@ pub fn write_inject_dir(root: &Path) -> Result<()> {
 /// traced ops.
 pub(super) fn localize(
     source: &dyn RunSource,
-    capture: &Mutex<Option<String>>,
+    capture: &Capture,
     first: &Collected,
     other: &Collected,
     j: usize,
@@ -199,24 +210,24 @@ fn outside_ops(calls: usize, partial: bool) -> String {
 
 /// Re-runs runs 0 and `j` with the tracer saving the tensors of the op with identity `key`
 /// (`record`), and explains how its outputs differ: `; re-run to capture it: output 0
-/// f32[5,16]: 37/80 elements differ, …`. Two more runs, said in the text; a capture that
-/// fails is said too, never fatal.
+/// f32[5,16]: 37/80 elements differ, …`, keeping each output's comparison in `capture`. Two
+/// more runs, said in the text; a capture that fails is said too, never fatal.
 pub(super) fn explain_captured(
     source: &dyn RunSource,
-    capture: &Mutex<Option<String>>,
+    capture: &Capture,
     key: &str,
     record: &crate::trace::TraceEntry,
     j: usize,
     planner: &mut dyn Runs,
 ) -> String {
-    *capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.to_string());
+    *capture.key.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.to_string());
     let mut runs = Vec::new();
     let purpose = format!("capture: runs 0 and {j}");
     for (k, index) in [0, j].into_iter().enumerate() {
         let settings = planner.settings(index, false);
         runs.push(planner.one(source, &settings, index, (&purpose, k, 2)));
     }
-    *capture.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *capture.key.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let (a, b) = match (&runs[0], &runs[1]) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(f), _) | (_, Err(f)) => {
@@ -234,6 +245,11 @@ pub(super) fn explain_captured(
             (Ok(x), Ok(y)) => {
                 let d = crate::diff::explain(&format!("output {i}"), [0, j], &x, &y);
                 parts.push(d.summary());
+                capture
+                    .diffs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(d);
             }
             (Err(e), _) | (_, Err(e)) => parts.push(format!("output {i}: not captured ({e:#})")),
         }

@@ -299,6 +299,9 @@ pub struct Blame {
     pub reproducible_when_fixed: bool,
     /// Variations that, added alone to the control, break the case.
     pub broken_by: Vec<Variation>,
+    /// Variations added alone to the control, in order (none when the control diverged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tried: Vec<Variation>,
     /// One line for reports.
     pub explanation: String,
     /// Runs blame made beyond the listed ones (the control, then each variation alone, and any
@@ -388,6 +391,7 @@ impl Blame {
         Blame {
             reproducible_when_fixed,
             broken_by,
+            tried: Vec::new(),
             explanation,
             runs: 0,
             seconds: 0.0,
