@@ -16,7 +16,7 @@ pub const STRIP: usize = 128;
 /// dimensions as (product of all but its last dimension) × (its last dimension); a 0-D tensor
 /// has no positions. A side longer than its grid's is cut into near-equal blocks: row `r` of
 /// `view[0]` falls in grid row `r * grid[0] / view[0]` (and likewise for columns).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Positions {
     /// The 2-D view (rows, columns) of the tensor the grid lies on.
     pub view: [usize; 2],
