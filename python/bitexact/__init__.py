@@ -45,7 +45,7 @@ from . import _protocol
 from ._controls import controls, threads, workers
 from ._digest import cuda_status, digest, digests
 from ._outputs import active, dump, out_dir, platform_info, step, write_platform
-from ._pytest_worker import record
+from ._pytest_leaves import record
 from ._seed import (
     dataloader_kwargs,
     pool_initializer,

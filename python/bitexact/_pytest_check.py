@@ -25,13 +25,14 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
 import shutil
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _digest
-from ._pytest_worker import leaves, payload
+from ._pytest_leaves import leaves
+from ._pytest_worker import file_stem, payload
 
 # Variations a check may ask for (`bitexact run --vary` for programs, without the ones whose
 # command must take a placeholder).
@@ -158,8 +159,10 @@ def _stop(proc):
 
 def headline(what, case, runs):
     """The first line of a failed check: what, the verdict, over how many runs."""
-    return "bitexact: %s is %s over %d runs in fresh processes (`bitexact run`'s report):" % (
-        what, case["verdict"], runs)
+    verdict = case["verdict"]
+    said = {"nondeterministic": "is not deterministic over %d runs" % runs,
+            "error": "failed in a fresh process"}.get(verdict, "is %s" % verdict)
+    return "bitexact: %s %s (`bitexact run`'s report):" % (what, said)
 
 
 def judge_program(what, text, case, runs, fail):
@@ -175,6 +178,7 @@ def judge_program(what, text, case, runs, fail):
 
 
 def _check_isolated(fn, args, kwargs, runs, vary, trace, timeout, fail, name):
+    __tracebackhide__ = True
     try:
         blob = payload(fn, args, kwargs)
     except (pickle.PicklingError, AttributeError, TypeError) as e:
@@ -183,7 +187,7 @@ def _check_isolated(fn, args, kwargs, runs, vary, trace, timeout, fail, name):
             "pickling, and %s cannot be pickled (%s). Use a function defined at module level "
             "(def %s(...) at the top of the test file, arguments as plain values or "
             "functools.partial), or isolate=False to call it in this process."
-            % (getattr(fn, "__qualname__", repr(fn)), e, getattr(fn, "__name__", "fn"))) from None
+            % (getattr(fn, "__qualname__", repr(fn)), e, file_stem(fn))) from None
     fd, path = tempfile.mkstemp(prefix="bitexact-pytest-", suffix=".pkl")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -237,6 +241,7 @@ def _explain(name, run, first, other):
 
 
 def _check_in_process(fn, args, kwargs, runs, fail, name):
+    __tracebackhide__ = True
     what = getattr(fn, "__qualname__", "fn")
 
     def digest(vals):

@@ -28,7 +28,7 @@ import pytest
 from ._pytest_check import check as _check
 from ._pytest_check import judge_program, run_program, validate
 from ._pytest_snapshot import Snapshots
-from ._pytest_worker import WORKER_ENV, record
+from ._pytest_leaves import WORKER_ENV, record
 
 MARKER = ("bitexact(runs=2, vary=(), trace=False, timeout=None): run the test function "
           "`runs` times, each in a fresh process, and compare every tensor it passes to "

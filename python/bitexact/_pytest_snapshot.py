@@ -25,7 +25,7 @@ import shlex
 import sys
 
 from . import _digest, _outputs
-from ._pytest_worker import leaves
+from ._pytest_leaves import leaves
 
 
 def default_name(nodeid):
