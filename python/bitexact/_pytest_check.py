@@ -10,9 +10,10 @@ returns (see :func:`bitexact._pytest_worker.leaves`) by bitexact's canonical dig
   (``vary=("threads", "seed", "hashseed", "poison", "workers")`` or ``"all"``) and blame, op
   tracer (``trace=True``: the first diverging op), per-run ``timeout`` (seconds), explanation
   and report text as the command line. ``fn`` must be picklable (a module-level function).
-* ``isolate=False``: ``runs`` calls in this process. Each result is hashed in a background
-  thread (natively, the GIL released) while the next call runs; the first differing leaves
-  are explained by the library's own explanation (:func:`bitexact._native.explain`).
+* ``isolate=False``: ``runs`` calls in this process, each later result compared with run 0's
+  by dtype, shape and bytes (what equal canonical digests stand for, natively at memory
+  speed); run 0's digests are computed when ``result.digests`` is first read. Differing
+  leaves are explained by the library's own explanation (:func:`bitexact._native.explain`).
   Variations and tracing need fresh processes, so they need ``isolate=True``.
 
 It returns a :class:`CheckResult`. On a difference, an error or a crash the test fails with
@@ -28,7 +29,6 @@ import subprocess
 import shutil
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 
 from . import _digest
 from ._pytest_leaves import leaves
@@ -47,8 +47,16 @@ class CheckResult:
     value under ``isolate=False``)."""
 
     def __init__(self, verdict, runs, digests, text, report=None, value=None):
-        self.verdict, self.runs, self.digests = verdict, runs, digests
+        # `digests`: a dict, or run 0's leaves (in-process), hashed when first read.
+        self.verdict, self.runs, self._digests = verdict, runs, digests
         self.text, self.report, self.value = text, report, value
+
+    @property
+    def digests(self):
+        """``{leaf path: canonical hex digest}`` of run 0."""
+        if isinstance(self._digests, list):
+            self._digests = _digest.digests(**dict(self._digests))
+        return self._digests
 
     @property
     def deterministic(self):
@@ -61,7 +69,7 @@ class CheckResult:
         return (self.report or {}).get("blame")
 
     def __repr__(self):
-        return "CheckResult(verdict=%r, runs=%d, leaves=%d)" % (self.verdict, self.runs, len(self.digests))
+        return "CheckResult(verdict=%r, runs=%d)" % (self.verdict, self.runs)
 
 
 def _pytest():
@@ -96,6 +104,26 @@ def validate(runs, vary, timeout):
     return runs, vary
 
 
+# The driver: a bare interpreter (`-S`, no site imports) that loads the native module by
+# path and runs `bitexact run` (`_native.run_report`) for a check or a marked test, writing
+# its report as text and JSON. A process of its own, so that bitexact's stop-signal handlers,
+# child subreaping and the reaping of escaped process groups never touch the pytest process;
+# it gets SIGTERM when pytest dies (`PR_SET_PDEATHSIG`) and then kills its runs.
+# argv: native module, package directory, report directory, the command line.
+DRIVER = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("bitexact._native", sys.argv[1])
+native = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(native)
+code, text, js = native.run_report(sys.argv[4:], sys.argv[2])
+if text is not None:
+    for name, data in (("report.txt", text), ("report.json", js)):
+        with open(os.path.join(sys.argv[3], name), "w", encoding="utf-8") as f:
+            f.write(data)
+sys.exit(code)
+"""
+
+
 def _pdeathsig():
     """A ``preexec_fn`` that gives the driver SIGTERM when this process dies (Linux)."""
     try:
@@ -124,7 +152,8 @@ def run_program(command, name, runs, vary=(), trace=False, timeout=None, env=Non
     try:
         with open(os.path.join(report_dir, "driver.stderr"), "w+b") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "bitexact._pytest_worker", "drive", report_dir] + argv,
+                [sys.executable, "-S", "-c", DRIVER, _digest.native().__file__,
+                 os.path.dirname(os.path.abspath(__file__)), report_dir] + argv,
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                 env=dict(os.environ, **(env or {})), preexec_fn=_pdeathsig())
             try:
@@ -219,18 +248,16 @@ def _host_args(leaf):
     return (ctypes.addressof(buf), len(data), name, shape), buf
 
 
-def _explain(name, run, first, other):
+def _explain(name, run, first, other, differing):
     """The explanation of run ``run`` against run 0, leaf by leaf, first difference first."""
     nat = _digest.native()
-    (vals0, dig0), (vals, dig) = first, other
-    paths0, paths = [p for p, _ in vals0], [p for p, _ in vals]
+    paths0, paths = [p for p, _ in first], [p for p, _ in other]
     lines = []
     if paths0 != paths:
         lines.append("leaves differ: run 0 returned %s, run %d returned %s" % (paths0, run, paths))
-    differing = [p for p in paths0 if p in dig and dig0[p] != dig[p]]
     if differing:
         lines.append("first divergence: %s (every earlier output identical)" % differing[0])
-    by0, by = dict(vals0), dict(vals)
+    by0, by = dict(first), dict(other)
     for p in differing:
         a, own_a = _host_args(by0[p])
         b, own_b = _host_args(by[p])
@@ -240,34 +267,41 @@ def _explain(name, run, first, other):
         name, run, "\n    ".join(lines))
 
 
+def _differing(first, other):
+    """Paths of the leaves of ``other`` whose dtype, shape or bits differ from run 0's."""
+    nat = _digest.native()
+    by = dict(other)
+    out = []
+    for p, leaf in first:
+        if p in by:
+            a, own_a = _host_args(leaf)
+            b, own_b = _host_args(by[p])
+            if not nat.same(a, b):
+                out.append(p)
+            del own_a, own_b
+    return out
+
+
 def _check_in_process(fn, args, kwargs, runs, fail, name):
+    """``runs`` calls here, one after the other. Every run after the first is compared with
+    run 0 leaf by leaf: dtype, shape and bytes (``bitexact._native.same``, the relation equal
+    canonical digests stand for, at memory speed, the GIL released). Run 0's digests are
+    computed when the result's ``digests`` are first read, so a passing check costs the calls
+    plus one read of each later result."""
     __tracebackhide__ = True
     what = getattr(fn, "__qualname__", "fn")
-
-    def digest(vals):
-        return _digest.digests(**dict(vals))
-
-    first = None
-    with ThreadPoolExecutor(1, thread_name_prefix="bitexact-digest") as pool:
-        pending = None  # (run index, leaves, future digests)
-        for i in range(runs + 1):
-            if i < runs:
-                value = fn(*args, **kwargs)
-                vals = leaves(value, what=what)
-                job = (i, value, vals, pool.submit(digest, vals))
-            if pending is not None:
-                j, v, pvals, fut = pending
-                dig = fut.result()
-                if first is None:
-                    first = (v, pvals, dig)
-                elif dig != first[2]:
-                    text = _explain(name, j, (first[1], first[2]), (pvals, dig))
-                    if fail:
-                        _pytest().fail(text, pytrace=False)
-                    return CheckResult("nondeterministic", runs, first[2], text, value=first[0])
-            pending = job if i < runs else None
-    return CheckResult("deterministic", runs, first[2], "deterministic over %d runs" % runs,
-                       value=first[0])
+    value0 = fn(*args, **kwargs)
+    first = leaves(value0, what=what)
+    for i in range(1, runs):
+        other = leaves(fn(*args, **kwargs), what=what)
+        differing = _differing(first, other)
+        if differing or [p for p, _ in first] != [p for p, _ in other]:
+            text = _explain(name, i, first, other, differing)
+            if fail:
+                _pytest().fail(text, pytrace=False)
+            return CheckResult("nondeterministic", runs, first, text, value=value0)
+    return CheckResult("deterministic", runs, first, "deterministic over %d runs" % runs,
+                       value=value0)
 
 
 def check(fn, args=(), kwargs=None, *, runs=2, vary=(), isolate=True, trace=False,

@@ -1,17 +1,12 @@
-"""The processes behind the pytest plugin (run as ``python -m bitexact._pytest_worker``).
+"""One run of an isolated check (``python -m bitexact._pytest_worker call PAYLOAD``).
 
-* ``python -m bitexact._pytest_worker call PAYLOAD`` -- one run of
-  ``bitexact.check(fn, ..., isolate=True)``: a fresh interpreter (as multiprocessing's spawn
-  makes) that restores the test process's ``sys.path``, unpickles ``fn`` and its arguments,
-  calls it once and writes its leaves as ``$BITEXACT_OUT/<fn name>.safetensors``.
-  ``bitexact run`` starts it K times with the environment contract (seed, threads,
-  ``PYTHONHASHSEED``, ``MALLOC_PERTURB_`` ...), so variations mean what they mean there.
-* ``python -m bitexact._pytest_worker drive REPORT_DIR ARGV...`` -- the driver: the
-  process that runs ``bitexact run`` (``bitexact._native.run_report``) for a check or a marked
-  test and writes its report as text and JSON into ``REPORT_DIR``. It is a process of its own
-  so that bitexact's stop-signal handlers, child subreaping and the reaping of escaped process
-  groups never touch the pytest process; it dies with it (``PR_SET_PDEATHSIG``) and kills
-  its runs when it does.
+A run of ``bitexact.check(fn, ..., isolate=True)`` is a fresh interpreter (as
+multiprocessing's spawn makes) that restores the test process's ``sys.path``, unpickles ``fn``
+and its arguments, calls it once and writes its leaves as ``$BITEXACT_OUT/<fn name>.safetensors``.
+``bitexact run`` starts it K times with the environment contract (seed, threads,
+``PYTHONHASHSEED``, ``MALLOC_PERTURB_`` ...), so variations mean what they mean there.
+
+``bitexact run`` itself runs in a driver process started by ``_pytest_check.run_program``.
 """
 
 import importlib
@@ -70,24 +65,15 @@ def _call(path):
     flat = leaves(value, what=getattr(fn, "__qualname__", "fn"))
     if not _outputs.active():
         raise RuntimeError("bitexact: a check run without $BITEXACT_OUT")
+    if os.environ.get("BITEXACT_RUN", "0") != "0":
+        # The report shows run 0's platform file: later runs skip the version lookups
+        # (importlib.metadata, tens of ms a run).
+        _outputs._platform_written = True
     _outputs.dump(p["stem"], **dict(flat))
 
 
-def _drive(report_dir, argv):
-    """The driver: ``bitexact run`` with ``argv``; the report as text and JSON files."""
-    from ._digest import native
-
-    package = os.path.dirname(os.path.abspath(__file__))
-    code, text, js = native().run_report(argv, package)
-    if text is not None:
-        for name, data in (("report.txt", text), ("report.json", js)):
-            with open(os.path.join(report_dir, name), "w", encoding="utf-8") as f:
-                f.write(data)
-    return code
-
-
 def main(argv):
-    """``call PAYLOAD`` or ``drive REPORT_DIR ARGV...``."""
+    """``call PAYLOAD``."""
     if len(argv) >= 2 and argv[0] == "call":
         try:
             _call(argv[1])
@@ -97,9 +83,7 @@ def main(argv):
                 return 1
             raise
         return 0
-    if len(argv) >= 3 and argv[0] == "drive":
-        return _drive(argv[1], argv[2:])
-    sys.stderr.write("usage: python -m bitexact._pytest_worker call PAYLOAD | drive DIR ARGV...\n")
+    sys.stderr.write("usage: python -m bitexact._pytest_worker call PAYLOAD\n")
     return 2
 
 

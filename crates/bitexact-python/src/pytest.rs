@@ -3,7 +3,8 @@
 //! - [`run_report`]: `bitexact run` returning its report rendered both as text (the failing
 //!   test's message) and as JSON (the result object), for the driver process of
 //!   `bitexact.check(..., isolate=True)` and of the `@pytest.mark.bitexact` marker;
-//! - [`explain`]: how two tensors differ ([`bitexact::explain_diff`]), for in-process checks;
+//! - [`explain`]: how two tensors differ ([`bitexact::explain_diff`]), and [`same`]: whether
+//!   they are bit for bit the same, for in-process checks;
 //! - [`run_digest`]: the run digest over named tensor digests;
 //! - [`snapshot_check`]: the snapshot assertion of `cargo test`
 //!   ([`bitexact::snapshot::check_matches`]): the `.snap` format, platform classes, pending
@@ -64,6 +65,24 @@ pub fn explain(
 ) -> PyResult<String> {
     let (a, b) = (tensor(a)?, tensor(b)?);
     Ok(py.detach(|| bitexact::explain_diff(name, runs, &a, &b).summary()))
+}
+
+/// Whether two tensors, each `(ptr, nbytes, dtype, shape)` as `digests_ptr` takes them, have
+/// the same dtype, shape and bytes: the relation equal canonical digests stand for, decided at
+/// memory speed with the GIL released (an in-process check compares each run after the first
+/// with run 0 this way, and hashes only run 0).
+#[pyfunction]
+pub fn same(
+    py: Python<'_>,
+    a: (usize, usize, String, Vec<usize>),
+    b: (usize, usize, String, Vec<usize>),
+) -> PyResult<bool> {
+    let a = Host::new(a.0, a.1, &a.2, a.3)?;
+    let b = Host::new(b.0, b.1, &b.2, b.3)?;
+    if a.dtype != b.dtype || a.shape != b.shape {
+        return Ok(false);
+    }
+    Ok(py.detach(|| a.data() == b.data()))
 }
 
 /// Parses hex digests by name.
