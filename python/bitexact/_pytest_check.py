@@ -78,6 +78,16 @@ def _pytest():
     return pytest
 
 
+def skip(reason):
+    """Skips the test, reported at the test's own location (as a ``skipif`` marker is)."""
+    pytest = _pytest()
+    try:
+        exc = pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:  # pytest < 7
+        pytest.skip(reason)
+    raise exc
+
+
 def _cores():
     try:
         return len(os.sched_getaffinity(0))
@@ -99,8 +109,8 @@ def validate(runs, vary, timeout):
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError("bitexact: timeout=%r must be a positive number of seconds" % (timeout,))
     if any(v in ("threads", "all") for v in vary) and _cores() < 2:
-        _pytest().skip("vary=threads needs at least 2 CPU cores; this machine gives this "
-                       "process %d" % _cores())
+        skip("vary=threads needs at least 2 CPU cores; this machine gives this process %d"
+             % _cores())
     return runs, vary
 
 
@@ -199,7 +209,7 @@ def judge_program(what, text, case, runs, fail):
     case's verdict says; returns ``(verdict, the failure text)``."""
     verdict = case["verdict"]
     if verdict == "skipped":
-        _pytest().skip(case.get("message") or "skipped by bitexact")
+        skip(case.get("message") or "skipped by bitexact")
     text = "%s\n%s" % (headline(what, case, runs), text)
     if fail and verdict != "deterministic":
         _pytest().fail(text, pytrace=False)
