@@ -43,8 +43,8 @@ else
     echo "ci/python.sh: no usable venv module; installing with pip --target into $target"
 fi
 
-if ! "$py" -c 'import numpy, safetensors, pytest, maturin' 2>/dev/null; then
-    install numpy safetensors pytest 'maturin>=1.9.4,<2'
+if ! "$py" -c 'import numpy, safetensors, pytest, xdist, maturin' 2>/dev/null; then
+    install numpy safetensors pytest pytest-xdist 'maturin>=1.9.4,<2'
 fi
 # The package itself, built from this checkout (every time: it is what is being tested).
 # maturin compiles the crate with its `python` feature (release, target/release/) and packs it
