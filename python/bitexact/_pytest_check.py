@@ -108,7 +108,7 @@ def validate(runs, vary, timeout):
             raise ValueError("bitexact: vary=%r: %r is not one of %s" % (vary, v, ", ".join(VARIATIONS)))
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError("bitexact: timeout=%r must be a positive number of seconds" % (timeout,))
-    if any(v in ("threads", "all") for v in vary) and _cores() < 2:
+    if any(v.split("=")[0] in ("threads", "all") for v in vary) and _cores() < 2:
         skip("vary=threads needs at least 2 CPU cores; this machine gives this process %d"
              % _cores())
     return runs, vary
@@ -277,8 +277,10 @@ def _explain(name, run, first, other, differing):
         name, run, "\n    ".join(lines))
 
 
-def _differing(first, other):
-    """Paths of the leaves of ``other`` whose dtype, shape or bits differ from run 0's."""
+def _differing(first, other, what, run):
+    """Paths of the leaves of ``other`` (run ``run`` of ``what``) whose dtype, shape or bits
+    differ from run 0's; :class:`TypeError` when a leaf is run 0's memory itself."""
+    __tracebackhide__ = True
     nat = _digest.native()
     by = dict(other)
     out = []
@@ -286,6 +288,12 @@ def _differing(first, other):
         if p in by:
             a, own_a = _host_args(leaf)
             b, own_b = _host_args(by[p])
+            if a[0] == b[0] and a[1] > 0:
+                raise TypeError(
+                    "bitexact.check(isolate=False): %s returned the same memory for `%s` in "
+                    "run %d as in run 0 (a tensor or array it updates in place, such as a "
+                    "module-level model's parameters), so the runs cannot be compared; return "
+                    "copies (t.clone(), a.copy()) or use isolate=True" % (what, p, run))
             if not nat.same(a, b):
                 out.append(p)
             del own_a, own_b
@@ -304,7 +312,7 @@ def _check_in_process(fn, args, kwargs, runs, fail, name):
     first = leaves(value0, what=what)
     for i in range(1, runs):
         other = leaves(fn(*args, **kwargs), what=what)
-        differing = _differing(first, other)
+        differing = _differing(first, other, what, i)
         if differing or [p for p, _ in first] != [p for p, _ in other]:
             text = _explain(name, i, first, other, differing)
             if fail:

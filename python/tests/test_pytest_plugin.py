@@ -232,6 +232,15 @@ def test_not_tensors_in_process(bitexact):
 def test_crash(bitexact):
     bitexact.check(crash)
 
+STATE = np.zeros(3)
+
+def in_place():
+    STATE[:] += 1
+    return {"state": STATE}
+
+def test_aliased_result(bitexact):
+    bitexact.check(in_place, isolate=False)
+
 def test_bad_arguments(bitexact):
     with pytest.raises(ValueError, match="runs=1 must be"):
         bitexact.check(det, runs=1)
@@ -241,7 +250,7 @@ def test_bad_arguments(bitexact):
         bitexact.check(det, isolate=False, vary=("threads",))
 """)
     result = pytester.runpytest()
-    result.assert_outcomes(failed=5, passed=1)
+    result.assert_outcomes(failed=6, passed=1)
     result.stdout.fnmatch_lines([
         "*cannot be pickled (Can't pickle local object 'test_lambda.<locals>.<lambda>'). "
         "Use a function defined at module level*",
@@ -249,6 +258,7 @@ def test_bad_arguments(bitexact):
         "*TypeError: bitexact: text returned a str at `a`, which is not a tensor*",
         "*run 0: exited with status 1: RuntimeError: boom in the worker; last lines of stderr:",
         '*raise RuntimeError("boom in the worker")',
+        "*in_place returned the same memory for `state` in run 1 as in run 0*use isolate=True",
     ])
     assert result.stdout.str().count("returned a str at `a`") == 2
 
