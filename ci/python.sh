@@ -43,8 +43,8 @@ else
     echo "ci/python.sh: no usable venv module; installing with pip --target into $target"
 fi
 
-if ! "$py" -c 'import numpy, safetensors, pytest, maturin, mkdocs, material' 2>/dev/null; then
-    install numpy safetensors pytest 'maturin>=1.9.4,<2' 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10'
+if ! "$py" -c 'import numpy, safetensors, pytest, xdist, maturin, mkdocs, material' 2>/dev/null; then
+    install numpy safetensors pytest pytest-xdist 'maturin>=1.9.4,<2' 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10'
 fi
 # The package itself, built from this checkout (every time: it is what is being tested).
 # maturin compiles the crate with its `python` feature (release, target/release/) and packs it

@@ -108,6 +108,8 @@ pub use backend::Backend;
 pub use case::{Algo, Case, Ctx};
 pub use check::{check, Check};
 pub use controls::Controls;
+/// Explains how two tensors differ, as every report does (the pytest plugin's in-process check).
+pub use diff::explain as explain_diff;
 pub use diff::{Positions, TensorDiff};
 pub use digest::Digest;
 /// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].

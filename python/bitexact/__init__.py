@@ -19,6 +19,9 @@ This module is what a training script calls:
   by hand: no safetensors package needed); :func:`step` also records memory per step; a rank
   of a torch.distributed run (``torchrun``) writes under ``$BITEXACT_OUT/rank<RANK>/``;
 * :func:`write_platform` -- ``.bitexact-platform.json`` (python/numpy/torch/CUDA versions);
+* :func:`record` -- ``bitexact.record(**tensors)``: what a ``@pytest.mark.bitexact`` test
+  compares between its runs (the pytest plugin, ``_pytest_plugin``: the ``bitexact`` fixture
+  with ``check`` and ``assert_snapshot``, and ``--bitexact-update``);
 * :func:`active` -- whether the script runs under bitexact;
 * :func:`digest` / :func:`digests` -- bitexact's canonical digest of a numpy array, torch tensor
   (CPU or CUDA) or bytes, computed natively by the Rust crate (``bitexact._native``): the digest
@@ -42,6 +45,7 @@ from . import _protocol
 from ._controls import controls, threads, workers
 from ._digest import cuda_status, digest, digests
 from ._outputs import active, dump, out_dir, platform_info, step, write_platform
+from ._pytest_leaves import record
 from ._seed import (
     dataloader_kwargs,
     pool_initializer,
@@ -62,6 +66,7 @@ __all__ = [
     "dump",
     "out_dir",
     "pool_initializer",
+    "record",
     "seed_everything",
     "step",
     "threads",

@@ -82,6 +82,55 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// `bitexact run` for a face that needs the report itself, not one rendering of it: the
+/// pytest plugin's driver process (`python -m bitexact._pytest_driver`, through
+/// `bitexact._native.run_report`), which renders it as text for the failing test and as JSON
+/// for the result object. `args` are a whole command line (`bitexact run [FLAGS] -- CMD …`),
+/// resolved exactly as [`main`] resolves it. As in [`main`], stop signals kill every child
+/// process group first. Nothing is printed but usage errors and errors, on standard error as
+/// [`main`] prints them. Returns the exit code, and the report when the program was checked.
+pub fn run_report<I, T>(args: I) -> (u8, Option<crate::outcome::Report>)
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let a = match Cli::try_parse_from(args) {
+        Ok(Cli {
+            command: Command::Run(a),
+            ..
+        }) => a,
+        Ok(_) => {
+            eprintln!("error: run_report takes a `bitexact run` command line");
+            return (2, None);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return (if e.use_stderr() { 2 } else { 0 }, None);
+        }
+    };
+    crate::memory::one_heap_arena();
+    if let Err(e) = crate::process::install_signal_handlers() {
+        eprintln!("warning: no signal handlers (children may outlive a stopped bitexact): {e}");
+    }
+    let result = RunSettings::resolve(*a).and_then(|s| {
+        crate::suite::run(
+            &[crate::suite::Subject::Program(&s.program)],
+            &s.config,
+            &mut |_| {},
+        )
+    });
+    while crate::process::stopping() {
+        std::thread::park(); // the signal watcher exits the process (see `main`)
+    }
+    match result {
+        Ok(report) => (report.exit_code() as u8, Some(report)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            (if usage::is_usage(&e) { 2 } else { 1 }, None)
+        }
+    }
+}
+
 /// Resolves `command`'s settings and runs it.
 fn dispatch(command: Command, me: Launcher) -> Result<u8> {
     match command {

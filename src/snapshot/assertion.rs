@@ -88,7 +88,7 @@ pub fn assert_matches(dir: &Path, report: &CaseReport, controls: &Controls) {
     let switches = Switches::from_vars(|k| std::env::var(k).ok())
         .unwrap_or_else(|e| panic!("bitexact snapshot assertion: {e}"));
     debug_assert_eq!(switches.ci, in_ci());
-    match verify(dir, report, controls, &switches) {
+    match verify(dir, report, controls, &switches, INSTA_REVIEW) {
         Ok(None) => {}
         Ok(Some(note)) => eprintln!("bitexact: {note}"),
         Err(msg) if switches.force_pass => {
@@ -98,13 +98,39 @@ pub fn assert_matches(dir: &Path, report: &CaseReport, controls: &Controls) {
     }
 }
 
+/// The first way to accept a pending snapshot that a failed Rust assertion names.
+const INSTA_REVIEW: &str = "cargo insta review";
+
+/// The assertion for another test runner (the pytest plugin, through
+/// `bitexact._native.snapshot_check`): [`assert_matches`] returning instead of panicking,
+/// `Ok` (with a note when a file was written) when it passes, `Err` with the failure message.
+/// insta's switches and `CI` apply as there. `update` writes the `.snap` in place and passes
+/// (pytest's `--bitexact-update`; like `INSTA_UPDATE=always`, an explicit request, so it writes
+/// in CI too). `accept` is the first way to accept a pending file the failure names.
+pub fn check_matches(
+    dir: &Path,
+    report: &CaseReport,
+    controls: &Controls,
+    update: bool,
+    accept: &str,
+) -> Result<Option<String>, String> {
+    let mut sw = Switches::from_vars(|k| std::env::var(k).ok())
+        .map_err(|e| format!("bitexact snapshot assertion: {e}"))?;
+    if update && sw.mode != Mode::Force {
+        sw.mode = Mode::Always;
+    }
+    verify(dir, report, controls, &sw, accept)
+}
+
 /// The assertion without the panic: `Ok` when it passes (with a note when a snapshot was
-/// written in place), `Err` with the failure message.
+/// written in place), `Err` with the failure message, whose first way to accept a pending
+/// file is `accept`.
 fn verify(
     dir: &Path,
     report: &CaseReport,
     controls: &Controls,
     sw: &Switches,
+    accept: &str,
 ) -> Result<Option<String>, String> {
     let platform = Platform::detect();
     let new = Snapshot::of(report, controls, &platform).map_err(|e| format!("{e:#}"))?;
@@ -160,7 +186,7 @@ fn verify(
         .map_err(|e| format!("{headline}\ncould not write the new digests: {e:#}"))?;
     Err(format!(
         "{headline}\nwrote the new digests to {p}; to accept them, run one of:\n    \
-         cargo insta review\n    \
+         {accept}\n    \
          bitexact snapshot review --accept --snapshots {d}\n    \
          mv {p} {f}",
         p = pending.display(),
@@ -227,7 +253,7 @@ mod tests {
     fn a_first_assertion_writes_pending_and_says_how_to_accept() {
         let s = Scratch::absent();
         let c = Controls::default();
-        let msg = verify(&s.0, &report("ab"), &c, &switches(&[])).unwrap_err();
+        let msg = verify(&s.0, &report("ab"), &c, &switches(&[]), INSTA_REVIEW).unwrap_err();
         let file = file_of(&s.0);
         let pending = pending_path(&file);
         assert!(
@@ -254,7 +280,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&pending).unwrap(), ours.file_text());
         // Accepted with `mv`, the assertion passes and nothing is pending any more.
         std::fs::rename(&pending, &file).unwrap();
-        assert_eq!(verify(&s.0, &report("ab"), &c, &switches(&[])), Ok(None));
+        assert_eq!(
+            verify(&s.0, &report("ab"), &c, &switches(&[]), INSTA_REVIEW),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -264,7 +293,14 @@ mod tests {
         let pending = pending_path(&file_of(&s.0));
         std::fs::create_dir_all(pending.parent().unwrap()).unwrap();
         std::fs::write(&pending, "stale").unwrap();
-        let msg = verify(&s.0, &report("ab"), &c, &switches(&[("CI", "true")])).unwrap_err();
+        let msg = verify(
+            &s.0,
+            &report("ab"),
+            &c,
+            &switches(&[("CI", "true")]),
+            INSTA_REVIEW,
+        )
+        .unwrap_err();
         assert!(msg.contains("CI is set: nothing written"), "{msg}");
         assert!(msg.contains("left over from an earlier run"), "{msg}");
         assert!(!msg.contains("wrote"), "{msg}");
@@ -280,6 +316,7 @@ mod tests {
             &report("ab"),
             &c,
             &switches(&[("INSTA_UPDATE", "no")]),
+            INSTA_REVIEW,
         );
         assert!(msg
             .unwrap_err()
@@ -290,6 +327,7 @@ mod tests {
             &report("ab"),
             &c,
             &switches(&[("INSTA_UPDATE", "new"), ("CI", "1")]),
+            INSTA_REVIEW,
         );
         assert!(msg.unwrap_err().contains("CI is set: nothing written"));
         assert!(!s.0.exists());
@@ -299,6 +337,7 @@ mod tests {
             &report("ab"),
             &c,
             &switches(&[("INSTA_UPDATE", "unseen")]),
+            INSTA_REVIEW,
         );
         assert!(note.unwrap().unwrap().contains("wrote"));
         assert!(file_of(&s.0).exists());
@@ -307,6 +346,7 @@ mod tests {
             &report("cd"),
             &c,
             &switches(&[("INSTA_UPDATE", "unseen")]),
+            INSTA_REVIEW,
         );
         assert!(msg
             .unwrap_err()
@@ -314,15 +354,22 @@ mod tests {
         assert!(pending_path(&file_of(&s.0)).exists());
         // `always` writes in place, even in CI, and removes the pending file.
         let sw = switches(&[("INSTA_UPDATE", "always"), ("CI", "true")]);
-        assert!(verify(&s.0, &report("cd"), &c, &sw).unwrap().is_some());
+        assert!(verify(&s.0, &report("cd"), &c, &sw, INSTA_REVIEW)
+            .unwrap()
+            .is_some());
         assert!(!pending_path(&file_of(&s.0)).exists());
-        assert_eq!(verify(&s.0, &report("cd"), &c, &switches(&[])), Ok(None));
+        assert_eq!(
+            verify(&s.0, &report("cd"), &c, &switches(&[]), INSTA_REVIEW),
+            Ok(None)
+        );
         // `force` refreshes metadata of a matching snapshot.
         let mut old = Snapshot::load(&file_of(&s.0)).unwrap();
         old.description = "old".into();
         write(&file_of(&s.0), &old).unwrap();
         let sw = switches(&[("INSTA_UPDATE", "force")]);
-        assert!(verify(&s.0, &report("cd"), &c, &sw).unwrap().is_some());
+        assert!(verify(&s.0, &report("cd"), &c, &sw, INSTA_REVIEW)
+            .unwrap()
+            .is_some());
         assert_ne!(Snapshot::load(&file_of(&s.0)).unwrap().description, "old");
         assert!(
             Switches::from_vars(|k| (k == "INSTA_UPDATE").then(|| "sometimes".into())).is_err()
@@ -341,6 +388,7 @@ mod tests {
             &report("ab"),
             &Controls::default(),
             &switches(&[("CI", "1")]),
+            INSTA_REVIEW,
         )
         .unwrap_err();
         assert!(msg.contains(&file.display().to_string()), "{msg}");

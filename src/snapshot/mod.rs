@@ -45,7 +45,7 @@ pub mod review;
 pub mod store;
 mod yaml;
 
-pub use assertion::assert_matches;
+pub use assertion::{assert_matches, check_matches};
 pub use compare::{compare, explain, read_existing, Comparison, MATCHES};
 pub use format::{FormatError, Snapshot};
 pub use naming::{case_stem, committed_path, controls_suffix, path, pending_path};

@@ -13,6 +13,8 @@
 //! - [`digest_bytes`]: the same over a `bytes` object.
 //! - [`trace::trace_digests`]: an op's tensors for the op tracer, labelled as trace records
 //!   show them, with a cache of digests checked against the bytes (see [`trace`]).
+//! - [`pytest`]: what the pytest plugin needs: `bitexact run` returning its report, the
+//!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
 //! - [`cuda_status`] / [`digest_cuda_ptr`]: the same digest of device memory, chunks hashed by
 //!   the SHA-256 kernel on the GPU ([`bitexact::backend::cuda`]), where a CUDA device is usable.
 //!
@@ -29,6 +31,7 @@ use rayon::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+mod pytest;
 mod trace;
 
 /// Counts heap bytes so `bitexact run` and `report` show peak memory per run, as the binary
@@ -220,5 +223,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_digests, m)?)?;
+    m.add_function(wrap_pyfunction!(pytest::run_report, m)?)?;
+    m.add_function(wrap_pyfunction!(pytest::explain, m)?)?;
+    m.add_function(wrap_pyfunction!(pytest::same, m)?)?;
+    m.add_function(wrap_pyfunction!(pytest::run_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(pytest::snapshot_check, m)?)?;
     Ok(())
 }

@@ -1,0 +1,131 @@
+"""The pytest plugin of ``bitexact-harness`` (entry point ``pytest11``: ``bitexact``), active
+wherever the package is installed, with no conftest code; ``-p no:bitexact`` turns it off.
+
+It gives:
+
+* the ``bitexact`` fixture (:class:`Bitexact`): ``bitexact.check(fn, *args, runs=2, vary=(),
+  isolate=True, trace=False, timeout=None, fail=True, **kwargs)`` (see
+  :mod:`bitexact._pytest_check`), ``bitexact.assert_snapshot(name=None, **tensors)`` (see
+  :mod:`bitexact._pytest_snapshot`) and ``bitexact.record(**tensors)``;
+* the option ``--bitexact-update``: write missing or changed snapshots as ``.snap`` and pass;
+* the marker ``@pytest.mark.bitexact(runs=2, vary=(), trace=False, timeout=None)``: the whole
+  test function runs ``runs`` times, each in a fresh ``pytest`` process started by
+  ``bitexact run`` (its fixtures set up there), and everything it passes to
+  ``bitexact.record(**tensors)`` is compared, call by call (``record_0000``,
+  ``record_0001``...), so a training loop's first differing step is named. The test fails with
+  ``bitexact run``'s report. In those runs (``BITEXACT_PYTEST_WORKER`` set) the test simply
+  runs, and a failure is written to standard error, where the report shows its tail.
+
+Everything fails through pytest (``pytest.fail``/``pytest.skip``), so ``--junitxml``,
+``-x``, ``-k`` and pytest-xdist (each worker starts its own runs) work as for any test.
+"""
+
+import os
+import sys
+
+import pytest
+
+from ._pytest_check import check as _check
+from ._pytest_check import judge_program, run_program, validate
+from ._pytest_snapshot import Snapshots
+from ._pytest_leaves import WORKER_ENV, record
+
+MARKER = ("bitexact(runs=2, vary=(), trace=False, timeout=None): run the test function "
+          "`runs` times, each in a fresh process, and compare every tensor it passes to "
+          "bitexact.record(**tensors)")
+
+
+def pytest_addoption(parser):
+    """``--bitexact-update``."""
+    group = parser.getgroup("bitexact", "bitexact (determinism checks and snapshots)")
+    group.addoption(
+        "--bitexact-update", action="store_true", default=False,
+        help="write missing or changed bitexact snapshots as .snap (accepting them) instead "
+             "of pending .snap.new; the tests pass")
+
+
+def pytest_configure(config):
+    """Registers the marker."""
+    config.addinivalue_line("markers", MARKER)
+
+
+class Bitexact:
+    """The ``bitexact`` fixture: checks and snapshots for the requesting test."""
+
+    def __init__(self, request):
+        self._node = request.node
+        self._snapshots = Snapshots(request.node.path, request.node.nodeid,
+                                    request.config.getoption("bitexact_update"))
+
+    def check(self, fn, *args, runs=2, vary=(), isolate=True, trace=False, timeout=None,
+              fail=True, **kwargs):
+        """Calls ``fn(*args, **kwargs)`` ``runs`` times, each in a fresh process
+        (``isolate=True``) or in this one, and fails the test with the explanation when what
+        it returns differs; returns a :class:`bitexact._pytest_check.CheckResult`."""
+        __tracebackhide__ = True
+        return _check(fn, args, kwargs, runs=runs, vary=vary, isolate=isolate, trace=trace,
+                      timeout=timeout, fail=fail, name=self._node.nodeid)
+
+    def assert_snapshot(self, name=None, **tensors):
+        """Compares the tensors' digests with the committed snapshot (default name: the
+        test's node id); returns ``{leaf: digest}``."""
+        __tracebackhide__ = True
+        return self._snapshots.assert_snapshot(name, **tensors)
+
+    @staticmethod
+    def record(**tensors):
+        """In a run of a ``@pytest.mark.bitexact`` test, records ``tensors`` for comparison
+        (one call, one step); elsewhere does nothing."""
+        return record(**tensors)
+
+
+@pytest.fixture
+def bitexact(request):
+    """bitexact's determinism checks and snapshots: ``bitexact.check(fn, *args)``,
+    ``bitexact.assert_snapshot(**tensors)``, ``bitexact.record(**tensors)``."""
+    return Bitexact(request)
+
+
+def _in_worker():
+    return bool(os.environ.get(WORKER_ENV))
+
+
+def _marker_command(item):
+    """The command that runs ``item`` alone in a fresh pytest process, as this one would."""
+    config = item.config
+    _, sep, rest = item.nodeid.partition("::")
+    cmd = [sys.executable, "-m", "pytest", str(item.path) + sep + rest, "-q", "-s",
+           "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(config.rootpath),
+           "--no-header", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    if config.inipath is not None:
+        cmd += ["-c", str(config.inipath)]
+    return cmd
+
+
+def _marker_args(runs=2, vary=(), trace=False, timeout=None):
+    return runs, vary, trace, timeout
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Runs a ``@pytest.mark.bitexact`` test through ``bitexact run`` instead of here."""
+    marker = pyfuncitem.get_closest_marker("bitexact")
+    if marker is None or _in_worker():
+        return None
+    __tracebackhide__ = True
+    try:
+        runs, vary, trace, timeout = _marker_args(*marker.args, **marker.kwargs)
+    except TypeError as e:
+        raise TypeError("@pytest.mark.bitexact: %s (it takes runs=, vary=, trace=, timeout=)" % e) from None
+    runs, vary = validate(runs, vary, timeout)
+    code, text, case = run_program(_marker_command(pyfuncitem), pyfuncitem.nodeid, runs, vary,
+                                   trace, timeout, env={WORKER_ENV: "1"})
+    judge_program(pyfuncitem.name, text, case, runs, fail=True)
+    return True
+
+
+def pytest_runtest_logreport(report):
+    """In a run of a marked test, a failure goes to standard error, which the report shows."""
+    if _in_worker() and report.failed:
+        sys.stderr.write("%s %s failed:\n%s\n" % (report.nodeid, report.when, report.longreprtext))
+        sys.stderr.flush()
