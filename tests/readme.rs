@@ -141,3 +141,14 @@ fn readme_links_resolve() {
     }
     assert!(seen >= 10, "the README links into the docs ({seen} links)");
 }
+
+/// Issue 34: the README is about a screen; everything else lives in the docs site.
+#[test]
+fn readme_is_at_most_150_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lines = std::fs::read_to_string(root.join("README.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(lines <= 150, "README.md has {lines} lines (at most 150: move text into docs/)");
+}
