@@ -150,5 +150,8 @@ fn readme_is_at_most_150_lines() {
         .unwrap()
         .lines()
         .count();
-    assert!(lines <= 150, "README.md has {lines} lines (at most 150: move text into docs/)");
+    assert!(
+        lines <= 150,
+        "README.md has {lines} lines (at most 150: move text into docs/)"
+    );
 }
