@@ -117,6 +117,14 @@ pub struct TraceEntry {
     /// The program's own source line that led to the call (`train.py:88`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
+    /// The op's non-tensor arguments, `name=value` comma-separated (`eps=1e-05`), empty when
+    /// it has none or the record is older ([`noise::arguments`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub args: String,
+    /// A float64 sketch of each result, in the order of [`output`](Self::output) (empty text
+    /// for a result without one; no sketches in older records): [`sketch`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sketches: Vec<String>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -167,7 +175,7 @@ impl TraceEntry {
 }
 
 /// Where two traces first diverge.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Divergence {
     /// Call index of the first entry that differs.
     pub call: usize,
@@ -187,6 +195,13 @@ pub struct Divergence {
     /// c10d::allreduce_ at step 0 (backward)`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub receivers: Vec<String>,
+    /// Program traces: how the difference grows, step by step ([`noise::StepGrowth`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub growth: Vec<noise::StepGrowth>,
+    /// Program traces: whether the traces differ within rounding noise, and the first record
+    /// beyond it ([`noise::judge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<noise::Judgement>,
 }
 
 use streams::identities;
@@ -213,8 +228,17 @@ impl Divergence {
 /// distributed run) are compared rank by rank and the origin rank is told apart from the
 /// ranks that received the difference ([`ranks::localize`]); one rank's stream is compared
 /// by [`first_divergence_in`].
+///
+/// Program traces (records with a phase) also get the noise judgement and the growth series
+/// ([`noise::judge`]).
 pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
-    ranks::localize(a, b)
+    let mut d = ranks::localize(a, b)?;
+    if a.iter().chain(b).any(|e| !e.phase.is_empty()) {
+        let mut j = noise::judge(a, b);
+        d.growth = std::mem::take(&mut j.growth);
+        d.noise = Some(j);
+    }
+    Some(d)
 }
 
 /// The first divergence of one rank: in `a`'s order, the first record whose counterpart in
@@ -246,8 +270,7 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
                     "control flow diverged: run 0 calls {} where the other run {other}",
                     x.describe(n + 1)
                 ),
-                rank: None,
-                receivers: Vec::new(),
+                ..Divergence::default()
             });
         };
         let y = &b[j];
@@ -271,8 +294,7 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
                 a.len(),
                 b.len()
             ),
-            rank: None,
-            receivers: Vec::new(),
+            ..Divergence::default()
         })
 }
 
@@ -316,8 +338,7 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
         op: x.op.clone(),
         inputs_matched,
         explanation,
-        rank: None,
-        receivers: Vec::new(),
+        ..Divergence::default()
     }
 }
 
@@ -412,8 +433,7 @@ pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<D
             op: String::new(),
             inputs_matched: false,
             explanation: format!("no trace of this case in the {which} file"),
-            rank: None,
-            receivers: Vec::new(),
+            ..Divergence::default()
         })
     };
     let mut out = Vec::new();
@@ -431,8 +451,10 @@ pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<D
 }
 
 pub mod batch;
+pub mod noise;
 pub mod program;
 pub mod ranks;
+pub mod sketch;
 pub mod streams;
 
 #[cfg(test)]
