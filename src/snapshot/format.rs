@@ -105,6 +105,13 @@ impl Snapshot {
                 info.push((format!("program.{k}"), text));
             }
         }
+        // Its outputs' sketches, when made (`--snapshots`): what judges a snapshot of another
+        // platform class within or beyond noise (super::noise).
+        if let Some(p) = &report.program {
+            for (name, sketch) in &p.sketches {
+                info.push((format!("{}{name}", super::noise::SKETCH_PREFIX), sketch.clone()));
+            }
+        }
         Ok(Snapshot {
             run,
             tensors: report.digests.clone(),

@@ -23,7 +23,9 @@
 //!   noise when its arguments differ (`same inputs, different arguments: eps 1e-05 vs 0.001`),
 //!   when an integer or boolean result differs (rounding cannot explain it), or when `d > τ`;
 //!   within noise otherwise;
-//! - **an op whose inputs already differ** (downstream of a difference): its inputs carry the
+//! - **an op whose inputs already differ** (downstream of a difference), or an in-place op
+//!   (`aten::mul_`: the value it overwrote is an input its record does not show, [`in_place`]),
+//!   whose arguments match: its inputs carry the
 //!   difference so far, and ops amplify it (a normalization divides by a small spread, a
 //!   subtraction cancels). It is beyond noise only when `d > max(τ, `[`GROWTH_ALLOWANCE`]` · g)`,
 //!   `g` the growth so far: the largest relative difference of its differing inputs and of every
@@ -373,7 +375,7 @@ fn verdict(
         };
         return mk("not-judged", None, why.into());
     };
-    if same_inputs {
+    if same_inputs && !in_place(&x.op) {
         let why = format!("relative difference {r:.2e}, threshold {}", rule(d, tau));
         return mk(if r <= tau { "within-noise" } else { "beyond-noise" }, Some(tau), why);
     }
@@ -389,6 +391,14 @@ fn verdict(
         Some(allowed),
         why,
     )
+}
+
+/// Whether `op` writes a tensor in place (`aten::mul_.Tensor`, `aten::_foreach_add_.List`):
+/// the tensor it writes is a result only in its record, so its value before the op, which may
+/// already differ, is an input the record does not show; such an op is judged as downstream.
+pub fn in_place(op: &str) -> bool {
+    let name = op.split('.').next().unwrap_or(op);
+    name.ends_with('_') && !name.ends_with("__")
 }
 
 /// The one-line summary of a growth series: `largest relative difference per step: 0 3.1e-8

@@ -10,9 +10,11 @@
 //!   ([`positions`]), as exact values of the tensor's dtype.
 //!
 //! Its text, as a trace record stores it (field `sk`, one per result), is
-//! `<norm>,<max_abs>,<nonfinite>|<s0>,<s1>,…` with every number in Rust's shortest round-trip
-//! exponent form (`3.4641016151377544e0`, `NaN`, `inf`, `-inf`): about 150 bytes for an f32
-//! tensor. Integer and boolean tensors have no sketch (their differences are never rounding).
+//! `<norm>,<max_abs>,<nonfinite>;<s0>,<s1>,…` in Rust's exponent form (`3.4641016e0`, `NaN`,
+//! `inf`, `-inf`) for an f32 (or narrower) tensor: its elements in f32's shortest round-trip
+//! form (read back as exactly those f32 values) and its norm to 10 significant digits, about
+//! 130 bytes. An f64 tensor's sketch has `|` for `;` and every number in f64's shortest
+//! round-trip form. Integer and boolean tensors have no sketch (their differences are never rounding).
 
 use crate::tensor::DType;
 use std::fmt::Write as _;
@@ -31,6 +33,9 @@ pub struct Sketch {
     pub nonfinite: u64,
     /// The elements at [`positions`]`(n)`, exactly.
     pub samples: Vec<f64>,
+    /// Whether the elements are f32 values at most (f32, bf16, f16, fp8): their text then
+    /// takes f32's shortest form (about half the bytes), which reads back to the same f32.
+    pub narrow: bool,
 }
 
 /// The sampled positions of a tensor of `n` elements: the middles of [`SAMPLES`] equal parts
@@ -91,17 +96,30 @@ impl Sketch {
             max_abs,
             nonfinite,
             samples,
+            narrow: dtype != DType::F64,
         })
     }
 
-    /// The record's text of the sketch (see the module docs).
+    /// The record's text of the sketch (see the module docs): for a [`narrow`](Self::narrow)
+    /// sketch, the elements (largest magnitude, samples) in f32's shortest form and the norm
+    /// to 10 significant digits; else every number in f64's shortest form.
     pub fn text(&self) -> String {
-        let mut s = format!("{:e},{:e},{}|", self.norm, self.max_abs, self.nonfinite);
-        for (i, v) in self.samples.iter().enumerate() {
+        let mut s = String::with_capacity(160);
+        let put = |v: f64, s: &mut String| match self.narrow {
+            true => write!(s, "{:e}", v as f32),
+            false => write!(s, "{v:e}"),
+        };
+        let _ = match self.narrow {
+            true => write!(s, "{:.9e},", self.norm),
+            false => write!(s, "{:e},", self.norm),
+        };
+        let _ = put(self.max_abs, &mut s);
+        let _ = write!(s, ",{}{}", self.nonfinite, if self.narrow { ';' } else { '|' });
+        for (i, &v) in self.samples.iter().enumerate() {
             if i > 0 {
                 s.push(',');
             }
-            let _ = write!(s, "{v:e}");
+            let _ = put(v, &mut s);
         }
         s
     }
@@ -109,20 +127,25 @@ impl Sketch {
     /// Parses [`Sketch::text`]; `None` for anything else (a record's sketch that cannot be
     /// read is treated as absent, never as a difference).
     pub fn parse(text: &str) -> Option<Sketch> {
-        let (head, tail) = text.split_once('|')?;
+        let narrow = !text.contains('|');
+        let (head, tail) = text.split_once(if narrow { ';' } else { '|' })?;
+        // A narrow sketch's elements read as the f32 values they were written from.
+        let value = |v: &str| -> Option<f64> {
+            match narrow {
+                true => v.parse::<f32>().ok().map(f64::from),
+                false => v.parse().ok(),
+            }
+        };
         let mut head = head.split(',');
         let norm = head.next()?.parse().ok()?;
-        let max_abs = head.next()?.parse().ok()?;
+        let max_abs = value(head.next()?)?;
         let nonfinite = head.next()?.parse().ok()?;
         if head.next().is_some() {
             return None;
         }
         let samples = match tail {
             "" => Vec::new(),
-            t => t
-                .split(',')
-                .map(|v| v.parse().ok())
-                .collect::<Option<Vec<f64>>>()?,
+            t => t.split(',').map(value).collect::<Option<Vec<f64>>>()?,
         };
         if samples.len() > SAMPLES {
             return None;
@@ -132,6 +155,7 @@ impl Sketch {
             max_abs,
             nonfinite,
             samples,
+            narrow,
         })
     }
 
@@ -227,6 +251,16 @@ mod tests {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
+    /// Whether `b` (read back from text) holds `a`'s elements exactly and its norm to 1e-9.
+    fn read_back(a: &Sketch, b: &Sketch) -> bool {
+        let f = |v: &[f64]| v.iter().map(|&x| x.to_bits()).collect::<Vec<_>>();
+        f(&a.samples) == f(&b.samples)
+            && a.max_abs == b.max_abs
+            && a.nonfinite == b.nonfinite
+            && a.narrow == b.narrow
+            && (a.norm - b.norm).abs() <= 1e-9 * a.norm
+    }
+
     #[test]
     fn a_sketch_keeps_norm_magnitude_nonfinite_and_fixed_samples() {
         let v: Vec<f32> = (0..100).map(|i| i as f32 - 50.0).collect();
@@ -235,7 +269,9 @@ mod tests {
         assert_eq!((s.norm, s.max_abs, s.nonfinite), (norm, 50.0, 0));
         assert_eq!(positions(100).collect::<Vec<_>>(), [6, 18, 31, 43, 56, 68, 81, 93]);
         assert_eq!(s.samples[0], -44.0);
-        assert_eq!(Sketch::parse(&s.text()), Some(s.clone()));
+        assert!(read_back(&s, &Sketch::parse(&s.text()).unwrap()), "{}", s.text());
+        let wide = Sketch { narrow: false, ..s.clone() };
+        assert_eq!(Sketch::parse(&wide.text()), Some(wide));
         // Small tensors are sampled whole; NaNs counted and left out of the norm.
         let t = Sketch::of(DType::F32, &f32_bytes(&[f32::NAN, 3.0, -4.0])).unwrap();
         assert_eq!((t.norm, t.max_abs, t.nonfinite), (5.0, 4.0, 1));
@@ -275,11 +311,11 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn parsing_never_panics_and_round_trips(text in "[-0-9e.,|NaInf]{0,80}",
+        fn parsing_never_panics_and_round_trips(text in "[-0-9e.,|;NaInf]{0,80}",
                                                 v in proptest::collection::vec(-1e30f32..1e30, 0..40)) {
             let _ = Sketch::parse(&text);
             let s = Sketch::of(DType::F32, &f32_bytes(&v)).unwrap();
-            proptest::prop_assert_eq!(Sketch::parse(&s.text()), Some(s));
+            proptest::prop_assert!(read_back(&s, &Sketch::parse(&s.text()).unwrap()));
         }
     }
 }
