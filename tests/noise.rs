@@ -79,11 +79,32 @@ fn baseline(py: &str) -> &'static Path {
         let dir = tempfile::tempdir().unwrap();
         let k = keep(py, dir.path(), "base", "1", &[]);
         assert_eq!(k.code, 0, "{:#}", k.case);
-        assert_eq!(k.case["snapshot"].as_str().map(|s| s.starts_with("no committed snapshot")), Some(true), "{:#}", k.case);
+        assert_eq!(
+            k.case["snapshot"]
+                .as_str()
+                .map(|s| s.starts_with("no committed snapshot")),
+            Some(true),
+            "{:#}",
+            k.case
+        );
         let snaps = dir.path().join("snapshots");
-        let class = std::fs::read_dir(&snaps).unwrap().next().unwrap().unwrap().path();
-        let pending = std::fs::read_dir(&class).unwrap().next().unwrap().unwrap().path();
-        let name = pending.file_name().unwrap().to_string_lossy().replace(".snap.new", ".snap");
+        let class = std::fs::read_dir(&snaps)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let pending = std::fs::read_dir(&class)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let name = pending
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".snap.new", ".snap");
         std::fs::create_dir(snaps.join(OTHER_CLASS)).unwrap();
         std::fs::rename(&pending, snaps.join(OTHER_CLASS).join(name)).unwrap();
         std::fs::remove_dir_all(&class).unwrap();
@@ -94,7 +115,12 @@ fn baseline(py: &str) -> &'static Path {
 
 /// A fresh directory whose `snapshots/` holds the baseline's snapshot as [`OTHER_CLASS`]'s.
 fn with_other_class(py: &str) -> tempfile::TempDir {
-    let base = baseline(py).parent().unwrap().parent().unwrap().join("snapshots");
+    let base = baseline(py)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("snapshots");
     let tmp = tempfile::tempdir().unwrap();
     let to = tmp.path().join("snapshots").join(OTHER_CLASS);
     std::fs::create_dir_all(&to).unwrap();
@@ -128,10 +154,15 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
     assert_eq!(four.code, 0, "{:#}", four.case);
     let snapshot = four.case["snapshot"].as_str().unwrap_or_default();
     assert!(
-        snapshot.starts_with(&format!("platform-difference (within noise) from the snapshot of platform class {OTHER_CLASS}")),
+        snapshot.starts_with(&format!(
+            "platform-difference (within noise) from the snapshot of platform class {OTHER_CLASS}"
+        )),
         "{snapshot}"
     );
-    assert!(snapshot.contains("largest relative difference"), "{snapshot}");
+    assert!(
+        snapshot.contains("largest relative difference"),
+        "{snapshot}"
+    );
     let four = four.run;
     let (code, out) = diff(baseline(&py), &four, false);
     assert!(out.contains("platforms differ: threads 1 vs 4"), "{out}");
@@ -140,7 +171,10 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
         out.contains("inputs identical, output differs: this op gives different results on the two platforms"),
         "{out}"
     );
-    assert!(out.contains("origin within noise: relative difference"), "{out}");
+    assert!(
+        out.contains("origin within noise: relative difference"),
+        "{out}"
+    );
     assert!(
         out.contains("within noise: the records agree within noise everywhere"),
         "{out}"
@@ -155,7 +189,7 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
     assert_eq!(code, 0, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
     let d = &v["divergence"];
-    assert_eq!(d["noise"]["verdict"], "within-noise", "{d:#}");
+    assert_eq!(d["noise"]["classification"], "within-noise", "{d:#}");
     let largest = d["noise"]["largest_rel"].as_f64().unwrap();
     assert!(largest > 0.0 && largest < 1e-3, "{d:#}");
     let growth = d["growth"].as_array().unwrap();
@@ -200,14 +234,15 @@ fn a_planted_one_percent_update_bug_is_beyond_noise_at_the_optimizer() {
     assert_eq!(bug.code, 1, "{:#}", bug.case);
     let snapshot = bug.case["snapshot"].as_str().unwrap_or_default();
     assert!(
-        snapshot.starts_with("mismatch (beyond noise: first at ") && snapshot.contains(".npy: relative difference"),
+        snapshot.starts_with("mismatch (beyond noise: first at ")
+            && snapshot.contains(".npy: relative difference"),
         "{snapshot}"
     );
     let (code, out) = diff(baseline(&py), &bug.run, true);
     assert_eq!(code, 1, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
     let j = &v["divergence"]["noise"];
-    assert_eq!(j["verdict"], "beyond-noise", "{j:#}");
+    assert_eq!(j["classification"], "beyond-noise", "{j:#}");
     let at = j["first_beyond_noise"]["at"].as_str().unwrap();
     assert!(at.starts_with("step 0, rank 0, aten::"), "{at}");
     assert!(at.ends_with(OPTIMIZER_LINE), "{at}");

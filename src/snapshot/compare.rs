@@ -61,7 +61,7 @@ pub fn explain(case: &str, file: &Path, old: &Snapshot, new: &Snapshot) -> Optio
         let timing = k
             .strip_prefix("program.")
             .is_some_and(crate::platform::record::meaningless);
-        let sketch = k.starts_with(super::noise::SKETCH_PREFIX);
+        let sketch = k.starts_with(super::format::SKETCH_PREFIX);
         if timing || sketch || matches!(k.as_str(), "case" | "backend" | "controls" | "cores") {
             continue;
         }

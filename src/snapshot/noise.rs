@@ -25,8 +25,7 @@ use crate::trace::sketch::{dtype_of_label, shape_of_label, Sketch};
 use anyhow::Result;
 use std::path::Path;
 
-/// The `info` key prefix of an output's sketch in a snapshot (`sketch.<output name>`).
-pub const SKETCH_PREFIX: &str = "sketch.";
+pub use super::format::SKETCH_PREFIX;
 
 /// How a snapshot of another platform class compares.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +58,7 @@ pub fn other_classes(
     classes.sort();
     let mut out = Vec::new();
     for c in classes {
-        if let Some(s) = super::read_existing(&path(dir, &c, case, controls))? {
+        if let Some(s) = super::compare::read_existing(&path(dir, &c, case, controls))? {
             out.push((c, s));
         }
     }
@@ -130,11 +129,15 @@ mod tests {
         let mut info = Vec::new();
         for (name, v) in values {
             let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-            let d = crate::digest::digest_parts(crate::tensor::DType::F32, &[v.len()], &bytes).hex();
+            let d =
+                crate::digest::digest_parts(crate::tensor::DType::F32, &[v.len()], &bytes).hex();
             tensors.insert(name.to_string(), d);
             let s = Sketch::of(crate::tensor::DType::F32, &bytes).unwrap();
             let head = format!("f32[{}]", v.len());
-            info.push((format!("{SKETCH_PREFIX}{name}"), format!("{head}|{}", s.text())));
+            info.push((
+                format!("{SKETCH_PREFIX}{name}"),
+                format!("{head}|{}", s.text()),
+            ));
         }
         for (name, d) in ints {
             tensors.insert(name.to_string(), d.repeat(64));
@@ -162,7 +165,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let d = snap(&[("w", &[1.0, 2.0]), ("z", &[5.0])], &[("i", "b")]);
-        assert_eq!(judge(&a, &d), CrossClass::NotJudged("no sketch of i".into()));
+        assert_eq!(
+            judge(&a, &d),
+            CrossClass::NotJudged("no sketch of i".into())
+        );
         let e = snap(&[("w", &[1.0, 2.0])], &[("i", "a")]);
         assert_eq!(
             judge(&a, &e),

@@ -44,12 +44,10 @@ pub fn check(dir: &Path, r: &mut CaseReport, controls: &Controls, platform: &Pla
         (
             SnapshotStatus::Missing | SnapshotStatus::Mismatch | SnapshotStatus::PlatformDifference,
             Some(_),
-        ) => {
-            match Snapshot::of(r, controls, platform) {
-                Ok(new) => format!("{text}; {}", write_pending(dir, r, &new, controls)),
-                Err(_) => text,
-            }
-        }
+        ) => match Snapshot::of(r, controls, platform) {
+            Ok(new) => format!("{text}; {}", write_pending(dir, r, &new, controls)),
+            Err(_) => text,
+        },
         _ => text,
     };
     r.evidence.snapshot = Some(status);
@@ -76,9 +74,15 @@ fn across_classes(
     let new = Snapshot::of(r, controls, platform)?;
     let file = super::path(dir, &other, &r.name, controls);
     let platforms = super::explain(&r.name, &file, &old, &new)
-        .and_then(|e| e.split_once("; platform differs: ").map(|p| p.1.to_string()))
+        .and_then(|e| {
+            e.split_once("; platform differs: ")
+                .map(|p| p.1.to_string())
+        })
         .map_or(String::new(), |p| format!("; platform differs: {p}"));
-    let against = format!("the snapshot of platform class {other} ({})", file.display());
+    let against = format!(
+        "the snapshot of platform class {other} ({})",
+        file.display()
+    );
     Ok(match judge(&old, &new) {
         CrossClass::Within(why) => Some((
             SnapshotStatus::PlatformDifference,

@@ -88,7 +88,7 @@ pub struct Verdict {
 pub struct Judgement {
     /// `within-noise` (every differing record judged is), `beyond-noise`, or `not-judged` (no
     /// differing record could be judged: no sketches).
-    pub verdict: String,
+    pub classification: String,
     /// The first record where the traces differ and their inputs matched, judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Verdict>,
@@ -314,7 +314,7 @@ pub fn judge(a: &[TraceEntry], b: &[TraceEntry]) -> Judgement {
         remember(&mut seen, x, y);
     }
     j.growth = steps.into_values().collect();
-    j.verdict = match (&j.first_beyond_noise, j.not_judged == j.differing) {
+    j.classification = match (&j.first_beyond_noise, j.not_judged == j.differing) {
         (Some(_), _) => "beyond-noise",
         (None, true) if j.differing > 0 => "not-judged",
         _ => "within-noise",
@@ -377,7 +377,15 @@ fn verdict(
     };
     if same_inputs && !in_place(&x.op) {
         let why = format!("relative difference {r:.2e}, threshold {}", rule(d, tau));
-        return mk(if r <= tau { "within-noise" } else { "beyond-noise" }, Some(tau), why);
+        return mk(
+            if r <= tau {
+                "within-noise"
+            } else {
+                "beyond-noise"
+            },
+            Some(tau),
+            why,
+        );
     }
     let grown = input_difference(seen, x, y).unwrap_or(0.0).max(so_far);
     let allowed = tau.max(GROWTH_ALLOWANCE * grown);
@@ -387,7 +395,11 @@ fn verdict(
         rule(d, tau)
     );
     mk(
-        if r <= allowed { "within-noise" } else { "beyond-noise" },
+        if r <= allowed {
+            "within-noise"
+        } else {
+            "beyond-noise"
+        },
         Some(allowed),
         why,
     )

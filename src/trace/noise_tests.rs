@@ -54,29 +54,48 @@ const LATER: [f32; 4] = [20.0, 20.0, 20.0, 20.0];
 fn a_few_ulps_at_the_origin_and_after_is_within_noise_with_its_growth() {
     let later = [20.0, 20.0, up(20.0, 3), 20.0];
     let j = judge(&trace(0, LATER, ""), &trace(2, later, ""));
-    assert_eq!(j.verdict, "within-noise", "{j:#?}");
+    assert_eq!(j.classification, "within-noise", "{j:#?}");
     let origin = j.origin.as_ref().unwrap();
     assert!(origin.at.contains("aten::sum"), "{origin:?}");
     assert_eq!(origin.judgement, "within-noise");
-    assert!(origin.why.contains("threshold 8 × ε(f32)"), "{}", origin.why);
+    assert!(
+        origin.why.contains("threshold 8 × ε(f32)"),
+        "{}",
+        origin.why
+    );
     assert_eq!(j.differing, 2);
-    assert!(j.largest_at.as_deref().unwrap().contains("aten::mul"), "{j:?}");
+    assert!(
+        j.largest_at.as_deref().unwrap().contains("aten::mul"),
+        "{j:?}"
+    );
     assert_eq!(j.growth.len(), 2);
     let g = &j.growth[0];
-    assert_eq!((g.step, g.records, g.differing, g.max_ulp), (0, 3, 2, Some(3)));
+    assert_eq!(
+        (g.step, g.records, g.differing, g.max_ulp),
+        (0, 3, 2, Some(3))
+    );
     assert!(g.max_rel.unwrap() > 0.0 && g.max_rel == j.largest_rel);
     assert_eq!((j.growth[1].differing, j.growth[1].max_rel), (0, None));
     let line = growth_line(&j.growth);
-    assert!(line.ends_with("(differing/records): 0 2.9e-7 (2/3), 1 - (0/1)"), "{line}");
+    assert!(
+        line.ends_with("(differing/records): 0 2.9e-7 (2/3), 1 - (0/1)"),
+        "{line}"
+    );
 }
 
 #[test]
 fn a_changed_argument_at_identical_inputs_is_beyond_noise_and_named() {
-    let j = judge(&trace(0, LATER, "eps=1e-05,dim=[0, 1]"), &trace(1, LATER, "eps=0.001,dim=[0, 1]"));
-    assert_eq!(j.verdict, "beyond-noise");
+    let j = judge(
+        &trace(0, LATER, "eps=1e-05,dim=[0, 1]"),
+        &trace(1, LATER, "eps=0.001,dim=[0, 1]"),
+    );
+    assert_eq!(j.classification, "beyond-noise");
     let v = j.first_beyond_noise.unwrap();
     assert!(v.at.contains("aten::sum"), "{v:?}");
-    assert_eq!(v.why, "same inputs, different arguments: eps 1e-05 vs 0.001");
+    assert_eq!(
+        v.why,
+        "same inputs, different arguments: eps 1e-05 vs 0.001"
+    );
 }
 
 #[test]
@@ -84,12 +103,21 @@ fn a_large_difference_is_beyond_noise_at_the_origin_or_downstream() {
     // 1 % at an op of identical inputs.
     let j = judge(&trace(0, LATER, ""), &trace(1 << 17, LATER, ""));
     let v = j.first_beyond_noise.expect("beyond");
-    assert!(v.at.contains("aten::sum") && v.why.contains("relative difference"), "{v:?}");
+    assert!(
+        v.at.contains("aten::sum") && v.why.contains("relative difference"),
+        "{v:?}"
+    );
     // One ULP at the origin, then a jump of 10 % downstream: far more than the growth so far.
-    let j = judge(&trace(0, LATER, ""), &trace(1, [20.0, 22.0, 20.0, 20.0], ""));
+    let j = judge(
+        &trace(0, LATER, ""),
+        &trace(1, [20.0, 22.0, 20.0, 20.0], ""),
+    );
     assert_eq!(j.origin.as_ref().unwrap().judgement, "within-noise");
     let v = j.first_beyond_noise.expect("beyond");
-    assert!(v.at.contains("aten::mul") && v.why.contains("inputs already differ"), "{v:?}");
+    assert!(
+        v.at.contains("aten::mul") && v.why.contains("inputs already differ"),
+        "{v:?}"
+    );
     assert!(v.allowed.unwrap() < 0.1, "{v:?}");
 }
 
@@ -100,7 +128,10 @@ fn records_without_sketches_are_not_judged() {
         t
     };
     let j = judge(&strip(trace(0, LATER, "")), &strip(trace(2, LATER, "")));
-    assert_eq!((j.verdict.as_str(), j.not_judged, j.largest_rel), ("not-judged", 1, None));
+    assert_eq!(
+        (j.classification.as_str(), j.not_judged, j.largest_rel),
+        ("not-judged", 1, None)
+    );
     // An integer result that differs at identical inputs is beyond noise.
     let mut a = trace(0, LATER, "");
     let mut b = trace(0, LATER, "");
@@ -113,9 +144,15 @@ fn records_without_sketches_are_not_judged() {
 #[test]
 fn reduction_lengths_and_thresholds_follow_shapes_and_dtypes() {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    assert_eq!(reduction_length(&s(&["f32[64,2048]:a", "f32[2048,16]:b"]), &["f32[64,16]:c"]), 2048);
+    assert_eq!(
+        reduction_length(&s(&["f32[64,2048]:a", "f32[2048,16]:b"]), &["f32[64,16]:c"]),
+        2048
+    );
     assert_eq!(reduction_length(&s(&["f32[4096]:a"]), &["f32[]:c"]), 4096);
-    assert_eq!(reduction_length(&s(&["f32[1048576]:a"]), &["f32[1]:c"]), 1 << 20);
+    assert_eq!(
+        reduction_length(&s(&["f32[1048576]:a"]), &["f32[1]:c"]),
+        1 << 20
+    );
     assert_eq!(reduction_length(&[], &[]), 1);
     let t = threshold(DType::F32, 4).unwrap();
     assert_eq!(t, 8.0 * f32::EPSILON as f64 * 2.0);
@@ -134,7 +171,10 @@ fn arguments_split_outside_brackets() {
         ]
     );
     assert!(arguments("").is_empty());
-    assert_eq!(argument_difference("a=1,b=2", "a=1,c=3"), "b 2 vs (none); c (none) vs 3");
+    assert_eq!(
+        argument_difference("a=1,b=2", "a=1,c=3"),
+        "b 2 vs (none); c (none) vs 3"
+    );
 }
 
 proptest::proptest! {

@@ -58,9 +58,26 @@ fn reader(dtype: DType) -> Option<fn(&[u8]) -> f64> {
     })
 }
 
-/// Sum of squares and largest magnitude of the finite values, and the count of others, with
-/// eight independent accumulators (so the loop vectorizes; the order is fixed by the index).
-fn accumulate(values: impl Iterator<Item = f64>) -> (f64, f64, u64) {
+/// Sum of squares and largest magnitude of the finite values, and the count of others. First
+/// without looking at finiteness, eight independent accumulators (so the loop vectorizes; the
+/// order is fixed by the index); only when that sum is not finite (a NaN or infinity, or f64
+/// overflow) again, value by value.
+fn accumulate<I: Iterator<Item = f64> + Clone>(values: I) -> (f64, f64, u64) {
+    let (mut sq, mut mx) = ([0f64; 8], [0f64; 8]);
+    let mut chunks = values.clone();
+    'all: loop {
+        for lane in 0..8 {
+            let Some(v) = chunks.next() else {
+                break 'all;
+            };
+            sq[lane] += v * v;
+            mx[lane] = mx[lane].max(v.abs());
+        }
+    }
+    let total: f64 = sq.iter().sum();
+    if total.is_finite() {
+        return (total, mx.iter().fold(0f64, |a, &b| a.max(b)), 0);
+    }
     let (mut sq, mut mx, mut bad) = ([0f64; 8], [0f64; 8], 0u64);
     for (i, v) in values.enumerate() {
         let lane = i & 7;
@@ -114,7 +131,12 @@ impl Sketch {
             false => write!(s, "{:e},", self.norm),
         };
         let _ = put(self.max_abs, &mut s);
-        let _ = write!(s, ",{}{}", self.nonfinite, if self.narrow { ';' } else { '|' });
+        let _ = write!(
+            s,
+            ",{}{}",
+            self.nonfinite,
+            if self.narrow { ';' } else { '|' }
+        );
         for (i, &v) in self.samples.iter().enumerate() {
             if i > 0 {
                 s.push(',');
@@ -267,10 +289,20 @@ mod tests {
         let s = Sketch::of(DType::F32, &f32_bytes(&v)).unwrap();
         let norm: f64 = v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
         assert_eq!((s.norm, s.max_abs, s.nonfinite), (norm, 50.0, 0));
-        assert_eq!(positions(100).collect::<Vec<_>>(), [6, 18, 31, 43, 56, 68, 81, 93]);
+        assert_eq!(
+            positions(100).collect::<Vec<_>>(),
+            [6, 18, 31, 43, 56, 68, 81, 93]
+        );
         assert_eq!(s.samples[0], -44.0);
-        assert!(read_back(&s, &Sketch::parse(&s.text()).unwrap()), "{}", s.text());
-        let wide = Sketch { narrow: false, ..s.clone() };
+        assert!(
+            read_back(&s, &Sketch::parse(&s.text()).unwrap()),
+            "{}",
+            s.text()
+        );
+        let wide = Sketch {
+            narrow: false,
+            ..s.clone()
+        };
         assert_eq!(Sketch::parse(&wide.text()), Some(wide));
         // Small tensors are sampled whole; NaNs counted and left out of the norm.
         let t = Sketch::of(DType::F32, &f32_bytes(&[f32::NAN, 3.0, -4.0])).unwrap();

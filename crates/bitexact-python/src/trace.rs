@@ -132,7 +132,14 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
         for (&i, (digest, sketch)) in todo.iter().zip(&computed) {
             let check = looked[i].0;
             let (digest, sketch) = (*digest, sketch.clone());
-            c.insert(key(&tensors[i]), Seen { check, digest, sketch });
+            c.insert(
+                key(&tensors[i]),
+                Seen {
+                    check,
+                    digest,
+                    sketch,
+                },
+            );
         }
     }
     let mut computed = computed.into_iter();

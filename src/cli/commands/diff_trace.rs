@@ -71,7 +71,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
     }
     let within = d.as_ref().is_some_and(|d| {
         let j = d.noise.as_ref();
-        d.inputs_matched && j.is_some_and(|j| j.verdict == "within-noise" && j.not_judged == 0)
+        d.inputs_matched && j.is_some_and(|j| j.classification == "within-noise" && j.not_judged == 0)
     });
     let code = match &d {
         None => 0,
@@ -115,7 +115,11 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
 fn noise_lines(j: &Judgement) -> Vec<String> {
     let mut out = Vec::new();
     let beyond = j.first_beyond_noise.as_ref();
-    if let Some(o) = j.origin.as_ref().filter(|o| beyond.is_none_or(|b| b.at != o.at)) {
+    if let Some(o) = j
+        .origin
+        .as_ref()
+        .filter(|o| beyond.is_none_or(|b| b.at != o.at))
+    {
         out.push(format!(
             "origin {}: {}",
             o.judgement.replace('-', " "),
@@ -130,7 +134,7 @@ fn noise_lines(j: &Judgement) -> Vec<String> {
         0 => String::new(),
         n => format!(", {n} not judged"),
     };
-    out.push(match (beyond, j.verdict.as_str()) {
+    out.push(match (beyond, j.classification.as_str()) {
         (Some(b), _) => format!("beyond noise: first at {} — {}", b.at, b.why),
         (None, "not-judged") => format!(
             "noise not judged: none of the {} differing op calls has sketches (records of an \
