@@ -4,7 +4,7 @@
 
 use crate::cli::usage::usage;
 use crate::platform::record::{self, Side};
-use crate::trace::noise::{growth_line, Judgement};
+use crate::trace::noise::{growth_line, Judgement, StepGrowth};
 use crate::trace::{self, TraceFile};
 use anyhow::Result;
 use std::path::Path;
@@ -71,7 +71,8 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
     }
     let within = d.as_ref().is_some_and(|d| {
         let j = d.noise.as_ref();
-        d.inputs_matched && j.is_some_and(|j| j.classification == "within-noise" && j.not_judged == 0)
+        d.inputs_matched
+            && j.is_some_and(|j| j.classification == "within-noise" && j.not_judged == 0)
     });
     let code = match &d {
         None => 0,
@@ -100,7 +101,9 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
         Some(d) => {
             println!("{}", d.explanation);
             if let Some(j) = &d.noise {
-                noise_lines(j).iter().for_each(|l| println!("{l}"));
+                noise_lines(j, &d.growth)
+                    .iter()
+                    .for_each(|l| println!("{l}"));
             }
             if !d.growth.is_empty() {
                 println!("{}", growth_line(&d.growth));
@@ -112,7 +115,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
 
 /// The text of a noise judgement: the origin's verdict, then the answer (the first record
 /// beyond noise, or agreement within noise with the largest relative difference).
-fn noise_lines(j: &Judgement) -> Vec<String> {
+fn noise_lines(j: &Judgement, growth: &[StepGrowth]) -> Vec<String> {
     let mut out = Vec::new();
     let beyond = j.first_beyond_noise.as_ref();
     if let Some(o) = j
@@ -134,7 +137,12 @@ fn noise_lines(j: &Judgement) -> Vec<String> {
         0 => String::new(),
         n => format!(", {n} not judged"),
     };
+    let compared: usize = growth.iter().map(|g| g.records).sum();
     out.push(match (beyond, j.classification.as_str()) {
+        (None, _) if j.differing == 0 => format!(
+            "no noise to judge: every one of the {compared} op calls with a counterpart in both \
+             traces is identical"
+        ),
         (Some(b), _) => format!("beyond noise: first at {} — {}", b.at, b.why),
         (None, "not-judged") => format!(
             "noise not judged: none of the {} differing op calls has sketches (records of an \
