@@ -15,7 +15,9 @@ busy machine; with one torch thread it is the work itself):
   which any op tracer in Python pays;
 - ``modules``: ``bitexact._trace`` at ``level="modules"`` (``bitexact run --trace modules``);
 - ``ops``: ``bitexact._trace`` (``bitexact run --trace ops``): canonical, order-aware SHA-256
-  digests of every op's inputs and outputs, module, source line, written to a JSONL trace;
+  digests of every op's inputs and outputs, module, source line, each result's float64 sketch
+  and the op's non-tensor arguments, written to a JSONL trace; ``ops_nosketch``: the same
+  without sketches and arguments (``_trace_digest.SKETCH`` off), to measure their cost;
 - ``debugmode`` / ``debugmode_inputs``: torch's DebugMode with
   ``log_tensor_hashes(hash_fn="hash_tensor")`` (the cheaper of its hashes, an order-blind XOR;
   outputs only, its default), and with ``hash_inputs=True`` too (what bitexact records).
@@ -36,6 +38,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import bitexact._trace as tracer
+import bitexact._trace_digest as _trace_digest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDS, WARMUP = 5, 2
@@ -85,16 +88,21 @@ class Mode:
         self.enter, self.leave, self.lines = enter, leave, None
 
 
-def bitexact_mode(level, tmp, stats):
-    path = os.path.join(tmp, level + ".jsonl")
+def bitexact_mode(level, tmp, stats, sketch=True):
+    path = os.path.join(tmp, level + str(sketch) + ".jsonl")
+
+    def enter():
+        _trace_digest.SKETCH = sketch
+        tracer.start(path, level=level)
 
     def leave():
         tracer.stop()
+        _trace_digest.SKETCH = True
         with open(path) as f:
             stats["lines"] = sum(1 for _ in f)
         stats["bytes"] = os.path.getsize(path)
 
-    return Mode(lambda: tracer.start(path, level=level), leave)
+    return Mode(enter, leave)
 
 
 def modes(tmp, stats):
@@ -104,6 +112,8 @@ def modes(tmp, stats):
     for level in ("modules", "ops"):
         stats[level] = {}
         out[level] = bitexact_mode(level, tmp, stats[level])
+    stats["ops_nosketch"] = {}
+    out["ops_nosketch"] = bitexact_mode("ops", tmp, stats["ops_nosketch"], sketch=False)
     try:
         from torch.utils._debug_mode import DebugMode
 
@@ -153,6 +163,7 @@ def measure(step, reps, tmp):
     for level in ("modules", "ops"):
         out[level + "_records_per_step"] = stats[level]["lines"] / steps
     out["ops_trace_bytes_per_step"] = stats["ops"]["bytes"] / steps
+    out["ops_nosketch_trace_bytes_per_step"] = stats["ops_nosketch"]["bytes"] / steps
     if "debugmode_error" in stats:
         out["debugmode_error"] = stats["debugmode_error"]
     return out

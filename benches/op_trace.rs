@@ -2,7 +2,8 @@
 //! (`benches/op_trace.py`, modes interleaved in rounds), for a training step of a small
 //! transformer classifier and a training and an eval iteration of a nanoGPT-sized GPT
 //! (`benches/nanogpt.py`): untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
-//! tracer pays); bitexact's `--trace modules` and `--trace ops`; PyTorch's DebugMode with
+//! tracer pays); bitexact's `--trace modules` and `--trace ops` (with and without the noise
+//! fields: each result's float64 sketch and the op's arguments, issue 32); PyTorch's DebugMode with
 //! `log_tensor_hashes(hash_fn="hash_tensor")` (outputs only, and with inputs). Goals (issue 29,
 //! nanoGPT training step): `--trace ops` ≤ 4× untraced, `--trace modules` ≤ 1.5×, both ≤
 //! DebugMode + hash_tensor. Ratios, never asserted.
@@ -16,11 +17,12 @@
 #[path = "common/python.rs"]
 mod python;
 
-const MODES: [(&str, &str); 6] = [
+const MODES: [(&str, &str); 7] = [
     ("untraced", "untraced"),
     ("floor", "do-nothing dispatch mode (floor)"),
     ("modules", "bitexact --trace modules"),
     ("ops", "bitexact --trace ops"),
+    ("ops_nosketch", "--trace ops without sketches/args"),
     ("debugmode", "DebugMode + hash_tensor (outputs)"),
     ("debugmode_inputs", "DebugMode + hash_tensor (+inputs)"),
 ];
@@ -57,6 +59,20 @@ fn main() {
                 ),
                 _ => println!("  {name:35} unavailable: {}", w["debugmode_error"]),
             }
+        }
+        if let (Some(b), Some(n)) = (f("ops"), f("ops_nosketch")) {
+            println!(
+                "  sketches + args: {:+.1}% of a traced step (wall), {:+.1}% (CPU); goal <= 10%",
+                (b / n - 1.0) * 100.0,
+                (f("ops_cpu").unwrap_or(0.0) / f("ops_nosketch_cpu").unwrap_or(1.0) - 1.0) * 100.0
+            );
+            println!(
+                "  ops trace {:.0} bytes per record with sketches, {:.0} without",
+                f("ops_trace_bytes_per_step").unwrap_or(0.0)
+                    / f("ops_records_per_step").unwrap_or(1.0),
+                f("ops_nosketch_trace_bytes_per_step").unwrap_or(0.0)
+                    / f("ops_records_per_step").unwrap_or(1.0)
+            );
         }
         if let (Some(b), Some(d)) = (f("ops"), f("debugmode")) {
             println!(

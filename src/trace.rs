@@ -117,6 +117,14 @@ pub struct TraceEntry {
     /// The program's own source line that led to the call (`train.py:88`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
+    /// The op's non-tensor arguments, `name=value` comma-separated (`eps=1e-05`), empty when
+    /// it has none or the record is older ([`noise::arguments`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub args: String,
+    /// A float64 sketch of each result, in the order of [`output`](Self::output) (empty text
+    /// for a result without one; no sketches in older records): [`sketch`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sketches: Vec<String>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -167,7 +175,7 @@ impl TraceEntry {
 }
 
 /// Where two traces first diverge.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Divergence {
     /// Call index of the first entry that differs.
     pub call: usize,
@@ -187,6 +195,13 @@ pub struct Divergence {
     /// c10d::allreduce_ at step 0 (backward)`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub receivers: Vec<String>,
+    /// Program traces: how the difference grows, step by step ([`noise::StepGrowth`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub growth: Vec<noise::StepGrowth>,
+    /// Program traces: whether the traces differ within rounding noise, and the first record
+    /// beyond it ([`noise::judge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<noise::Judgement>,
 }
 
 use streams::identities;
@@ -213,8 +228,17 @@ impl Divergence {
 /// distributed run) are compared rank by rank and the origin rank is told apart from the
 /// ranks that received the difference ([`ranks::localize`]); one rank's stream is compared
 /// by [`first_divergence_in`].
+///
+/// Program traces (records with a phase) also get the noise judgement and the growth series
+/// ([`noise::judge`]).
 pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
-    ranks::localize(a, b)
+    let mut d = ranks::localize(a, b)?;
+    if a.iter().chain(b).any(|e| !e.phase.is_empty()) {
+        let mut j = noise::judge(a, b);
+        d.growth = std::mem::take(&mut j.growth);
+        d.noise = Some(j);
+    }
+    Some(d)
 }
 
 /// The first divergence of one rank: in `a`'s order, the first record whose counterpart in
@@ -246,8 +270,7 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
                     "control flow diverged: run 0 calls {} where the other run {other}",
                     x.describe(n + 1)
                 ),
-                rank: None,
-                receivers: Vec::new(),
+                ..Divergence::default()
             });
         };
         let y = &b[j];
@@ -271,8 +294,7 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
                 a.len(),
                 b.len()
             ),
-            rank: None,
-            receivers: Vec::new(),
+            ..Divergence::default()
         })
 }
 
@@ -316,123 +338,18 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
         op: x.op.clone(),
         inputs_matched,
         explanation,
-        rank: None,
-        receivers: Vec::new(),
+        ..Divergence::default()
     }
 }
 
-/// The traces of one case on one backend, as saved by `--trace FILE`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CaseTraces {
-    /// Case name.
-    pub name: String,
-    /// Backend name.
-    pub backend: String,
-    /// One trace per run.
-    pub runs: Vec<Vec<TraceEntry>>,
-}
-
-/// A trace file: `{"version": 1, "platform": ..., "cases": [...]}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TraceFile {
-    /// Format version (1).
-    pub version: u32,
-    /// Fingerprint of the machine that recorded it (free-form JSON).
-    pub platform: serde_json::Value,
-    /// Traces per case and backend.
-    pub cases: Vec<CaseTraces>,
-}
-
-impl TraceFile {
-    /// Reads a trace file; errors name the file. Only regular files up to
-    /// [`MAX_TRACE_FILE_BYTES`] are read (not a directory, a FIFO or `/dev/zero`).
-    pub fn load(path: &std::path::Path) -> anyhow::Result<TraceFile> {
-        use anyhow::Context;
-        use std::io::Read;
-        let what = || format!("reading trace file {}", path.display());
-        let file = std::fs::File::open(path).with_context(what)?;
-        let meta = file.metadata().with_context(what)?;
-        if !meta.is_file() {
-            anyhow::bail!("trace file {}: not a regular file", path.display());
-        }
-        let mut bytes = Vec::new();
-        file.take(MAX_TRACE_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .with_context(what)?;
-        if bytes.len() as u64 > MAX_TRACE_FILE_BYTES {
-            anyhow::bail!(
-                "trace file {}: larger than {MAX_TRACE_FILE_BYTES} bytes",
-                path.display()
-            );
-        }
-        TraceFile::parse(&bytes)
-            .with_context(|| format!("{} is not a valid bitexact trace file", path.display()))
-    }
-
-    /// Parses and validates trace-file bytes: JSON of the right shape, `version` 1, each
-    /// (case, backend) at most once, at least one run per case.
-    pub fn parse(bytes: &[u8]) -> anyhow::Result<TraceFile> {
-        let file: TraceFile = serde_json::from_slice(bytes)?;
-        if file.version != 1 {
-            anyhow::bail!(
-                "unsupported trace version {} (this build reads version 1)",
-                file.version
-            );
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        for c in &file.cases {
-            if !seen.insert((&c.name, &c.backend)) {
-                anyhow::bail!("case {} [{}] appears twice", c.name, c.backend);
-            }
-            if c.runs.is_empty() {
-                anyhow::bail!("case {} [{}] has no runs", c.name, c.backend);
-            }
-        }
-        Ok(file)
-    }
-}
-
-/// Largest trace file `diff-trace` reads (1 GiB).
-pub const MAX_TRACE_FILE_BYTES: u64 = 1 << 30;
-
-/// Compares run 0 of every case in either file: `(case, backend, first divergence)`, in the
-/// first file's order and then the second's; a case present in only one file is a divergence
-/// that says which file lacks it.
-pub fn diff_files(a: &TraceFile, b: &TraceFile) -> Vec<(String, String, Option<Divergence>)> {
-    let find = |f: &TraceFile, c: &CaseTraces| {
-        f.cases
-            .iter()
-            .find(|x| x.name == c.name && x.backend == c.backend)
-            .and_then(|x| x.runs.first())
-            .cloned()
-    };
-    let missing = |which: &str| {
-        Some(Divergence {
-            call: 0,
-            op: String::new(),
-            inputs_matched: false,
-            explanation: format!("no trace of this case in the {which} file"),
-            rank: None,
-            receivers: Vec::new(),
-        })
-    };
-    let mut out = Vec::new();
-    for ca in &a.cases {
-        let d = match (ca.runs.first(), find(b, ca)) {
-            (Some(x), Some(y)) => first_divergence(x, &y),
-            _ => missing("second"),
-        };
-        out.push((ca.name.clone(), ca.backend.clone(), d));
-    }
-    for cb in b.cases.iter().filter(|cb| find(a, cb).is_none()) {
-        out.push((cb.name.clone(), cb.backend.clone(), missing("first")));
-    }
-    out
-}
+pub use file::{diff_files, CaseTraces, TraceFile, MAX_TRACE_FILE_BYTES};
 
 pub mod batch;
+mod file;
+pub mod noise;
 pub mod program;
 pub mod ranks;
+pub mod sketch;
 pub mod streams;
 
 #[cfg(test)]

@@ -38,7 +38,10 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   its digest; records are written by :mod:`bitexact._trace_record`); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
   is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
   (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
-  Non-tensor arguments are not recorded. With ``$BITEXACT_TRACE_ROWS`` = n > 1 (the
+  ``sk``: a float64 sketch of each result (norm, largest magnitude, non-finite count, eight
+  fixed elements; ``src/trace/sketch.rs``), made with its digest; ``args``: the op's
+  non-tensor arguments (``eps=1e-05``, see :func:`bitexact._trace_record.arguments`). Both
+  are what ``bitexact diff-trace`` judges noise with (``src/trace/noise.rs``). With ``$BITEXACT_TRACE_ROWS`` = n > 1 (the
   larger-batch run of ``--vary batch``), a tensor whose first dimension is a multiple of n is
   labelled ``dtype[shape]/n:<d1>,...,<dn>`` by its n row slices' digests instead.
 
@@ -78,7 +81,7 @@ import sys
 import warnings
 
 from . import _protocol, _trace_c10d
-from . import _trace_compile
+from . import _trace_compile, _trace_digest, _trace_record
 from . import _trace_state as ts
 from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -175,6 +178,8 @@ def _record(state, stream, func, args, kwargs, result, tensor_type):
     if (op.startswith(_NOT_COMPUTATION) or not ts.in_steps(state, stream)
             or ts.skipped(state, op)):
         return
+    text = _trace_record.arguments(func, args, kwargs, tensor_type) if _trace_digest.SKETCH \
+        else ""
     written = _written_args(func)
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         args = [a for i, a in enumerate(args) if i not in written]
@@ -182,7 +187,7 @@ def _record(state, stream, func, args, kwargs, result, tensor_type):
     ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     outs = ts.collect_tensors(result, tensor_type, [])
     phase, module = state.tracker.where()
-    ts.emit(state, stream, op, phase, module, ins, outs)
+    ts.emit(state, stream, op, phase, module, ins, outs, args=text)
 
 
 def on_helper_step(i):

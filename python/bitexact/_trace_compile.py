@@ -102,7 +102,8 @@ def install(state, is_tracer, level):
 
     _current_node = getattr(torch._C, "_current_autograd_node", None)
     cls = eval_frame.OptimizeContext
-    original = cls.__dict__["__call__"]
+    # Its own in torch 2.15, inherited from _TorchDynamoContext in 2.9: the function either way.
+    original = cls.__call__
 
     def __call__(self, fn, *args, **kwargs):
         made = original(self, fn, *args, **kwargs)

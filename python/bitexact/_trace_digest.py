@@ -30,6 +30,11 @@ DIGEST_HEX = 32
 # Whether _native.trace_digests may reuse a digest whose bytes are unchanged (see above).
 CACHE = True
 
+# Whether records keep a float64 sketch of each result and the op's non-tensor arguments (what
+# ``bitexact diff-trace`` judges noise with, src/trace/noise.rs); the op_trace bench turns it
+# off to measure their cost.
+SKETCH = True
+
 
 _strided = []  # [torch.strided], once torch is imported
 
@@ -109,9 +114,13 @@ def _general_rows(t, n, max_bytes, hosts, slow, i):
     return digests
 
 
-def describe(tensors, state, scratch=()):
+def describe(tensors, state, scratch=(), sketch_from=None):
     """``["f32[2,3]:<digest>", ...]`` for the tensors (``scratch``: positions recorded by dtype
     and shape only), hashed together by the native module.
+
+    With ``sketch_from`` = k, returns ``(labels, sketches)``: the float64 sketch text of each
+    tensor from position k on (``src/trace/sketch.rs``; ``""`` for a tensor without one: not a
+    float, not on the host's fast path, labelled by row slices, or :data:`SKETCH` off).
 
     With ``state.rows`` = n > 1 (``$BITEXACT_TRACE_ROWS``: the larger-batch run of ``bitexact
     run --vary batch``), a hashable tensor whose first dimension d0 is a multiple of n is
@@ -157,8 +166,16 @@ def describe(tensors, state, scratch=()):
             if len(hosts) > mark:
                 slow.append(((i, None), label))
             out[i] = label
+    sketches = None if sketch_from is None else [""] * (len(tensors) - sketch_from)
+    if fast and sketches is not None and SKETCH and rows == 1:
+        labels, made = nat.trace_digests(fast, CACHE, [i >= sketch_from for i, _ in places])
+        for (i, _), text in zip(places, made):
+            if i >= sketch_from:
+                sketches[i - sketch_from] = text
+    elif fast:
+        labels = nat.trace_digests(fast, CACHE)
     if fast:
-        for (i, k), label in zip(places, nat.trace_digests(fast, CACHE)):
+        for (i, k), label in zip(places, labels):
             if k is None:
                 out[i] = label
             else:
@@ -175,4 +192,4 @@ def describe(tensors, state, scratch=()):
         if name is not None:  # the native module's name of the dtype
             head = name + head[head.index("["):]
         out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
-    return out
+    return out if sketches is None else (out, sketches)

@@ -36,13 +36,64 @@ def _labels(labels):
     return '"' + '","'.join(labels) + '"' if labels else ""
 
 
-def line(step, rank, phase, module, op, occ, src, ins, outs, thread=""):
-    """The record's JSON line (``"v": 2``), newline-terminated; ``"thread"`` last, and only for
-    a thread other than the one that started tracing."""
-    tail = ',"thread":%s}\n' % _quote(thread) if thread else "}\n"
+def line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="", sketches=()):
+    """The record's JSON line (``"v": 2``), newline-terminated; then, only when there are,
+    ``"args"`` (the op's non-tensor arguments, :func:`arguments`), ``"sk"`` (a sketch of each
+    result, ``src/trace/sketch.rs``: digits, ``e.-,|``, ``NaN`` and ``inf`` only, which JSON
+    writes as they are) and ``"thread"`` (a thread other than the one that started tracing)."""
+    tail = ',"args":%s' % _quote(args) if args else ""
+    if any(sketches):
+        tail += ',"sk":[%s]' % _labels(sketches)
+    tail += ',"thread":%s}\n' % _quote(thread) if thread else "}\n"
     return '{"v":2,"step":%d,"rank":%d,"phase":%s,"module":%s,"op":%s,"occ":%d,"src":%s,' \
            '"in":[%s],"out":[%s]%s' % (step, rank, _quote(phase), _quote(module), _quote(op),
                                       occ, _quote(src), _labels(ins), _labels(outs), tail)
+
+
+_names = {}  # op overload -> its schema's argument names
+_LEFT_OUT = ("device", "pin_memory", "layout")  # where, not what: never a numeric difference
+
+
+def _value(x, tensor_type):
+    """An argument's text, or None for a tensor, None, a device or a list of tensors."""
+    if isinstance(x, tensor_type) or x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        items = [_value(v, tensor_type) for v in x]
+        if x and all(i is None for i in items):
+            return None
+        return "[%s]" % ",".join("T" if i is None else i for i in items)
+    if isinstance(x, float):
+        return repr(x)
+    text = str(x)
+    if text.startswith("torch."):  # a dtype, memory format
+        return text[6:]
+    if type(x).__name__ == "device":
+        return None
+    return text
+
+
+def arguments(func, args, kwargs, tensor_type):
+    """The op's non-tensor arguments as ``name=value`` pairs, comma-separated
+    (``normalized_shape=[16],eps=1e-05``): numbers (floats by ``repr``), bools, dtypes, lists
+    of them (a tensor inside a list as ``T``), by the schema's names; tensors, ``None``,
+    devices and layouts are left out. What ``bitexact diff-trace`` names when an op's inputs
+    are identical and its arguments are not."""
+    names = _names.get(func)
+    if names is None:
+        if len(_names) >= _MEMO_MAX:
+            _names.clear()
+        names = _names[func] = [a.name for a in func._schema.arguments]
+    parts = []
+    for i, a in enumerate(args):
+        text = _value(a, tensor_type)
+        if text is not None:
+            parts.append("%s=%s" % (names[i] if i < len(names) else "#%d" % i, text))
+    for k, v in kwargs.items():
+        text = None if k in _LEFT_OUT else _value(v, tensor_type)
+        if text is not None:
+            parts.append("%s=%s" % (k, text))
+    return ",".join(parts)
 
 
 _shown = {}  # file name -> how a record shows it, or None when it is not the program's own

@@ -121,10 +121,12 @@ def skipped(state, op):
     return skip
 
 
-def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratch_outs=()):
+def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
+         args=""):
     """Writes one record of ``stream``: its occurrence number, the capture if it is the one
     asked for, the digests (``described_ins``: the inputs' already, hashed before the op ran;
-    ``scratch_outs``: results recorded by dtype and shape only)."""
+    ``scratch_outs``: results recorded by dtype and shape only), the results' sketches and the
+    op's non-tensor arguments (``args``, see :func:`bitexact._trace_record.arguments`)."""
     thread = stream.label
     with state.lock:
         step = stream.step
@@ -140,13 +142,14 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
         scratch = set(scratch) | set(scratch_outs)
     if described_ins is None:
         n = len(ins)
-        described = describe(ins + outs, state, {n + i for i in scratch} if scratch else ())
+        described, sketches = describe(ins + outs, state,
+                                       {n + i for i in scratch} if scratch else (), n)
         described_ins, described_outs = described[:n], described[n:]
     else:
-        described_outs = describe(outs, state, scratch)
+        described_outs, sketches = describe(outs, state, scratch, 0)
     line = _trace_record.line(step, state.rank, phase, module, op, occ,
                               _trace_record.source(state.skip_dirs), described_ins,
-                              described_outs, thread)
+                              described_outs, thread, args, sketches)
     with state.lock:
         if not state.file.closed:
             state.file.write(line)

@@ -104,9 +104,14 @@ def program():
         model(x)
 
 
-def _json_line(step, rank, phase, module, op, occ, src, ins, outs, thread=""):
+def _json_line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="",
+               sketches=()):
     record = {"v": 2, "step": step, "rank": rank, "phase": phase, "module": module, "op": op,
               "occ": occ, "src": src, "in": ins, "out": outs}
+    if args:
+        record["args"] = args
+    if any(sketches):
+        record["sk"] = list(sketches)
     if thread:
         record["thread"] = thread
     return json.dumps(record, separators=(",", ":")) + "\n"
@@ -132,7 +137,15 @@ def test_traces_with_and_without_the_cache_and_the_general_path_are_the_same(
     monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes: None)
     monkeypatch.setattr(_trace_record, "line", _json_line)
     general = run("general.jsonl")
-    assert cached == uncached == general
+    assert cached == uncached
+    # The general path makes no sketches (host tensors on the fast path have them).
+    assert b'"sk":["' in cached
+
+    def digests(trace):
+        return [{k: v for k, v in json.loads(line).items() if k != "sk"}
+                for line in trace.splitlines()]
+
+    assert digests(cached) == digests(general)
     assert b'"op":"parameter grad"' in cached if level == "modules" else b'"op":"aten::' in cached
     if level == "ops":  # other dtypes; the FFT's complex result, through the general path
         assert b'"bf16[' in cached and b'"bool[' in cached and b'"op":"aten::_fft_r2c"' in cached
@@ -145,6 +158,8 @@ def test_a_record_line_is_what_json_dumps_writes():
     assert json.loads(_trace_record.line(*args))["module"] == args[3]
     threaded = args + ('ema "x"#0',)
     assert _trace_record.line(*threaded) == _json_line(*threaded)
+    noisy = threaded + ("eps=1e-05,dim=[-1]", ["1e0,1e0,0;1e0", ""])
+    assert _trace_record.line(*noisy) == _json_line(*noisy)
 
 
 def test_source_follows_the_working_directory(trace, tmp_path, monkeypatch):

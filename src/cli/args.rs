@@ -45,6 +45,10 @@ pub(crate) enum Command {
         a: PathBuf,
         /// Second trace.
         b: PathBuf,
+        /// Output for program traces: `text`, or `json` (the platforms, the divergence with
+        /// its noise judgement and growth series).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        format: String,
     },
     /// Run any program K times and compare the tensor files it writes into $BITEXACT_OUT
     /// (safetensors, npy, npz, torch.save .pt/.pth; other files as bytes): `bitexact run [flags] -- CMD ARGS...`.

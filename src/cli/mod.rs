@@ -139,7 +139,9 @@ fn dispatch(command: Command, me: Launcher) -> Result<u8> {
         Command::Snapshot { command } => {
             commands::snapshot::snapshot(SnapshotSettings::resolve(command)?)
         }
-        Command::DiffTrace { a, b } => commands::diff_trace::diff_trace(&a, &b),
+        Command::DiffTrace { a, b, format } => {
+            commands::diff_trace::diff_trace(&a, &b, format == "json")
+        }
         Command::Run(a) => commands::run::run(RunSettings::resolve(*a)?),
         Command::Child => crate::isolate::child_main(&crate::cases::find).map(|_| 0),
     }

@@ -194,8 +194,7 @@ pub fn first_output_divergence(a: &Collected, b: &Collected) -> Option<Divergenc
         op: n.to_string(),
         inputs_matched: true,
         explanation: format!("first divergence: {n}{missing} (every earlier output identical)"),
-        rank: None,
-        receivers: Vec::new(),
+        ..Divergence::default()
     })
 }
 

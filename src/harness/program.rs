@@ -46,6 +46,10 @@ pub struct ProgramInfo {
     /// What `--vary world-size` found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<WorldSize>,
+    /// Run 0's floating-point outputs sketched (when compared with snapshots): output name →
+    /// `dtype[shape]|<sketch>` ([`crate::trace::sketch`]), stored with the snapshot.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sketches: BTreeMap<String, String>,
 }
 
 /// `--vary world-size`: run 0 (`--world-size N` processes) against one run with 1 process,

@@ -104,6 +104,9 @@ pub enum SnapshotStatus {
     Mismatch,
     /// The committed snapshot could not be read or is malformed.
     Unreadable,
+    /// No snapshot for this platform class, and the one of another class differs within
+    /// rounding noise (`crate::snapshot::noise`): not a failure.
+    PlatformDifference,
 }
 
 impl SnapshotStatus {
@@ -114,6 +117,7 @@ impl SnapshotStatus {
             SnapshotStatus::Missing => "missing",
             SnapshotStatus::Mismatch => "mismatch",
             SnapshotStatus::Unreadable => "unreadable",
+            SnapshotStatus::PlatformDifference => "platform-difference",
         }
     }
 }

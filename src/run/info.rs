@@ -104,5 +104,30 @@ pub(super) fn program_info(
         config: program.config.as_ref().map(|p| p.display().to_string()),
         harness_peak_rss_bytes: None,
         world_size: None,
+        sketches: match (program.sketch_outputs, first) {
+            (true, Some(c)) => sketches(c),
+            _ => BTreeMap::new(),
+        },
     }
+}
+
+/// The sketches of a run's floating-point outputs: name → `dtype[shape]|<sketch>`
+/// ([`crate::trace::sketch`]), each loaded in turn (an output that cannot be loaded, or one
+/// over [`super::collect::EXPLAIN_MAX_BYTES`], has none).
+fn sketches(c: &Collected) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (name, _) in &c.digests {
+        let Ok(t) = c.loader.load(name) else {
+            continue;
+        };
+        if t.bytes().len() as u64 > super::collect::EXPLAIN_MAX_BYTES {
+            continue;
+        }
+        if let Some(s) = crate::trace::sketch::Sketch::of(t.dtype(), t.bytes()) {
+            let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+            let head = format!("{}[{}]", t.dtype().name(), shape.join(","));
+            out.insert(name.clone(), format!("{head}|{}", s.text()));
+        }
+    }
+    out
 }

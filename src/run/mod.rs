@@ -96,6 +96,10 @@ pub struct Program {
     /// `--keep-going`: every run to its end, even when its outputs already differ from run
     /// 0's (otherwise a later run is stopped at its first divergence, see [`watch`]).
     pub keep_going: bool,
+    /// Sketch run 0's floating-point outputs (`ProgramInfo::sketches`): set when the outputs
+    /// are compared with snapshots, so that a snapshot of another platform class can be judged
+    /// within or beyond noise ([`crate::snapshot::noise`]).
+    pub sketch_outputs: bool,
 }
 
 impl Program {
@@ -116,6 +120,7 @@ impl Program {
             world_size: distributed::DEFAULT_WORLD_SIZE,
             world_size_invariant: false,
             keep_going: false,
+            sketch_outputs: false,
         }
     }
 

@@ -61,7 +61,8 @@ pub fn explain(case: &str, file: &Path, old: &Snapshot, new: &Snapshot) -> Optio
         let timing = k
             .strip_prefix("program.")
             .is_some_and(crate::platform::record::meaningless);
-        if timing || matches!(k.as_str(), "case" | "backend" | "controls" | "cores") {
+        let sketch = k.starts_with(super::format::SKETCH_PREFIX);
+        if timing || sketch || matches!(k.as_str(), "case" | "backend" | "controls" | "cores") {
             continue;
         }
         match old.info(k) {

@@ -24,6 +24,11 @@ const SOURCE: &str = "src/snapshot.rs";
 
 pub use crate::quote::{excerpt, MAX_QUOTE};
 
+/// The `info` key prefix of an output's sketch in a program's snapshot (`sketch.<output
+/// name>`: `f32[64,64]|<sketch>`, see [`crate::trace::sketch`]); never compared, read by
+/// [`super::noise`] to judge a snapshot of another platform class.
+pub const SKETCH_PREFIX: &str = "sketch.";
+
 /// The digests of one case (what is compared) and the metadata it was recorded with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
@@ -103,6 +108,16 @@ impl Snapshot {
                     v => v.to_string(),
                 };
                 info.push((format!("program.{k}"), text));
+            }
+        }
+        // Its outputs' sketches, when made (`--snapshots`): what judges a snapshot of another
+        // platform class within or beyond noise (super::noise).
+        if let Some(p) = &report.program {
+            for (name, sketch) in &p.sketches {
+                info.push((
+                    format!("{}{name}", super::noise::SKETCH_PREFIX),
+                    sketch.clone(),
+                ));
             }
         }
         Ok(Snapshot {

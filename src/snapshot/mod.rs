@@ -40,6 +40,7 @@ pub mod assertion;
 pub mod compare;
 pub mod format;
 pub mod naming;
+pub mod noise;
 pub mod policy;
 pub mod review;
 pub mod store;

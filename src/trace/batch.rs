@@ -346,8 +346,7 @@ fn origin(x: &TraceEntry, at: &str, request: Option<usize>, [a, b]: [usize; 2]) 
             "first batch-variant op: {at} — inputs identical{}, output differs (batch {a} vs {b}){whole}",
             for_request(request)
         ),
-        rank: None,
-        receivers: Vec::new(),
+        ..Divergence::default()
     }
 }
 
@@ -369,8 +368,7 @@ fn received(
             for_request(request),
             which.join(", ")
         ),
-        rank: None,
-        receivers: Vec::new(),
+        ..Divergence::default()
     }
 }
 

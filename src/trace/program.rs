@@ -11,6 +11,10 @@
 //! "ema_loop#0"` ([`super::streams`]); lines without it (all lines of older traces) are the
 //! main thread's.
 //!
+//! Optional fields (records of older tracers lack them): `"args": "eps=1e-05"`, the op's
+//! non-tensor arguments, and `"sk": ["<sketch>", …]`, a float64 sketch of each result
+//! ([`super::sketch`]; `""` for a result without one). Both serve [`super::noise`].
+//!
 //! Each tensor label is `dtype[shape]:<digest>` (`:-` when not hashed). In the larger-batch
 //! run of `--vary batch` (`$BITEXACT_TRACE_ROWS` = n), a tensor whose first dimension is a
 //! multiple of n is labelled by its n row slices' digests instead,
@@ -83,6 +87,10 @@ struct Line {
     #[serde(rename = "in")]
     inputs: Vec<String>,
     out: Vec<String>,
+    #[serde(default)]
+    args: String,
+    #[serde(default)]
+    sk: Vec<String>,
 }
 
 /// Reads a rank's trace. A last line cut short (a run killed mid-write) is dropped; any other
@@ -125,6 +133,8 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
             phase: parsed.phase,
             module: parsed.module,
             source: parsed.src,
+            args: parsed.args,
+            sketches: parsed.sk,
         });
     }
     Ok(out)

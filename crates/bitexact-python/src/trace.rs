@@ -13,12 +13,17 @@
 //! numpy sharing the memory, an extension writing through a raw pointer) changes the XXH3 and
 //! the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
 //! between two states of one buffer (about 2^-128 for bytes that are not built to collide).
-//! The cache starts over when it holds [`CACHE_ENTRIES`] buffers. The tensors an op still has to
+//! The cache starts over when it holds [`CACHE_ENTRIES`] buffers.
+//!
+//! With `sketch`, the float tensors it marks also get a float64 sketch
+//! ([`bitexact::trace::sketch`]: norm, largest magnitude, non-finite count, fixed samples),
+//! computed beside the digest and cached with it, so an unchanged buffer costs no second pass. The tensors an op still has to
 //! hash (its results, mostly) are hashed in parallel when there are several and over
 //! [`PARALLEL_BYTES`].
 
 use super::Host;
 use bitexact::digest::Digest;
+use bitexact::trace::sketch::Sketch;
 use bitexact::DType;
 use pyo3::prelude::*;
 use rayon::prelude::*;
@@ -48,10 +53,20 @@ struct Key {
     shape: Vec<usize>,
 }
 
-/// What a buffer held when it was last hashed: the XXH3-128 of its bytes and their digest.
+/// What a buffer held when it was last hashed: the XXH3-128 of its bytes, their digest and,
+/// once asked for, their sketch's text.
 struct Seen {
     check: u128,
     digest: Digest,
+    sketch: Option<String>,
+}
+
+/// A digest and, when asked for, the sketch's text (`""` for a dtype without one).
+type Hashed = (Digest, Option<String>);
+
+/// The sketch text of `t` (`""` for a dtype that is not floating point).
+fn sketch(t: &Host) -> String {
+    Sketch::of(t.dtype, t.data()).map_or(String::new(), |s| s.text())
 }
 
 static CACHE: LazyLock<Mutex<HashMap<Key, Seen>>> = LazyLock::new(Default::default);
@@ -70,48 +85,71 @@ fn key(t: &Host) -> Key {
     }
 }
 
-/// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest.
-fn lookup(t: &Host) -> (u128, Option<Digest>) {
+/// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest
+/// and sketch (`None` when it was never asked for).
+fn lookup(t: &Host) -> (u128, Option<Hashed>) {
     let check = xxh3_128(t.data());
     let hit = cache()
         .get(&key(t))
         .filter(|seen| seen.check == check)
-        .map(|seen| seen.digest);
+        .map(|seen| (seen.digest, seen.sketch.clone()));
     (check, hit)
 }
 
-/// The digests of `tensors`, from the cache (when `use_cache`) or computed: the ones to compute
-/// in parallel when there are several and enough bytes ([`PARALLEL_BYTES`]); a tensor over
-/// [`bitexact::digest::CHUNK_BYTES`] is also hashed in parallel chunks by `digest_parts`.
-fn digests(tensors: &[Host], use_cache: bool) -> Vec<Digest> {
-    let looked: Vec<(u128, Option<Digest>)> = if use_cache {
+/// The digests of `tensors` (and the sketches of those `want` marks), from the cache (when
+/// `use_cache`) or computed: the ones to compute in parallel when there are several and enough
+/// bytes ([`PARALLEL_BYTES`]); a tensor over [`bitexact::digest::CHUNK_BYTES`] is also hashed
+/// in parallel chunks by `digest_parts`. A cached digest whose sketch is wanted and was never
+/// made is recomputed whole.
+fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
+    let wants = |i: usize| want.get(i).copied().unwrap_or(false);
+    let looked: Vec<(u128, Option<Hashed>)> = if use_cache {
         tensors.iter().map(lookup).collect()
     } else {
         tensors.iter().map(|_| (0, None)).collect()
     };
     let todo: Vec<usize> = (0..tensors.len())
-        .filter(|&i| looked[i].1.is_none())
+        .filter(|&i| match &looked[i].1 {
+            None => true,
+            Some((_, s)) => wants(i) && s.is_none(),
+        })
         .collect();
     let bytes: usize = todo.iter().map(|&i| tensors[i].nbytes).sum();
-    let computed: Vec<Digest> = if todo.len() > 1 && bytes > PARALLEL_BYTES {
-        todo.par_iter().map(|&i| tensors[i].digest()).collect()
+    let one = |i: usize| -> Hashed {
+        let t = &tensors[i];
+        (t.digest(), wants(i).then(|| sketch(t)))
+    };
+    let computed: Vec<Hashed> = if todo.len() > 1 && bytes > PARALLEL_BYTES {
+        todo.par_iter().map(|&i| one(i)).collect()
     } else {
-        todo.iter().map(|&i| tensors[i].digest()).collect()
+        todo.iter().map(|&i| one(i)).collect()
     };
     if use_cache && !todo.is_empty() {
         let mut c = cache();
         if c.len() + todo.len() > CACHE_ENTRIES {
             c.clear();
         }
-        for (&i, &digest) in todo.iter().zip(&computed) {
+        for (&i, (digest, sketch)) in todo.iter().zip(&computed) {
             let check = looked[i].0;
-            c.insert(key(&tensors[i]), Seen { check, digest });
+            let (digest, sketch) = (*digest, sketch.clone());
+            c.insert(
+                key(&tensors[i]),
+                Seen {
+                    check,
+                    digest,
+                    sketch,
+                },
+            );
         }
     }
     let mut computed = computed.into_iter();
     looked
         .into_iter()
-        .map(|(_, hit)| hit.unwrap_or_else(|| computed.next().expect("one per miss")))
+        .enumerate()
+        .map(|(i, (_, hit))| match hit {
+            Some(h) if !(wants(i) && h.1.is_none()) => h,
+            _ => computed.next().expect("one per miss"),
+        })
         .collect()
 }
 
@@ -137,17 +175,29 @@ fn label(t: &Host, d: &Digest) -> String {
 /// `(ptr, nbytes, dtype, shape)` like [`super::digests_ptr`]'s, in order: one call per op,
 /// with one release of the GIL. With `cache` (the default), a buffer whose bytes are unchanged
 /// since this function last hashed it (same address, length, dtype and shape; equal XXH3-128)
-/// reuses its digest. Unsafe by contract, as `digest_ptr`.
+/// reuses its digest. With `sketch` (one flag per item), returns `(labels, sketches)`: the
+/// sketch text of each flagged float tensor, `""` for the others. Unsafe by contract, as
+/// `digest_ptr`.
 #[pyfunction]
-#[pyo3(signature = (items, cache=true))]
+#[pyo3(signature = (items, cache=true, sketch=None))]
 pub fn trace_digests(
     py: Python<'_>,
     items: Vec<(usize, usize, String, Vec<usize>)>,
     cache: bool,
-) -> PyResult<Vec<String>> {
+    sketch: Option<Vec<bool>>,
+) -> PyResult<Py<PyAny>> {
     let tensors = Host::all(items)?;
-    Ok(py.detach(|| {
-        let ds = digests(&tensors, cache);
-        tensors.iter().zip(&ds).map(|(t, d)| label(t, d)).collect()
-    }))
+    let want = sketch.clone().unwrap_or_default();
+    let (labels, sketches): (Vec<String>, Vec<String>) = py.detach(|| {
+        let ds = digests(&tensors, cache, &want);
+        tensors
+            .iter()
+            .zip(ds)
+            .map(|(t, (d, s))| (label(t, &d), s.unwrap_or_default()))
+            .unzip()
+    });
+    Ok(match sketch {
+        None => labels.into_pyobject(py)?.into_any().unbind(),
+        Some(_) => (labels, sketches).into_pyobject(py)?.into_any().unbind(),
+    })
 }

@@ -1,7 +1,10 @@
-//! `bitexact diff-trace A B`: compare two trace files and name the first diverging op.
+//! `bitexact diff-trace A B`: compare two trace files and name the first diverging op; for
+//! program traces, also whether they differ within rounding noise ([`trace::noise`]) and how
+//! the difference grows step by step.
 
 use crate::cli::usage::usage;
 use crate::platform::record::{self, Side};
+use crate::trace::noise::{growth_line, Judgement, StepGrowth};
 use crate::trace::{self, TraceFile};
 use anyhow::Result;
 use std::path::Path;
@@ -13,11 +16,15 @@ use std::path::Path;
 /// line on what differs between the two runs' platforms ([`record::compare`]: each kept run
 /// directory's `.bitexact-record.json` and `.bitexact-platform.json`); when they differ, an op
 /// of identical inputs whose output differs gives different results on the two platforms
-/// rather than being called nondeterministic.
-pub(crate) fn diff_trace(a: &Path, b: &Path) -> Result<u8> {
+/// rather than being called nondeterministic. Program traces are then judged for noise
+/// ([`trace::noise::judge`]): the first record beyond noise is the answer; when every differing
+/// record is within noise *and the platforms differ*, the exit code is 0 (the records agree
+/// within noise: what a changed machine or library is expected to do); on one platform any
+/// difference is nondeterminism, exit 1. `json`: one JSON object instead of text.
+pub(crate) fn diff_trace(a: &Path, b: &Path, json: bool) -> Result<u8> {
     let program = |p: &Path| p.is_dir() || p.extension().is_some_and(|x| x == "jsonl");
     if program(a) || program(b) {
-        return diff_program_traces(a, b);
+        return diff_program_traces(a, b, json);
     }
     let load = |p: &Path| TraceFile::load(p).map_err(|e| usage(format!("{e:#}")));
     let (ta, tb) = (load(a)?, load(b)?);
@@ -39,7 +46,7 @@ pub(crate) fn diff_trace(a: &Path, b: &Path) -> Result<u8> {
 }
 
 /// Compares two programs' op traces (each a kept run directory or its `.jsonl`).
-fn diff_program_traces(a: &Path, b: &Path) -> Result<u8> {
+fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
     let load = |p: &Path| -> Result<Vec<trace::TraceEntry>> {
         let t = if p.is_dir() {
             trace::program::read_dir(p)?.ok_or_else(|| {
@@ -58,23 +65,96 @@ fn diff_program_traces(a: &Path, b: &Path) -> Result<u8> {
     let (ta, tb) = (load(a).map_err(bad)?, load(b).map_err(bad)?);
     let (pa, pb) = (Side::read(a).map_err(bad)?, Side::read(b).map_err(bad)?);
     let platforms = record::compare(&pa, &pb, ["A", "B"]);
+    let mut d = trace::first_divergence(&ta, &tb);
+    if let Some(d) = d.as_mut().filter(|_| platforms.differ()) {
+        d.explanation = across_platforms(&d.explanation);
+    }
+    let within = d.as_ref().is_some_and(|d| {
+        let j = d.noise.as_ref();
+        d.inputs_matched
+            && j.is_some_and(|j| j.classification == "within-noise" && j.not_judged == 0)
+    });
+    let code = match &d {
+        None => 0,
+        Some(_) if within && platforms.differ() => 0,
+        Some(_) => 1,
+    };
+    if json {
+        let v = serde_json::json!({
+            "platforms": {
+                "differ": platforms.differ(),
+                "differences": platforms.differences,
+                "unknown": platforms.unknown,
+            },
+            "records": [ta.len(), tb.len()],
+            "identical": d.is_none(),
+            "divergence": d,
+        });
+        println!("{v:#}");
+        return Ok(code);
+    }
     for line in platforms.lines() {
         println!("{line}");
     }
-    Ok(match trace::first_divergence(&ta, &tb) {
-        None => {
-            println!("identical op traces ({} op calls)", ta.len());
-            0
-        }
-        Some(d) if platforms.differ() => {
-            println!("{}", across_platforms(&d.explanation));
-            1
-        }
+    match &d {
+        None => println!("identical op traces ({} op calls)", ta.len()),
         Some(d) => {
             println!("{}", d.explanation);
-            1
+            if let Some(j) = &d.noise {
+                noise_lines(j, &d.growth)
+                    .iter()
+                    .for_each(|l| println!("{l}"));
+            }
+            if !d.growth.is_empty() {
+                println!("{}", growth_line(&d.growth));
+            }
         }
-    })
+    }
+    Ok(code)
+}
+
+/// The text of a noise judgement: the origin's verdict, then the answer (the first record
+/// beyond noise, or agreement within noise with the largest relative difference).
+fn noise_lines(j: &Judgement, growth: &[StepGrowth]) -> Vec<String> {
+    let mut out = Vec::new();
+    let beyond = j.first_beyond_noise.as_ref();
+    if let Some(o) = j
+        .origin
+        .as_ref()
+        .filter(|o| beyond.is_none_or(|b| b.at != o.at))
+    {
+        out.push(format!(
+            "origin {}: {}",
+            o.judgement.replace('-', " "),
+            o.why
+        ));
+    }
+    let largest = match (j.largest_rel, &j.largest_at) {
+        (Some(r), Some(at)) => format!("largest relative difference {r:.2e} at {at}"),
+        _ => "no relative difference measured (no sketches)".into(),
+    };
+    let not_judged = match j.not_judged {
+        0 => String::new(),
+        n => format!(", {n} not judged"),
+    };
+    let compared: usize = growth.iter().map(|g| g.records).sum();
+    out.push(match (beyond, j.classification.as_str()) {
+        (None, _) if j.differing == 0 => format!(
+            "no noise to judge: every one of the {compared} op calls with a counterpart in both \
+             traces is identical"
+        ),
+        (Some(b), _) => format!("beyond noise: first at {} — {}", b.at, b.why),
+        (None, "not-judged") => format!(
+            "noise not judged: none of the {} differing op calls has sketches (records of an \
+             older bitexact, or tensors not on the host)",
+            j.differing
+        ),
+        _ => format!(
+            "within noise: the records agree within noise everywhere ({} op calls differ{not_judged}); {largest}",
+            j.differing
+        ),
+    });
+    out
 }
 
 /// A divergence's explanation for two runs on different platforms: what it calls

@@ -70,6 +70,7 @@ impl RunSettings {
                 .unwrap_or(crate::run::distributed::DEFAULT_WORLD_SIZE),
             world_size_invariant: args.world_size_invariant,
             keep_going: args.keep_going,
+            sketch_outputs: args.snapshots.is_some(),
         };
         check_world_size(&args, &spec.variations)?;
         check_batch(&args, &spec, &program)?;

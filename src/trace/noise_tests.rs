@@ -1,0 +1,187 @@
+use super::*;
+use crate::tensor::DType;
+
+fn sk(v: &[f32]) -> String {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Sketch::of(DType::F32, &bytes).unwrap().text()
+}
+
+/// A record of `op` at `step` reading `inputs` and making one f32[4] result `v` (its label's
+/// digest is the values' text, so equal values give equal labels).
+fn rec(step: u64, op: &str, inputs: &[&str], v: &[f32], args: &str) -> TraceEntry {
+    TraceEntry {
+        op: op.into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        output: label(v),
+        step,
+        phase: "forward".into(),
+        module: "Net".into(),
+        source: "t.py:1".into(),
+        args: args.into(),
+        sketches: vec![sk(v)],
+        ..TraceEntry::default()
+    }
+}
+
+fn label(v: &[f32]) -> String {
+    let d: Vec<String> = v.iter().map(|x| format!("{:08x}", x.to_bits())).collect();
+    format!("f32[4]:{}", d.join(""))
+}
+
+fn up(x: f32, ulps: u32) -> f32 {
+    f32::from_bits(x.to_bits() + ulps)
+}
+
+/// x → sum (the origin, `origin_ulps` off) → mul (downstream, `later` its result) → step 1.
+fn trace(origin_ulps: u32, later: [f32; 4], args: &str) -> Vec<TraceEntry> {
+    let x = [1.0, 2.0, 3.0, 4.0];
+    let s = [10.0, 10.0, up(10.0, origin_ulps), 10.0];
+    let mut t = vec![
+        rec(0, "aten::relu", &[&label(&x)], &x, ""),
+        rec(0, "aten::sum", &[&label(&x)], &s, args),
+        rec(0, "aten::mul", &[&label(&s)], &later, ""),
+        rec(1, "aten::relu", &[&label(&x)], &x, ""),
+    ];
+    for (i, e) in t.iter_mut().enumerate() {
+        e.call = i;
+    }
+    t
+}
+
+const LATER: [f32; 4] = [20.0, 20.0, 20.0, 20.0];
+
+#[test]
+fn a_few_ulps_at_the_origin_and_after_is_within_noise_with_its_growth() {
+    let later = [20.0, 20.0, up(20.0, 3), 20.0];
+    let j = judge(&trace(0, LATER, ""), &trace(2, later, ""));
+    assert_eq!(j.classification, "within-noise", "{j:#?}");
+    let origin = j.origin.as_ref().unwrap();
+    assert!(origin.at.contains("aten::sum"), "{origin:?}");
+    assert_eq!(origin.judgement, "within-noise");
+    assert!(
+        origin.why.contains("threshold 8 × ε(f32)"),
+        "{}",
+        origin.why
+    );
+    assert_eq!(j.differing, 2);
+    assert!(
+        j.largest_at.as_deref().unwrap().contains("aten::mul"),
+        "{j:?}"
+    );
+    assert_eq!(j.growth.len(), 2);
+    let g = &j.growth[0];
+    assert_eq!(
+        (g.step, g.records, g.differing, g.max_ulp),
+        (0, 3, 2, Some(3))
+    );
+    assert!(g.max_rel.unwrap() > 0.0 && g.max_rel == j.largest_rel);
+    assert_eq!((j.growth[1].differing, j.growth[1].max_rel), (0, None));
+    let line = growth_line(&j.growth);
+    assert!(
+        line.ends_with("(differing/records): 0 2.9e-7 (2/3), 1 - (0/1)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_changed_argument_at_identical_inputs_is_beyond_noise_and_named() {
+    let j = judge(
+        &trace(0, LATER, "eps=1e-05,dim=[0, 1]"),
+        &trace(1, LATER, "eps=0.001,dim=[0, 1]"),
+    );
+    assert_eq!(j.classification, "beyond-noise");
+    let v = j.first_beyond_noise.unwrap();
+    assert!(v.at.contains("aten::sum"), "{v:?}");
+    assert_eq!(
+        v.why,
+        "same inputs, different arguments: eps 1e-05 vs 0.001"
+    );
+}
+
+#[test]
+fn a_large_difference_is_beyond_noise_at_the_origin_or_downstream() {
+    // 1 % at an op of identical inputs.
+    let j = judge(&trace(0, LATER, ""), &trace(1 << 17, LATER, ""));
+    let v = j.first_beyond_noise.expect("beyond");
+    assert!(
+        v.at.contains("aten::sum") && v.why.contains("relative difference"),
+        "{v:?}"
+    );
+    // One ULP at the origin, then a jump of 10 % downstream: far more than the growth so far.
+    let j = judge(
+        &trace(0, LATER, ""),
+        &trace(1, [20.0, 22.0, 20.0, 20.0], ""),
+    );
+    assert_eq!(j.origin.as_ref().unwrap().judgement, "within-noise");
+    let v = j.first_beyond_noise.expect("beyond");
+    assert!(
+        v.at.contains("aten::mul") && v.why.contains("inputs already differ"),
+        "{v:?}"
+    );
+    assert!(v.allowed.unwrap() < 0.1, "{v:?}");
+}
+
+#[test]
+fn records_without_sketches_are_not_judged() {
+    let strip = |mut t: Vec<TraceEntry>| {
+        t.iter_mut().for_each(|e| e.sketches.clear());
+        t
+    };
+    let j = judge(&strip(trace(0, LATER, "")), &strip(trace(2, LATER, "")));
+    assert_eq!(
+        (j.classification.as_str(), j.not_judged, j.largest_rel),
+        ("not-judged", 1, None)
+    );
+    // An integer result that differs at identical inputs is beyond noise.
+    let mut a = trace(0, LATER, "");
+    let mut b = trace(0, LATER, "");
+    a[1].output = "i64[4]:aa".into();
+    b[1].output = "i64[4]:bb".into();
+    let j = judge(&a, &b);
+    assert!(j.first_beyond_noise.unwrap().why.contains("integer result"));
+}
+
+#[test]
+fn reduction_lengths_and_thresholds_follow_shapes_and_dtypes() {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        reduction_length(&s(&["f32[64,2048]:a", "f32[2048,16]:b"]), &["f32[64,16]:c"]),
+        2048
+    );
+    assert_eq!(reduction_length(&s(&["f32[4096]:a"]), &["f32[]:c"]), 4096);
+    assert_eq!(
+        reduction_length(&s(&["f32[1048576]:a"]), &["f32[1]:c"]),
+        1 << 20
+    );
+    assert_eq!(reduction_length(&[], &[]), 1);
+    let t = threshold(DType::F32, 4).unwrap();
+    assert_eq!(t, 8.0 * f32::EPSILON as f64 * 2.0);
+    assert_eq!(threshold(DType::BF16, 1 << 20), Some(MAX_THRESHOLD));
+    assert_eq!(threshold(DType::I64, 4), None);
+}
+
+#[test]
+fn arguments_split_outside_brackets() {
+    assert_eq!(
+        arguments("normalized_shape=[16, 4],eps=1e-05,True"),
+        [
+            ("normalized_shape".to_string(), "[16, 4]".to_string()),
+            ("eps".into(), "1e-05".into()),
+            ("#2".into(), "True".into())
+        ]
+    );
+    assert!(arguments("").is_empty());
+    assert_eq!(
+        argument_difference("a=1,b=2", "a=1,c=3"),
+        "b 2 vs (none); c (none) vs 3"
+    );
+}
+
+proptest::proptest! {
+    #[test]
+    fn argument_parsing_never_panics(a in "[a-z=\\[\\](),0-9.]{0,40}", b in "[a-z=\\[\\](),0-9.]{0,40}") {
+        let _ = arguments(&a);
+        let d = argument_difference(&a, &b);
+        proptest::prop_assert!(a != b || d.is_empty());
+    }
+}

@@ -1,0 +1,251 @@
+//! Noise or not, from two records alone (issue 32): `bitexact diff-trace` of two kept runs of
+//! `tests/fixtures/programs/noise_mlp.py` (a small MLP, three AdamW steps) judges whether
+//! they differ by rounding noise or by more:
+//! - 1 vs 4 torch threads (the weight gradients' matrix products block by thread count):
+//!   within noise, the thread counts named, the growth per step given, exit 0;
+//! - a LayerNorm eps of 1e-5 vs 1e-3: beyond noise at `aten::native_layer_norm`, the differing
+//!   argument named;
+//! - a planted bug giving one weight a 1 % larger update: beyond noise at the optimizer's op.
+//!
+//! The same runs check snapshots across machines: the baseline's snapshot, moved to another
+//! platform class's directory, is what the 4-thread run is a `platform-difference (within
+//! noise)` from, and the planted bug a `mismatch (beyond noise: first at 3.weight.npy …)`.
+//!
+//! Needs a Python with torch and the installed bitexact package (ci/python.sh); says
+//! `SKIPPED` without.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn fixture() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/programs/noise_mlp.py")
+        .display()
+        .to_string()
+}
+
+/// Where the fixture calls `opt.step()`: the optimizer's records name it as their source.
+const OPTIMIZER_LINE: &str = "noise_mlp.py:30";
+
+/// One `bitexact run` of the fixture: its run 0's kept directory, its report's case, its exit
+/// code.
+struct Kept {
+    run: PathBuf,
+    case: serde_json::Value,
+    code: i32,
+}
+
+/// Keeps two traced runs of the fixture under `--threads THREADS` and `env` in a fresh
+/// directory below `root`, its outputs compared with the snapshots under `root/snapshots`
+/// (written there as pending: `CI` is removed so that they are, in this test's own directory).
+fn keep(py: &str, root: &Path, name: &str, threads: &str, env: &[(&str, &str)]) -> Kept {
+    let kept = root.join(name);
+    std::fs::create_dir_all(root.join("snapshots")).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    c.args(["run", "--trace", "ops", "--runs", "2", "--threads", threads])
+        .args(["--format", "json", "--keep"])
+        .arg(&kept)
+        .arg("--snapshots")
+        .arg(root.join("snapshots"))
+        .args(["--", py, &fixture()])
+        .env_remove("NOISE_LN_EPS")
+        .env_remove("NOISE_BUG")
+        .env_remove("CI")
+        .env_remove("TF_BUILD");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    let report = common::json(&o);
+    Kept {
+        run: kept.join("run-0"),
+        case: report["cases"][0].clone(),
+        code: o.status.code().unwrap(),
+    }
+}
+
+/// The class directory a pending snapshot of the baseline is moved to, posing as another
+/// machine's.
+const OTHER_CLASS: &str = "cpu-other";
+
+/// The baseline (1 thread, eps 1e-5, no bug), made once for every test of this file; its
+/// pending snapshot becomes the committed snapshot of [`OTHER_CLASS`].
+fn baseline(py: &str) -> &'static Path {
+    static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, run) = DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let k = keep(py, dir.path(), "base", "1", &[]);
+        assert_eq!(k.code, 0, "{:#}", k.case);
+        assert_eq!(
+            k.case["snapshot"]
+                .as_str()
+                .map(|s| s.starts_with("no committed snapshot")),
+            Some(true),
+            "{:#}",
+            k.case
+        );
+        let snaps = dir.path().join("snapshots");
+        let class = std::fs::read_dir(&snaps)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let pending = std::fs::read_dir(&class)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let name = pending
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".snap.new", ".snap");
+        std::fs::create_dir(snaps.join(OTHER_CLASS)).unwrap();
+        std::fs::rename(&pending, snaps.join(OTHER_CLASS).join(name)).unwrap();
+        std::fs::remove_dir_all(&class).unwrap();
+        (dir, k.run)
+    });
+    run
+}
+
+/// A fresh directory whose `snapshots/` holds the baseline's snapshot as [`OTHER_CLASS`]'s.
+fn with_other_class(py: &str) -> tempfile::TempDir {
+    let base = baseline(py)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("snapshots");
+    let tmp = tempfile::tempdir().unwrap();
+    let to = tmp.path().join("snapshots").join(OTHER_CLASS);
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(base.join(OTHER_CLASS)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    tmp
+}
+
+/// `bitexact diff-trace A B [--format json]`: (exit code, standard output and error).
+fn diff(a: &Path, b: &Path, json: bool) -> (i32, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    c.arg("diff-trace").args([a, b]);
+    if json {
+        c.args(["--format", "json"]);
+    }
+    let o = c.output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    (o.status.code().unwrap(), out)
+}
+
+#[test]
+fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
+    let Some(py) = common::tracer_python("one_and_four_threads_differ_within_noise") else {
+        return;
+    };
+    let tmp = with_other_class(&py);
+    let four = keep(&py, tmp.path(), "four", "4", &[]);
+    // The snapshot of another platform class differs within noise: not a failure.
+    assert_eq!(four.code, 0, "{:#}", four.case);
+    let snapshot = four.case["snapshot"].as_str().unwrap_or_default();
+    assert!(
+        snapshot.starts_with(&format!(
+            "platform-difference (within noise) from the snapshot of platform class {OTHER_CLASS}"
+        )),
+        "{snapshot}"
+    );
+    assert!(
+        snapshot.contains("largest relative difference"),
+        "{snapshot}"
+    );
+    let four = four.run;
+    let (code, out) = diff(baseline(&py), &four, false);
+    assert!(out.contains("platforms differ: threads 1 vs 4"), "{out}");
+    assert!(out.contains("torch threads 1 vs "), "{out}"); // torch keeps to the cores it has
+    assert!(
+        out.contains("inputs identical, output differs: this op gives different results on the two platforms"),
+        "{out}"
+    );
+    assert!(
+        out.contains("origin within noise: relative difference"),
+        "{out}"
+    );
+    assert!(
+        out.contains("within noise: the records agree within noise everywhere"),
+        "{out}"
+    );
+    assert!(out.contains("largest relative difference"), "{out}");
+    assert!(
+        out.contains("growth: largest relative difference per step (differing/records): 0 "),
+        "{out}"
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = diff(baseline(&py), &four, true);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let d = &v["divergence"];
+    assert_eq!(d["noise"]["classification"], "within-noise", "{d:#}");
+    let largest = d["noise"]["largest_rel"].as_f64().unwrap();
+    assert!(largest > 0.0 && largest < 1e-3, "{d:#}");
+    let growth = d["growth"].as_array().unwrap();
+    assert_eq!(growth.len(), 3, "{d:#}");
+    for (i, g) in growth.iter().enumerate() {
+        assert_eq!(g["step"], i as u64, "{g}");
+        assert!(g["records"].as_u64().unwrap() >= g["differing"].as_u64().unwrap());
+    }
+    // The difference reaches later steps through the weights.
+    assert!(growth[2]["differing"].as_u64().unwrap() > 0, "{d:#}");
+    assert!(growth[2]["max_rel"].as_f64().unwrap() > 0.0, "{d:#}");
+    assert!(growth[2]["max_ulp"].as_u64().unwrap() > 0, "{d:#}");
+}
+
+#[test]
+fn a_layer_norm_eps_of_1e_5_vs_1e_3_is_beyond_noise_at_the_layer_norm() {
+    let Some(py) = common::tracer_python("a_layer_norm_eps_is_beyond_noise") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let other = keep(&py, tmp.path(), "eps", "1", &[("NOISE_LN_EPS", "1e-3")]).run;
+    let (code, out) = diff(baseline(&py), &other, false);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("beyond noise: first at step 0, rank 0, aten::native_layer_norm (call 1 of aten::native_layer_norm) in module Sequential.1 (forward)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("same inputs, different arguments: eps 1e-05 vs 0.001"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_planted_one_percent_update_bug_is_beyond_noise_at_the_optimizer() {
+    let Some(py) = common::tracer_python("a_planted_update_bug_is_beyond_noise") else {
+        return;
+    };
+    let tmp = with_other_class(&py);
+    let bug = keep(&py, tmp.path(), "bug", "1", &[("NOISE_BUG", "1")]);
+    // Against the snapshot of another platform class: a mismatch beyond noise, at the weight.
+    assert_eq!(bug.code, 1, "{:#}", bug.case);
+    let snapshot = bug.case["snapshot"].as_str().unwrap_or_default();
+    assert!(
+        snapshot.starts_with("mismatch (beyond noise: first at ")
+            && snapshot.contains(".npy: relative difference"),
+        "{snapshot}"
+    );
+    let (code, out) = diff(baseline(&py), &bug.run, true);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let j = &v["divergence"]["noise"];
+    assert_eq!(j["classification"], "beyond-noise", "{j:#}");
+    let at = j["first_beyond_noise"]["at"].as_str().unwrap();
+    assert!(at.starts_with("step 0, rank 0, aten::"), "{at}");
+    assert!(at.ends_with(OPTIMIZER_LINE), "{at}");
+    let why = j["first_beyond_noise"]["why"].as_str().unwrap();
+    assert!(why.starts_with("same inputs, different arguments"), "{why}");
+}
