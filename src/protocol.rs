@@ -76,6 +76,9 @@ names! {
     PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE";
     /// Marks every process of a run, so none outlives it.
     RUN_ID_ENV = "BITEXACT_RUN_ID";
+    /// Python: `1` in the runs of a pytest test marked `@pytest.mark.bitexact` (the test's body
+    /// runs and `bitexact.record` writes its tensors).
+    PYTEST_WORKER_ENV = "BITEXACT_PYTEST_WORKER";
 
     /// Metadata: one JSON line per step with the process's resident memory.
     MEMORY_FILE = ".bitexact-memory.jsonl";

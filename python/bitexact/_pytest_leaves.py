@@ -14,14 +14,14 @@ Used by the pytest plugin (``_pytest_*``) and re-exported as ``bitexact.record``
 
 import sys
 
-from . import _outputs
+from . import _outputs, _protocol
 
 # What `check` accepts as leaves, named in errors.
 ACCEPTED = ("torch tensors, numpy arrays, Python numbers (bool, int, float), and dicts, lists "
             "and tuples of them")
 
 # Environment variable set in the runs of a `@pytest.mark.bitexact` test.
-WORKER_ENV = "BITEXACT_PYTEST_WORKER"
+WORKER_ENV = _protocol.PYTEST_WORKER_ENV
 
 _record_calls = [0]
 
