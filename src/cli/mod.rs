@@ -83,7 +83,7 @@ pub fn command() -> clap::Command {
 }
 
 /// `bitexact run` for a face that needs the report itself, not one rendering of it: the
-/// pytest plugin's driver process (`python -m bitexact._pytest_driver`, through
+/// pytest plugin's driver process (a bare interpreter that loads the native module, through
 /// `bitexact._native.run_report`), which renders it as text for the failing test and as JSON
 /// for the result object. `args` are a whole command line (`bitexact run [FLAGS] -- CMD …`),
 /// resolved exactly as [`main`] resolves it. As in [`main`], stop signals kill every child
