@@ -32,6 +32,16 @@ pub fn stopping() -> bool {
     STOPPING.load(Ordering::SeqCst)
 }
 
+/// Parks the calling thread for good when bitexact is being stopped by a signal: the watcher
+/// kills every child, removes every run directory and exits the process, and a thread that went
+/// on (to collect a killed run's files, or to start the next run) could make a directory again
+/// after the watcher removed it.
+pub fn halt_if_stopping() {
+    while stopping() {
+        std::thread::park();
+    }
+}
+
 /// A registered process group; unregistered when dropped (after the child is reaped).
 pub struct Registered(Option<usize>);
 

@@ -5,7 +5,9 @@
 //! nothing of cases, runs or reports.
 
 pub mod groups;
-pub use groups::{group_leading_children, install_signal_handlers, register, stopping};
+pub use groups::{
+    group_leading_children, halt_if_stopping, install_signal_handlers, register, stopping,
+};
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;

@@ -115,6 +115,7 @@ pub fn run(s: &Spawn) -> Result<Ended> {
             });
         }
     }
+    process::halt_if_stopping(); // no new run once a stop began
     let t0 = Instant::now();
     let mut child = cmd
         .spawn()
@@ -177,6 +178,9 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         }
         nap = (nap * 2).min(Duration::from_millis(10));
     };
+    // Killed by the signal watcher: it is removing the run directories and exits at once; going
+    // on here (the next run) could make them again after it removed them.
+    process::halt_if_stopping();
     drop(exited);
     let seconds = t0.elapsed().as_secs_f64();
     // The program is gone; anything it left running goes too (no orphans): its group, its
