@@ -70,6 +70,8 @@ def _value(x, tensor_type):
         return text[6:]
     if type(x).__name__ == "device":
         return None
+    if " at 0x" in text:  # an object's default repr (a torch.Generator): its address, new each run
+        return "<%s>" % type(x).__name__
     return text
 
 
