@@ -175,6 +175,8 @@ def main(argv):
         answer = compare(argv[:2])
     except ImportError as e:
         answer = {"error": "no torch in %s (%s)" % (sys.executable, e)}
+    except ValueError as e:
+        answer = {"error": str(e)}
     except Exception as e:  # every failure is an answer, never a traceback
         answer = {"error": "%s: %s" % (type(e).__name__, e)}
     print(json.dumps(answer))

@@ -230,9 +230,10 @@ fn judge(answer: Answer, record: &TraceEntry) -> Replay {
         false => " (the captured inputs differ: each side replayed on its own)",
     };
     let line = format!(
-        "fp64 replay of {} (torch {}, {elements} output elements){own}: A: {}, B: {}: {verdict}",
+        "fp64 replay of {} (torch {}, {elements} output element{}){own}: A: {}, B: {}: {verdict}",
         answer.op,
         answer.torch,
+        if elements == 1 { "" } else { "s" },
         ulps(a, " from the fp64 result"),
         ulps(b, "")
     );
@@ -289,7 +290,7 @@ mod tests {
         let r = judge(answer((1.0, 6e-8), (2.0, 1.2e-7)), &record());
         assert_eq!(r.verdict, "both within noise; A is closer");
         assert!(
-            r.line.starts_with("fp64 replay of aten.mean.default (torch 2.15.0, 1 output elements): A: 1 ULP from the fp64 result, B: 2 ULP: both within noise"),
+            r.line.starts_with("fp64 replay of aten.mean.default (torch 2.15.0, 1 output element): A: 1 ULP from the fp64 result, B: 2 ULP: both within noise"),
             "{}",
             r.line
         );
@@ -319,7 +320,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = capture_path(dir.path());
         assert_eq!(captured_identity(&p), None);
-        let header = br#"{"__metadata__":{"identity":"[0,\"\",0,\"forward\",\"\",\"aten::mean\",0]"}}"#;
+        let header =
+            br#"{"__metadata__":{"identity":"[0,\"\",0,\"forward\",\"\",\"aten::mean\",0]"}}"#;
         let mut blob = (header.len() as u64).to_le_bytes().to_vec();
         blob.extend_from_slice(header);
         std::fs::write(&p, &blob).unwrap();
@@ -327,7 +329,13 @@ mod tests {
             captured_identity(&p).as_deref(),
             Some(r#"[0,"",0,"forward","","aten::mean",0]"#)
         );
-        assert_eq!(find(&[record()], r#"[0,"",0,"forward","","aten::mean",0]"#), Some(0));
-        assert_eq!(find(&[record()], r#"[0,"",0,"forward","","aten::mean",1]"#), None);
+        assert_eq!(
+            find(&[record()], r#"[0,"",0,"forward","","aten::mean",0]"#),
+            Some(0)
+        );
+        assert_eq!(
+            find(&[record()], r#"[0,"",0,"forward","","aten::mean",1]"#),
+            None
+        );
     }
 }

@@ -48,16 +48,19 @@ pub fn identity_json(trace: &[TraceEntry], index: usize) -> String {
 pub fn parse_identity(text: &str) -> Result<String, String> {
     const SHAPE: &str = "a JSON list [rank, thread, step, phase, module, op, occurrence], \
                          e.g. [0,\"\",0,\"forward\",\"\",\"aten::mm\",0], as diff-trace prints it";
-    let v: serde_json::Value =
-        serde_json::from_str(text.trim()).map_err(|e| format!("{text:?} is not JSON ({e}): {SHAPE}"))?;
+    let v: serde_json::Value = serde_json::from_str(text.trim())
+        .map_err(|e| format!("{text:?} is not JSON ({e}): {SHAPE}"))?;
     let items = v
         .as_array()
         .filter(|a| a.len() == 7)
         .ok_or_else(|| format!("{text:?} is not {SHAPE}"))?;
     let int = |i: usize, what: &str| {
-        items[i]
-            .as_u64()
-            .ok_or_else(|| format!("{text:?}: the {what} (item {}) must be a whole number ≥ 0", i + 1))
+        items[i].as_u64().ok_or_else(|| {
+            format!(
+                "{text:?}: the {what} (item {}) must be a whole number ≥ 0",
+                i + 1
+            )
+        })
     };
     let string = |i: usize, what: &str| {
         items[i]
@@ -163,7 +166,10 @@ mod tests {
             (r#"[-1,"",0,"forward","","aten::mm",0]"#, "rank (item 1)"),
             (r#"[0,1,0,"forward","","aten::mm",0]"#, "thread (item 2)"),
             (r#"[0,"",0,"forward","","",0]"#, "op (item 6)"),
-            (r#"[0,"",0,"forward","","aten::mm",0.5]"#, "occurrence (item 7)"),
+            (
+                r#"[0,"",0,"forward","","aten::mm",0.5]"#,
+                "occurrence (item 7)",
+            ),
         ] {
             let e = parse_identity(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

@@ -5,9 +5,9 @@
 use crate::cli::usage::usage;
 use crate::platform::record::{self, Side};
 use crate::trace::noise::{growth_line, Judgement, StepGrowth};
+use crate::trace::replay;
 use crate::trace::{self, TraceFile};
 use anyhow::Result;
-use crate::trace::replay;
 use std::path::{Path, PathBuf};
 
 /// Exit 0 when every case in either file has identical traces, 1 when any differs or is in one
@@ -170,10 +170,12 @@ fn replay_for(
             ))),
         };
     };
-    Some(match replay::replay(captures.each_ref().map(PathBuf::as_path), &ta[index]) {
-        Ok(r) => Replayed::Done(r),
-        Err(why) => Replayed::Not(format!("{why} ({} captured in both)", ta[index].op)),
-    })
+    Some(
+        match replay::replay(captures.each_ref().map(PathBuf::as_path), &ta[index]) {
+            Ok(r) => Replayed::Done(r),
+            Err(why) => Replayed::Not(format!("{why} ({} captured in both)", ta[index].op)),
+        },
+    )
 }
 
 /// The text of a noise judgement: the origin's verdict, then the answer (the first record
