@@ -128,10 +128,10 @@ pub fn captured_identity(capture: &Path) -> Option<String> {
 
 /// The index of the record of `trace` whose identity is `identity`.
 pub fn find(trace: &[TraceEntry], identity: &str) -> Option<usize> {
+    let want: serde_json::Value = serde_json::from_str(identity).ok()?;
     let ids = super::identities(trace);
     trace.iter().zip(ids).position(|(e, occ)| {
-        serde_json::json!([e.rank, e.thread, e.step, e.phase, e.module, e.op, occ]).to_string()
-            == identity
+        serde_json::json!([e.rank, e.thread, e.step, e.phase, e.module, e.op, occ]) == want
     })
 }
 
