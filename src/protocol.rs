@@ -74,6 +74,9 @@ names! {
     SEEDED_WITHOUT_TORCH_ENV = "BITEXACT_SEEDED_WITHOUT_TORCH";
     /// The Python package a cargo-built `bitexact` injects into programs under `--trace`.
     PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE";
+    /// The Python (with torch) `diff-trace` replays a captured op with in float64 (default
+    /// `python3` on `PATH`).
+    PYTHON_ENV = "BITEXACT_PYTHON";
     /// Marks every process of a run, so none outlives it.
     RUN_ID_ENV = "BITEXACT_RUN_ID";
     /// Python: `1` in the runs of a pytest test marked `@pytest.mark.bitexact` (the test's body

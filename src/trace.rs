@@ -205,7 +205,7 @@ pub struct Divergence {
 }
 
 use streams::identities;
-pub use streams::identity_json;
+pub use streams::{identity_json, parse_identity};
 
 impl Divergence {
     /// The explanation without its verdict, when it has one: `step 0, rank 0, aten::addmm
@@ -349,6 +349,7 @@ mod file;
 pub mod noise;
 pub mod program;
 pub mod ranks;
+pub mod replay;
 pub mod sketch;
 pub mod streams;
 

@@ -135,6 +135,12 @@ const CORPUS: &[Bad] = &[
     bad(&["report", "--isolate", "--memory-limit", "20"], 2, "at least 64 MiB"),
     bad(&["run", "--name", " ", "--", "true"], 2, "--name"),
     bad(&["run", "--vary", "bogus", "--", "true"], 2, "bogus"),
+    // --capture: only with --trace ops, and an op identity as diff-trace prints it
+    bad(&["run", "--capture", r#"[0,"",0,"forward","","aten::mm",0]"#, "--", "true"], 2, "--capture"),
+    bad(&["run", "--trace", "modules", "--capture", r#"[0,"",0,"forward","","aten::mm",0]"#, "--", "true"], 2, "--capture needs --trace ops"),
+    bad(&["run", "--trace", "ops", "--capture", "aten::mm", "--", "true"], 2, "--capture"),
+    bad(&["run", "--trace", "ops", "--capture", "[0,1]", "--", "true"], 2, "--capture"),
+    bad(&["run", "--trace", "ops", "--capture", r#"[0,"",-1,"forward","","aten::mm",0]"#, "--", "true"], 2, "step (item 3)"),
     bad(&["run", "--format", "xml", "--", "true"], 2, "xml"),
     bad(&["run", "--out", "{tmp}/dir", "--", "true"], 2, "{tmp}/dir"),
     bad(&["run", "--snapshots", "/nonexistent/snaps", "--", "true"], 2, "/nonexistent/snaps"),

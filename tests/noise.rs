@@ -11,6 +11,11 @@
 //! platform class's directory, is what the 4-thread run is a `platform-difference (within
 //! noise)` from, and the planted bug a `mismatch (beyond noise: first at 3.weight.npy …)`.
 //!
+//! Both sides of the 1-vs-4-threads pair capture the loss's `aten::mean`
+//! (`--capture '[0,"",0,"forward","","aten::mean",0]'`, the first op whose inputs are
+//! identical and whose output differs), so `diff-trace` replays it in float64 (issue 32 item
+//! 4) and says which side is closer, by how many ULPs.
+//!
 //! Needs a Python with torch and the installed bitexact package (ci/python.sh); says
 //! `SKIPPED` without.
 
@@ -30,6 +35,10 @@ fn fixture() -> String {
 /// Where the fixture calls `opt.step()`: the optimizer's records name it as their source.
 const OPTIMIZER_LINE: &str = "noise_mlp.py:30";
 
+/// The identity of the first op whose output differs between 1 and 4 threads, as diff-trace
+/// prints it for `--capture`: the loss's mean.
+const MEAN_CALL: &str = r#"[0,"",0,"forward","","aten::mean",0]"#;
+
 /// One `bitexact run` of the fixture: its run 0's kept directory, its report's case, its exit
 /// code.
 struct Kept {
@@ -40,8 +49,16 @@ struct Kept {
 
 /// Keeps two traced runs of the fixture under `--threads THREADS` and `env` in a fresh
 /// directory below `root`, its outputs compared with the snapshots under `root/snapshots`
-/// (written there as pending: `CI` is removed so that they are, in this test's own directory).
-fn keep(py: &str, root: &Path, name: &str, threads: &str, env: &[(&str, &str)]) -> Kept {
+/// (written there as pending: `CI` is removed so that they are, in this test's own directory),
+/// capturing the op `capture` (`--capture`) when given.
+fn keep(
+    py: &str,
+    root: &Path,
+    name: &str,
+    threads: &str,
+    env: &[(&str, &str)],
+    capture: Option<&str>,
+) -> Kept {
     let kept = root.join(name);
     std::fs::create_dir_all(root.join("snapshots")).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
@@ -50,6 +67,7 @@ fn keep(py: &str, root: &Path, name: &str, threads: &str, env: &[(&str, &str)]) 
         .arg(&kept)
         .arg("--snapshots")
         .arg(root.join("snapshots"))
+        .args(capture.map(|c| ["--capture", c]).into_iter().flatten())
         .args(["--", py, &fixture()])
         .env_remove("NOISE_LN_EPS")
         .env_remove("NOISE_BUG")
@@ -77,7 +95,7 @@ fn baseline(py: &str) -> &'static Path {
     static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     let (_, run) = DIR.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let k = keep(py, dir.path(), "base", "1", &[]);
+        let k = keep(py, dir.path(), "base", "1", &[], Some(MEAN_CALL));
         assert_eq!(k.code, 0, "{:#}", k.case);
         assert_eq!(
             k.case["snapshot"]
@@ -149,7 +167,7 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
         return;
     };
     let tmp = with_other_class(&py);
-    let four = keep(&py, tmp.path(), "four", "4", &[]);
+    let four = keep(&py, tmp.path(), "four", "4", &[], Some(MEAN_CALL));
     // The snapshot of another platform class differs within noise: not a failure.
     assert_eq!(four.code, 0, "{:#}", four.case);
     let snapshot = four.case["snapshot"].as_str().unwrap_or_default();
@@ -184,7 +202,19 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
         out.contains("growth: largest relative difference per step (differing/records): 0 "),
         "{out}"
     );
+    // The captured mean, replayed in float64: each side's distance in f32 ULPs, judged.
+    let replay = out
+        .lines()
+        .find(|l| l.starts_with("fp64 replay of aten.mean.default (torch "))
+        .unwrap_or_else(|| panic!("no replay line: {out}"));
+    assert!(
+        replay.contains("1 output element): A: ")
+            && replay.contains(" ULP from the fp64 result, B: ")
+            && replay.contains(" ULP: both within noise; "),
+        "{replay}"
+    );
     assert_eq!(code, 0, "{out}");
+    replay_needs_both_captures(baseline(&py), &four);
     let (code, out) = diff(baseline(&py), &four, true);
     assert_eq!(code, 0, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
@@ -198,6 +228,29 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
         assert_eq!(g["step"], i as u64, "{g}");
         assert!(g["records"].as_u64().unwrap() >= g["differing"].as_u64().unwrap());
     }
+    let r = &v["replay"];
+    assert_eq!(r["op"], "aten.mean.default", "{r:#}");
+    assert_eq!(r["identity"], MEAN_CALL, "{r:#}");
+    assert_eq!(r["inputs_identical"], true, "{r:#}");
+    let o = &r["outputs"][0];
+    assert_eq!(
+        (o["dtype"].as_str(), o["elements"].as_u64()),
+        (Some("float32"), Some(1))
+    );
+    let ulps: Vec<f64> = (0..2)
+        .map(|i| o["sides"][i]["max_ulp"].as_f64().unwrap())
+        .collect();
+    // The two sides differ (by 1 ULP on this machine), so at most one is the correctly
+    // rounded result; both are within a summation's noise.
+    assert_ne!(ulps[0], ulps[1], "{r:#}");
+    assert!(ulps.iter().all(|u| *u <= 8.0), "{r:#}");
+    assert!(o["sides"][0]["within_noise"] == true && o["sides"][1]["within_noise"] == true);
+    let closer = if ulps[0] < ulps[1] { "A" } else { "B" };
+    assert_eq!(
+        r["verdict"],
+        format!("both within noise; {closer} is closer"),
+        "{r:#}"
+    );
     // The difference reaches later steps through the weights.
     assert!(growth[2]["differing"].as_u64().unwrap() > 0, "{d:#}");
     assert!(growth[2]["max_rel"].as_f64().unwrap() > 0.0, "{d:#}");
@@ -210,7 +263,15 @@ fn a_layer_norm_eps_of_1e_5_vs_1e_3_is_beyond_noise_at_the_layer_norm() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let other = keep(&py, tmp.path(), "eps", "1", &[("NOISE_LN_EPS", "1e-3")]).run;
+    let other = keep(
+        &py,
+        tmp.path(),
+        "eps",
+        "1",
+        &[("NOISE_LN_EPS", "1e-3")],
+        None,
+    )
+    .run;
     let (code, out) = diff(baseline(&py), &other, false);
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -229,7 +290,7 @@ fn a_planted_one_percent_update_bug_is_beyond_noise_at_the_optimizer() {
         return;
     };
     let tmp = with_other_class(&py);
-    let bug = keep(&py, tmp.path(), "bug", "1", &[("NOISE_BUG", "1")]);
+    let bug = keep(&py, tmp.path(), "bug", "1", &[("NOISE_BUG", "1")], None);
     // Against the snapshot of another platform class: a mismatch beyond noise, at the weight.
     assert_eq!(bug.code, 1, "{:#}", bug.case);
     let snapshot = bug.case["snapshot"].as_str().unwrap_or_default();
@@ -248,4 +309,44 @@ fn a_planted_one_percent_update_bug_is_beyond_noise_at_the_optimizer() {
     assert!(at.ends_with(OPTIMIZER_LINE), "{at}");
     let why = j["first_beyond_noise"]["why"].as_str().unwrap();
     assert!(why.starts_with("same inputs, different arguments"), "{why}");
+}
+
+/// Copies of the kept runs `a` and `b` without their captures: `diff-trace` then names the
+/// identity to capture (the one the runs were captured with), and with one side's capture
+/// alone says which side lacks one. No replay, no crash, the same exit code.
+fn replay_needs_both_captures(a: &Path, b: &Path) {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = |from: &Path, name: &str, capture: bool| {
+        let to = tmp.path().join(name);
+        std::fs::create_dir(&to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let file = e.file_name();
+            if capture || file != ".bitexact-capture.safetensors" {
+                std::fs::copy(e.path(), to.join(&file)).unwrap();
+            }
+        }
+        to
+    };
+    let (a0, b0, b1) = (
+        copy(a, "a", false),
+        copy(b, "b", false),
+        copy(b, "bc", true),
+    );
+    let (code, out) = diff(&a0, &b0, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "fp64 replay: no capture of this op in A or B; capture it with `bitexact run --trace ops --capture '{MEAN_CALL}' --keep DIR` on both sides"
+        )),
+        "{out}"
+    );
+    let (code, out) = diff(&a0, &b1, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "fp64 replay: B holds a capture of {MEAN_CALL}, A none"
+        )),
+        "{out}"
+    );
 }

@@ -76,8 +76,8 @@ fn unseeded_noise_is_named_with_its_op_module_and_line() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     let (located, captured) = d.split_once("; captured in 2 more runs: ").expect(&d);
-    // Its first line; the noise judgement follows. A Generator argument is named by its type,
-    // never by its address (which differs every run).
+    // Its first line; the noise judgement and the fp64 replay's hint follow. A Generator
+    // argument is named by its type, never by its address (which differs every run).
     let out = common::stdout(&o);
     assert_eq!(
         out.lines().next().unwrap_or_default().trim(),
@@ -85,6 +85,10 @@ fn unseeded_noise_is_named_with_its_op_module_and_line() {
         "{out}"
     );
     assert!(!out.contains(" at 0x"), "{out}");
+    assert!(
+        out.contains("fp64 replay: no capture of this op in A or B; capture it with `bitexact run --trace ops --capture '[0,\"\",0,\"forward\",\"Classifier.head\",\"aten::randn.generator\",0]'"),
+        "{out}"
+    );
     // The op's output, captured in a re-run of runs 0 and 1, explained element by element.
     assert!(
         captured.starts_with("output 0: ") && captured.contains("elements differ"),

@@ -22,6 +22,7 @@ SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING"  # `1`: the injected `sitecusto
 SEEDED_ENV = "BITEXACT_SEEDED"  # Python: the process of a rank that seeded (its children do not seed again).
 SEEDED_WITHOUT_TORCH_ENV = "BITEXACT_SEEDED_WITHOUT_TORCH"  # Python: a process seeded without torch, so a child with torch seeds torch.
 PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE"  # The Python package a cargo-built `bitexact` injects into programs under `--trace`.
+PYTHON_ENV = "BITEXACT_PYTHON"  # The Python (with torch) `diff-trace` replays a captured op with in float64 (default `python3` on `PATH`).
 RUN_ID_ENV = "BITEXACT_RUN_ID"  # Marks every process of a run, so none outlives it.
 PYTEST_WORKER_ENV = "BITEXACT_PYTEST_WORKER"  # Python: `1` in the runs of a pytest test marked `@pytest.mark.bitexact` (the test's body runs and `bitexact.record` writes its tensors).
 MEMORY_FILE = ".bitexact-memory.jsonl"  # Metadata: one JSON line per step with the process's resident memory.

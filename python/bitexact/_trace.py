@@ -181,13 +181,14 @@ def _record(state, stream, func, args, kwargs, result, tensor_type):
     text = _trace_record.arguments(func, args, kwargs, tensor_type) if _trace_digest.SKETCH \
         else ""
     written = _written_args(func)
+    call = (func, args, kwargs, written)  # for a capture's replay (_trace_state.save)
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         args = [a for i, a in enumerate(args) if i not in written]
         kwargs = {k: v for k, v in kwargs.items() if k not in written}
     ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     outs = ts.collect_tensors(result, tensor_type, [])
     phase, module = state.tracker.where()
-    ts.emit(state, stream, op, phase, module, ins, outs, args=text)
+    ts.emit(state, stream, op, phase, module, ins, outs, args=text, call=call)
 
 
 def on_helper_step(i):

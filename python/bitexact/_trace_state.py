@@ -122,11 +122,13 @@ def skipped(state, op):
 
 
 def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
-         args=""):
+         args="", call=None):
     """Writes one record of ``stream``: its occurrence number, the capture if it is the one
     asked for, the digests (``described_ins``: the inputs' already, hashed before the op ran;
     ``scratch_outs``: results recorded by dtype and shape only), the results' sketches and the
-    op's non-tensor arguments (``args``, see :func:`bitexact._trace_record.arguments`)."""
+    op's non-tensor arguments (``args``, see :func:`bitexact._trace_record.arguments`).
+    ``call``: ``(func, args, kwargs, written)`` of an ATen op call, saved with a capture so that
+    ``diff-trace`` can replay it (:mod:`bitexact._replay`)."""
     thread = stream.label
     with state.lock:
         step = stream.step
@@ -135,8 +137,8 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
         state.occurrences[key] = occ + 1
     if state.capture is not None and state.capture == [
             state.rank, thread, step, phase, module, op, occ]:
-        state.capture = None
-        save(state, ins, outs)
+        identity, state.capture = state.capture, None
+        save(state, ins, outs, identity, call)
     scratch = _SCRATCH_RESULTS.get(op.split(".")[0], ())
     if scratch_outs:
         scratch = set(scratch) | set(scratch_outs)
@@ -155,14 +157,51 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
             state.file.write(line)
 
 
-def save(state, ins, outs):
-    """Writes the op's tensors to ``CAPTURE_FILE`` (host copies, bits kept)."""
+def call_spec(x, tensor_type, found):
+    """An argument as JSON for the capture's ``call`` (format: :mod:`bitexact._replay`); its
+    tensors are appended to ``found`` in the order :func:`collect_tensors` meets them."""
+    if isinstance(x, tensor_type):
+        found.append(x)
+        return {"T": len(found) - 1}
+    if isinstance(x, (list, tuple)):
+        return [call_spec(v, tensor_type, found) for v in x]
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    if isinstance(x, float):
+        return {"f": repr(x)}
+    text, kind = str(x), type(x).__name__
+    if kind == "dtype":
+        return {"dtype": text[6:]}
+    if kind == "device":
+        return {"device": text}
+    if kind in ("layout", "memory_format"):
+        return {"torch": text[6:]}
+    return {"repr": repr(x)}
+
+
+def save(state, ins, outs, identity=None, call=None):
+    """Writes the op's tensors to ``CAPTURE_FILE`` (host copies, bits kept), with the op, its
+    identity and, for an ATen call, its arguments as metadata (:func:`call_spec`)."""
+    import json
+
     from . import _safetensors
 
+    meta = {"identity": json.dumps(identity, separators=(",", ":"))} if identity else {}
+    if call is not None:
+        func, args, kwargs, written = call
+        tensor_type = type(ins[0]) if ins else type(outs[0]) if outs else None
+        found = []
+        spec = {"args": [{"W": func._schema.arguments[i].name} if i in written
+                         else call_spec(a, tensor_type, found) for i, a in enumerate(args)],
+                "kwargs": {k: {"W": k} if k in written else call_spec(v, tensor_type, found)
+                           for k, v in kwargs.items()}}
+        if len(found) == len(ins):
+            ins = found
+            meta.update(op=str(func), call=json.dumps(spec))
     tensors = {"in%d" % i: t for i, t in enumerate(ins)}
     tensors.update({"out%d" % i: t for i, t in enumerate(outs)})
     with paused():
-        blob = _safetensors.serialize({k: v.detach() for k, v in tensors.items()})
+        blob = _safetensors.serialize({k: v.detach() for k, v in tensors.items()}, meta)
     root = os.environ.get(_protocol.OUT_ENV) or state.out_dir  # one capture per run, any rank
     with open(os.path.join(root, CAPTURE_FILE), "wb") as f:
         f.write(blob)

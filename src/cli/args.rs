@@ -265,6 +265,14 @@ pub(crate) struct RunArgs {
     /// Repeatable.
     #[arg(long, value_name = "GLOB", requires = "trace")]
     pub(crate) trace_skip: Vec<String>,
+    /// With --trace ops: every run saves this op call's input and output tensors (and its
+    /// arguments) to `.bitexact-capture.safetensors` in its output directory, kept with --keep,
+    /// so that `bitexact diff-trace` replays the op in float64 and says which side is closer.
+    /// The identity is the JSON list `diff-trace` prints after `capture it with:`,
+    /// `[rank, thread, step, phase, module, op, occurrence]`, e.g.
+    /// `'[0,"",0,"forward","","aten::mean",0]'`.
+    #[arg(long, value_name = "OP_IDENTITY", requires = "trace")]
+    pub(crate) capture: Option<String>,
     /// Processes of a distributed command: the value of `{nproc}` in its arguments
     /// (`torchrun --nproc-per-node {nproc} train.py`). Default 2.
     #[arg(long, value_name = "N")]

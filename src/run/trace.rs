@@ -33,6 +33,10 @@ pub struct TraceOptions {
     pub max_bytes: u64,
     /// Ops not recorded, as globs over names like `aten::copy_` (`--trace-skip`).
     pub skip: Vec<String>,
+    /// The op whose tensors every run saves (`--capture`): its identity as
+    /// [`crate::trace::identity_json`] writes it, so that `diff-trace` can replay it in float64
+    /// (`python/bitexact/_replay.py`). A capture re-run of localization asks for its own op.
+    pub capture: Option<String>,
 }
 
 impl Default for TraceOptions {
@@ -42,6 +46,7 @@ impl Default for TraceOptions {
             steps: None,
             max_bytes: DEFAULT_MAX_BYTES,
             skip: Vec::new(),
+            capture: None,
         }
     }
 }
@@ -91,6 +96,9 @@ impl TraceOptions {
         }
         if !self.skip.is_empty() {
             env.insert(crate::protocol::TRACE_SKIP_ENV.into(), self.skip.join(","));
+        }
+        if let Some(key) = &self.capture {
+            env.insert(crate::protocol::TRACE_CAPTURE_ENV.into(), key.clone());
         }
         env
     }

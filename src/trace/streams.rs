@@ -41,6 +41,41 @@ pub fn identity_json(trace: &[TraceEntry], index: usize) -> String {
     serde_json::json!([e.rank, e.thread, e.step, e.phase, e.module, e.op, occ]).to_string()
 }
 
+/// Parses an op identity as [`identity_json`] writes it (and `diff-trace` prints it, for
+/// `bitexact run --capture`): a JSON list `[rank, thread, step, phase, module, op,
+/// occurrence]` of integers and strings. Returns the identity re-written canonically (what the
+/// tracer compares), or what is wrong with it.
+pub fn parse_identity(text: &str) -> Result<String, String> {
+    const SHAPE: &str = "a JSON list [rank, thread, step, phase, module, op, occurrence], \
+                         e.g. [0,\"\",0,\"forward\",\"\",\"aten::mm\",0], as diff-trace prints it";
+    let v: serde_json::Value = serde_json::from_str(text.trim())
+        .map_err(|e| format!("{text:?} is not JSON ({e}): {SHAPE}"))?;
+    let items = v
+        .as_array()
+        .filter(|a| a.len() == 7)
+        .ok_or_else(|| format!("{text:?} is not {SHAPE}"))?;
+    let int = |i: usize, what: &str| {
+        items[i].as_u64().ok_or_else(|| {
+            format!(
+                "{text:?}: the {what} (item {}) must be a whole number ≥ 0",
+                i + 1
+            )
+        })
+    };
+    let string = |i: usize, what: &str| {
+        items[i]
+            .as_str()
+            .ok_or_else(|| format!("{text:?}: the {what} (item {}) must be a string", i + 1))
+    };
+    let (rank, thread, step) = (int(0, "rank")?, string(1, "thread")?, int(2, "step")?);
+    let (phase, module, op) = (string(3, "phase")?, string(4, "module")?, string(5, "op")?);
+    let occ = int(6, "occurrence")?;
+    if op.is_empty() {
+        return Err(format!("{text:?}: the op (item 6) must not be empty"));
+    }
+    Ok(serde_json::json!([rank, thread, step, phase, module, op, occ]).to_string())
+}
+
 /// The record of `b` at the position in its stream that record `pos` of `a` has in its own
 /// (the `n`-th record of rank 0's thread `ema#0` in both), if `b`'s stream is that long.
 pub fn counterpart(a: &[TraceEntry], b: &[TraceEntry], pos: usize) -> Option<usize> {
@@ -112,6 +147,48 @@ mod tests {
             identity_json(&a, 3),
             r#"[0,"ema#0",0,"forward","","aten::mul",1]"#
         );
+    }
+
+    #[test]
+    fn identities_parse_back_and_bad_ones_are_named() {
+        let t = interleaved(&[0, 2, 1, 3], "d");
+        for i in 0..t.len() {
+            let id = identity_json(&t, i);
+            assert_eq!(parse_identity(&id).unwrap(), id);
+        }
+        assert_eq!(
+            parse_identity(r#" [0, "", 2, "forward", "M.fc", "aten::mm", 3] "#).unwrap(),
+            r#"[0,"",2,"forward","M.fc","aten::mm",3]"#
+        );
+        for (bad, says) in [
+            ("aten::mm", "not JSON"),
+            ("[0,\"\",0]", "is not a JSON list"),
+            (r#"[-1,"",0,"forward","","aten::mm",0]"#, "rank (item 1)"),
+            (r#"[0,1,0,"forward","","aten::mm",0]"#, "thread (item 2)"),
+            (r#"[0,"",0,"forward","","",0]"#, "op (item 6)"),
+            (
+                r#"[0,"",0,"forward","","aten::mm",0.5]"#,
+                "occurrence (item 7)",
+            ),
+        ] {
+            let e = parse_identity(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_identity_round_trips(rank in 0u64..64, thread in "[a-z_#0-9]{0,8}", step in 0u64..1000,
+                                    module in "[A-Za-z.0-9 \"]{0,12}", op in "aten::[a-z_.]{1,12}",
+                                    occ in 0u64..1000) {
+            let id = serde_json::json!([rank, thread, step, "backward", module, op, occ]).to_string();
+            proptest::prop_assert_eq!(parse_identity(&id), Ok(id));
+        }
+
+        #[test]
+        fn parse_never_panics(s in ".{0,40}") {
+            let _ = parse_identity(&s);
+        }
     }
 
     #[test]

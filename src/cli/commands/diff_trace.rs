@@ -5,9 +5,10 @@
 use crate::cli::usage::usage;
 use crate::platform::record::{self, Side};
 use crate::trace::noise::{growth_line, Judgement, StepGrowth};
+use crate::trace::replay;
 use crate::trace::{self, TraceFile};
 use anyhow::Result;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Exit 0 when every case in either file has identical traces, 1 when any differs or is in one
 /// file only, 2 when a file is unreadable or not a valid trace file (version, duplicates).
@@ -74,6 +75,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
         d.inputs_matched
             && j.is_some_and(|j| j.classification == "within-noise" && j.not_judged == 0)
     });
+    let replay = d.as_ref().and_then(|d| replay_for([a, b], &ta, d));
     let code = match &d {
         None => 0,
         Some(_) if within && platforms.differ() => 0,
@@ -89,6 +91,10 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
             "records": [ta.len(), tb.len()],
             "identical": d.is_none(),
             "divergence": d,
+            "replay": replay.as_ref().map(|r| match r {
+                Replayed::Done(r) => serde_json::json!(r),
+                Replayed::Not(why) => serde_json::json!({"error": why}),
+            }),
         });
         println!("{v:#}");
         return Ok(code);
@@ -110,7 +116,66 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
             }
         }
     }
+    match &replay {
+        Some(Replayed::Done(r)) => println!("{}", r.line),
+        Some(Replayed::Not(why)) => println!("fp64 replay: {why}"),
+        None => {}
+    }
     Ok(code)
+}
+
+/// What `diff-trace` says of an fp64 replay ([`replay`]).
+enum Replayed {
+    /// The captured op, replayed and judged.
+    Done(replay::Replay),
+    /// Why there is none: the captures are missing or disagree, or the replay failed.
+    Not(String),
+}
+
+/// The fp64 replay of the op both sides captured (`bitexact run --trace ops --capture`), when
+/// both kept run directories hold a capture of the same op call; else, when the divergence is
+/// an op whose inputs matched, how to capture it (its identity, ready to copy); else nothing.
+fn replay_for(
+    sides: [&Path; 2],
+    ta: &[trace::TraceEntry],
+    d: &trace::Divergence,
+) -> Option<Replayed> {
+    let captures = sides.map(replay::capture_path);
+    let ids = captures.each_ref().map(|c| replay::captured_identity(c));
+    let origin = ta
+        .iter()
+        .position(|e| e.call == d.call && d.rank.is_none_or(|r| r == e.rank))
+        .filter(|_| d.inputs_matched)
+        .map(|i| trace::identity_json(ta, i));
+    let Some(index) = ids[0]
+        .as_ref()
+        .filter(|id| ids[1].as_ref() == Some(*id))
+        .and_then(|id| replay::find(ta, id))
+    else {
+        let hint = origin.map(|id| {
+            format!(
+                "no capture of this op in A or B; capture it with \
+                 `bitexact run --trace ops --capture '{id}' --keep DIR` on both sides"
+            )
+        });
+        return match (&ids[0], &ids[1]) {
+            (None, None) => hint.map(Replayed::Not),
+            (Some(x), None) => Some(Replayed::Not(format!("A holds a capture of {x}, B none"))),
+            (None, Some(y)) => Some(Replayed::Not(format!("B holds a capture of {y}, A none"))),
+            (Some(x), Some(y)) if x != y => Some(Replayed::Not(format!(
+                "the captures hold different op calls ({x} in A, {y} in B)"
+            ))),
+            (Some(x), Some(_)) => Some(Replayed::Not(format!(
+                "the captured op call {x} is not in A's trace"
+            ))),
+        };
+    };
+    Some(
+        match replay::replay(captures.each_ref().map(PathBuf::as_path), &ta[index]) {
+            Ok(r) => Replayed::Done(r),
+            Err(why) => Replayed::Not(format!("{why} ({} captured in both)", ta[index].op)),
+        },
+    )
 }
 
 /// The text of a noise judgement: the origin's verdict, then the answer (the first record

@@ -123,6 +123,17 @@ fn trace_options(a: &RunArgs) -> Result<Option<TraceOptions>> {
             .trace_max_bytes
             .unwrap_or(crate::run::trace::DEFAULT_MAX_BYTES),
         skip: a.trace_skip.clone(),
+        capture: match &a.capture {
+            Some(_) if level != crate::protocol::TraceLevel::Ops => {
+                return Err(usage(format!(
+                    "--capture needs --trace ops (not --trace {level}): only the op tracer sees op calls"
+                )))
+            }
+            Some(id) => Some(
+                crate::trace::parse_identity(id).map_err(|e| usage(format!("--capture: {e}")))?,
+            ),
+            None => None,
+        },
     };
     t.validate().map_err(|e| usage(format!("{e:#}")))?;
     Ok(Some(t))
