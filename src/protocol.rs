@@ -74,8 +74,8 @@ names! {
     SEEDED_WITHOUT_TORCH_ENV = "BITEXACT_SEEDED_WITHOUT_TORCH";
     /// The Python package a cargo-built `bitexact` injects into programs under `--trace`.
     PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE";
-    /// The Python (with torch) `diff-trace` replays a captured op with in float64 (default
-    /// `python3` on `PATH`).
+    /// The Python (with torch) `diff-trace` replays a captured op with in float64 (default: the
+    /// program's own, recorded in the capture, else `python3` on `PATH`).
     PYTHON_ENV = "BITEXACT_PYTHON";
     /// Marks every process of a run, so none outlives it.
     RUN_ID_ENV = "BITEXACT_RUN_ID";

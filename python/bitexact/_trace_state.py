@@ -186,7 +186,10 @@ def save(state, ins, outs, identity=None, call=None):
 
     from . import _safetensors
 
+    import sys
+
     meta = {"identity": json.dumps(identity, separators=(",", ":"))} if identity else {}
+    meta["python"] = sys.executable or ""  # the replay's interpreter (torch as the program had)
     if call is not None:
         func, args, kwargs, written = call
         tensor_type = type(ins[0]) if ins else type(outs[0]) if outs else None

@@ -6,7 +6,8 @@
 //!
 //! The replay itself is Python with torch (`python/bitexact/_replay.py`, embedded here and run
 //! as `python -c`, so no bitexact package is needed where it runs): the interpreter is
-//! `$BITEXACT_PYTHON` ([`crate::protocol::PYTHON_ENV`]), else `python3` on `PATH`. It answers
+//! `$BITEXACT_PYTHON` ([`crate::protocol::PYTHON_ENV`]), else the program's own (recorded in the
+//! capture, if it still exists), else `python3` on `PATH`. It answers
 //! with one JSON object ([`Answer`]); this module judges it.
 //!
 //! **The rule.** A side's error on a floating-point output is its largest absolute difference
@@ -111,6 +112,11 @@ pub fn capture_path(trace: &Path) -> PathBuf {
 /// The identity a capture file holds (its `identity` metadata, canonical), `None` when there is
 /// no capture or it names none (written by an older bitexact).
 pub fn captured_identity(capture: &Path) -> Option<String> {
+    super::parse_identity(&capture_metadata(capture, "identity")?).ok()
+}
+
+/// One `__metadata__` entry of a capture file's safetensors header (the header alone is read).
+fn capture_metadata(capture: &Path, key: &str) -> Option<String> {
     use std::io::Read;
     let mut f = std::fs::File::open(capture).ok()?;
     let mut len = [0u8; 8];
@@ -122,8 +128,22 @@ pub fn captured_identity(capture: &Path) -> Option<String> {
     let mut header = vec![0u8; n as usize];
     f.read_exact(&mut header).ok()?;
     let v: serde_json::Value = serde_json::from_slice(&header).ok()?;
-    let id = v.get("__metadata__")?.get("identity")?.as_str()?;
-    super::parse_identity(id).ok()
+    Some(v.get("__metadata__")?.get(key)?.as_str()?.to_string())
+}
+
+/// The interpreter that replays: `$BITEXACT_PYTHON`, else the one that made side A's capture
+/// (then B's) where it still exists (its `python` metadata: the program's `sys.executable`, so
+/// the replay finds the torch the program ran with), else `python3` on `PATH`.
+fn interpreter(captures: [&Path; 2]) -> std::ffi::OsString {
+    if let Some(p) = std::env::var_os(crate::protocol::PYTHON_ENV).filter(|p| !p.is_empty()) {
+        return p;
+    }
+    captures
+        .iter()
+        .filter_map(|c| capture_metadata(c, "python"))
+        .find(|p| !p.is_empty() && Path::new(p).is_file())
+        .map(Into::into)
+        .unwrap_or_else(|| "python3".into())
 }
 
 /// The index of the record of `trace` whose identity is `identity`.
@@ -139,9 +159,7 @@ pub fn find(trace: &[TraceEntry], identity: &str) -> Option<usize> {
 /// side against it; `record` is the call's record (side A's), for the reduction length. `Err`:
 /// why there is no replay, in words.
 pub fn replay(captures: [&Path; 2], record: &TraceEntry) -> Result<Replay, String> {
-    let python = std::env::var_os(crate::protocol::PYTHON_ENV)
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "python3".into());
+    let python = interpreter(captures);
     let out = std::process::Command::new(&python)
         .arg("-c")
         .arg(SCRIPT)
