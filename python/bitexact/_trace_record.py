@@ -81,16 +81,20 @@ def arguments(func, args, kwargs, tensor_type):
     of them (a tensor inside a list as ``T``), by the schema's names; tensors, ``None``,
     devices and layouts are left out. What ``bitexact diff-trace`` names when an op's inputs
     are identical and its arguments are not."""
-    names = _names.get(func)
-    if names is None:
-        if len(_names) >= _MEMO_MAX:
-            _names.clear()
-        names = _names[func] = [a.name for a in func._schema.arguments]
     parts = []
     for i, a in enumerate(args):
+        if a is None or isinstance(a, tensor_type):  # most arguments: no call for them
+            continue
         text = _value(a, tensor_type)
         if text is not None:
-            parts.append("%s=%s" % (names[i] if i < len(names) else "#%d" % i, text))
+            parts.append((i, text))
+    if parts:
+        names = _names.get(func)
+        if names is None:
+            if len(_names) >= _MEMO_MAX:
+                _names.clear()
+            names = _names[func] = [a.name for a in func._schema.arguments]
+        parts = ["%s=%s" % (names[i] if i < len(names) else "#%d" % i, text) for i, text in parts]
     for k, v in kwargs.items():
         text = None if k in _LEFT_OUT else _value(v, tensor_type)
         if text is not None:
