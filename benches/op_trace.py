@@ -8,7 +8,10 @@
 Each under these modes, in one process, interleaved in rounds (every mode runs a few steps per
 round, so drift of the machine hits all modes alike); the median step time over all rounds, and
 the median CPU time of the process per step (``<mode>_cpu``: steadier than the wall time on a
-busy machine; with one torch thread it is the work itself):
+busy machine; with one torch thread it is the work itself), of the program's thread
+(``<mode>_thread``: without the background writer's) and the wall time per step of a round
+including the wait for the trace at its end (``<mode>_drained``: what a background writer
+that falls behind costs; the round's timed steps plus ``stop()``, over their number):
 
 - ``untraced``: the plain step;
 - ``floor``: a ``TorchDispatchMode`` that only calls the op: the cost of intercepting every op,
@@ -16,8 +19,11 @@ busy machine; with one torch thread it is the work itself):
 - ``modules``: ``bitexact._trace`` at ``level="modules"`` (``bitexact run --trace modules``);
 - ``ops``: ``bitexact._trace`` (``bitexact run --trace ops``): canonical, order-aware SHA-256
   digests of every op's inputs and outputs, module, source line, each result's float64 sketch
-  and the op's non-tensor arguments, written to a JSONL trace; ``ops_nosketch``: the same
-  without sketches and arguments (``_trace_digest.SKETCH`` off), to measure their cost;
+  and the op's non-tensor arguments, written to a JSONL trace, hashed on the background
+  writer's thread where torch leaves a core free (``_trace_digest.background()``);
+  ``ops_sync`` / ``modules_sync``: digests on the program's thread; ``ops_nosketch`` and
+  ``ops_sync_nosketch``: as ``ops`` and ``ops_sync`` without sketches and arguments
+  (``_trace_digest.SKETCH`` off), to measure their cost;
 - ``debugmode`` / ``debugmode_inputs``: torch's DebugMode with
   ``log_tensor_hashes(hash_fn="hash_tensor")`` (the cheaper of its hashes, an order-blind XOR;
   outputs only, its default), and with ``hash_inputs=True`` too (what bitexact records).
@@ -88,16 +94,18 @@ class Mode:
         self.enter, self.leave, self.lines = enter, leave, None
 
 
-def bitexact_mode(level, tmp, stats, sketch=True):
-    path = os.path.join(tmp, level + str(sketch) + ".jsonl")
+def bitexact_mode(level, tmp, stats, sketch=True, background=None):
+    path = os.path.join(tmp, "%s%s%s.jsonl" % (level, sketch, background))
 
     def enter():
         _trace_digest.SKETCH = sketch
+        _trace_digest.BACKGROUND = background
         tracer.start(path, level=level)
 
     def leave():
         tracer.stop()
         _trace_digest.SKETCH = True
+        _trace_digest.BACKGROUND = None
         with open(path) as f:
             stats["lines"] = sum(1 for _ in f)
         stats["bytes"] = os.path.getsize(path)
@@ -112,8 +120,13 @@ def modes(tmp, stats):
     for level in ("modules", "ops"):
         stats[level] = {}
         out[level] = bitexact_mode(level, tmp, stats[level])
+        stats[level + "_sync"] = {}
+        out[level + "_sync"] = bitexact_mode(level, tmp, stats[level + "_sync"], background=False)
     stats["ops_nosketch"] = {}
     out["ops_nosketch"] = bitexact_mode("ops", tmp, stats["ops_nosketch"], sketch=False)
+    stats["ops_sync_nosketch"] = {}
+    out["ops_sync_nosketch"] = bitexact_mode("ops", tmp, stats["ops_sync_nosketch"],
+                                             sketch=False, background=False)
     try:
         from torch.utils._debug_mode import DebugMode
 
@@ -144,21 +157,29 @@ def measure(step, reps, tmp):
     ms = modes(tmp, stats)
     times = {name: [] for name in ms}
     cpu = {name: [] for name in ms}
+    thread = {name: [] for name in ms}
+    drained = {name: [] for name in ms}
     per_round = max(1, reps // ROUNDS)
     for _ in range(ROUNDS):
         for name, mode in ms.items():
             if mode.enter:
                 mode.enter()
             for i in range(WARMUP + per_round):
-                t0, c0 = time.perf_counter(), time.process_time()
+                if i == WARMUP:
+                    r0 = time.perf_counter()
+                t0, c0, h0 = time.perf_counter(), time.process_time(), time.thread_time()
                 step()
                 if i >= WARMUP:
                     times[name].append(time.perf_counter() - t0)
                     cpu[name].append(time.process_time() - c0)
+                    thread[name].append(time.thread_time() - h0)
             if mode.leave:
                 mode.leave()
+            drained[name].append((time.perf_counter() - r0) / per_round)
     out = {name: statistics.median(t) for name, t in times.items()}
     out.update({name + "_cpu": statistics.median(t) for name, t in cpu.items()})
+    out.update({name + "_thread": statistics.median(t) for name, t in thread.items()})
+    out.update({name + "_drained": statistics.median(t) for name, t in drained.items()})
     steps = WARMUP + per_round
     for level in ("modules", "ops"):
         out[level + "_records_per_step"] = stats[level]["lines"] / steps

@@ -2,27 +2,34 @@
 //! (`benches/op_trace.py`, modes interleaved in rounds), for a training step of a small
 //! transformer classifier and a training and an eval iteration of a nanoGPT-sized GPT
 //! (`benches/nanogpt.py`): untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
-//! tracer pays); bitexact's `--trace modules` and `--trace ops` (with and without the noise
-//! fields: each result's float64 sketch and the op's arguments, issue 32); PyTorch's DebugMode with
+//! tracer pays); bitexact's `--trace modules` and `--trace ops` (hashed on the background
+//! writer's thread where torch leaves a core free, and `_sync`: on the program's thread; and
+//! without the noise fields: each result's float64 sketch and the op's arguments, issue 32);
+//! PyTorch's DebugMode with
 //! `log_tensor_hashes(hash_fn="hash_tensor")` (outputs only, and with inputs). Goals (issue 29,
 //! nanoGPT training step): `--trace ops` ≤ 4× untraced, `--trace modules` ≤ 1.5×, both ≤
 //! DebugMode + hash_tensor. Ratios, never asserted.
 //!
 //! `cargo bench --bench op_trace`, with the installed package's interpreter in `BITEXACT_PYTHON`
 //! (default `~/.cache/bitexact/python-path`) and torch installed; `BITEXACT_REPS` steps per mode
-//! (default 20), medians of wall time and of the process's CPU time per step;
+//! (default 20), medians of wall time per step (and per step of a round including the wait for
+//! the background writer at its end: `drained`), of the process's CPU time and of the
+//! program thread's;
 //! `OMP_NUM_THREADS` sets torch's threads (1 gives steadier figures on a busy machine, where the
 //! CPU times are the ones to compare).
 
 #[path = "common/python.rs"]
 mod python;
 
-const MODES: [(&str, &str); 7] = [
+const MODES: [(&str, &str); 10] = [
     ("untraced", "untraced"),
     ("floor", "do-nothing dispatch mode (floor)"),
     ("modules", "bitexact --trace modules"),
+    ("modules_sync", "  hashed on the program's thread"),
     ("ops", "bitexact --trace ops"),
-    ("ops_nosketch", "--trace ops without sketches/args"),
+    ("ops_nosketch", "  without sketches/args"),
+    ("ops_sync", "  hashed on the program's thread"),
+    ("ops_sync_nosketch", "  ... without sketches/args"),
     ("debugmode", "DebugMode + hash_tensor (outputs)"),
     ("debugmode_inputs", "DebugMode + hash_tensor (+inputs)"),
 ];
@@ -43,37 +50,46 @@ fn main() {
         let f = |k: &str| w[k].as_f64();
         let base = f("untraced").expect("untraced");
         println!("{what}:");
-        let cpu_base = f("untraced_cpu").expect("untraced_cpu");
+        let drained_base = f("untraced_drained").expect("untraced_drained");
         println!(
-            "  {:35} {:>8}  {:>14}  {:>8}  {:>14}",
-            "", "wall", "", "CPU", ""
+            "  {:35} {:>8}  {:>14}  {:>15}  {:>8}  {:>8}",
+            "", "wall", "", "drained", "CPU", "thread"
         );
         for (key, name) in MODES {
-            match (f(key), f(&format!("{key}_cpu"))) {
-                (Some(t), Some(c)) => println!(
-                    "  {name:35} {:5.1} ms  {:5.2}x untraced  {:5.1} ms  {:5.2}x untraced",
+            let g = |suffix: &str| f(&format!("{key}{suffix}"));
+            match (f(key), g("_drained"), g("_cpu"), g("_thread")) {
+                (Some(t), Some(d), Some(c), Some(h)) => println!(
+                    "  {name:35} {:5.1} ms  {:5.2}x untraced  {:5.2}x untraced  {:5.1} ms  {:5.1} ms",
                     t * 1e3,
                     t / base,
+                    d / drained_base,
                     c * 1e3,
-                    c / cpu_base
+                    h * 1e3,
                 ),
                 _ => println!("  {name:35} unavailable: {}", w["debugmode_error"]),
             }
         }
-        if let (Some(b), Some(n)) = (f("ops"), f("ops_nosketch")) {
+        for (with, without, how) in [
+            ("ops", "ops_nosketch", "as run"),
+            ("ops_sync", "ops_sync_nosketch", "program's thread"),
+        ] {
+            let time = |k: &str| f(&format!("{k}_drained")).unwrap_or(f64::NAN); // writer waited for
             println!(
-                "  sketches + args: {:+.1}% of a traced step (wall), {:+.1}% (CPU); goal <= 10%",
-                (b / n - 1.0) * 100.0,
-                (f("ops_cpu").unwrap_or(0.0) / f("ops_nosketch_cpu").unwrap_or(1.0) - 1.0) * 100.0
-            );
-            println!(
-                "  ops trace {:.0} bytes per record with sketches, {:.0} without",
-                f("ops_trace_bytes_per_step").unwrap_or(0.0)
-                    / f("ops_records_per_step").unwrap_or(1.0),
-                f("ops_nosketch_trace_bytes_per_step").unwrap_or(0.0)
-                    / f("ops_records_per_step").unwrap_or(1.0)
+                "  sketches + args ({how}): {:+.1}% of a traced step (wall), {:+.1}% (CPU); \
+                 goal <= 10%",
+                (time(with) / time(without) - 1.0) * 100.0,
+                (f(&format!("{with}_cpu")).unwrap_or(f64::NAN)
+                    / f(&format!("{without}_cpu")).unwrap_or(f64::NAN)
+                    - 1.0)
+                    * 100.0
             );
         }
+        println!(
+            "  ops trace {:.0} bytes per record with sketches, {:.0} without",
+            f("ops_trace_bytes_per_step").unwrap_or(0.0) / f("ops_records_per_step").unwrap_or(1.0),
+            f("ops_nosketch_trace_bytes_per_step").unwrap_or(0.0)
+                / f("ops_records_per_step").unwrap_or(1.0)
+        );
         if let (Some(b), Some(d)) = (f("ops"), f("debugmode")) {
             println!(
                 "  ops / DebugMode(outputs)            {:.2}x time (goal <= 1)",

@@ -66,6 +66,9 @@ names! {
     /// `n` > 1: the tracer labels each tensor whose first dimension is a multiple of `n` by
     /// the digests of its `n` row slices (the larger-batch run of `--vary batch`: `n` = B/A).
     TRACE_ROWS_ENV = "BITEXACT_TRACE_ROWS";
+    /// Python: `1` makes the tracer hash on a background thread (the trace writer), `0` on the
+    /// program's thread; unset, the background thread is used where torch leaves a core free.
+    TRACE_BACKGROUND_ENV = "BITEXACT_TRACE_BACKGROUND";
     /// `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
     SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING";
     /// Python: the process of a rank that seeded (its children do not seed again).

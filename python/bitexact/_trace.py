@@ -35,7 +35,10 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 - digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
   result, from the native module, one call per op (:mod:`bitexact._trace_digest`: a tensor
   whose bytes are unchanged since it was last hashed, checked by an XXH3-128 of them, reuses
-  its digest; records are written by :mod:`bitexact._trace_record`); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
+  its digest; records are made by :mod:`bitexact._trace_record` and, where torch leaves a core
+  free, written by a native writer that hashes on a background thread: the program does not
+  wait for SHA-256; :func:`stop` (atexit, ``os._exit``) waits for the queued records, and a
+  process killed by a signal loses them); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
   is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
   (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
   ``sk``: a float64 sketch of each result (norm, largest magnitude, non-finite count, eight
@@ -327,6 +330,8 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
         mode.__enter__()
     hooks += _trace_threads.follow(state, _make_mode if mode is not None else None, torch_dir)
     hooks.append(_trace_compile.install(state, _is_tracer, level))
+    if state.writer is not None:
+        hooks.append(_hooks.drain_on_exit(state, stop))
     # torch.compile(module) warns that global module hooks (the tracer's) fire an extra time
     # for its wrapper: they do nothing for it (_trace_compile.silent).
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "

@@ -11,6 +11,14 @@ write that those miss (through ``.data``, a view, numpy sharing the memory, an e
 pointer) is hashed again. :data:`CACHE` turns the cache off (the tests compare traces with and
 without it).
 
+Where a core is free (:func:`background`), the tracer's records are written by the native
+``TraceWriter`` (``crates/bitexact-python/src/trace_writer.rs``): :func:`describe` (given
+``later``) leaves a NUL byte (:data:`HOLE`) for each fast-path label and collects the tensors,
+which the writer looks up in the same cache, copies when they must be hashed, and hashes (and
+sketches) on a background thread, filling in the labels and the ``"sk"`` field
+(:data:`SKETCH_MARK`) and writing the records in order: the same bytes, without the program's
+thread waiting for SHA-256.
+
 Everything else takes the general path of :mod:`bitexact._digest` (device tensors: hashed on the
 GPU; complex, conjugate and negative views, sparse tensors), and a tensor that cannot be hashed
 (a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an unknown dtype) is
@@ -34,6 +42,40 @@ CACHE = True
 # ``bitexact diff-trace`` judges noise with, src/trace/noise.rs); the op_trace bench turns it
 # off to measure their cost.
 SKETCH = True
+
+# Whether records are written by the native TraceWriter, which hashes on a background thread
+# (see above); False: digests on the program's thread, records by a Python file object; None
+# (the default): when torch leaves a core of this process free (:func:`background`).
+BACKGROUND = None
+
+# Where a label that the TraceWriter fills in goes, and where its "sk" field goes (JSON escapes
+# both bytes inside any string, so a raw one is only ever such a mark).
+HOLE = "\0"
+SKETCH_MARK = "\1"
+
+
+def background():
+    """Whether the tracer hashes on a background thread: :data:`BACKGROUND`, or when it is None,
+    ``$BITEXACT_TRACE_BACKGROUND`` (``1`` or ``0``), or when that is unset, whether torch's intra-op threads leave a core of this process free (where they take every
+    core, the writer's thread competes with them: on 2 cores a traced nanoGPT step got slower
+    with two torch threads, faster with one)."""
+    if BACKGROUND is not None:
+        return BACKGROUND
+    import os
+
+    from . import _protocol
+
+    forced = os.environ.get(_protocol.TRACE_BACKGROUND_ENV, "")
+    if forced in ("0", "1"):
+        return forced == "1"
+
+    import torch
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return torch.get_num_threads() < cores
 
 
 _strided = []  # [torch.strided], once torch is imported
@@ -114,7 +156,7 @@ def _general_rows(t, n, max_bytes, hosts, slow, i):
     return digests
 
 
-def describe(tensors, state, scratch=(), sketch_from=None):
+def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None):
     """``["f32[2,3]:<digest>", ...]`` for the tensors (``scratch``: positions recorded by dtype
     and shape only), hashed together by the native module.
 
@@ -128,7 +170,12 @@ def describe(tensors, state, scratch=(), sketch_from=None):
     contiguous row slices ``t[k*d0/n:(k+1)*d0/n]``, each hashed as the tensor it is (shape
     ``[d0/n, ...]``), so slice k compares with the whole result of the smaller-batch run's call
     that held those requests. A host tensor's slices are parts of its buffer, hashed (and
-    cached) like any tensor in the op's one native call."""
+    cached) like any tensor in the op's one native call.
+
+    With ``later`` (a list; not with row slices), a fast-path tensor's label is :data:`HOLE`:
+    its ``(ptr, nbytes, dtype, shape)`` is appended to ``later`` (for ``TraceWriter.write``)
+    and the tensor that owns the bytes to ``keep``; the sketches are then, for each tensor from
+    ``sketch_from`` on, its index in ``later`` or -1 (None without :data:`SKETCH`)."""
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
     out = [None] * len(tensors)
@@ -167,7 +214,17 @@ def describe(tensors, state, scratch=(), sketch_from=None):
                 slow.append(((i, None), label))
             out[i] = label
     sketches = None if sketch_from is None else [""] * (len(tensors) - sketch_from)
-    if fast and sketches is not None and SKETCH and rows == 1:
+    if later is not None and rows == 1:  # the TraceWriter hashes them: holes, and where
+        base = len(later)
+        later += fast
+        keep += owners
+        sketches = None if sketches is None or not SKETCH else [-1] * len(sketches)
+        for j, (i, _) in enumerate(places):
+            out[i] = HOLE
+            if sketches is not None and i >= sketch_from:
+                sketches[i - sketch_from] = base + j
+        fast = ()
+    elif fast and sketches is not None and SKETCH and rows == 1:
         labels, made = nat.trace_digests(fast, CACHE, [i >= sketch_from for i, _ in places])
         for (i, _), text in zip(places, made):
             if i >= sketch_from:
@@ -192,4 +249,4 @@ def describe(tensors, state, scratch=(), sketch_from=None):
         if name is not None:  # the native module's name of the dtype
             head = name + head[head.index("["):]
         out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
-    return out if sketches is None else (out, sketches)
+    return out if sketch_from is None else (out, sketches)

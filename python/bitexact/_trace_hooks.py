@@ -88,3 +88,21 @@ def pause_loading():
         setattr(cls, name, wrapper)
         handles.append(_Restore(cls, name, original))
     return handles
+
+
+def drain_on_exit(state, stop):
+    """Makes ``os._exit`` in the traced process call ``stop`` first, so the records the
+    background writer still holds reach the trace (atexit does not run there; a forked child's
+    ``os._exit`` is left alone). Returns the handle that puts the original back."""
+    original = os._exit
+
+    def _exit(status, _original=original):
+        if os.getpid() == state.pid:
+            try:
+                stop()
+            except Exception:  # exiting anyway: the trace is as complete as it could be made
+                pass
+        _original(status)
+
+    os._exit = _exit
+    return _Restore(os, "_exit", original)

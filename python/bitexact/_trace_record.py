@@ -40,9 +40,13 @@ def line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="",
     """The record's JSON line (``"v": 2``), newline-terminated; then, only when there are,
     ``"args"`` (the op's non-tensor arguments, :func:`arguments`), ``"sk"`` (a sketch of each
     result, ``src/trace/sketch.rs``: digits, ``e.-,|``, ``NaN`` and ``inf`` only, which JSON
-    writes as they are) and ``"thread"`` (a thread other than the one that started tracing)."""
+    writes as they are) and ``"thread"`` (a thread other than the one that started tracing).
+    ``sketches`` = ``"\1"``: the background writer's mark for the ``"sk"`` field
+    (:data:`bitexact._trace_digest.SKETCH_MARK`), written as it is."""
     tail = ',"args":%s' % _quote(args) if args else ""
-    if any(sketches):
+    if sketches == "\1":
+        tail += sketches
+    elif any(sketches):
         tail += ',"sk":[%s]' % _labels(sketches)
     tail += ',"thread":%s}\n' % _quote(thread) if thread else "}\n"
     return '{"v":2,"step":%d,"rank":%d,"phase":%s,"module":%s,"op":%s,"occ":%d,"src":%s,' \

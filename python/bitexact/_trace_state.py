@@ -6,7 +6,7 @@ neither, so the tracer's modules form no import cycle."""
 import os
 import threading
 
-from . import _protocol, _trace_record
+from . import _protocol, _trace_digest, _trace_record
 from ._trace_digest import describe  # noqa: F401  (the collectives describe their inputs)
 
 # [rank, thread, step, phase, module, op, occurrence] of the op whose tensors are saved here
@@ -44,9 +44,18 @@ class State:
     and row slicing (``rows``)."""
 
     def __init__(self, path, rank, max_bytes, steps, skip, rows=1):
-        # Line-buffered: each record reaches the file as it is made, so the trace of a run
+        # The native writer (_trace_digest.background()) hashes and writes on its own thread,
+        # flushing each batch it finds (every millisecond at most); stop() (atexit, and os._exit, see _trace)
+        # drains it; a process killed by a signal loses the records still queued. Else
+        # line-buffered: each record reaches the file as it is made, so the trace of a run
         # bitexact stops early (or that crashes) holds every op made before.
-        self.file = open(path, "w", buffering=1)
+        self.writer = self.file = None
+        if _trace_digest.background():
+            from . import _digest
+
+            self.writer = _digest.native().TraceWriter(path, _trace_digest.SKETCH)
+        else:
+            self.file = open(path, "w", buffering=1)
         self.lock = threading.Lock()
         self.rank = rank
         self.max_bytes = max_bytes
@@ -67,7 +76,9 @@ class State:
 
     def close(self):
         with self.lock:
-            if not self.file.closed:
+            if self.writer is not None:
+                self.writer.close()  # does nothing in a forked child
+            elif not self.file.closed:
                 self.file.close()
 
 
@@ -142,18 +153,29 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
     scratch = _SCRATCH_RESULTS.get(op.split(".")[0], ())
     if scratch_outs:
         scratch = set(scratch) | set(scratch_outs)
+    writer = state.writer
+    later, keep = ([], []) if writer is not None else (None, None)
     if described_ins is None:
         n = len(ins)
         described, sketches = describe(ins + outs, state,
-                                       {n + i for i in scratch} if scratch else (), n)
+                                       {n + i for i in scratch} if scratch else (), n,
+                                       later, keep)
         described_ins, described_outs = described[:n], described[n:]
     else:
-        described_outs, sketches = describe(outs, state, scratch, 0)
+        described_outs, sketches = describe(outs, state, scratch, 0, later, keep)
+    slots = None
+    if writer is not None and state.rows == 1 and sketches:  # indices in later (or -1)
+        if max(sketches) >= 0:
+            slots, sketches = sketches, _trace_digest.SKETCH_MARK
+        else:
+            sketches = ()
     line = _trace_record.line(step, state.rank, phase, module, op, occ,
                               _trace_record.source(state.skip_dirs), described_ins,
-                              described_outs, thread, args, sketches)
+                              described_outs, thread, args, sketches or ())
     with state.lock:
-        if not state.file.closed:
+        if writer is not None:  # keep holds the tensors until their bytes are read
+            writer.write(line, later, _trace_digest.CACHE, slots)
+        elif not state.file.closed:
             state.file.write(line)
 
 

@@ -1,7 +1,8 @@
 """The op tracer's fast digests (bitexact._trace_digest, the native trace_digests cache) and
 record lines (bitexact._trace_record): a tensor changed between two ops, by any means, is hashed
-again; traces with the cache, without it, and through the general path with json.dumps records
-(what the tracer wrote before) are byte for byte the same."""
+again; traces with the cache, without it, hashed on the program's thread or the background
+writer's, and through the general path with json.dumps records (what the tracer wrote before)
+are byte for byte the same."""
 
 import ctypes
 import json
@@ -130,14 +131,19 @@ def test_traces_with_and_without_the_cache_and_the_general_path_are_the_same(
         with open(path, "rb") as f:
             return f.read()
 
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)  # whatever the cores
     cached = run("cached.jsonl")
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", False)  # hashed on the program's thread
+    synchronous = run("synchronous.jsonl")
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
     monkeypatch.setattr(_trace_digest, "CACHE", False)
     uncached = run("uncached.jsonl")
     # What the tracer did before: every tensor through bitexact._digest, records by json.dumps.
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", False)
     monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes: None)
     monkeypatch.setattr(_trace_record, "line", _json_line)
     general = run("general.jsonl")
-    assert cached == uncached
+    assert cached == synchronous == uncached
     # The general path makes no sketches (host tensors on the fast path have them).
     assert b'"sk":["' in cached
 

@@ -13,6 +13,8 @@
 //! - [`digest_bytes`]: the same over a `bytes` object.
 //! - [`trace::trace_digests`]: an op's tensors for the op tracer, labelled as trace records
 //!   show them, with a cache of digests checked against the bytes (see [`trace`]).
+//! - [`trace_writer::TraceWriter`]: the op tracer's trace file, written in order by a
+//!   background thread that also hashes the records' tensors (see [`trace_writer`]).
 //! - [`pytest`]: what the pytest plugin needs: `bitexact run` returning its report, the
 //!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
 //! - [`cuda_status`] / [`digest_cuda_ptr`]: the same digest of device memory, chunks hashed by
@@ -33,6 +35,7 @@ use std::path::PathBuf;
 
 mod pytest;
 mod trace;
+mod trace_writer;
 
 /// Counts heap bytes so `bitexact run` and `report` show peak memory per run, as the binary
 /// does.
@@ -223,6 +226,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_digests, m)?)?;
+    m.add_class::<trace_writer::TraceWriter>()?;
     m.add_function(wrap_pyfunction!(pytest::run_report, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::explain, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::same, m)?)?;

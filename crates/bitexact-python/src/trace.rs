@@ -29,24 +29,24 @@ use pyo3::prelude::*;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use xxhash_rust::xxh3::xxh3_128;
 
 /// Hex digits of a digest that a trace record keeps.
 const DIGEST_HEX: usize = 32;
 
 /// Buffers the cache holds before it starts over (about 100 bytes each).
-const CACHE_ENTRIES: usize = 1 << 16;
+pub(crate) const CACHE_ENTRIES: usize = 1 << 16;
 
 /// An op's tensors to hash are hashed in parallel (rayon) above this many bytes in all, as
 /// `digests_ptr` does. Not lower: on a busy 2-core machine (the pool's threads wait to be
 /// scheduled) a traced nanoGPT step took 6.5x its untraced time with 256 KiB against 5.6x
 /// with every op on one thread, and three 192 KiB tensors hashed no faster in parallel.
-const PARALLEL_BYTES: usize = bitexact::digest::CHUNK_BYTES;
+pub(crate) const PARALLEL_BYTES: usize = bitexact::digest::CHUNK_BYTES;
 
 /// A host buffer read as a tensor.
 #[derive(PartialEq, Eq, Hash)]
-struct Key {
+pub(crate) struct Key {
     ptr: usize,
     nbytes: usize,
     dtype: DType,
@@ -54,29 +54,33 @@ struct Key {
 }
 
 /// What a buffer held when it was last hashed: the XXH3-128 of its bytes, their digest and,
-/// once asked for, their sketch's text.
-struct Seen {
-    check: u128,
-    digest: Digest,
-    sketch: Option<String>,
+/// once asked for, their sketch's text (unset while the background writer still hashes them,
+/// [`super::trace_writer`]).
+pub(crate) struct Seen {
+    pub(crate) check: u128,
+    pub(crate) hashed: Arc<OnceLock<Hashed>>,
 }
+
+/// The digest cache: a buffer's key and what it held when last hashed.
+pub(crate) type CacheMap = HashMap<Key, Seen>;
 
 /// A digest and, when asked for, the sketch's text (`""` for a dtype without one).
-type Hashed = (Digest, Option<String>);
+pub(crate) type Hashed = (Digest, Option<String>);
 
 /// The sketch text of `t` (`""` for a dtype that is not floating point).
-fn sketch(t: &Host) -> String {
-    Sketch::of(t.dtype, t.data()).map_or(String::new(), |s| s.text())
+pub(crate) fn sketch(dtype: DType, data: &[u8]) -> String {
+    Sketch::of(dtype, data).map_or(String::new(), |s| s.text())
 }
 
-static CACHE: LazyLock<Mutex<HashMap<Key, Seen>>> = LazyLock::new(Default::default);
+static CACHE: LazyLock<Mutex<CacheMap>> = LazyLock::new(Default::default);
 
-fn cache() -> std::sync::MutexGuard<'static, HashMap<Key, Seen>> {
+/// The digest cache, locked.
+pub(crate) fn cache() -> std::sync::MutexGuard<'static, CacheMap> {
     CACHE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The buffer's key in the cache.
-fn key(t: &Host) -> Key {
+pub(crate) fn key(t: &Host) -> Key {
     Key {
         ptr: t.ptr,
         nbytes: t.nbytes,
@@ -92,7 +96,7 @@ fn lookup(t: &Host) -> (u128, Option<Hashed>) {
     let hit = cache()
         .get(&key(t))
         .filter(|seen| seen.check == check)
-        .map(|seen| (seen.digest, seen.sketch.clone()));
+        .and_then(|seen| seen.hashed.get().cloned()); // one still being hashed: a miss
     (check, hit)
 }
 
@@ -117,7 +121,7 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
     let bytes: usize = todo.iter().map(|&i| tensors[i].nbytes).sum();
     let one = |i: usize| -> Hashed {
         let t = &tensors[i];
-        (t.digest(), wants(i).then(|| sketch(t)))
+        (t.digest(), wants(i).then(|| sketch(t.dtype, t.data())))
     };
     let computed: Vec<Hashed> = if todo.len() > 1 && bytes > PARALLEL_BYTES {
         todo.par_iter().map(|&i| one(i)).collect()
@@ -131,15 +135,8 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
         }
         for (&i, (digest, sketch)) in todo.iter().zip(&computed) {
             let check = looked[i].0;
-            let (digest, sketch) = (*digest, sketch.clone());
-            c.insert(
-                key(&tensors[i]),
-                Seen {
-                    check,
-                    digest,
-                    sketch,
-                },
-            );
+            let hashed = Arc::new(OnceLock::from((*digest, sketch.clone())));
+            c.insert(key(&tensors[i]), Seen { check, hashed });
         }
     }
     let mut computed = computed.into_iter();
@@ -156,9 +153,15 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
 /// `dtype[d0,d1,...]:<first DIGEST_HEX hex digits of d>`, as trace records show a tensor.
 fn label(t: &Host, d: &Digest) -> String {
     let mut s = String::with_capacity(16 + 4 * t.shape.len() + DIGEST_HEX);
-    s.push_str(t.dtype.name());
+    push_label(&mut s, t.dtype, &t.shape, d);
+    s
+}
+
+/// Appends the label of a `dtype` tensor of `shape` with digest `d` to `s`.
+pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Digest) {
+    s.push_str(dtype.name());
     s.push('[');
-    for (i, n) in t.shape.iter().enumerate() {
+    for (i, n) in shape.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
@@ -168,7 +171,6 @@ fn label(t: &Host, d: &Digest) -> String {
     for b in &d.0[..DIGEST_HEX / 2] {
         let _ = write!(s, "{b:02x}");
     }
-    s
 }
 
 /// The trace labels (`f32[2,3]:<32 hex digits>`) of host tensors given as

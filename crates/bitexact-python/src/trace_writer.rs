@@ -1,0 +1,468 @@
+//! [`TraceWriter`]: the op tracer's trace file (`python/bitexact/_trace_state.py`), written by a
+//! background thread that also computes the SHA-256 digests (and float64 sketches) the
+//! program's thread would otherwise wait for.
+//!
+//! While a traced program runs, most of its time is single-threaded Python, so another core is
+//! mostly idle. A record reaches [`TraceWriter::write`] as its JSON line with a NUL byte where
+//! each host tensor's label goes (JSON escapes a NUL in any string, so a raw one is only ever
+//! such a hole) and the tensors by address, as [`super::trace::trace_digests`] takes them; where
+//! the record's `"sk"` field goes, a byte 1 (also escaped in any JSON string), filled with the
+//! sketches of the results it names, or nothing when none has one, as the synchronous path. On
+//! the caller's thread each tensor is looked up in the digest cache of [`super::trace`] (an
+//! XXH3-128 of its bytes); a miss copies the bytes (a copy is far cheaper than SHA-256) and
+//! leaves the hashing to the writer's thread, which fills in the labels and writes the records
+//! in the order they were made, byte for byte what the synchronous path writes. The copy is
+//! made before the call returns, so a program that changes the tensor right after the op
+//! still gets the digest of the bytes the op saw.
+//!
+//! Memory is bounded: past [`QUEUED_BYTES`] copied bytes waiting to be hashed, a tensor is
+//! hashed on the caller's thread; hashed copies' buffers are kept for reuse up to
+//! [`POOL_BYTES`]. The tracer uses the writer only where torch's threads leave a core free
+//! (`bitexact._trace_digest.background()`): where they take every core, the writer's thread
+//! competes with them and a traced step got slower. Records are queued without waking the
+//! writer's thread, which looks for them every [`POLL`] and writes (and flushes) each batch it
+//! finds. [`TraceWriter::close`] (the tracer's `stop()`: at interpreter exit through `atexit`,
+//! and before `os._exit`) waits until every record is written and closes the file. A process
+//! killed by a signal or a crash loses the records still queued, as a process killed mid-write
+//! loses its buffered output. A forked child (a DataLoader worker) does not have the writer's
+//! thread: there the writer is never used (the tracer records in the process that started it
+//! only), and writing, closing or dropping it does nothing.
+
+use super::trace::{self, Hashed, Seen, CACHE_ENTRIES, PARALLEL_BYTES};
+use super::Host;
+use bitexact::digest::digest_parts;
+use bitexact::DType;
+use pyo3::exceptions::{PyIOError, PyValueError};
+use pyo3::prelude::*;
+use rayon::prelude::*;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use xxhash_rust::xxh3::xxh3_128;
+
+/// Bytes copied and not yet hashed, at most: past it, a tensor is hashed on the caller's
+/// thread.
+const QUEUED_BYTES: usize = 256 << 20;
+
+/// Bytes of copy buffers kept for reuse, at most, and how many buffers: a reused buffer costs
+/// no allocation and no page faults (a fresh large one is mapped and faulted in page by page,
+/// on the program's thread).
+const POOL_BYTES: usize = 64 << 20;
+const POOL_BUFFERS: usize = 256;
+
+/// Copy buffers the writer's thread has hashed, for the next copies.
+#[derive(Default)]
+struct Pool {
+    buffers: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+type SharedPool = Arc<Mutex<Pool>>;
+
+/// A buffer holding a copy of `data`: the smallest pooled one large enough, or a new one.
+fn copy(pool: &SharedPool, data: &[u8]) -> Vec<u8> {
+    let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
+    let best = (p.buffers.iter().enumerate())
+        .filter(|(_, b)| b.capacity() >= data.len())
+        .min_by_key(|(_, b)| b.capacity())
+        .map(|(i, _)| i);
+    let mut buf = match best {
+        Some(i) => {
+            let b = p.buffers.swap_remove(i);
+            p.bytes -= b.capacity();
+            b
+        }
+        None => Vec::with_capacity(data.len()),
+    };
+    drop(p);
+    buf.clear();
+    buf.extend_from_slice(data);
+    buf
+}
+
+/// Keeps `buf` for reuse unless the pool is full.
+fn recycle(pool: &SharedPool, buf: Vec<u8>) {
+    let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
+    if p.buffers.len() < POOL_BUFFERS && p.bytes + buf.capacity() <= POOL_BYTES {
+        p.bytes += buf.capacity();
+        p.buffers.push(buf);
+    }
+}
+
+/// Where a tensor's digest comes from.
+enum Source {
+    /// Known when the record was made (a cache hit, or hashed on the caller's thread).
+    Ready(Hashed),
+    /// A copy of the bytes, hashed on the writer's thread, which also fills the cache entry.
+    Hash(Vec<u8>, Arc<OnceLock<Hashed>>),
+    /// The digest of a copy an earlier record (or this one) queued: the writer's thread handles
+    /// records in order, so it is known when this record's turn comes.
+    Wait(Arc<OnceLock<Hashed>>),
+}
+
+/// One tensor of a record.
+struct Slot {
+    dtype: DType,
+    shape: Vec<usize>,
+    source: Source,
+}
+
+/// A record: its line with a NUL for each slot's label (and a byte 1 for its sketches), and
+/// for each result, the slot whose sketch it shows (`None`: no sketch).
+struct Record {
+    line: String,
+    slots: Vec<Slot>,
+    sketches: Vec<Option<usize>>,
+}
+
+/// The writer's thread's result: the first write error, if any.
+type Done = JoinHandle<std::io::Result<()>>;
+
+/// Records waiting for the writer's thread, and whether the writer was closed.
+#[derive(Default)]
+struct Queue {
+    records: Vec<Record>,
+    closed: bool,
+}
+
+/// The queue and the condition the writer's thread waits on (signalled at close only).
+type SharedQueue = Arc<(Mutex<Queue>, Condvar)>;
+
+/// How long the writer's thread waits when it finds no record. A record is queued without
+/// waking the thread: a wake-up is a system call on the program's thread, and with one per
+/// record, a traced step of a small transformer took longer than hashing on the program's
+/// thread (21.9 ms against 18.6 ms).
+const POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A trace file written by a background thread that hashes the tensors of its records (see the
+/// module doc).
+#[pyclass(module = "bitexact._native")]
+pub struct TraceWriter {
+    queue: SharedQueue,
+    thread: Mutex<Option<Done>>,
+    queued: Arc<AtomicUsize>,
+    pool: SharedPool,
+    pid: u32,
+    sketch: bool,
+}
+
+/// Hashes the copies of `rec` (with their sketches when `sketch`), fills in its labels and
+/// sketches and returns the line.
+fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketch: bool) -> String {
+    let todo: Vec<&Slot> = rec
+        .slots
+        .iter()
+        .filter(|s| matches!(s.source, Source::Hash(..)))
+        .collect();
+    let hash = |s: &&Slot| {
+        if let Source::Hash(bytes, hashed) = &s.source {
+            let digest = digest_parts(s.dtype, &s.shape, bytes);
+            let _ = hashed.set((digest, sketch.then(|| trace::sketch(s.dtype, bytes))));
+            bytes.len()
+        } else {
+            0
+        }
+    };
+    let done: usize = if todo.len() > 1 && total(&todo) > PARALLEL_BYTES {
+        todo.par_iter().map(hash).sum()
+    } else {
+        todo.iter().map(hash).sum()
+    };
+    let hashed: Vec<&Hashed> = (rec.slots.iter())
+        .map(|s| match &s.source {
+            Source::Ready(h) => h,
+            Source::Hash(_, h) | Source::Wait(h) => h.wait(),
+        })
+        .collect();
+    let mut line = String::with_capacity(rec.line.len() + 64 * rec.slots.len());
+    let (mut next, mut start) = (0, 0);
+    for (at, b) in rec.line.bytes().enumerate() {
+        if b > 1 {
+            continue;
+        }
+        line.push_str(&rec.line[start..at]); // bytes 0 and 1 are ASCII: char boundaries
+        start = at + 1;
+        if b == 0 {
+            let s = &rec.slots[next];
+            trace::push_label(&mut line, s.dtype, &s.shape, &hashed[next].0);
+            next += 1;
+        } else {
+            push_sketches(&mut line, &rec.sketches, &hashed);
+        }
+    }
+    line.push_str(&rec.line[start..]);
+    for s in rec.slots {
+        if let Source::Hash(buf, _) = s.source {
+            recycle(pool, buf);
+        }
+    }
+    queued.fetch_sub(done, Ordering::Relaxed);
+    line
+}
+
+/// `,"sk":["<sketch>",…]` of the results (`""` for one without a sketch), as
+/// `python/bitexact/_trace_record.py` writes it; nothing when no result has one.
+fn push_sketches(line: &mut String, sketches: &[Option<usize>], hashed: &[&Hashed]) {
+    let text = |k: &Option<usize>| k.and_then(|i| hashed[i].1.as_deref()).unwrap_or("");
+    if sketches.iter().all(|k| text(k).is_empty()) {
+        return;
+    }
+    line.push_str(",\"sk\":[");
+    for (j, k) in sketches.iter().enumerate() {
+        if j > 0 {
+            line.push(',');
+        }
+        line.push('"');
+        line.push_str(text(k)); // digits, `e.-,|;`, NaN and inf only: nothing to escape
+        line.push('"');
+    }
+    line.push(']');
+}
+
+/// The bytes of the copies among `todo`.
+fn total(todo: &[&Slot]) -> usize {
+    todo.iter()
+        .map(|s| match &s.source {
+            Source::Hash(b, _) => b.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The writer's thread: records in order until the writer is closed, flushed after each batch
+/// it finds queued. After a write error it keeps hashing (so later records' digests are known)
+/// and returns the error.
+fn run(
+    file: File,
+    queue: SharedQueue,
+    queued: Arc<AtomicUsize>,
+    pool: SharedPool,
+    sketch: bool,
+) -> std::io::Result<()> {
+    let mut out = BufWriter::new(file);
+    let mut result = Ok(());
+    let (lock, wake) = &*queue;
+    loop {
+        let (batch, closed) = {
+            let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
+            if q.records.is_empty() && !q.closed {
+                q = (wake.wait_timeout(q, POLL))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            (std::mem::take(&mut q.records), q.closed)
+        };
+        if batch.is_empty() {
+            if closed {
+                break;
+            }
+            continue;
+        }
+        for rec in batch {
+            let line = finish(rec, &queued, &pool, sketch);
+            if result.is_ok() {
+                result = out.write_all(line.as_bytes());
+            }
+        }
+        if result.is_ok() {
+            result = out.flush();
+        }
+    }
+    result.and(out.flush())
+}
+
+/// Marks `queue` closed and wakes its writer's thread.
+fn close_queue(queue: &SharedQueue) {
+    let (lock, wake) = &**queue;
+    lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+    wake.notify_one();
+}
+
+impl TraceWriter {
+    /// The slot of `t`: from the cache (`c`, when `use_cache`; not a digest without the
+    /// sketch `want`s), hashed now when the queue is full, else a copy for the writer's thread.
+    fn slot(&self, t: &Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
+        let check = if use_cache { xxh3_128(t.data()) } else { 0 };
+        let hit = c
+            .get(&trace::key(t))
+            .filter(|s| use_cache && s.check == check)
+            .and_then(|seen| match seen.hashed.get() {
+                Some(h) if want && h.1.is_none() => None,
+                Some(h) => Some(Source::Ready(h.clone())),
+                // Queued by this writer, which makes a sketch whenever records have them.
+                None => Some(Source::Wait(seen.hashed.clone())),
+            });
+        let source = hit.unwrap_or_else(|| {
+            let (source, hashed) = if self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES
+            {
+                let h = (
+                    t.digest(),
+                    self.sketch.then(|| trace::sketch(t.dtype, t.data())),
+                );
+                (Source::Ready(h.clone()), Arc::new(OnceLock::from(h)))
+            } else {
+                self.queued.fetch_add(t.nbytes, Ordering::Relaxed);
+                let hashed = Arc::new(OnceLock::new());
+                let bytes = copy(&self.pool, t.data());
+                (Source::Hash(bytes, hashed.clone()), hashed)
+            };
+            if use_cache {
+                c.insert(trace::key(t), Seen { check, hashed });
+            }
+            source
+        });
+        Slot {
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            source,
+        }
+    }
+
+    /// Whether this process is the one that started the writer's thread.
+    fn mine(&self) -> bool {
+        std::process::id() == self.pid
+    }
+}
+
+#[pymethods]
+impl TraceWriter {
+    /// Creates (truncates) the trace file at `path` and starts the writer's thread; with
+    /// `sketch`, the tensors it hashes also get their float64 sketches (the records' `"sk"`).
+    #[new]
+    #[pyo3(signature = (path, sketch=true))]
+    fn new(path: PathBuf, sketch: bool) -> PyResult<TraceWriter> {
+        let file = File::create(&path)
+            .map_err(|e| PyIOError::new_err(format!("{}: {e}", path.display())))?;
+        let queue = SharedQueue::default();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let pool = SharedPool::default();
+        let (q, p, r) = (queued.clone(), pool.clone(), queue.clone());
+        let thread = std::thread::Builder::new()
+            .name("bitexact-trace".into())
+            .spawn(move || run(file, r, q, p, sketch))
+            .map_err(|e| PyIOError::new_err(format!("cannot start the trace writer: {e}")))?;
+        Ok(TraceWriter {
+            queue,
+            thread: Mutex::new(Some(thread)),
+            queued,
+            pool,
+            pid: std::process::id(),
+            sketch,
+        })
+    }
+
+    /// Queues one record: `line` with a NUL byte where each of `items`' labels goes, `items`
+    /// the host tensors as [`super::trace::trace_digests`] takes them (the caller keeps them
+    /// alive for the call; their bytes are read, and copied when they must be hashed, before
+    /// it returns). `cache`: whether a digest may be reused (the cache of
+    /// [`super::trace`]). `sketches`: for each result of the record, the index in `items` of
+    /// the tensor whose sketch it shows, or -1; the line then has a byte 1 where its `"sk"`
+    /// field goes. After [`TraceWriter::close`], and in a forked child, does nothing.
+    #[pyo3(signature = (line, items, cache=true, sketches=None))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        line: String,
+        items: Vec<(usize, usize, String, Vec<usize>)>,
+        cache: bool,
+        sketches: Option<Vec<i64>>,
+    ) -> PyResult<()> {
+        if !self.mine() {
+            return Ok(());
+        }
+        let tensors = Host::all(items)?;
+        let holes = line.bytes().filter(|&b| b == 0).count();
+        if holes != tensors.len() {
+            return Err(PyValueError::new_err(format!(
+                "a record with {holes} label holes and {} tensors",
+                tensors.len()
+            )));
+        }
+        let sketches: Vec<Option<usize>> = (sketches.unwrap_or_default().into_iter())
+            .map(|k| usize::try_from(k).ok())
+            .collect();
+        let marks = line.bytes().filter(|&b| b == 1).count();
+        if marks != usize::from(!sketches.is_empty())
+            || sketches.iter().flatten().any(|&k| k >= tensors.len())
+        {
+            return Err(PyValueError::new_err(format!(
+                "a record with {marks} sketch marks and sketches {sketches:?} of {} tensors",
+                tensors.len()
+            )));
+        }
+        let mut want = vec![false; tensors.len()];
+        for &k in sketches.iter().flatten() {
+            want[k] = self.sketch;
+        }
+        py.detach(|| {
+            let (lock, _) = &*self.queue;
+            if lock.lock().unwrap_or_else(|e| e.into_inner()).closed {
+                return Ok(());
+            }
+            // The cache stays locked until the record is queued: a later record that waits on
+            // one of its copies is queued after it.
+            let mut c = trace::cache();
+            if c.len() + tensors.len() > CACHE_ENTRIES {
+                c.clear();
+            }
+            let slots = (tensors.iter().zip(want))
+                .map(|(t, w)| self.slot(t, &mut c, cache, w))
+                .collect();
+            let rec = Record {
+                line,
+                slots,
+                sketches,
+            };
+            let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
+            if q.closed {
+                // Closed meanwhile (by another thread): the copies' digests are still made,
+                // since the cache holds them and a later writer would wait for them.
+                drop(q);
+                finish(rec, &self.queued, &self.pool, self.sketch);
+                return Ok(());
+            }
+            q.records.push(rec);
+            Ok(())
+        })
+    }
+
+    /// Writes every queued record, closes the file and returns the first write error, if any
+    /// (idempotent). In a forked child, does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.mine() {
+            return Ok(());
+        }
+        close_queue(&self.queue);
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match thread {
+            None => Ok(()),
+            Some(t) => match py.detach(|| t.join()) {
+                Ok(result) => result.map_err(|e| PyIOError::new_err(format!("trace: {e}"))),
+                Err(_) => Err(PyIOError::new_err("the trace writer panicked")),
+            },
+        }
+    }
+}
+
+impl Drop for TraceWriter {
+    /// Closes the writer when it is dropped unclosed; in a forked child, leaks its thread's
+    /// handle (the thread belongs to the parent).
+    fn drop(&mut self) {
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if self.mine() {
+            close_queue(&self.queue);
+            if let Some(t) = thread {
+                let _ = t.join();
+            }
+        } else {
+            std::mem::forget(thread);
+        }
+    }
+}

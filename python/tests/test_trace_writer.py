@@ -1,0 +1,147 @@
+"""The op tracer's background writer (the native TraceWriter, bitexact._trace_digest.background):
+traces byte for byte those of the synchronous path (sketches included), digests of the bytes an
+op saw even when the program changes them right after, every record written at exit and at
+``os._exit``, forked children left alone, malformed records refused."""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from bitexact import _digest  # noqa: E402
+
+pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
+
+import bitexact  # noqa: E402
+from bitexact import _trace, _trace_digest  # noqa: E402
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture
+def trace(tmp_path, monkeypatch):
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)  # whatever the cores
+    path = str(tmp_path / "t.jsonl")
+    yield path
+    _trace.stop()
+
+
+def chain():
+    """Results read by the next op while their digests may still be computed, tensors changed
+    in place, read twice in one op, over the writer's parallel threshold."""
+    x = torch.ones(1 << 18)
+    for i in range(20):
+        y = x * x
+        x.add_(y[:1].sum())
+        x = torch.cat([x[1:], x[:1]]) if i % 3 else x + 1
+    big = torch.arange(3 << 18, dtype=torch.float32)
+    (big * 2, big + 1, big.t())
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_background_and_synchronous_traces_are_the_same(tmp_path, monkeypatch, cache):
+    monkeypatch.setattr(_trace_digest, "CACHE", cache)
+
+    def run(name, background):
+        monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+        path = str(tmp_path / name)
+        _trace.start(path)
+        try:
+            chain()
+        finally:
+            _trace.stop()
+        with open(path, "rb") as f:
+            return f.read()
+
+    background = run("background.jsonl", True)
+    assert background == run("synchronous.jsonl", False)
+    assert background.count(b"\n") > 60 and b"\0" not in background and b"\1" not in background
+    assert b'"sk":["' in background  # the float results' sketches, made on the writer's thread
+
+
+def test_a_tensor_changed_right_after_an_op_keeps_the_digest_the_op_made(trace):
+    _trace.start(trace)
+    x = torch.arange(1 << 18, dtype=torch.float32)
+    y = x * 2
+    ctypes.memset(y.data_ptr(), 0, y.nbytes)  # untraced, before the digest could be computed
+    y.data.fill_(5.0)
+    y * 1
+    _trace.stop()
+    muls = [r for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    want = torch.arange(1 << 18, dtype=torch.float32) * 2
+    assert muls[0]["out"] == ["f32[262144]:" + bitexact.digest(want)[:32]]
+    assert muls[1]["in"][0] == "f32[262144]:" + bitexact.digest(torch.full((1 << 18,), 5.0))[:32]
+
+
+def test_a_record_needs_a_hole_per_tensor(tmp_path):
+    writer = _digest.native().TraceWriter(str(tmp_path / "w.jsonl"))
+    t = torch.ones(2)
+    with pytest.raises(ValueError, match="holes"):
+        writer.write("{}\n", [(t.data_ptr(), t.nbytes, "f32", [2])])
+    with pytest.raises(ValueError, match="sketch marks"):
+        writer.write('["\0"]\n', [(t.data_ptr(), t.nbytes, "f32", [2])], True, [0])
+    with pytest.raises(ValueError, match="sketch marks"):
+        writer.write('["\0"]\1\n', [(t.data_ptr(), t.nbytes, "f32", [2])], True, [1])
+    writer.write('["\0"]\n', [(t.data_ptr(), t.nbytes, "f32", [2])])
+    writer.close()
+    writer.close()
+    writer.write("[]\n", [])  # closed: nothing
+    want = '["f32[2]:%s"]\n' % bitexact.digest(t)[:32]
+    assert (tmp_path / "w.jsonl").read_text() == want
+
+
+EXIT = """
+import atexit, os, sys, torch, bitexact._trace as t, bitexact._trace_digest as d
+d.BACKGROUND = True
+t.start(sys.argv[1])
+atexit.register(t.stop)
+x = torch.ones(1 << 16)
+pid = os.fork()
+if pid == 0:  # a forked child: not traced; stopping there leaves the parent's writer alone
+    torch.ones(2) * 3  # small: OpenMP's threads are gone after a fork
+    t.stop()
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+for i in range(300):
+    x = x + 1
+"""
+
+
+def test_every_record_is_written_at_exit_and_a_forked_child_leaves_the_writer_alone(tmp_path):
+    path = str(tmp_path / "t.jsonl")
+    subprocess.run([sys.executable, "-c", EXIT, path], check=True, timeout=300)
+    rs = records(path)
+    assert [r["op"] for r in rs] == ["aten::ones"] + ["aten::add.Tensor"] * 300
+    assert rs[-1]["out"] == ["f32[65536]:" + bitexact.digest(torch.full((1 << 16,), 301.0))[:32]]
+
+
+DRAIN = """
+import os, sys, torch, bitexact._trace as t, bitexact._trace_digest as d
+d.BACKGROUND = True
+t.start(sys.argv[1])
+x = torch.ones(1 << 18)
+for i in range(200):
+    x = x + 1
+sys.stdout.flush()
+os._exit(3)  # no atexit: the tracer drains the writer first
+"""
+
+
+def test_os_exit_writes_every_queued_record(tmp_path):
+    path = str(tmp_path / "t.jsonl")
+    done = subprocess.run([sys.executable, "-c", DRAIN, path], timeout=300)
+    assert done.returncode == 3
+    rs = records(path)
+    assert [r["op"] for r in rs] == ["aten::ones"] + ["aten::add.Tensor"] * 200
+    last = torch.full((1 << 18,), 201.0)
+    labels, sketches = _digest.native().trace_digests(
+        [(last.data_ptr(), last.nbytes, "f32", [1 << 18])], False, [True])
+    assert rs[-1]["out"] == labels and rs[-1]["sk"] == sketches
+    assert labels[0] == "f32[262144]:" + bitexact.digest(last)[:32]
