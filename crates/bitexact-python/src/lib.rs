@@ -230,7 +230,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pytest::run_report, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::explain, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::same, m)?)?;
-    m.add_function(wrap_pyfunction!(pytest::run_digest, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::snapshot_check, m)?)?;
     Ok(())
 }

@@ -5,7 +5,6 @@
 //!   `bitexact.check(..., isolate=True)` and of the `@pytest.mark.bitexact` marker;
 //! - [`explain`]: how two tensors differ ([`bitexact::explain_diff`]), and [`same`]: whether
 //!   they are bit for bit the same, for in-process checks;
-//! - [`run_digest`]: the run digest over named tensor digests;
 //! - [`snapshot_check`]: the snapshot assertion of `cargo test`
 //!   ([`bitexact::snapshot::check_matches`]): the `.snap` format, platform classes, pending
 //!   `.snap.new` and CI rules, for `bitexact.assert_snapshot`.
@@ -95,12 +94,6 @@ fn parse_digests(digests: &BTreeMap<String, String>) -> PyResult<BTreeMap<String
                 .ok_or_else(|| PyValueError::new_err(format!("{k}: {v:?} is not a digest")))
         })
         .collect()
-}
-
-/// The run digest (hex) over `{name: hex digest}`, as every report computes it.
-#[pyfunction]
-pub fn run_digest(digests: BTreeMap<String, String>) -> PyResult<String> {
-    Ok(digest::run_digest(&parse_digests(&digests)?).hex())
 }
 
 /// Compares `{name: hex digest}` of the test `name` with its committed snapshot under `dir`,

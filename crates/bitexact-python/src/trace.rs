@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::XxHash3_128;
 
 /// Hex digits of a digest that a trace record keeps.
 const DIGEST_HEX: usize = 32;
@@ -92,7 +92,7 @@ pub(crate) fn key(t: &Host) -> Key {
 /// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest
 /// and sketch (`None` when it was never asked for).
 fn lookup(t: &Host) -> (u128, Option<Hashed>) {
-    let check = xxh3_128(t.data());
+    let check = XxHash3_128::oneshot(t.data());
     let hit = cache()
         .get(&key(t))
         .filter(|seen| seen.check == check)

@@ -41,7 +41,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::XxHash3_128;
 
 /// Bytes copied and not yet hashed, at most: past it, a tensor is hashed on the caller's
 /// thread.
@@ -285,7 +285,11 @@ impl TraceWriter {
     /// The slot of `t`: from the cache (`c`, when `use_cache`; not a digest without the
     /// sketch `want`s), hashed now when the queue is full, else a copy for the writer's thread.
     fn slot(&self, t: &Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
-        let check = if use_cache { xxh3_128(t.data()) } else { 0 };
+        let check = if use_cache {
+            XxHash3_128::oneshot(t.data())
+        } else {
+            0
+        };
         let hit = c
             .get(&trace::key(t))
             .filter(|s| use_cache && s.check == check)
