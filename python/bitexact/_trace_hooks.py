@@ -43,7 +43,7 @@ def module_hooks(state, torch):
         if torch.compiler.is_compiling():
             return
         stream = ts.stream_of(state)
-        if os.getpid() != state.pid or stream is None or not ts.in_steps(state, stream):
+        if ts.pid() != state.pid or stream is None or not ts.in_steps(state, stream):
             return
         for group in opt.param_groups:
             for i, p in enumerate(group["params"]):

@@ -107,15 +107,17 @@ def arguments(func, args, kwargs, tensor_type):
 
 
 _shown = {}  # file name -> how a record shows it, or None when it is not the program's own
-_shown_for = [None, None]  # the skip_dirs and working directory _shown holds answers for
+_shown_for = [None, None]  # the skip_dirs _shown holds answers for, and the directory names
+# are relative to: the working directory when a trace first asked (never looked up again: a
+# system call on every op, and a program that changes directory keeps its names)
 
 
-def _show(name, skip_dirs):
+def _show(name, skip_dirs, base):
     if name.startswith(skip_dirs) or name.startswith("<") or "-packages" + os.sep in name:
         return None
     try:
-        rel = os.path.relpath(name)
-    except OSError:  # the working directory is gone
+        rel = os.path.relpath(name, base) if base else os.path.relpath(name)
+    except (OSError, ValueError):  # the working directory is gone; another drive
         return name
     return name if rel.startswith("..") else rel
 
@@ -123,21 +125,24 @@ def _show(name, skip_dirs):
 def source(skip_dirs, depth=2):
     """``file:line`` of the innermost frame (from ``depth`` frames up) in the program's own
     code: not torch, bitexact, the standard library or installed packages (relative to the
-    working directory when inside it)."""
-    try:
-        cwd = os.getcwd()
-    except OSError:
-        cwd = None
-    if _shown_for[0] is not skip_dirs or _shown_for[1] != cwd or len(_shown) >= _MEMO_MAX:
+    working directory the trace started in, when inside it)."""
+    if _shown_for[0] is not skip_dirs:
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = None
         _shown.clear()
         _shown_for[:] = [skip_dirs, cwd]
+    elif len(_shown) >= _MEMO_MAX:
+        _shown.clear()
+    base = _shown_for[1]
     f = sys._getframe(depth)
     while f is not None:
         name = f.f_code.co_filename
         try:
             shown = _shown[name]
         except KeyError:
-            shown = _shown[name] = _show(name, skip_dirs)
+            shown = _shown[name] = _show(name, skip_dirs, base)
         if shown is not None:
             return "%s:%d" % (shown, f.f_lineno)
         f = f.f_back

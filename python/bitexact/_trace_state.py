@@ -108,10 +108,22 @@ def collect_tensors(x, cls, out):
     return out
 
 
+# This process's id, kept by a fork handler: os.getpid() is a system call, and mine() runs on
+# every op the program dispatches.
+_pid = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
+def pid():
+    """This process's id (``os.getpid()``, without a system call)."""
+    return _pid[0]
+
+
 def mine(state):
     """Whether a call now is the traced program's own: in the process that started tracing
     (not a forked DataLoader worker) and outside bitexact's own work (:class:`paused`)."""
-    return os.getpid() == state.pid and not getattr(_paused, "depth", 0)
+    return _pid[0] == state.pid and not getattr(_paused, "depth", 0)
 
 
 def in_steps(state, stream):

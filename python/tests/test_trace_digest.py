@@ -168,14 +168,20 @@ def test_a_record_line_is_what_json_dumps_writes():
     assert _trace_record.line(*noisy) == _json_line(*noisy)
 
 
-def test_source_follows_the_working_directory(trace, tmp_path, monkeypatch):
+def test_source_is_relative_to_the_directory_the_trace_started_in(trace, tmp_path, monkeypatch):
     here = os.path.dirname(os.path.abspath(__file__))
     monkeypatch.chdir(here)
     _trace.start(trace)
     torch.ones(2) * 2
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # a program that changes directory keeps its names
     torch.ones(2) * 3
     _trace.stop()
-    srcs = [r["src"] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    monkeypatch.chdir(tmp_path)  # the next trace starts here: names from here on
+    _trace.start(trace + ".2")
+    torch.ones(2) * 4
+    _trace.stop()
+    srcs = [r["src"] for r in records(trace) + records(trace + ".2")
+            if r["op"] == "aten::mul.Tensor"]
     assert srcs[0].startswith("test_trace_digest.py:")
-    assert srcs[1].startswith(os.path.join(here, "test_trace_digest.py:"))
+    assert srcs[1].startswith("test_trace_digest.py:")
+    assert srcs[2].startswith(os.path.join(here, "test_trace_digest.py:"))
