@@ -310,7 +310,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
     state.tracker = _trace_modules.Tracker(torch)
-    state.tracker.start()
+    state.tracker.start(backward=level != "modules")
 
     def after_step(_optimizer, _args, _kwargs):
         if torch.compiler.is_compiling():

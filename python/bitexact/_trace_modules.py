@@ -57,13 +57,17 @@ class Tracker:
         self._lock = threading.Lock()
         self._handles = []
         self._on = False
+        self._follow_backward = True
         self._grads = _trace_grad_hooks.GradHooks(torch)
 
-    def start(self):
-        """Installs the global forward hooks."""
+    def start(self, backward=True):
+        """Installs the global forward hooks; with ``backward`` also the gradient hooks that
+        name the modules of backward ops (``--trace modules`` asks only forward names: its
+        backward records are parameter gradients, named by parameter)."""
         from torch.nn.modules import module as nn_module
 
         self._on = True
+        self._follow_backward = backward
         self._handles = [
             nn_module.register_module_forward_pre_hook(self._pre),
             nn_module.register_module_forward_hook(self._post, always_call=True),
@@ -123,9 +127,11 @@ class Tracker:
         name = self.name(mod)
         recomputed = self._torch._C._current_graph_task_id() != -1
         stack = self._stack()
-        if not stack and not recomputed:
-            self._grads.root_forward()
         stack.append((name, recomputed))
+        if not self._follow_backward:
+            return
+        if len(stack) == 1 and not recomputed:
+            self._grads.root_forward()
         self._on_grads(args, self._leave(name))
 
     def _post(self, mod, args, output):
@@ -137,7 +143,8 @@ class Tracker:
             if stack[i][0] == name:
                 del stack[i:]
                 break
-        self._on_grads(output, self._enter(name))
+        if self._follow_backward:
+            self._on_grads(output, self._enter(name))
 
     def _on_grads(self, values, fn):
         """Calls ``fn`` in the backward once the gradients of the tensors in ``values`` that
