@@ -140,12 +140,13 @@ def _make_mode(stream):
                 state = _state
                 if state is None or not ts.mine(state) or _trace_compile.running():
                     return func(*args, **kwargs)
-                if func.namespace in _trace_c10d.NAMESPACES:
+                kind = _kinds.get(func) or _kind(func)
+                if kind is _COLLECTIVE:
                     return _trace_c10d.record(state, self.stream, func, args, kwargs,
                                               torch.Tensor)
                 result = func(*args, **kwargs)
-                if not func.is_view:
-                    _record(state, self.stream, func, args, kwargs, result, torch.Tensor)
+                if kind is not _SKIPPED:
+                    _record(state, self.stream, func, kind, args, kwargs, result, torch.Tensor)
                 return result
 
         _tracer_class = Tracer
@@ -173,13 +174,32 @@ def _written_args(func):
     return hit
 
 
-def _record(state, stream, func, args, kwargs, result, tensor_type):
-    """Records one computing op of ``stream`` (not a collective, not a view): its inputs are
-    what it read (a tensor it writes in place or through ``out=`` is a result), its outputs
-    what it returned."""
-    op = func.name()
-    if (op.startswith(_NOT_COMPUTATION) or not ts.in_steps(state, stream)
-            or ts.skipped(state, op)):
+_kinds = {}  # op overload -> _COLLECTIVE, _SKIPPED, or its name (an op to record)
+_COLLECTIVE, _SKIPPED = object(), object()
+
+
+def _kind(func):
+    """How the mode treats ``func``, remembered: a collective (:mod:`bitexact._trace_c10d`),
+    skipped (a view or alias, or not a computation: :data:`_NOT_COMPUTATION`), or recorded
+    under its name."""
+    name = func.name()
+    if func.namespace in _trace_c10d.NAMESPACES:
+        kind = _COLLECTIVE
+    elif func.is_view or name.startswith(_NOT_COMPUTATION):
+        kind = _SKIPPED
+    else:
+        kind = name
+    if len(_kinds) >= 1 << 16:
+        _kinds.clear()
+    _kinds[func] = kind
+    return kind
+
+
+def _record(state, stream, func, op, args, kwargs, result, tensor_type):
+    """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
+    view): its inputs are what it read (a tensor it writes in place or through ``out=`` is a
+    result), its outputs what it returned."""
+    if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return
     text = _trace_record.arguments(func, args, kwargs, tensor_type) if _trace_digest.SKETCH \
         else ""
