@@ -175,12 +175,13 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     With ``later`` (a list; not with row slices), a fast-path tensor's label is :data:`HOLE`:
     its ``(ptr, nbytes, dtype, shape)`` is appended to ``later`` (for ``TraceWriter.write``)
     and the tensor that owns the bytes to ``keep``; the sketches are then, for each tensor from
-    ``sketch_from`` on, its index in ``later`` or -1 (None without :data:`SKETCH`)."""
+    ``sketch_from`` on, its index in ``later``, or -1, or its text (a device tensor's, see
+    :func:`device_sketch`; None without :data:`SKETCH`)."""
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
     out = [None] * len(tensors)
     sliced = {}  # position -> [dtype or None, digest of each row slice]
-    fast, places, owners, slow, hosts = [], [], [], [], []
+    fast, places, owners, slow, hosts, on_device = [], [], [], [], [], []
     for i, t in enumerate(tensors):
         hit = None
         if i not in scratch:
@@ -212,6 +213,9 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
             label = _general(t, state.max_bytes, hosts)
             if len(hosts) > mark:
                 slow.append(((i, None), label))
+            elif (sketch_from is not None and i >= sketch_from and SKETCH
+                  and not label.endswith(":-")):  # hashed on its device: sketched there
+                on_device.append(i)
             out[i] = label
     sketches = None if sketch_from is None else [""] * (len(tensors) - sketch_from)
     if later is not None and rows == 1:  # the TraceWriter hashes them: holes, and where
@@ -224,7 +228,10 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
             if sketches is not None and i >= sketch_from:
                 sketches[i - sketch_from] = base + j
         fast = ()
-    elif fast and sketches is not None and SKETCH and rows == 1:
+    if on_device and rows == 1:
+        for i in on_device:
+            sketches[i - sketch_from] = device_sketch(tensors[i])
+    if fast and sketches is not None and SKETCH and rows == 1:
         labels, made = nat.trace_digests(fast, CACHE, [i >= sketch_from for i, _ in places])
         for (i, _), text in zip(places, made):
             if i >= sketch_from:
@@ -250,3 +257,36 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
             head = name + head[head.index("["):]
         out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
     return out if sketch_from is None else (out, sketches)
+
+
+_FLOATS = ("f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2")
+
+
+def device_sketch(t):
+    """The sketch text of a tensor that is not on the host (``src/trace/sketch.rs``'s format,
+    ``""`` for a dtype that is not floating point), computed on its device with float64 torch
+    ops: the norm and largest magnitude of the finite elements, the count of others, and the
+    elements at the sketch's fixed positions, brought to the host in one copy. The same values
+    as the host's sketch of the same bytes, but for the norm's last bits (another summation
+    order): far below any noise threshold, and never looked at when the digests are equal."""
+    import torch
+
+    try:
+        name = (_digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype))[0]
+    except (TypeError, ValueError):  # a dtype bitexact does not hash
+        return ""
+    if name not in _FLOATS:
+        return ""
+    x = t.detach().reshape(-1)
+    n = x.numel()
+    k = min(n, 8)
+    f = x.to(torch.float64)
+    finite = torch.isfinite(f)
+    zero = torch.zeros((), dtype=torch.float64, device=f.device)
+    kept = torch.where(finite, f, zero)
+    parts = [kept.square().sum().sqrt(), kept.abs().amax() if n else zero,
+             (~finite).sum().to(torch.float64)]
+    at = torch.tensor([((2 * j + 1) * n) // (2 * k) for j in range(k)], dtype=torch.long,
+                      device=f.device)
+    host = torch.cat([torch.stack(parts), f.index_select(0, at)]).cpu().tolist()
+    return _digest.native().sketch_text(name, host[0], host[1], int(host[2]), host[3:])

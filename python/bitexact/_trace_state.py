@@ -176,8 +176,8 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
     else:
         described_outs, sketches = describe(outs, state, scratch, 0, later, keep)
     slots = None
-    if writer is not None and state.rows == 1 and sketches:  # indices in later (or -1)
-        if max(sketches) >= 0:
+    if writer is not None and state.rows == 1 and sketches:  # indices in later, -1, or text
+        if any(k != -1 and k != "" for k in sketches):
             slots, sketches = sketches, _trace_digest.SKETCH_MARK
         else:
             sketches = ()

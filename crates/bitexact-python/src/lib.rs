@@ -226,6 +226,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_digests, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::sketch_text, m)?)?;
     m.add_class::<trace_writer::TraceWriter>()?;
     m.add_function(wrap_pyfunction!(pytest::run_report, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::explain, m)?)?;

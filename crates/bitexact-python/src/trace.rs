@@ -203,3 +203,30 @@ pub fn trace_digests(
         Some(_) => (labels, sketches).into_pyobject(py)?.into_any().unbind(),
     })
 }
+
+/// The sketch text (`src/trace/sketch.rs`'s format) of a `dtype` tensor from its parts, made by
+/// the caller (the tracer's sketch of a device tensor, from float64 torch ops on its device):
+/// the norm and largest magnitude of its finite elements, how many are not finite, and the
+/// sampled elements' values. `""` for a dtype that is not floating point.
+#[pyfunction]
+pub fn sketch_text(
+    dtype: &str,
+    norm: f64,
+    max_abs: f64,
+    nonfinite: u64,
+    samples: Vec<f64>,
+) -> PyResult<String> {
+    let d = (DType::ALL.into_iter().find(|d| d.name() == dtype))
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("no dtype {dtype:?}")))?;
+    Ok(match d.is_float() {
+        false => String::new(),
+        true => Sketch {
+            norm,
+            max_abs,
+            nonfinite,
+            samples,
+            narrow: d != DType::F64,
+        }
+        .text(),
+    })
+}

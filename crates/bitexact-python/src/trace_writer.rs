@@ -111,11 +111,29 @@ struct Slot {
 }
 
 /// A record: its line with a NUL for each slot's label (and a byte 1 for its sketches), and
-/// for each result, the slot whose sketch it shows (`None`: no sketch).
+/// each result's sketch.
 struct Record {
     line: String,
     slots: Vec<Slot>,
-    sketches: Vec<Option<usize>>,
+    sketches: Vec<Shown>,
+}
+
+/// A result's sketch as the caller gives it: the index of its slot (a negative one: no
+/// sketch), or its text (a device tensor's, made by the caller).
+#[derive(FromPyObject, Debug)]
+enum Shown {
+    Slot(i64),
+    Text(String),
+}
+
+impl Shown {
+    /// The slot whose sketch this is, if any.
+    fn slot(&self) -> Option<usize> {
+        match self {
+            Shown::Slot(k) => usize::try_from(*k).ok(),
+            Shown::Text(_) => None,
+        }
+    }
 }
 
 /// The writer's thread's result: the first write error, if any.
@@ -205,8 +223,14 @@ fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketch: bool) ->
 
 /// `,"sk":["<sketch>",…]` of the results (`""` for one without a sketch), as
 /// `python/bitexact/_trace_record.py` writes it; nothing when no result has one.
-fn push_sketches(line: &mut String, sketches: &[Option<usize>], hashed: &[&Hashed]) {
-    let text = |k: &Option<usize>| k.and_then(|i| hashed[i].1.as_deref()).unwrap_or("");
+fn push_sketches(line: &mut String, sketches: &[Shown], hashed: &[&Hashed]) {
+    fn text<'a>(k: &'a Shown, hashed: &[&'a Hashed]) -> &'a str {
+        match k {
+            Shown::Text(t) => t.as_str(),
+            Shown::Slot(_) => (k.slot().and_then(|i| hashed[i].1.as_deref())).unwrap_or(""),
+        }
+    }
+    let text = |k| text(k, hashed);
     if sketches.iter().all(|k| text(k).is_empty()) {
         return;
     }
@@ -216,7 +240,7 @@ fn push_sketches(line: &mut String, sketches: &[Option<usize>], hashed: &[&Hashe
             line.push(',');
         }
         line.push('"');
-        line.push_str(text(k)); // digits, `e.-,|;`, NaN and inf only: nothing to escape
+        line.push_str(text(k)); // digits, `e.-,|;`, NaN and inf only (checked): no escapes
         line.push('"');
     }
     line.push(']');
@@ -363,8 +387,9 @@ impl TraceWriter {
     /// alive for the call; their bytes are read, and copied when they must be hashed, before
     /// it returns). `cache`: whether a digest may be reused (the cache of
     /// [`super::trace`]). `sketches`: for each result of the record, the index in `items` of
-    /// the tensor whose sketch it shows, or -1; the line then has a byte 1 where its `"sk"`
-    /// field goes. After [`TraceWriter::close`], and in a forked child, does nothing.
+    /// the tensor whose sketch it shows, or -1, or the sketch's text; the line then has a byte
+    /// 1 where its `"sk"` field goes. After [`TraceWriter::close`], and in a forked child,
+    /// does nothing.
     #[pyo3(signature = (line, items, cache=true, sketches=None))]
     fn write(
         &self,
@@ -372,7 +397,7 @@ impl TraceWriter {
         line: String,
         items: Vec<(usize, usize, String, Vec<usize>)>,
         cache: bool,
-        sketches: Option<Vec<i64>>,
+        sketches: Option<Vec<Shown>>,
     ) -> PyResult<()> {
         if !self.mine() {
             return Ok(());
@@ -385,12 +410,17 @@ impl TraceWriter {
                 tensors.len()
             )));
         }
-        let sketches: Vec<Option<usize>> = (sketches.unwrap_or_default().into_iter())
-            .map(|k| usize::try_from(k).ok())
-            .collect();
+        let sketches = sketches.unwrap_or_default();
         let marks = line.bytes().filter(|&b| b == 1).count();
+        let plain = |t: &str| {
+            t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".,;|-+".contains(&b))
+        };
         if marks != usize::from(!sketches.is_empty())
-            || sketches.iter().flatten().any(|&k| k >= tensors.len())
+            || sketches.iter().any(|k| match k {
+                Shown::Slot(_) => k.slot().is_some_and(|i| i >= tensors.len()),
+                Shown::Text(t) => !plain(t),
+            })
         {
             return Err(PyValueError::new_err(format!(
                 "a record with {marks} sketch marks and sketches {sketches:?} of {} tensors",
@@ -398,7 +428,7 @@ impl TraceWriter {
             )));
         }
         let mut want = vec![false; tensors.len()];
-        for &k in sketches.iter().flatten() {
+        for k in sketches.iter().filter_map(Shown::slot) {
             want[k] = self.sketch;
         }
         py.detach(|| {
