@@ -206,13 +206,29 @@ def _record(state, stream, func, op, args, kwargs, result, tensor_type):
         else ""
     written = _written_args(func)
     call = (func, args, kwargs, written)  # for a capture's replay (_trace_state.save)
+    scratch = _scratch_arg(func, op, args, kwargs)
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         args = [a for i, a in enumerate(args) if i not in written]
         kwargs = {k: v for k, v in kwargs.items() if k not in written}
     ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     outs = ts.collect_tensors(result, tensor_type, [])
     phase, module = state.tracker.where()
-    ts.emit(state, stream, op, phase, module, ins, outs, args=text, call=call)
+    hidden = () if scratch is None else [j for j, t in enumerate(ins) if t is scratch]
+    ts.emit(state, stream, op, phase, module, ins, outs, args=text, call=call,
+            scratch_ins=hidden)
+
+
+def _scratch_arg(func, op, args, kwargs):
+    """The tensor argument of ``func`` that is scratch memory (:data:`_trace_state.SCRATCH_ARGS`:
+    an RNN workspace its backward reads), or None."""
+    name = ts.SCRATCH_ARGS.get(op.partition(".")[0])
+    if name is None:
+        return None
+    if name in kwargs:
+        return kwargs[name]
+    names = [a.name for a in func._schema.arguments]
+    i = names.index(name) if name in names else len(args)
+    return args[i] if i < len(args) else None
 
 
 def on_helper_step(i):

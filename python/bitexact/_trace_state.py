@@ -93,6 +93,11 @@ def stream_of(state):
 # Verified for mkldnn_rnn_layer (CPU LSTM: result 3, a u8 buffer); _cudnn_rnn's reserve
 # (result 3) is the same kind of buffer on CUDA.
 _SCRATCH_RESULTS = {"aten::mkldnn_rnn_layer": {3}, "aten::_cudnn_rnn": {3}}
+# The same workspaces where the backward reads them (by argument name): recorded by dtype and
+# shape only there too, or identical runs differ at the backward's input (found on
+# word_language_model's LSTM, a false "divergence from code between traced ops").
+SCRATCH_ARGS = {"aten::mkldnn_rnn_layer_backward": "workspace",
+                "aten::_cudnn_rnn_backward": "reserve", "aten::miopen_rnn_backward": "reserve"}
 
 
 def collect_tensors(x, cls, out):
@@ -145,13 +150,14 @@ def skipped(state, op):
 
 
 def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
-         args="", call=None):
+         args="", call=None, scratch_ins=()):
     """Writes one record of ``stream``: its occurrence number, the capture if it is the one
     asked for, the digests (``described_ins``: the inputs' already, hashed before the op ran;
     ``scratch_outs``: results recorded by dtype and shape only), the results' sketches and the
     op's non-tensor arguments (``args``, see :func:`bitexact._trace_record.arguments`).
     ``call``: ``(func, args, kwargs, written)`` of an ATen op call, saved with a capture so that
-    ``diff-trace`` can replay it (:mod:`bitexact._replay`)."""
+    ``diff-trace`` can replay it (:mod:`bitexact._replay`). ``scratch_ins``: positions of
+    inputs recorded by dtype and shape only (:data:`SCRATCH_ARGS`)."""
     thread = stream.label
     with state.lock:
         step = stream.step
@@ -169,9 +175,8 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
     later, keep = ([], []) if writer is not None else (None, None)
     if described_ins is None:
         n = len(ins)
-        described, sketches = describe(ins + outs, state,
-                                       {n + i for i in scratch} if scratch else (), n,
-                                       later, keep)
+        hidden = {n + i for i in scratch} | set(scratch_ins) if scratch or scratch_ins else ()
+        described, sketches = describe(ins + outs, state, hidden, n, later, keep)
         described_ins, described_outs = described[:n], described[n:]
     else:
         described_outs, sketches = describe(outs, state, scratch, 0, later, keep)

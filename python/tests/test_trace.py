@@ -138,15 +138,17 @@ def test_module_level_records_module_outputs_and_gradients(trace):
 def test_an_lstm_workspace_is_not_a_value(tmp_path):
     """torch's CPU LSTM (mkldnn_rnn_layer) returns an uninitialized u8 workspace that differs
     between identical runs (found on pytorch/examples word_language_model): recorded by dtype
-    and shape only, so identical runs give identical traces."""
+    and shape only, as the forward's result and as the backward's input, so identical runs
+    give identical traces."""
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(16, 16, 2)
     x = torch.randn(10, 4, 16)
     traces = []
     for i in range(2):
         path = str(tmp_path / ("l%d.jsonl" % i))
+        lstm.zero_grad(set_to_none=True)
         _trace.start(path)
-        lstm(x)
+        lstm(x)[0].square().sum().backward()
         _trace.stop()
         traces.append(records(path))
     assert traces[0] == traces[1]
@@ -154,6 +156,9 @@ def test_an_lstm_workspace_is_not_a_value(tmp_path):
     if not rnn:
         pytest.skip("this torch build does not use mkldnn_rnn_layer for a CPU LSTM")
     assert rnn[0]["out"][3].endswith(":-") and not rnn[0]["out"][0].endswith(":-")
+    back = [r for r in rnn if r["op"].startswith("aten::mkldnn_rnn_layer_backward")]
+    assert back and all(r["in"][-1].endswith(":-")
+                        and not r["in"][0].endswith(":-") for r in back)
 
 
 def test_a_process_that_cannot_trace_says_why(tmp_path):
