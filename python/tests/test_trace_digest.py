@@ -185,3 +185,21 @@ def test_source_is_relative_to_the_directory_the_trace_started_in(trace, tmp_pat
     assert srcs[0].startswith("test_trace_digest.py:")
     assert srcs[1].startswith("test_trace_digest.py:")
     assert srcs[2].startswith(os.path.join(here, "test_trace_digest.py:"))
+
+
+def test_records_name_the_ops_non_tensor_arguments(trace):
+    """What diff-trace names when an op's inputs are identical and its arguments are not:
+    numbers, lists and dtypes by their schema names, a Python number passed for a tensor
+    argument (an optimizer's ``mul_(beta)``) too; tensors and devices never."""
+    x = torch.ones(4, 8)
+    _trace.start(trace)
+    x.mul_(0.99)
+    torch.nn.functional.layer_norm(x, (8,), eps=1e-3)
+    x.sum(dim=[-1], keepdim=True, dtype=torch.float64)
+    torch.zeros(2, dtype=torch.float16, device="cpu")
+    _trace.stop()
+    args = {r["op"]: r.get("args", "") for r in records(trace)}
+    assert args["aten::mul_.Tensor"] == "other=0.99"
+    assert args["aten::native_layer_norm"] == "normalized_shape=[8],eps=0.001"
+    assert args["aten::sum.dim_IntList"] == "dim=[-1],keepdim=True,dtype=float64"
+    assert args["aten::zeros"] == "size=[2],dtype=float16"
