@@ -38,16 +38,17 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   its digest; records are made by :mod:`bitexact._trace_record` and, where torch leaves a core
   free, written by a native writer that hashes on a background thread: the program does not
   wait for SHA-256; :func:`stop` (atexit, ``os._exit``) waits for the queued records, and a
-  process killed by a signal loses them); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB)
-  is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
+  process killed by a signal loses them); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default
+  64 MiB) is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
   (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
   ``sk``: a float64 sketch of each result (norm, largest magnitude, non-finite count, eight
   fixed elements; ``src/trace/sketch.rs``), made with its digest (a device tensor's on its
   device, :func:`bitexact._trace_digest.device_sketch`); ``args``: the op's
   non-tensor arguments (``eps=1e-05``, see :func:`bitexact._trace_record.arguments`). Both
-  are what ``bitexact diff-trace`` judges noise with (``src/trace/noise.rs``). With ``$BITEXACT_TRACE_ROWS`` = n > 1 (the
-  larger-batch run of ``--vary batch``), a tensor whose first dimension is a multiple of n is
-  labelled ``dtype[shape]/n:<d1>,...,<dn>`` by its n row slices' digests instead.
+  are what ``bitexact diff-trace`` judges noise with (``src/trace/noise.rs``). With
+  ``$BITEXACT_TRACE_ROWS`` = n > 1 (the larger-batch run of ``--vary batch``), a tensor whose
+  first dimension is a multiple of n is labelled ``dtype[shape]/n:<d1>,...,<dn>`` by its n row
+  slices' digests instead.
 
 A module or function compiled with ``torch.compile`` runs compiled (TorchDynamo skips every
 frame while a dispatch mode is on the stack; the tracer takes its mode off around each compiled

@@ -56,9 +56,10 @@ SKETCH_MARK = "\1"
 
 def background():
     """Whether the tracer hashes on a background thread: :data:`BACKGROUND`, or when it is None,
-    ``$BITEXACT_TRACE_BACKGROUND`` (``1`` or ``0``), or when that is unset, whether torch's intra-op threads leave a core of this process free (where they take every
-    core, the writer's thread competes with them: on 2 cores a traced nanoGPT step got slower
-    with two torch threads, faster with one)."""
+    ``$BITEXACT_TRACE_BACKGROUND`` (``1`` or ``0``), or when that is unset, whether torch's
+    intra-op threads leave a core of this process free (where they take every core, the
+    writer's thread competes with them: on 2 cores a traced nanoGPT step got slower with two
+    torch threads, faster with one)."""
     if BACKGROUND is not None:
         return BACKGROUND
     import os

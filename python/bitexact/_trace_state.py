@@ -45,10 +45,10 @@ class State:
 
     def __init__(self, path, rank, max_bytes, steps, skip, rows=1):
         # The native writer (_trace_digest.background()) hashes and writes on its own thread,
-        # flushing each batch it finds (every millisecond at most); stop() (atexit, and os._exit, see _trace)
-        # drains it; a process killed by a signal loses the records still queued. Else
-        # line-buffered: each record reaches the file as it is made, so the trace of a run
-        # bitexact stops early (or that crashes) holds every op made before.
+        # flushing each batch it finds (every millisecond at most); stop() (atexit, and
+        # os._exit, see _trace) drains it; a process killed by a signal loses the records still
+        # queued. Else line-buffered: each record reaches the file as it is made, so the trace
+        # of a run bitexact stops early (or that crashes) holds every op made before.
         self.writer = self.file = None
         if _trace_digest.background():
             from . import _digest

@@ -17,9 +17,11 @@
 //!
 //! With `sketch`, the float tensors it marks also get a float64 sketch
 //! ([`bitexact::trace::sketch`]: norm, largest magnitude, non-finite count, fixed samples),
-//! computed beside the digest and cached with it, so an unchanged buffer costs no second pass. The tensors an op still has to
-//! hash (its results, mostly) are hashed in parallel when there are several and over
-//! [`PARALLEL_BYTES`].
+//! computed beside the digest and cached with it, so an unchanged buffer costs no second pass.
+//! The tensors an op still has to hash (its results, mostly) are hashed in parallel when there
+//! are several and over [`PARALLEL_BYTES`]. The tracer's background writer
+//! ([`super::trace_writer`]) shares the cache: an entry it is still hashing is unset, and a
+//! lookup here treats it as a miss.
 
 use super::Host;
 use bitexact::digest::Digest;
