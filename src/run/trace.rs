@@ -272,9 +272,10 @@ pub(super) fn explain_captured(
     )
 }
 
-/// The report's note on run 0's trace: how many op calls, and how many tensors were over the
-/// size cap (recorded by dtype and shape only, so not compared); or that it left none although
-/// the tracer started (else the run failed: [`super::tracer`]).
+/// The report's note on run 0's trace: how many op calls; how many tensors were recorded by
+/// dtype and shape only (so not compared), those over the size cap apart from the others
+/// (scratch memory such as an RNN workspace, a tensor without data); or that it left none
+/// although the tracer started (else the run failed: [`super::tracer`]).
 pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
     let Some(t) = t else {
         return format!(
@@ -282,7 +283,7 @@ pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
             opts.level
         );
     };
-    let capped = t
+    let unhashed = t
         .iter()
         .flat_map(|e| {
             e.inputs
@@ -290,8 +291,14 @@ pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
                 .map(String::as_str)
                 .chain(e.output.split(';'))
         })
-        .filter(|d| d.ends_with(":-"))
-        .count();
+        .filter(|d| d.ends_with(":-"));
+    let (mut capped, mut other) = (0, 0);
+    for label in unhashed {
+        match over_cap(label, opts.max_bytes) {
+            true => capped += 1,
+            false => other += 1,
+        }
+    }
     let mut s = format!("op trace: {} op calls", t.len());
     if capped > 0 {
         s.push_str(&format!(
@@ -299,12 +306,53 @@ pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
             opts.max_bytes
         ));
     }
+    if other > 0 {
+        s.push_str(&format!(
+            "; {other} tensors of scratch memory (an RNN workspace) or without data recorded by dtype and shape only, not compared"
+        ));
+    }
     s
+}
+
+/// Whether the tensor a trace label names (`f32[2,3]:-`) is larger than `max_bytes`.
+fn over_cap(label: &str, max_bytes: u64) -> bool {
+    use crate::trace::sketch::{dtype_of_label, shape_of_label};
+    let (Some(dtype), Some(shape)) = (dtype_of_label(label), shape_of_label(label)) else {
+        return false;
+    };
+    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+    elements
+        .and_then(|n| n.checked_mul(dtype.size() as u64))
+        .is_none_or(|bytes| bytes > max_bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_note_tells_capped_tensors_from_scratch() {
+        let opts = TraceOptions {
+            max_bytes: 64,
+            ..TraceOptions::default()
+        };
+        let entry = |inputs: &[&str], output: &str| TraceEntry {
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            output: output.into(),
+            ..TraceEntry::default()
+        };
+        let t = [
+            entry(&["f32[4,8]:-", "f32[2]:ab"], "uint8[100]:-"),
+            entry(&["u8[10]:-"], "f32[2,2]:cd;f64[1000]:-"),
+        ];
+        assert_eq!(
+            note(Some(&t), &opts),
+            "op trace: 2 op calls; 2 tensors over --trace-max-bytes (64 bytes) recorded by dtype \
+             and shape only, not compared; 2 tensors of scratch memory (an RNN workspace) or \
+             without data recorded by dtype and shape only, not compared"
+        );
+        assert_eq!(note(Some(&t[..0]), &opts), "op trace: 0 op calls");
+    }
 
     #[test]
     fn steps_parse_and_bad_ones_are_named() {
