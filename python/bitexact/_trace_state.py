@@ -168,8 +168,7 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
             state.rank, thread, step, phase, module, op, occ]:
         identity, state.capture = state.capture, None
         save(state, ins, outs, identity, call)
-    # (every op in _SCRATCH_RESULTS is an RNN op: the others skip the lookup)
-    scratch = _SCRATCH_RESULTS.get(op.partition(".")[0], ()) if "rnn" in op else ()
+    scratch = _SCRATCH_RESULTS.get(op.partition(".")[0], ())
     if scratch_outs:
         scratch = set(scratch) | set(scratch_outs)
     writer = state.writer

@@ -58,6 +58,20 @@ def records(path):
         return [json.loads(line) for line in f]
 
 
+def traced(path, fn, **start):
+    """The bytes of the trace of ``fn()``, written to ``path`` (``start``: the options of
+    ``bitexact._trace.start``)."""
+    from bitexact import _trace
+
+    _trace.start(str(path), **start)
+    try:
+        fn()
+    finally:
+        _trace.stop()
+    with open(path, "rb") as f:
+        return f.read()
+
+
 @pytest.fixture
 def trace(tmp_path):
     """A trace file's path; the tracer is stopped after the test."""

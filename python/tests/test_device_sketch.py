@@ -14,7 +14,8 @@ from bitexact import _digest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
-from bitexact import _trace, _trace_digest  # noqa: E402
+from bitexact import _trace_digest  # noqa: E402
+from conftest import traced  # noqa: E402
 
 
 def native_sketch(t):
@@ -78,14 +79,7 @@ def test_records_of_device_tensors_carry_their_sketches(tmp_path, monkeypatch, b
     monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
 
     def run(name):
-        path = str(tmp_path / name)
-        _trace.start(path)
-        try:
-            program()
-        finally:
-            _trace.stop()
-        with open(path) as f:
-            return [json.loads(line) for line in f]
+        return [json.loads(line) for line in traced(tmp_path / name, program).splitlines()]
 
     host = run("host.jsonl")
     # Every tensor "on a device": the general path, digests from the device (here the same

@@ -19,7 +19,7 @@ import bitexact  # noqa: E402
 from bitexact import _trace, _trace_digest, _trace_record  # noqa: E402
 
 
-from conftest import records, trace  # noqa: E402,F401  (the shared trace fixture)
+from conftest import records, trace, traced  # noqa: E402,F401  (the shared trace fixture)
 
 
 def _set(x):
@@ -122,14 +122,7 @@ def _json_line(step, rank, phase, module, op, occ, src, ins, outs, thread="", ar
 def test_traces_with_and_without_the_cache_and_the_general_path_are_the_same(
         tmp_path, monkeypatch, level):
     def run(name):
-        path = str(tmp_path / name)
-        _trace.start(path, level=level)
-        try:
-            program()
-        finally:
-            _trace.stop()
-        with open(path, "rb") as f:
-            return f.read()
+        return traced(tmp_path / name, program, level=level)
 
     monkeypatch.setattr(_trace_digest, "BACKGROUND", True)  # whatever the cores
     cached = run("cached.jsonl")

@@ -4,8 +4,6 @@ op saw even when the program changes them right after, every record written at e
 ``os._exit``, forked children left alone, malformed records refused."""
 
 import ctypes
-import json
-import os
 import subprocess
 import sys
 
@@ -18,11 +16,7 @@ pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact.
 
 import bitexact  # noqa: E402
 from bitexact import _trace, _trace_digest  # noqa: E402
-
-
-def records(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+from conftest import records, traced  # noqa: E402
 
 
 @pytest.fixture
@@ -51,14 +45,7 @@ def test_background_and_synchronous_traces_are_the_same(tmp_path, monkeypatch, c
 
     def run(name, background):
         monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
-        path = str(tmp_path / name)
-        _trace.start(path)
-        try:
-            chain()
-        finally:
-            _trace.stop()
-        with open(path, "rb") as f:
-            return f.read()
+        return traced(tmp_path / name, chain)
 
     background = run("background.jsonl", True)
     assert background == run("synchronous.jsonl", False)
