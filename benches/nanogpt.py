@@ -118,16 +118,16 @@ class Workload:
     """The model, its optimizer and one fixed batch: ``train()`` is one iteration of nanoGPT's
     training loop, ``eval()`` one forward of its ``estimate_loss`` (``torch.no_grad``)."""
 
-    def __init__(self):
+    def __init__(self, device="cpu"):
         torch.manual_seed(0)
-        self.model = GPT()
+        self.model = GPT().to(device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         self.opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99))
         g = torch.Generator().manual_seed(0)
         data = torch.randint(0, VOCAB, (BATCH, BLOCK + 1), generator=g)
-        self.x, self.y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+        self.x, self.y = data[:, :-1].contiguous().to(device), data[:, 1:].contiguous().to(device)
 
     def train(self):
         _, loss = self.model(self.x, self.y)

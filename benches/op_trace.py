@@ -30,6 +30,8 @@ that falls behind costs; the round's timed steps plus ``stop()``, over their num
 
 Also the records per step of ``ops`` and ``modules`` and the ``ops`` trace's bytes per step.
 ``python benches/op_trace.py [REPS] [WORKLOAD...]``: REPS steps per mode (default 20).
+``BITEXACT_BENCH_DEVICE=cuda`` runs the nanoGPT workloads on the GPU (each step ends with
+``torch.cuda.synchronize()``, so a step's time includes its kernels).
 """
 
 import importlib.util
@@ -75,8 +77,18 @@ def classifier():
 
 
 def workloads():
-    gpt = load("nanogpt", os.path.join(HERE, "nanogpt.py")).Workload()
-    return {"classifier": classifier(), "nanogpt": gpt.train, "nanogpt_eval": gpt.eval}
+    device = os.environ.get("BITEXACT_BENCH_DEVICE", "cpu")
+    gpt = load("nanogpt", os.path.join(HERE, "nanogpt.py")).Workload(device)
+    if device == "cpu":
+        return {"classifier": classifier(), "nanogpt": gpt.train, "nanogpt_eval": gpt.eval}
+
+    def synced(step):
+        def run():
+            step()
+            torch.cuda.synchronize()
+        return run
+
+    return {"nanogpt": synced(gpt.train), "nanogpt_eval": synced(gpt.eval)}
 
 
 class Floor(TorchDispatchMode):
@@ -194,7 +206,8 @@ def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     all_work = workloads()
     names = sys.argv[2:] or list(all_work)
-    out = {"reps": reps, "threads": torch.get_num_threads(), "torch": torch.__version__}
+    out = {"reps": reps, "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "device": os.environ.get("BITEXACT_BENCH_DEVICE", "cpu")}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             out[name] = measure(all_work[name], reps, tmp)

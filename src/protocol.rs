@@ -67,7 +67,8 @@ names! {
     /// the digests of its `n` row slices (the larger-batch run of `--vary batch`: `n` = B/A).
     TRACE_ROWS_ENV = "BITEXACT_TRACE_ROWS";
     /// Python: `1` makes the tracer hash on a background thread (the trace writer), `0` on the
-    /// program's thread; unset, the background thread is used where torch leaves a core free.
+    /// program's thread; unset, the background thread is used on a machine with an NVIDIA GPU
+    /// or where torch leaves a core free.
     TRACE_BACKGROUND_ENV = "BITEXACT_TRACE_BACKGROUND";
     /// `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
     SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING";

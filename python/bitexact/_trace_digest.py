@@ -19,8 +19,14 @@ sketches) on a background thread, filling in the labels and the ``"sk"`` field
 (:data:`SKETCH_MARK`) and writing the records in order: the same bytes, without the program's
 thread waiting for SHA-256.
 
-Everything else takes the general path of :mod:`bitexact._digest` (device tensors: hashed on the
-GPU; complex, conjugate and negative views, sparse tensors), and a tensor that cannot be hashed
+CUDA tensors of at most :data:`STAGE_MAX` bytes are staged (:func:`_staged`): all of an op's are
+copied into one pinned host buffer on their streams, with one wait, and then take the host's
+fast path (cache, background writer, sketches from the same bytes as a CPU run's). A wait per
+op, not per tensor, and no float64 sketch ops on the device: on an H200 a traced nanoGPT step
+spent 0.6 ms per record hashing and sketching each device tensor by itself (docs/gpu-results.md).
+
+Everything else takes the general path of :mod:`bitexact._digest` (larger device tensors: hashed
+on the GPU; complex, conjugate and negative views, sparse tensors), and a tensor that cannot be hashed
 (a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an unknown dtype) is
 labelled ``dtype[shape]:-``.
 
@@ -48,6 +54,10 @@ SKETCH = True
 # (the default): when torch leaves a core of this process free (:func:`background`).
 BACKGROUND = None
 
+# The largest device tensor staged to the host to be hashed there (see above); larger ones are
+# hashed on the device, where SHA-256 runs faster than the copy would.
+STAGE_MAX = 16 << 20
+
 # Where a label that the TraceWriter fills in goes, and where its "sk" field goes (JSON escapes
 # both bytes inside any string, so a raw one is only ever such a mark).
 HOLE = "\0"
@@ -56,10 +66,13 @@ SKETCH_MARK = "\1"
 
 def background():
     """Whether the tracer hashes on a background thread: :data:`BACKGROUND`, or when it is None,
-    ``$BITEXACT_TRACE_BACKGROUND`` (``1`` or ``0``), or when that is unset, whether torch's
-    intra-op threads leave a core of this process free (where they take every core, the
-    writer's thread competes with them: on 2 cores a traced nanoGPT step got slower with two
-    torch threads, faster with one)."""
+    ``$BITEXACT_TRACE_BACKGROUND`` (``1`` or ``0``), or when that is unset, whether this
+    machine has an NVIDIA GPU (``/dev/nvidia0``: asked without CUDA, which must not start
+    before a fork) or torch's intra-op threads leave a core of this process free. Where they
+    take every core of a CPU-only program, the writer's thread competes with them: on 2 cores
+    a traced nanoGPT step got slower with two torch threads, faster with one. A GPU program's
+    threads mostly wait: on an H200 with 16 torch threads on 16 cores, the traced nanoGPT step
+    took 86 ms with the writer against 133 ms without (docs/gpu-results.md)."""
     if BACKGROUND is not None:
         return BACKGROUND
     import os
@@ -69,7 +82,8 @@ def background():
     forced = os.environ.get(_protocol.TRACE_BACKGROUND_ENV, "")
     if forced in ("0", "1"):
         return forced == "1"
-
+    if os.path.exists("/dev/nvidia0"):
+        return True
     import torch
 
     try:
@@ -96,6 +110,72 @@ def _fast(t, max_bytes):
     if not t.is_contiguous():
         t = t.detach().contiguous()
     return (t.data_ptr(), nbytes, name, t.shape), t
+
+
+def _on_device(t):
+    """Whether :func:`_staged` copies ``t`` to the host (tests make it take host tensors)."""
+    return t.is_cuda
+
+
+def _staged(tensors, scratch, max_bytes, waits=None):
+    """``tensors``, with each CUDA tensor of a fast-path dtype and at most :data:`STAGE_MAX`
+    (and ``max_bytes``) bytes replaced by its host copy. The copies go into one pinned buffer
+    (torch's caching host allocator) at 64-byte aligned offsets, each queued on its device's
+    current stream after the work that made it; then :func:`_ready` waits for them, or with
+    ``waits`` (a list) records an event per device there instead, for the caller to wait on
+    before the bytes are read. Unchanged when none qualifies or a stream is being captured
+    into a CUDA graph (no waiting there)."""
+    picks, total = [], 0
+    limit = min(max_bytes, STAGE_MAX)
+    for i, t in enumerate(tensors):
+        try:
+            if i in scratch or not _on_device(t):
+                continue
+            is_complex = (_digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype))[1]
+            if not _strided:
+                _strided.append(_digest._torch_strided())
+            if (is_complex or t.layout is not _strided[0] or t.is_conj() or t.is_neg()
+                    or t.nbytes > limit):
+                continue
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            continue  # not a tensor bitexact hashes: the general path says so
+        picks.append((i, t, total))
+        total += (t.nbytes + 63) & ~63
+    if not picks:
+        return tensors
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if cuda and torch.cuda.is_current_stream_capturing():
+        return tensors
+    host = torch.empty(total, dtype=torch.uint8, pin_memory=cuda)
+    out, devices = list(tensors), set()
+    for i, t, at in picks:
+        dst = host[at:at + t.nbytes]
+        if t.nbytes:
+            flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+            dst.copy_(flat, non_blocking=True)
+        out[i] = dst.view(t.dtype).view(t.shape)
+        devices.add(t.device)
+    _ready(devices, waits, total)
+    return out
+
+
+def _ready(devices, waits, nbytes):
+    """Waits for the copies :func:`_staged` queued on each device's current stream, or (with
+    ``waits``) appends ``(event, nbytes)`` for each device, recorded after them."""
+    import torch
+
+    for d in devices:
+        if d.type != "cuda":
+            continue
+        stream = torch.cuda.current_stream(d)
+        if waits is None:
+            stream.synchronize()
+        else:
+            event = torch.cuda.Event()
+            event.record(stream)
+            waits.append((event, nbytes))
 
 
 def _general(t, max_bytes, hashed):
@@ -157,7 +237,7 @@ def _general_rows(t, n, max_bytes, hosts, slow, i):
     return digests
 
 
-def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None):
+def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None, waits=None):
     """``["f32[2,3]:<digest>", ...]`` for the tensors (``scratch``: positions recorded by dtype
     and shape only), hashed together by the native module.
 
@@ -177,9 +257,16 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     its ``(ptr, nbytes, dtype, shape)`` is appended to ``later`` (for ``TraceWriter.write``)
     and the tensor that owns the bytes to ``keep``; the sketches are then, for each tensor from
     ``sketch_from`` on, its index in ``later``, or -1, or its text (a device tensor's, see
-    :func:`device_sketch`; None without :data:`SKETCH`)."""
+    :func:`device_sketch`; None without :data:`SKETCH`). Then staged device tensors
+    (:func:`_staged`) may still be on their way to the host: ``(event, nbytes)`` pairs in
+    ``waits`` (a list) say what to wait for before ``TraceWriter.write`` reads them."""
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
+    deferred = waits if later is not None and rows == 1 else None
+    given, tensors = tensors, _staged(tensors, scratch, state.max_bytes, deferred)
+    # Staged copies on their way: the record waits for them, and the host tensors it names may
+    # change before then (an in-place op, `.data` swapped by `module.cuda()`): copied now.
+    snapshot = bool(deferred)
     out = [None] * len(tensors)
     sliced = {}  # position -> [dtype or None, digest of each row slice]
     fast, places, owners, slow, hosts, on_device = [], [], [], [], [], []
@@ -192,6 +279,10 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
                 hit = None
         if hit is not None:
             (ptr, nbytes, name, shape), owner = hit
+            if snapshot and tensors[i] is given[i]:
+                owner = owner.clone()
+                hit = (owner.data_ptr(), nbytes, name, shape), owner
+                ptr = owner.data_ptr()
             owners.append(owner)
             n = _rows(shape, rows)
             if n == 1:

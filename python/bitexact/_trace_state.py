@@ -73,13 +73,35 @@ class State:
         self.capture = None  # identity list of the op to save, until saved
         self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
         self.out_dir = os.path.dirname(path)
+        # Records whose staged device tensors may still be on their way to the host (their
+        # host tensors copied): (line, later, slots, keep, waits), written by flush(), which
+        # the next record without staged tensors calls first (order is kept); their bytes.
+        self.pending, self.pending_bytes = [], 0
+
+    def flush(self):
+        """Writes the :attr:`pending` records, each after waiting for its staged copies (call
+        with :attr:`lock` held)."""
+        for line, later, slots, _keep, waits in self.pending:
+            for event, _ in waits:
+                event.synchronize()
+            self.writer.write(line, later, _trace_digest.CACHE, slots)
+        self.pending, self.pending_bytes = [], 0
 
     def close(self):
         with self.lock:
             if self.writer is not None:
+                if os.getpid() == self.pid:
+                    self.flush()
                 self.writer.close()  # does nothing in a forked child
             elif not self.file.closed:
                 self.file.close()
+
+
+# Records held back while their staged device tensors reach the host (State.pending): the
+# program's thread waits for the copies once every this many records (or bytes), not per op,
+# so the GPU keeps working ahead of it.
+PENDING_RECORDS = 64
+PENDING_BYTES = 64 << 20
 
 
 def stream_of(state):
@@ -172,14 +194,14 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
     if scratch_outs:
         scratch = set(scratch) | set(scratch_outs)
     writer = state.writer
-    later, keep = ([], []) if writer is not None else (None, None)
+    later, keep, waits = ([], [], []) if writer is not None else (None, None, None)
     if described_ins is None:
         n = len(ins)
         hidden = {n + i for i in scratch} | set(scratch_ins) if scratch or scratch_ins else ()
-        described, sketches = describe(ins + outs, state, hidden, n, later, keep)
+        described, sketches = describe(ins + outs, state, hidden, n, later, keep, waits)
         described_ins, described_outs = described[:n], described[n:]
     else:
-        described_outs, sketches = describe(outs, state, scratch, 0, later, keep)
+        described_outs, sketches = describe(outs, state, scratch, 0, later, keep, waits)
     slots = None
     if writer is not None and state.rows == 1 and sketches:  # indices in later, -1, or text
         if any(k != -1 and k != "" for k in sketches):
@@ -190,7 +212,14 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
                               _trace_record.source(state.skip_dirs), described_ins,
                               described_outs, thread, args, sketches or ())
     with state.lock:
-        if writer is not None:  # keep holds the tensors until their bytes are read
+        if writer is not None and waits:  # keep holds the staged bytes and host copies
+            state.pending.append((line, later, slots, keep, waits))
+            state.pending_bytes += sum(n for _, n in waits)
+            if len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES:
+                state.flush()
+        elif writer is not None:  # keep holds the tensors until their bytes are read
+            if state.pending:  # written in order, before this record's tensors can change
+                state.flush()
             writer.write(line, later, _trace_digest.CACHE, slots)
         elif not state.file.closed:
             state.file.write(line)

@@ -37,17 +37,20 @@ def values(n, seed=0):
     return torch.randn(n, generator=g, dtype=torch.float64) * 3
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
                                    getattr(torch, "float8_e4m3fn", None)])
 @pytest.mark.parametrize("n", [0, 1, 3, 8, 100, 12345])
-def test_a_device_sketch_is_the_host_sketch(dtype, n):
+def test_a_device_sketch_is_the_host_sketch(dtype, n, device):
     if dtype is None:
         pytest.skip("this torch has no float8_e4m3fn")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the same torch ops ran on the CPU above")
     t = values(n).to(dtype)
     if n >= 8:  # non-finite values are counted and left out of the norm and the magnitude
         t[1] = float("nan")
         t[n // 2] = float("inf")
-    got, want = _trace_digest.device_sketch(t), native_sketch(t)
+    got, want = _trace_digest.device_sketch(t.to(device)), native_sketch(t)
     assert same(got, want), (got, want)
     assert got.count(";" if dtype != torch.float64 else "|") == 1
 
@@ -99,3 +102,109 @@ def test_records_of_device_tensors_carry_their_sketches(tmp_path, monkeypatch, b
         o.startswith("f32") for o in b["out"]))
     for a, b in sketched:
         assert len(a) == len(b) and all(x == y == "" or same(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_staged_tensors_give_the_host_trace_byte_for_byte(tmp_path, monkeypatch, background):
+    """Device tensors staged to the host (_trace_digest._staged) take the host's path: here
+    every host tensor is staged as a device tensor would be (copied into one buffer first),
+    and the trace is the unstaged one, byte for byte."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+    host = traced(tmp_path / "host.jsonl", program)
+    copies = []
+    staged = _trace_digest._staged
+
+    def counting(tensors, scratch, max_bytes, waits=None):
+        out = staged(tensors, scratch, max_bytes, waits)
+        copies.extend(a.data_ptr() != b.data_ptr() for a, b in zip(out, tensors)
+                      if isinstance(a, torch.Tensor) and a.numel())
+        return out
+
+    monkeypatch.setattr(_trace_digest, "_on_device", lambda t: True)
+    monkeypatch.setattr(_trace_digest, "_staged", counting)
+    assert traced(tmp_path / "staged.jsonl", program) == host
+    assert len(copies) > 20 and all(copies)
+
+
+def test_staging_leaves_what_it_cannot_copy(monkeypatch):
+    monkeypatch.setattr(_trace_digest, "_on_device", lambda t: True)
+    big, scratch, z = torch.ones(100), torch.ones(3), torch.ones(2, dtype=torch.complex64)
+    ok = torch.arange(6.0).reshape(2, 3).t()  # not contiguous: staged as its contiguous copy
+    out = _trace_digest._staged([big, scratch, z, ok, torch.ones(0, 2)], {1}, 256)
+    assert out[0] is big and out[1] is scratch and out[2] is z
+    assert torch.equal(out[3], ok) and out[3].is_contiguous() and out[3].shape == (3, 2)
+    assert out[4].shape == (0, 2)
+    nothing = [big, scratch]
+    assert _trace_digest._staged(nothing, {1}, 256) is nothing
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_program_traces_the_same_staged_or_hashed_on_the_device(tmp_path, monkeypatch):
+    def gpu_program():
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(16, 8).cuda()
+        x = torch.randn(4, 16, device="cuda")
+        y = torch.nn.functional.layer_norm(layer(x), (8,))
+        (y.square().mean() * 2).backward()
+
+    staged = [json.loads(line) for line in traced(tmp_path / "s.jsonl", gpu_program).splitlines()]
+    monkeypatch.setattr(_trace_digest, "STAGE_MAX", -1)
+    device = [json.loads(line) for line in traced(tmp_path / "d.jsonl", gpu_program).splitlines()]
+    assert len(staged) == len(device) > 10
+    for a, b in zip(staged, device):
+        assert (a["in"], a["out"]) == (b["in"], b["out"])
+        assert all(x == y == "" or same(x, y) for x, y in zip(a.get("sk", []), b.get("sk", [])))
+
+
+class _Copy:
+    """A stand-in for a CUDA event: the staged bytes arrive when it is waited for."""
+
+    def __init__(self, pairs):
+        self.pairs, self.waited = pairs, False
+
+    def synchronize(self):
+        for dst, src in self.pairs:
+            dst.copy_(src)
+        self.waited = True
+
+
+def mutating():
+    """Host tensors beside "device" ones (2-D) change right after the ops that read them."""
+    program()
+    w, b = torch.ones(4, 4), torch.zeros(4)
+    for _ in range(3):
+        y = torch.add(w, b)
+        b.add_(1)
+        w.data = y * 2  # as module.cuda() swaps a parameter's storage
+
+
+@pytest.mark.parametrize("where", ["all", "2-D"])
+def test_records_wait_for_their_staged_copies_and_keep_their_order(tmp_path, monkeypatch, where):
+    """With the background writer, staged copies are waited for every PENDING_RECORDS records
+    (and at stop), not per op: here a staged tensor's bytes are garbage until its "event" is
+    waited for, so a record written before the wait would show in the trace. With only 2-D
+    tensors "on the device", a waiting record's host tensors change before it is written
+    (unless copied when the op ran)."""
+    from bitexact import _trace_state
+
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    host = traced(tmp_path / "host.jsonl", mutating)
+    staged, events = _trace_digest._staged, []
+
+    def late(tensors, scratch, max_bytes, waits=None):
+        out = staged(tensors, scratch, max_bytes, waits)
+        if waits is None:
+            return out
+        pairs = [(o, o.clone()) for o, t in zip(out, tensors) if o is not t and o.numel()]
+        for o, _ in pairs:
+            o.reshape(-1).view(torch.uint8).fill_(0xAB)
+        events.append(_Copy(pairs))
+        waits.append((events[-1], 1))
+        return out
+
+    monkeypatch.setattr(_trace_digest, "_on_device",
+                        (lambda t: True) if where == "all" else (lambda t: t.dim() == 2))
+    monkeypatch.setattr(_trace_digest, "_staged", late)
+    monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 7)
+    assert traced(tmp_path / "staged.jsonl", mutating) == host
+    assert len(events) > 10 and all(e.waited for e in events)
