@@ -99,6 +99,20 @@ pub fn digest_parts(dtype: DType, shape: &[usize], data: &[u8]) -> Digest {
     )
 }
 
+/// [`digest_parts`] on the calling thread only: the same digest, no rayon (for a background
+/// thread that must leave the program's cores alone: the op tracer's writer, which on two
+/// cores took one from the traced program through rayon's pool).
+pub fn digest_parts_serial(dtype: DType, shape: &[usize], data: &[u8]) -> Digest {
+    if data.len() <= CHUNK_BYTES {
+        return digest_parts(dtype, shape, data);
+    }
+    chunk_digests_parts(
+        dtype,
+        shape,
+        &crate::sha_lanes::chunk_digests_serial(data, CHUNK_BYTES),
+    )
+}
+
 /// Bytes hashed between two calls of the `release` callback of [`digest_parts_releasing`]: a
 /// whole number of chunks, so windows do not change the digest.
 pub const WINDOW_BYTES: usize = 64 * CHUNK_BYTES;

@@ -26,6 +26,14 @@ pub fn chunk_digests(data: &[u8], chunk: usize) -> Vec<[u8; 32]> {
     groups.concat()
 }
 
+/// [`chunk_digests`] on the calling thread only (for a background thread that must not take
+/// the program's cores: the op tracer's writer).
+pub fn chunk_digests_serial(data: &[u8], chunk: usize) -> Vec<[u8; 32]> {
+    data.chunks(LANES * chunk)
+        .flat_map(|g| group(g, chunk))
+        .collect()
+}
+
 /// The digests of the chunks of one group.
 fn group(data: &[u8], chunk: usize) -> Vec<[u8; 32]> {
     #[cfg(target_arch = "x86_64")]
@@ -198,6 +206,11 @@ mod tests {
             one_by_one(&data, CHUNK_BYTES)
         );
         assert_eq!(chunk_digests(&[], CHUNK_BYTES), Vec::<[u8; 32]>::new());
+        assert_eq!(
+            chunk_digests_serial(&data, CHUNK_BYTES),
+            one_by_one(&data, CHUNK_BYTES)
+        );
+        assert!(chunk_digests_serial(&[], CHUNK_BYTES).is_empty());
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -28,13 +28,12 @@
 //! thread: there the writer is never used (the tracer records in the process that started it
 //! only), and writing, closing or dropping it does nothing.
 
-use super::trace::{self, Hashed, Seen, CACHE_ENTRIES, PARALLEL_BYTES};
+use super::trace::{self, Hashed, Seen, CACHE_ENTRIES};
 use super::Host;
-use bitexact::digest::digest_parts;
+use bitexact::digest::digest_parts_serial;
 use bitexact::DType;
 use pyo3::exceptions::{PyIOError, PyValueError};
 use pyo3::prelude::*;
-use rayon::prelude::*;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -175,20 +174,19 @@ fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketch: bool) ->
         .iter()
         .filter(|s| matches!(s.source, Source::Hash(..)))
         .collect();
-    let hash = |s: &&Slot| {
-        if let Source::Hash(bytes, hashed) = &s.source {
-            let digest = digest_parts(s.dtype, &s.shape, bytes);
-            let _ = hashed.set((digest, sketch.then(|| trace::sketch(s.dtype, bytes))));
-            bytes.len()
-        } else {
-            0
-        }
-    };
-    let done: usize = if todo.len() > 1 && total(&todo) > PARALLEL_BYTES {
-        todo.par_iter().map(hash).sum()
-    } else {
-        todo.iter().map(hash).sum()
-    };
+    // On this thread only: rayon here would take the program's cores (the writer is there to
+    // use a free one); on 2 cores it tripled the traced nanoGPT step's context switches.
+    let done: usize = (todo.iter())
+        .map(|s| {
+            if let Source::Hash(bytes, hashed) = &s.source {
+                let digest = digest_parts_serial(s.dtype, &s.shape, bytes);
+                let _ = hashed.set((digest, sketch.then(|| trace::sketch(s.dtype, bytes))));
+                bytes.len()
+            } else {
+                0
+            }
+        })
+        .sum();
     let hashed: Vec<&Hashed> = (rec.slots.iter())
         .map(|s| match &s.source {
             Source::Ready(h) => h,
@@ -244,16 +242,6 @@ fn push_sketches(line: &mut String, sketches: &[Shown], hashed: &[&Hashed]) {
         line.push('"');
     }
     line.push(']');
-}
-
-/// The bytes of the copies among `todo`.
-fn total(todo: &[&Slot]) -> usize {
-    todo.iter()
-        .map(|s| match &s.source {
-            Source::Hash(b, _) => b.len(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// The writer's thread: records in order until the writer is closed, flushed after each batch
