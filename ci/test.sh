@@ -5,9 +5,12 @@
 #    over python/tests.
 # 2. `cargo test`: unit, integration, snapshot and example tests. Its `bitexact run` and
 #    Python-package tests use that venv (~/.cache/bitexact/python-path).
+# 3. `cargo test -p bitexact-python`: the bindings crate's unit tests (the trace writer's copy
+#    pool); its Python-facing behaviour is tested by pytest in step 1.
 # With CI=true nothing is written: a snapshot mismatch fails with the case, the tensors and
 # what differs in the platform fingerprint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/python.sh
 cargo test
+cargo test -p bitexact-python

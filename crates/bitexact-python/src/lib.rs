@@ -33,6 +33,7 @@ use rayon::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+mod copy_pool;
 mod pytest;
 mod trace;
 mod trace_writer;

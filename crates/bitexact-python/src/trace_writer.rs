@@ -16,8 +16,8 @@
 //! still gets the digest of the bytes the op saw.
 //!
 //! Memory is bounded: past [`QUEUED_BYTES`] copied bytes waiting to be hashed, a tensor is
-//! hashed on the caller's thread; hashed copies' buffers are kept for reuse up to
-//! [`POOL_BYTES`]. The tracer uses the writer only where torch's threads leave a core free
+//! hashed on the caller's thread; hashed copies' buffers are kept for reuse
+//! ([`super::copy_pool`]). The tracer uses the writer only where torch's threads leave a core free
 //! (`bitexact._trace_digest.background()`): where they take every core, the writer's thread
 //! competes with them and a traced step got slower. Records are queued without waking the
 //! writer's thread, which looks for them every [`POLL`] and writes (and flushes) each batch it
@@ -28,6 +28,7 @@
 //! thread: there the writer is never used (the tracer records in the process that started it
 //! only), and writing, closing or dropping it does nothing.
 
+use super::copy_pool::{copy, copy_checked, recycle, SharedPool};
 use super::trace::{self, Hashed, Seen, CACHE_ENTRIES};
 use super::Host;
 use bitexact::digest::digest_parts_serial;
@@ -45,51 +46,6 @@ use twox_hash::XxHash3_128;
 /// Bytes copied and not yet hashed, at most: past it, a tensor is hashed on the caller's
 /// thread.
 const QUEUED_BYTES: usize = 256 << 20;
-
-/// Bytes of copy buffers kept for reuse, at most, and how many buffers: a reused buffer costs
-/// no allocation and no page faults (a fresh large one is mapped and faulted in page by page,
-/// on the program's thread).
-const POOL_BYTES: usize = 64 << 20;
-const POOL_BUFFERS: usize = 256;
-
-/// Copy buffers the writer's thread has hashed, for the next copies.
-#[derive(Default)]
-struct Pool {
-    buffers: Vec<Vec<u8>>,
-    bytes: usize,
-}
-
-type SharedPool = Arc<Mutex<Pool>>;
-
-/// A buffer holding a copy of `data`: the smallest pooled one large enough, or a new one.
-fn copy(pool: &SharedPool, data: &[u8]) -> Vec<u8> {
-    let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
-    let best = (p.buffers.iter().enumerate())
-        .filter(|(_, b)| b.capacity() >= data.len())
-        .min_by_key(|(_, b)| b.capacity())
-        .map(|(i, _)| i);
-    let mut buf = match best {
-        Some(i) => {
-            let b = p.buffers.swap_remove(i);
-            p.bytes -= b.capacity();
-            b
-        }
-        None => Vec::with_capacity(data.len()),
-    };
-    drop(p);
-    buf.clear();
-    buf.extend_from_slice(data);
-    buf
-}
-
-/// Keeps `buf` for reuse unless the pool is full.
-fn recycle(pool: &SharedPool, buf: Vec<u8>) {
-    let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
-    if p.buffers.len() < POOL_BUFFERS && p.bytes + buf.capacity() <= POOL_BYTES {
-        p.bytes += buf.capacity();
-        p.buffers.push(buf);
-    }
-}
 
 /// Where a tensor's digest comes from.
 enum Source {
@@ -296,11 +252,18 @@ fn close_queue(queue: &SharedQueue) {
 impl TraceWriter {
     /// The slot of `t`: from the cache (`c`, when `use_cache`; not a digest without the
     /// sketch `want`s), hashed now when the queue is full, else a copy for the writer's thread.
+    /// A tensor whose sketch is wanted is a result: copied while its check is computed.
     fn slot(&self, t: &Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
-        let check = if use_cache {
-            XxHash3_128::oneshot(t.data())
-        } else {
-            0
+        let (check, mut early) = match (use_cache, want) {
+            (false, _) => (0, None),
+            (true, false) => (XxHash3_128::oneshot(t.data()), None),
+            (true, true) if self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES => {
+                (XxHash3_128::oneshot(t.data()), None)
+            }
+            (true, true) => {
+                let (buf, check) = copy_checked(&self.pool, t.data());
+                (check, Some(buf))
+            }
         };
         let hit = c
             .get(&trace::key(t))
@@ -312,7 +275,8 @@ impl TraceWriter {
                 None => Some(Source::Wait(seen.hashed.clone())),
             });
         let source = hit.unwrap_or_else(|| {
-            let (source, hashed) = if self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES
+            let (source, hashed) = if early.is_none()
+                && self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES
             {
                 let h = (
                     t.digest(),
@@ -322,7 +286,7 @@ impl TraceWriter {
             } else {
                 self.queued.fetch_add(t.nbytes, Ordering::Relaxed);
                 let hashed = Arc::new(OnceLock::new());
-                let bytes = copy(&self.pool, t.data());
+                let bytes = early.take().unwrap_or_else(|| copy(&self.pool, t.data()));
                 (Source::Hash(bytes, hashed.clone()), hashed)
             };
             if use_cache {
@@ -330,6 +294,9 @@ impl TraceWriter {
             }
             source
         });
+        if let Some(unused) = early {
+            recycle(&self.pool, unused); // a cache hit after all
+        }
         Slot {
             dtype: t.dtype,
             shape: t.shape.clone(),
