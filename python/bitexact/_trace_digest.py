@@ -51,7 +51,8 @@ SKETCH = True
 
 # Whether records are written by the native TraceWriter, which hashes on a background thread
 # (see above); False: digests on the program's thread, records by a Python file object; None
-# (the default): when torch leaves a core of this process free (:func:`background`).
+# (the default): on a machine with an NVIDIA GPU, or when torch leaves a core of this process
+# free (:func:`background`).
 BACKGROUND = None
 
 # The largest device tensor staged to the host to be hashed there (see above); larger ones are
