@@ -238,6 +238,58 @@ def _general_rows(t, n, max_bytes, hosts, slow, i):
     return digests
 
 
+def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
+    """:func:`describe`'s tensors sorted by how they are hashed: ``(out, sliced, fast, places,
+    owners, slow, hosts, on_device)``. ``out``: the labels known now (general path, scratch);
+    ``fast``/``places``/``owners``: the host fast path's items, their ``(position, row slice or
+    None)`` and the tensors owning their bytes (copied when ``snapshot``, for a tensor that
+    ``given`` still holds, i.e. was not staged); ``slow``/``hosts``: general-path host tensors
+    and their views; ``sliced``: position -> [dtype or None, each row slice's digest];
+    ``on_device``: positions (from ``sketch_from`` on) hashed on their device, to sketch there."""
+    out = [None] * len(tensors)
+    sliced = {}  # position -> [dtype or None, digest of each row slice]
+    fast, places, owners, slow, hosts, on_device = [], [], [], [], [], []
+    for i, t in enumerate(tensors):
+        hit = None
+        if i not in scratch:
+            try:
+                hit = _fast(t, max_bytes)
+            except (TypeError, RuntimeError):  # no bitexact dtype; a tensor without storage
+                hit = None
+        if hit is not None:
+            (ptr, nbytes, name, shape), owner = hit
+            if snapshot and tensors[i] is given[i]:
+                owner = owner.clone()
+                hit = (owner.data_ptr(), nbytes, name, shape), owner
+                ptr = owner.data_ptr()
+            owners.append(owner)
+            n = _rows(shape, rows)
+            if n == 1:
+                fast.append(hit[0])
+                places.append((i, None))
+                continue
+            step, sub = nbytes // n, (shape[0] // n,) + tuple(shape[1:])
+            fast.extend((ptr + k * step, step, name, sub) for k in range(n))
+            places.extend((i, k) for k in range(n))
+            sliced[i] = [None, [None] * n]
+        elif i in scratch:
+            out[i] = _general(t, None, hosts)
+        else:
+            n = _rows(t.shape, rows)
+            digests = _general_rows(t, n, max_bytes, hosts, slow, i) if n > 1 else None
+            if digests is not None:
+                sliced[i] = [None, digests]
+                continue
+            mark = len(hosts)
+            label = _general(t, max_bytes, hosts)
+            if len(hosts) > mark:
+                slow.append(((i, None), label))
+            elif sketch_from is not None and i >= sketch_from and not label.endswith(":-"):
+                on_device.append(i)  # hashed on its device: sketched there
+            out[i] = label
+    return out, sliced, fast, places, owners, slow, hosts, on_device
+
+
 def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None, waits=None):
     """``["f32[2,3]:<digest>", ...]`` for the tensors (``scratch``: positions recorded by dtype
     and shape only), hashed together by the native module.
@@ -268,48 +320,9 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     # Staged copies on their way: the record waits for them, and the host tensors it names may
     # change before then (an in-place op, `.data` swapped by `module.cuda()`): copied now.
     snapshot = bool(deferred)
-    out = [None] * len(tensors)
-    sliced = {}  # position -> [dtype or None, digest of each row slice]
-    fast, places, owners, slow, hosts, on_device = [], [], [], [], [], []
-    for i, t in enumerate(tensors):
-        hit = None
-        if i not in scratch:
-            try:
-                hit = _fast(t, state.max_bytes)
-            except (TypeError, RuntimeError):  # no bitexact dtype; a tensor without storage
-                hit = None
-        if hit is not None:
-            (ptr, nbytes, name, shape), owner = hit
-            if snapshot and tensors[i] is given[i]:
-                owner = owner.clone()
-                hit = (owner.data_ptr(), nbytes, name, shape), owner
-                ptr = owner.data_ptr()
-            owners.append(owner)
-            n = _rows(shape, rows)
-            if n == 1:
-                fast.append(hit[0])
-                places.append((i, None))
-                continue
-            step, sub = nbytes // n, (shape[0] // n,) + tuple(shape[1:])
-            fast.extend((ptr + k * step, step, name, sub) for k in range(n))
-            places.extend((i, k) for k in range(n))
-            sliced[i] = [None, [None] * n]
-        elif i in scratch:
-            out[i] = _general(t, None, hosts)
-        else:
-            n = _rows(t.shape, rows)
-            digests = _general_rows(t, n, state.max_bytes, hosts, slow, i) if n > 1 else None
-            if digests is not None:
-                sliced[i] = [None, digests]
-                continue
-            mark = len(hosts)
-            label = _general(t, state.max_bytes, hosts)
-            if len(hosts) > mark:
-                slow.append(((i, None), label))
-            elif (sketch_from is not None and i >= sketch_from and SKETCH
-                  and not label.endswith(":-")):  # hashed on its device: sketched there
-                on_device.append(i)
-            out[i] = label
+    out, sliced, fast, places, owners, slow, hosts, on_device = _sort(
+        tensors, given, scratch, state.max_bytes, rows, snapshot,
+        sketch_from if sketch_from is not None and SKETCH else None)
     sketches = None if sketch_from is None else [""] * (len(tensors) - sketch_from)
     if later is not None and rows == 1:  # the TraceWriter hashes them: holes, and where
         base = len(later)
@@ -338,6 +351,14 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
             else:
                 sliced[i][0] = label.partition("[")[0]
                 sliced[i][1][k] = label.rpartition(":")[2]
+    if hosts or sliced:
+        _finish(out, sliced, slow, hosts, tensors, nat)
+    return out if sketch_from is None else (out, sketches)
+
+
+def _finish(out, sliced, slow, hosts, tensors, nat):
+    """Fills in ``out`` (see :func:`_sort`): the general-path host tensors' labels, hashed in
+    one native call, and each row-sliced tensor's ``dtype[shape]/n:<d1>,...,<dn>``."""
     if hosts:
         for ((i, k), label), d in zip(slow, nat.digests_ptr([h.args() for h in hosts])):
             if k is None:
@@ -349,7 +370,6 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
         if name is not None:  # the native module's name of the dtype
             head = name + head[head.index("["):]
         out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
-    return out if sketch_from is None else (out, sketches)
 
 
 _FLOATS = ("f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2")
