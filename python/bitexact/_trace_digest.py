@@ -97,9 +97,12 @@ def background():
 _strided = []  # [torch.strided], once torch is imported
 
 
-def _fast(t, max_bytes):
+def _fast(t, max_bytes, strided=False):
     """``(ptr, nbytes, dtype name, shape)`` of a host tensor of a bitexact dtype, with the
-    tensor that owns the bytes; None for the general path."""
+    tensor that owns the bytes; None for the general path. A view that is not contiguous is
+    copied contiguous, or with ``strided`` handed over as it lies, its element strides a fifth
+    item (the native side checks the bytes it spans and gathers its elements: no copy when its
+    digest is cached, one into the writer's buffer when not)."""
     name, is_complex = _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)
     if not _strided:
         _strided.append(_digest._torch_strided())
@@ -109,6 +112,8 @@ def _fast(t, max_bytes):
     if nbytes > max_bytes:
         return None
     if not t.is_contiguous():
+        if strided:
+            return (t.data_ptr(), nbytes, name, t.shape, t.stride()), t
         t = t.detach().contiguous()
     return (t.data_ptr(), nbytes, name, t.shape), t
 
@@ -249,15 +254,16 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
     out = [None] * len(tensors)
     sliced = {}  # position -> [dtype or None, digest of each row slice]
     fast, places, owners, slow, hosts, on_device = [], [], [], [], [], []
+    strided = rows == 1 and not snapshot  # row slices and copies need contiguous bytes
     for i, t in enumerate(tensors):
         hit = None
         if i not in scratch:
             try:
-                hit = _fast(t, max_bytes)
+                hit = _fast(t, max_bytes, strided)
             except (TypeError, RuntimeError):  # no bitexact dtype; a tensor without storage
                 hit = None
         if hit is not None:
-            (ptr, nbytes, name, shape), owner = hit
+            (ptr, nbytes, name, shape, *_), owner = hit
             if snapshot and tensors[i] is given[i]:
                 owner = owner.clone()
                 hit = (owner.data_ptr(), nbytes, name, shape), owner

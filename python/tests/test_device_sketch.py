@@ -93,7 +93,7 @@ def test_records_of_device_tensors_carry_their_sketches(tmp_path, monkeypatch, b
         kind, v = prepare(x, dtype, shape)
         return ("device", _digest.native().digest_ptr(*v.args())) if kind == "host" else (kind, v)
 
-    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes: None)
+    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: None)
     monkeypatch.setattr(_digest, "_prepare", as_device)
     device = run("device.jsonl")
     assert [r["out"] for r in device] == [r["out"] for r in host]

@@ -74,6 +74,41 @@ def test_an_unchanged_tensor_keeps_its_digest(trace):
     assert muls[3] == "f32[3,2]:" + bitexact.digest(x.t().contiguous())[:32]
 
 
+VIEWS = {
+    "transposed": lambda b: b.t(),
+    "every other column": lambda b: b[:, ::2],
+    "a broadcast row": lambda b: b[:1].expand(5, 6),
+    "permuted 3-d": lambda b: b.reshape(2, 3, 5).permute(2, 0, 1),
+    "bf16 transposed": lambda b: b.to(torch.bfloat16).t(),
+    "one column": lambda b: b[:, 2],
+}
+
+
+@pytest.mark.parametrize("background", [True, False])
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_a_view_that_is_not_contiguous_is_hashed_as_its_elements(
+        trace, monkeypatch, view, background):
+    """Views are handed to the native side as they lie (strides, no copy): their labels are
+    the digests of their elements in row-major order, a change to the base through another
+    view is seen, and an unchanged view keeps its digest."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+    base = torch.arange(30.0).reshape(5, 6)
+    v = VIEWS[view](base)
+    assert not v.is_contiguous()
+    _trace.start(trace)
+    v * 2
+    v * 2
+    base.view(-1)[8] += 100.0  # [1, 2]: in every view above but the row and the bf16 copy
+    v * 2
+    _trace.stop()
+    got = [r["in"][0] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    head = got[0].split(":")[0]
+    before = bitexact.digest(VIEWS[view](torch.arange(30.0).reshape(5, 6)).contiguous())
+    assert got[:2] == ["%s:%s" % (head, before[:32])] * 2
+    assert got[2] == "%s:%s" % (head, bitexact.digest(v.contiguous())[:32])
+    assert (got[2] != got[0]) == (view not in ("a broadcast row", "bf16 transposed"))
+
+
 class Model(torch.nn.Module):
     """Embeddings, attention, a bf16 branch, a complex FFT, a bool mask: fast and general path
     tensors in the same ops."""
@@ -133,7 +168,7 @@ def test_traces_with_and_without_the_cache_and_the_general_path_are_the_same(
     uncached = run("uncached.jsonl")
     # What the tracer did before: every tensor through bitexact._digest, records by json.dumps.
     monkeypatch.setattr(_trace_digest, "BACKGROUND", False)
-    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes: None)
+    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: None)
     monkeypatch.setattr(_trace_record, "line", _json_line)
     general = run("general.jsonl")
     assert cached == synchronous == uncached

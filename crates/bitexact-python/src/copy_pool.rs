@@ -2,6 +2,7 @@
 //! the program's thread into a buffer that the writer's thread hashes and gives back, so the
 //! next copy costs no allocation and no page faults.
 
+use super::Host;
 use std::sync::{Arc, Mutex};
 use twox_hash::XxHash3_128;
 
@@ -40,10 +41,10 @@ pub(crate) fn take(pool: &SharedPool, len: usize) -> Vec<u8> {
     buf
 }
 
-/// A buffer holding a copy of `data`.
-pub(crate) fn copy(pool: &SharedPool, data: &[u8]) -> Vec<u8> {
-    let mut buf = take(pool, data.len());
-    buf.extend_from_slice(data);
+/// A buffer holding a copy of `t`'s canonical bytes (a strided view's gathered).
+pub(crate) fn copy(pool: &SharedPool, t: &Host) -> Vec<u8> {
+    let mut buf = take(pool, t.nbytes);
+    t.values_into(&mut buf);
     buf
 }
 
@@ -92,7 +93,8 @@ mod tests {
             prop_assert_eq!(&buf, &data);
             prop_assert_eq!(check, XxHash3_128::oneshot(&data));
             recycle(&pool, buf);
-            let again = copy(&pool, &data[..len / 2]);
+            let half = Host::new(data.as_ptr() as usize, len / 2, "u8", vec![len / 2]).unwrap();
+            let again = copy(&pool, &half);
             prop_assert_eq!(&again[..], &data[..len / 2]);
         }
     }

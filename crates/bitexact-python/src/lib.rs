@@ -35,6 +35,7 @@ use std::path::PathBuf;
 
 mod copy_pool;
 mod pytest;
+mod strided;
 mod trace;
 mod trace_writer;
 
@@ -71,19 +72,53 @@ fn expect_bytes(dtype: DType, shape: &[usize], nbytes: usize) -> PyResult<()> {
     Ok(())
 }
 
-/// One host tensor handed over by address: the bytes at `ptr`, `nbytes` long.
+/// One host tensor handed over by address: the bytes at `ptr`, `nbytes` long, or a strided
+/// view (the op tracer's non-contiguous tensors, [`strided`]): `strides` in elements and the
+/// `span` of bytes they reach from `ptr`.
 struct Host {
     ptr: usize,
     nbytes: usize,
     dtype: DType,
     shape: Vec<usize>,
+    strides: Option<Vec<usize>>,
+    span: usize,
+}
+
+/// A tensor as the tracer hands it over: `(ptr, nbytes, dtype, shape)`, or with its element
+/// strides as a fifth item for a view that is not contiguous.
+#[derive(FromPyObject)]
+enum Item {
+    Plain(usize, usize, String, Vec<usize>),
+    Strided(usize, usize, String, Vec<usize>, Vec<usize>),
 }
 
 impl Host {
     fn new(ptr: usize, nbytes: usize, dtype_name: &str, shape: Vec<usize>) -> PyResult<Host> {
+        Host::with_strides(ptr, nbytes, dtype_name, shape, None)
+    }
+
+    fn with_strides(
+        ptr: usize,
+        nbytes: usize,
+        dtype_name: &str,
+        shape: Vec<usize>,
+        strides: Option<Vec<usize>>,
+    ) -> PyResult<Host> {
         let dtype = dtype(dtype_name)?;
         expect_bytes(dtype, &shape, nbytes)?;
-        if ptr == 0 && nbytes > 0 {
+        let span = match &strides {
+            None => nbytes,
+            Some(s) if s.len() == shape.len() => strided::span(dtype.size(), &shape, s)
+                .ok_or_else(|| PyValueError::new_err(format!("strides {s:?} overflow")))?,
+            Some(s) => {
+                return Err(PyValueError::new_err(format!(
+                    "{} strides for a shape of {} dimensions",
+                    s.len(),
+                    shape.len()
+                )))
+            }
+        };
+        if ptr == 0 && span > 0 {
             return Err(PyValueError::new_err(
                 "a null address with a non-empty length",
             ));
@@ -93,6 +128,8 @@ impl Host {
             nbytes,
             dtype,
             shape,
+            strides,
+            span,
         })
     }
 
@@ -104,20 +141,52 @@ impl Host {
             .collect()
     }
 
-    /// The bytes at the address.
+    /// [`Item`]s from the tracer, checked.
+    fn items(items: Vec<Item>) -> PyResult<Vec<Host>> {
+        (items.into_iter())
+            .map(|item| match item {
+                Item::Plain(p, n, d, s) => Host::new(p, n, &d, s),
+                Item::Strided(p, n, d, s, st) => Host::with_strides(p, n, &d, s, Some(st)),
+            })
+            .collect()
+    }
+
+    /// The bytes at the address: the tensor's, or all that a strided view spans (what the
+    /// digest cache checks).
     fn data(&self) -> &[u8] {
-        if self.nbytes == 0 {
+        if self.span == 0 {
             &[]
         } else {
             // SAFETY: the caller (the package's `_digest.py`, `_trace_digest.py`) passes the
-            // address and length of a contiguous host buffer that it keeps alive for the whole
-            // call and that nothing writes meanwhile (documented on `digest_ptr`).
-            unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.nbytes) }
+            // address of a host buffer holding `span` bytes (a contiguous tensor's, or all a
+            // view's strides reach) that it keeps alive for the whole call and that nothing
+            // writes meanwhile (documented on `digest_ptr`).
+            unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.span) }
+        }
+    }
+
+    /// Appends the tensor's canonical (row-major) bytes to `out`.
+    fn values_into(&self, out: &mut Vec<u8>) {
+        match &self.strides {
+            None => out.extend_from_slice(self.data()),
+            Some(s) => strided::gather_into(out, self.data(), self.dtype.size(), &self.shape, s),
+        }
+    }
+
+    /// The tensor's canonical (row-major) bytes: its memory, or a strided view's gathered.
+    fn values(&self) -> std::borrow::Cow<'_, [u8]> {
+        match &self.strides {
+            None => std::borrow::Cow::Borrowed(self.data()),
+            Some(_) => {
+                let mut out = Vec::new();
+                self.values_into(&mut out);
+                std::borrow::Cow::Owned(out)
+            }
         }
     }
 
     fn digest(&self) -> Digest {
-        digest::digest_parts(self.dtype, &self.shape, self.data())
+        digest::digest_parts(self.dtype, &self.shape, &self.values())
     }
 }
 

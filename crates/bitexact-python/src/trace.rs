@@ -6,7 +6,7 @@
 //! Most tensors an op reads were hashed a moment before, as the result of the op that made
 //! them (a layer's output is the next layer's input; a parameter is read by its forward, its
 //! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype,
-//! shape), the canonical digest and an XXH3-128 of the bytes it was computed from; a later
+//! shape, and a view's strides), the canonical digest and an XXH3-128 of the bytes it was computed from; a later
 //! request for the same buffer recomputes only the XXH3-128 (an order of magnitude cheaper than
 //! SHA-256) and reuses the digest when it is equal. The cache trusts the bytes, not the
 //! program's bookkeeping: a write that PyTorch's version counter never sees (through `.data`,
@@ -53,6 +53,7 @@ pub(crate) struct Key {
     nbytes: usize,
     dtype: DType,
     shape: Vec<usize>,
+    strides: Option<Vec<usize>>,
 }
 
 /// What a buffer held when it was last hashed: the XXH3-128 of its bytes, their digest and,
@@ -88,6 +89,7 @@ pub(crate) fn key(t: &Host) -> Key {
         nbytes: t.nbytes,
         dtype: t.dtype,
         shape: t.shape.clone(),
+        strides: t.strides.clone(),
     }
 }
 
@@ -123,7 +125,9 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
     let bytes: usize = todo.iter().map(|&i| tensors[i].nbytes).sum();
     let one = |i: usize| -> Hashed {
         let t = &tensors[i];
-        (t.digest(), wants(i).then(|| sketch(t.dtype, t.data())))
+        let values = t.values();
+        let digest = bitexact::digest::digest_parts(t.dtype, &t.shape, &values);
+        (digest, wants(i).then(|| sketch(t.dtype, &values)))
     };
     let computed: Vec<Hashed> = if todo.len() > 1 && bytes > PARALLEL_BYTES {
         todo.par_iter().map(|&i| one(i)).collect()
@@ -176,7 +180,9 @@ pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Dige
 }
 
 /// The trace labels (`f32[2,3]:<32 hex digits>`) of host tensors given as
-/// `(ptr, nbytes, dtype, shape)` like [`super::digests_ptr`]'s, in order: one call per op,
+/// `(ptr, nbytes, dtype, shape)` like [`super::digests_ptr`]'s (with the element strides as a
+/// fifth item for a view that is not contiguous: the bytes it spans are checked, its elements
+/// hashed), in order: one call per op,
 /// with one release of the GIL. With `cache` (the default), a buffer whose bytes are unchanged
 /// since this function last hashed it (same address, length, dtype and shape; equal XXH3-128)
 /// reuses its digest. With `sketch` (one flag per item), returns `(labels, sketches)`: the
@@ -186,11 +192,11 @@ pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Dige
 #[pyo3(signature = (items, cache=true, sketch=None))]
 pub fn trace_digests(
     py: Python<'_>,
-    items: Vec<(usize, usize, String, Vec<usize>)>,
+    items: Vec<super::Item>,
     cache: bool,
     sketch: Option<Vec<bool>>,
 ) -> PyResult<Py<PyAny>> {
-    let tensors = Host::all(items)?;
+    let tensors = Host::items(items)?;
     let want = sketch.clone().unwrap_or_default();
     let (labels, sketches): (Vec<String>, Vec<String>) = py.detach(|| {
         let ds = digests(&tensors, cache, &want);

@@ -254,16 +254,15 @@ impl TraceWriter {
     /// sketch `want`s), hashed now when the queue is full, else a copy for the writer's thread.
     /// A tensor whose sketch is wanted is a result: copied while its check is computed.
     fn slot(&self, t: &Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
-        let (check, mut early) = match (use_cache, want) {
-            (false, _) => (0, None),
-            (true, false) => (XxHash3_128::oneshot(t.data()), None),
-            (true, true) if self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES => {
-                (XxHash3_128::oneshot(t.data()), None)
-            }
-            (true, true) => {
+        let full = self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES;
+        let (check, mut early) = match (use_cache, want && !full, &t.strides) {
+            (false, _, _) => (0, None),
+            (true, false, _) => (XxHash3_128::oneshot(t.data()), None),
+            (true, true, None) => {
                 let (buf, check) = copy_checked(&self.pool, t.data());
                 (check, Some(buf))
             }
+            (true, true, Some(_)) => (XxHash3_128::oneshot(t.data()), Some(copy(&self.pool, t))),
         };
         let hit = c
             .get(&trace::key(t))
@@ -278,15 +277,16 @@ impl TraceWriter {
             let (source, hashed) = if early.is_none()
                 && self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES
             {
+                let values = t.values();
                 let h = (
-                    t.digest(),
-                    self.sketch.then(|| trace::sketch(t.dtype, t.data())),
+                    digest_parts_serial(t.dtype, &t.shape, &values),
+                    self.sketch.then(|| trace::sketch(t.dtype, &values)),
                 );
                 (Source::Ready(h.clone()), Arc::new(OnceLock::from(h)))
             } else {
                 self.queued.fetch_add(t.nbytes, Ordering::Relaxed);
                 let hashed = Arc::new(OnceLock::new());
-                let bytes = early.take().unwrap_or_else(|| copy(&self.pool, t.data()));
+                let bytes = early.take().unwrap_or_else(|| copy(&self.pool, t));
                 (Source::Hash(bytes, hashed.clone()), hashed)
             };
             if use_cache {
@@ -350,14 +350,14 @@ impl TraceWriter {
         &self,
         py: Python<'_>,
         line: String,
-        items: Vec<(usize, usize, String, Vec<usize>)>,
+        items: Vec<super::Item>,
         cache: bool,
         sketches: Option<Vec<Shown>>,
     ) -> PyResult<()> {
         if !self.mine() {
             return Ok(());
         }
-        let tensors = Host::all(items)?;
+        let tensors = Host::items(items)?;
         let holes = line.bytes().filter(|&b| b == 0).count();
         if holes != tensors.len() {
             return Err(PyValueError::new_err(format!(
