@@ -119,9 +119,19 @@ fn benchmark_mode_records_its_choice() {
     };
     let r = assess_case(case.as_ref(), Backend::Cpu, &c, 2);
     assert_eq!(r.verdict(), Verdict::Deterministic);
+    // Whichever deterministic CPU implementation timed fastest on this machine (a loaded
+    // machine has picked each of them): the choice is recorded, never an atomic one.
+    let (_, algos) = (bitexact::ops::catalog().into_iter())
+        .find(|(op, _)| *op == "matmul")
+        .unwrap();
+    let allowed: Vec<&str> = (algos.iter())
+        .filter(|a| a.backend == Backend::Cpu && a.deterministic)
+        .map(|a| a.name)
+        .collect();
+    assert!(allowed.len() > 1, "{allowed:?}");
     assert!(
-        ["tiled_r8", "tiled_r32"].contains(&r.algorithms["matmul"].as_str()),
-        "{:?}",
+        allowed.contains(&r.algorithms["matmul"].as_str()),
+        "{:?} not one of {allowed:?}",
         r.algorithms
     );
 }
