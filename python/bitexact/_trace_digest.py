@@ -37,6 +37,8 @@ each slice compares with the smaller-batch run's whole result for the same reque
 (``src/trace/batch.rs``).
 """
 
+import sys
+
 from . import _digest
 
 DIGEST_HEX = 32
@@ -97,16 +99,26 @@ def background():
 _strided = []  # [torch.strided], once torch is imported
 
 
+def _plain(t):
+    """The bitexact dtype name of a dense tensor that is neither complex nor a lazy conjugate
+    or negative view (the bytes in memory are its values), else None. Raises TypeError for a
+    dtype bitexact does not hash."""
+    name, is_complex = _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)
+    if not _strided:
+        _strided.append(_digest._torch_strided())
+    if is_complex or t.layout is not _strided[0] or t.is_conj() or t.is_neg():
+        return None
+    return name
+
+
 def _fast(t, max_bytes, strided=False):
     """``(ptr, nbytes, dtype name, shape)`` of a host tensor of a bitexact dtype, with the
     tensor that owns the bytes; None for the general path. A view that is not contiguous is
     copied contiguous, or with ``strided`` handed over as it lies, its element strides a fifth
     item (the native side checks the bytes it spans and gathers its elements: no copy when its
     digest is cached, one into the writer's buffer when not)."""
-    name, is_complex = _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)
-    if not _strided:
-        _strided.append(_digest._torch_strided())
-    if is_complex or not t.is_cpu or t.layout is not _strided[0] or t.is_conj() or t.is_neg():
+    name = _plain(t) if t.is_cpu else None
+    if name is None:
         return None
     nbytes = t.nbytes
     if nbytes > max_bytes:
@@ -123,6 +135,13 @@ def _on_device(t):
     return t.is_cuda
 
 
+def _any_on_device():
+    """Whether any tensor can be on a CUDA device: CUDA is initialized in this process (so a
+    CPU-only program's records skip :func:`_staged`; tests make it say yes)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
 def _staged(tensors, scratch, max_bytes, waits=None):
     """``tensors``, with each CUDA tensor of a fast-path dtype and at most :data:`STAGE_MAX`
     (and ``max_bytes``) bytes replaced by its host copy. The copies go into one pinned buffer
@@ -131,17 +150,13 @@ def _staged(tensors, scratch, max_bytes, waits=None):
     ``waits`` (a list) records an event per device there instead, for the caller to wait on
     before the bytes are read. Unchanged when none qualifies or a stream is being captured
     into a CUDA graph (no waiting there)."""
+    if not _any_on_device():
+        return tensors
     picks, total = [], 0
     limit = min(max_bytes, STAGE_MAX)
     for i, t in enumerate(tensors):
         try:
-            if i in scratch or not _on_device(t):
-                continue
-            is_complex = (_digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype))[1]
-            if not _strided:
-                _strided.append(_digest._torch_strided())
-            if (is_complex or t.layout is not _strided[0] or t.is_conj() or t.is_neg()
-                    or t.nbytes > limit):
+            if i in scratch or not _on_device(t) or _plain(t) is None or t.nbytes > limit:
                 continue
         except (TypeError, ValueError, RuntimeError, AttributeError):
             continue  # not a tensor bitexact hashes: the general path says so
@@ -169,19 +184,19 @@ def _staged(tensors, scratch, max_bytes, waits=None):
 
 def _ready(devices, waits, nbytes):
     """Waits for the copies :func:`_staged` queued on each device's current stream, or (with
-    ``waits``) appends ``(event, nbytes)`` for each device, recorded after them."""
+    ``waits``) appends ``(events, nbytes)``: an event per device, recorded after them, and the
+    bytes staged."""
     import torch
 
-    for d in devices:
-        if d.type != "cuda":
-            continue
-        stream = torch.cuda.current_stream(d)
-        if waits is None:
+    streams = [torch.cuda.current_stream(d) for d in devices if d.type == "cuda"]
+    if waits is None:
+        for stream in streams:
             stream.synchronize()
-        else:
-            event = torch.cuda.Event()
+    elif streams:
+        events = [torch.cuda.Event() for _ in streams]
+        for event, stream in zip(events, streams):
             event.record(stream)
-            waits.append((event, nbytes))
+        waits.append((events, nbytes))
 
 
 def _general(t, max_bytes, hashed):
@@ -266,8 +281,8 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
             (ptr, nbytes, name, shape, *_), owner = hit
             if snapshot and tensors[i] is given[i]:
                 owner = owner.clone()
-                hit = (owner.data_ptr(), nbytes, name, shape), owner
                 ptr = owner.data_ptr()
+                hit = (ptr, nbytes, name, shape), owner
             owners.append(owner)
             n = _rows(shape, rows)
             if n == 1:
@@ -317,7 +332,7 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     and the tensor that owns the bytes to ``keep``; the sketches are then, for each tensor from
     ``sketch_from`` on, its index in ``later``, or -1, or its text (a device tensor's, see
     :func:`device_sketch`; None without :data:`SKETCH`). Then staged device tensors
-    (:func:`_staged`) may still be on their way to the host: ``(event, nbytes)`` pairs in
+    (:func:`_staged`) may still be on their way to the host: ``(events, nbytes)`` pairs in
     ``waits`` (a list) say what to wait for before ``TraceWriter.write`` reads them."""
     nat = _digest.native()
     rows = getattr(state, "rows", 1)

@@ -82,15 +82,16 @@ class State:
         """Writes the :attr:`pending` records, each after waiting for its staged copies (call
         with :attr:`lock` held)."""
         for line, later, slots, _keep, waits in self.pending:
-            for event, _ in waits:
-                event.synchronize()
+            for events, _ in waits:
+                for event in events:
+                    event.synchronize()
             self.writer.write(line, later, _trace_digest.CACHE, slots)
         self.pending, self.pending_bytes = [], 0
 
     def close(self):
         with self.lock:
             if self.writer is not None:
-                if os.getpid() == self.pid:
+                if _pid[0] == self.pid:
                     self.flush()
                 self.writer.close()  # does nothing in a forked child
             elif not self.file.closed:

@@ -120,6 +120,7 @@ def test_staged_tensors_give_the_host_trace_byte_for_byte(tmp_path, monkeypatch,
                       if isinstance(a, torch.Tensor) and a.numel())
         return out
 
+    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
     monkeypatch.setattr(_trace_digest, "_on_device", lambda t: True)
     monkeypatch.setattr(_trace_digest, "_staged", counting)
     assert traced(tmp_path / "staged.jsonl", program) == host
@@ -127,6 +128,7 @@ def test_staged_tensors_give_the_host_trace_byte_for_byte(tmp_path, monkeypatch,
 
 
 def test_staging_leaves_what_it_cannot_copy(monkeypatch):
+    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
     monkeypatch.setattr(_trace_digest, "_on_device", lambda t: True)
     big, scratch, z = torch.ones(100), torch.ones(3), torch.ones(2, dtype=torch.complex64)
     ok = torch.arange(6.0).reshape(2, 3).t()  # not contiguous: staged as its contiguous copy
@@ -199,9 +201,10 @@ def test_records_wait_for_their_staged_copies_and_keep_their_order(tmp_path, mon
         for o, _ in pairs:
             o.reshape(-1).view(torch.uint8).fill_(0xAB)
         events.append(_Copy(pairs))
-        waits.append((events[-1], 1))
+        waits.append(([events[-1]], 1))
         return out
 
+    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
     monkeypatch.setattr(_trace_digest, "_on_device",
                         (lambda t: True) if where == "all" else (lambda t: t.dim() == 2))
     monkeypatch.setattr(_trace_digest, "_staged", late)

@@ -75,6 +75,14 @@ pub(crate) fn sketch(dtype: DType, data: &[u8]) -> String {
     Sketch::of(dtype, data).map_or(String::new(), |s| s.text())
 }
 
+/// `t`'s digest and, with `sketch`, its sketch, from one read of its values (a strided view's
+/// gathered once), on the calling thread (a large tensor's chunks in parallel).
+pub(crate) fn hash(t: &Host, sketch: bool) -> Hashed {
+    let values = t.values();
+    let digest = bitexact::digest::digest_parts(t.dtype, &t.shape, &values);
+    (digest, sketch.then(|| self::sketch(t.dtype, &values)))
+}
+
 static CACHE: LazyLock<Mutex<CacheMap>> = LazyLock::new(Default::default);
 
 /// The digest cache, locked.
@@ -123,12 +131,7 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
         })
         .collect();
     let bytes: usize = todo.iter().map(|&i| tensors[i].nbytes).sum();
-    let one = |i: usize| -> Hashed {
-        let t = &tensors[i];
-        let values = t.values();
-        let digest = bitexact::digest::digest_parts(t.dtype, &t.shape, &values);
-        (digest, wants(i).then(|| sketch(t.dtype, &values)))
-    };
+    let one = |i: usize| hash(&tensors[i], wants(i));
     let computed: Vec<Hashed> = if todo.len() > 1 && bytes > PARALLEL_BYTES {
         todo.par_iter().map(|&i| one(i)).collect()
     } else {

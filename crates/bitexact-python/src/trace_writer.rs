@@ -274,14 +274,8 @@ impl TraceWriter {
                 None => Some(Source::Wait(seen.hashed.clone())),
             });
         let source = hit.unwrap_or_else(|| {
-            let (source, hashed) = if early.is_none()
-                && self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES
-            {
-                let values = t.values();
-                let h = (
-                    digest_parts_serial(t.dtype, &t.shape, &values),
-                    self.sketch.then(|| trace::sketch(t.dtype, &values)),
-                );
+            let (source, hashed) = if full {
+                let h = trace::hash(t, self.sketch);
                 (Source::Ready(h.clone()), Arc::new(OnceLock::from(h)))
             } else {
                 self.queued.fetch_add(t.nbytes, Ordering::Relaxed);
