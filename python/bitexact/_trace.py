@@ -55,7 +55,8 @@ frame while a dispatch mode is on the stack; the tracer takes its mode off aroun
 call), and each call is one record, op ``compiled <name>``, forward and backward: see
 :mod:`bitexact._trace_compile`.
 
-View and alias ops (``is_view``) carry no new data and are skipped, and so are allocations of
+View and alias ops (``is_view``, and ``aten::_unsafe_view``: a reshape that is not marked as a
+view) carry no new data and are skipped, and so are allocations of
 uninitialized memory (``aten::empty*``) and ``aten::set_`` (how a DataLoader batch is received
 from a worker, at a moment that depends on worker timing: the batch is hashed where the program
 first uses it). Only the process that
@@ -110,6 +111,10 @@ _state = None
 # pointing a tensor at existing storage (how a DataLoader batch is received from a worker, at a
 # moment that depends on worker timing), and the profiler's markers (DDP's forward).
 _NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_", "profiler::")
+# Ops that return their input's bytes under another shape without being views (matmul's
+# reshape of a result, ``_unsafe_view``): no new data, like a view; the next op that reads the
+# result hashes it (in nanoGPT's step, 9 records and 7.5 MB hashed for nothing).
+_SAME_BYTES = frozenset(["aten::_unsafe_view"])
 
 
 _tracer_class = None
@@ -139,16 +144,16 @@ def _make_mode(stream):
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                state = _state
-                if state is None or not ts.mine(state) or _trace_compile.running():
-                    return func(*args, **kwargs)
                 kind = _kinds.get(func) or _kind(func)
+                state = _state
+                if kind is _SKIPPED or state is None or not ts.mine(state) \
+                        or _trace_compile.running():
+                    return func(*args, **kwargs)
                 if kind is _COLLECTIVE:
                     return _trace_c10d.record(state, self.stream, func, args, kwargs,
                                               torch.Tensor)
                 result = func(*args, **kwargs)
-                if kind is not _SKIPPED:
-                    _record(state, self.stream, func, kind, args, kwargs, result, torch.Tensor)
+                _record(state, self.stream, func, kind, args, kwargs, result, torch.Tensor)
                 return result
 
         _tracer_class = Tracer
@@ -182,12 +187,12 @@ _COLLECTIVE, _SKIPPED = object(), object()
 
 def _kind(func):
     """How the mode treats ``func``, remembered: a collective (:mod:`bitexact._trace_c10d`),
-    skipped (a view or alias, or not a computation: :data:`_NOT_COMPUTATION`), or recorded
-    under its name."""
+    skipped (a view or alias, :data:`_SAME_BYTES`, or not a computation:
+    :data:`_NOT_COMPUTATION`), or recorded under its name."""
     name = func.name()
     if func.namespace in _trace_c10d.NAMESPACES:
         kind = _COLLECTIVE
-    elif func.is_view or name.startswith(_NOT_COMPUTATION):
+    elif func.is_view or name in _SAME_BYTES or name.startswith(_NOT_COMPUTATION):
         kind = _SKIPPED
     else:
         kind = name

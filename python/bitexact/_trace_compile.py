@@ -51,6 +51,7 @@ _local = threading.local()  # depth: compiled calls running on this thread
 _active = None  # (state, is_tracer, level) while tracing
 _TAG = "bitexact.compiled"  # key in node.metadata of a compiled region's autograd nodes
 _current_node = None  # torch._C._current_autograd_node (None before install, or in an old torch)
+_tagged = False  # whether a compiled region's autograd node was ever tagged (_created)
 
 
 def inside():
@@ -75,6 +76,8 @@ def running():
     its autograd nodes in the backward): the mode does not record it."""
     if inside():
         return True
+    if not _tagged:  # no compiled region made an autograd node yet (the mode asks on every op)
+        return False
     node = _current_node() if _current_node is not None else None
     return node is not None and _TAG in node.metadata
 
@@ -205,8 +208,10 @@ def _created(state, stream, module, op, on):
         return
 
     def created(node):
+        global _tagged
         if type(node).__name__ == "AccumulateGrad" or torch._guards.TracingContext.try_get():
             return
+        _tagged = True
         node.metadata[_TAG] = op
         _record_runs(node, state, stream, module, op)
 

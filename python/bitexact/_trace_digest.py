@@ -258,6 +258,32 @@ def _general_rows(t, n, max_bytes, hosts, slow, i):
     return digests
 
 
+def _all_fast(tensors, max_bytes):
+    """The fast-path items of ``tensors`` (views as they lie, owned by the tensors themselves),
+    or None unless every one takes the fast path."""
+    items = []
+    for t in tensors:
+        try:
+            hit = _fast(t, max_bytes, True)
+        except (TypeError, RuntimeError):
+            return None
+        if hit is None:
+            return None
+        items.append(hit[0])
+    return items
+
+
+_identities = []  # n -> [(0, None), ..., (n - 1, None)]
+
+
+def _identity(n):
+    """``places`` of ``n`` tensors that all take the fast path (see :func:`_sort`): shared,
+    never changed."""
+    while len(_identities) <= n:
+        _identities.append(tuple((i, None) for i in range(len(_identities))))
+    return _identities[n]
+
+
 def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
     """:func:`describe`'s tensors sorted by how they are hashed: ``(out, sliced, fast, places,
     owners, slow, hosts, on_device)``. ``out``: the labels known now (general path, scratch);
@@ -267,9 +293,13 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
     and their views; ``sliced``: position -> [dtype or None, each row slice's digest];
     ``on_device``: positions (from ``sketch_from`` on) hashed on their device, to sketch there."""
     out = [None] * len(tensors)
+    strided = rows == 1 and not snapshot  # row slices and copies need contiguous bytes
+    if strided and not scratch:  # the common case, every tensor on the fast path: no sorting
+        fast = _all_fast(tensors, max_bytes)
+        if fast is not None:
+            return out, {}, fast, _identity(len(tensors)), tensors, [], [], []
     sliced = {}  # position -> [dtype or None, digest of each row slice]
     fast, places, owners, slow, hosts, on_device = [], [], [], [], [], []
-    strided = rows == 1 and not snapshot  # row slices and copies need contiguous bytes
     for i, t in enumerate(tensors):
         hit = None
         if i not in scratch:
@@ -349,11 +379,18 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
         base = len(later)
         later += fast
         keep += owners
-        sketches = None if sketches is None or not SKETCH else [-1] * len(sketches)
-        for j, (i, _) in enumerate(places):
-            out[i] = HOLE
-            if sketches is not None and i >= sketch_from:
-                sketches[i - sketch_from] = base + j
+        if not SKETCH:
+            sketches = None
+        if len(places) == len(tensors):  # all of them, in order (_identity)
+            out = [HOLE] * len(tensors)
+            if sketches is not None:
+                sketches = list(range(base + sketch_from, base + len(tensors)))
+        else:
+            sketches = None if sketches is None else [-1] * len(sketches)
+            for j, (i, _) in enumerate(places):
+                out[i] = HOLE
+                if sketches is not None and i >= sketch_from:
+                    sketches[i - sketch_from] = base + j
         fast = ()
     if on_device and rows == 1:
         for i in on_device:

@@ -205,7 +205,7 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
         described_outs, sketches = describe(outs, state, scratch, 0, later, keep, waits)
     slots = None
     if writer is not None and state.rows == 1 and sketches:  # indices in later, -1, or text
-        if any(k != -1 and k != "" for k in sketches):
+        if sketches.count(-1) + sketches.count("") < len(sketches):  # any sketch to make
             slots, sketches = sketches, _trace_digest.SKETCH_MARK
         else:
             sketches = ()
