@@ -127,11 +127,15 @@ def collect_tensors(x, cls, out):
     """Appends the tensors in ``x`` (nested tuples, lists and dict values) to ``out``."""
     if isinstance(x, cls):
         out.append(x)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            collect_tensors(v, cls, out)
-    elif isinstance(x, dict):
-        for v in x.values():
+        return out
+    if isinstance(x, dict):
+        x = x.values()
+    elif not isinstance(x, (list, tuple)):
+        return out
+    for v in x:  # an op's arguments: mostly tensors and numbers, seldom nested
+        if isinstance(v, cls):
+            out.append(v)
+        elif isinstance(v, (list, tuple, dict)):
             collect_tensors(v, cls, out)
     return out
 
