@@ -260,7 +260,7 @@ def _general_rows(t, n, max_bytes, hosts, slow, i):
 
 def _all_fast(tensors, max_bytes):
     """The fast-path items of ``tensors`` (views as they lie, owned by the tensors themselves),
-    or None unless every one takes the fast path."""
+    or None unless every one takes the fast path (then none is on a device: nothing to stage)."""
     items = []
     for t in tensors:
         try:
@@ -277,8 +277,8 @@ _identities = []  # n -> [(0, None), ..., (n - 1, None)]
 
 
 def _identity(n):
-    """``places`` of ``n`` tensors that all take the fast path (see :func:`_sort`): shared,
-    never changed."""
+    """``places`` of ``n`` tensors that all take the fast path (see :func:`_sort`; shared,
+    never changed)."""
     while len(_identities) <= n:
         _identities.append(tuple((i, None) for i in range(len(_identities))))
     return _identities[n]
@@ -294,10 +294,6 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
     ``on_device``: positions (from ``sketch_from`` on) hashed on their device, to sketch there."""
     out = [None] * len(tensors)
     strided = rows == 1 and not snapshot  # row slices and copies need contiguous bytes
-    if strided and not scratch:  # the common case, every tensor on the fast path: no sorting
-        fast = _all_fast(tensors, max_bytes)
-        if fast is not None:
-            return out, {}, fast, _identity(len(tensors)), tensors, [], [], []
     sliced = {}  # position -> [dtype or None, digest of each row slice]
     fast, places, owners, slow, hosts, on_device = [], [], [], [], [], []
     for i, t in enumerate(tensors):
@@ -366,25 +362,31 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     ``waits`` (a list) say what to wait for before ``TraceWriter.write`` reads them."""
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
-    deferred = waits if later is not None and rows == 1 else None
-    given, tensors = tensors, _staged(tensors, scratch, state.max_bytes, deferred)
-    # Staged copies on their way: the record waits for them, and the host tensors it names may
-    # change before then (an in-place op, `.data` swapped by `module.cuda()`): copied now.
-    snapshot = bool(deferred)
-    out, sliced, fast, places, owners, slow, hosts, on_device = _sort(
-        tensors, given, scratch, state.max_bytes, rows, snapshot,
-        sketch_from if sketch_from is not None and SKETCH else None)
-    sketches = None if sketch_from is None else [""] * (len(tensors) - sketch_from)
+    n = len(tensors)
+    fast = _all_fast(tensors, state.max_bytes) if rows == 1 and not scratch else None
+    if fast is not None:  # the common case: all plain host tensors (none to stage, no sorting)
+        out, sliced, places, owners, slow, hosts, on_device = (
+            [None] * n, {}, _identity(n), tensors, (), (), ())
+    else:
+        deferred = waits if later is not None and rows == 1 else None
+        given, tensors = tensors, _staged(tensors, scratch, state.max_bytes, deferred)
+        # Staged copies on their way: the record waits for them, and the host tensors it names
+        # may change before then (an in-place op, `.data` swapped by `module.cuda()`): copied.
+        snapshot = bool(deferred)
+        out, sliced, fast, places, owners, slow, hosts, on_device = _sort(
+            tensors, given, scratch, state.max_bytes, rows, snapshot,
+            sketch_from if sketch_from is not None and SKETCH else None)
+    sketches = None if sketch_from is None else [""] * (n - sketch_from)
     if later is not None and rows == 1:  # the TraceWriter hashes them: holes, and where
         base = len(later)
         later += fast
         keep += owners
         if not SKETCH:
             sketches = None
-        if len(places) == len(tensors):  # all of them, in order (_identity)
-            out = [HOLE] * len(tensors)
+        if len(places) == n:  # all of them, in order (_identity)
+            out = [HOLE] * n
             if sketches is not None:
-                sketches = list(range(base + sketch_from, base + len(tensors)))
+                sketches = list(range(base + sketch_from, base + n))
         else:
             sketches = None if sketches is None else [-1] * len(sketches)
             for j, (i, _) in enumerate(places):

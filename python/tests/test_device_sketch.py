@@ -104,6 +104,15 @@ def test_records_of_device_tensors_carry_their_sketches(tmp_path, monkeypatch, b
         assert len(a) == len(b) and all(x == y == "" or same(x, y) for x, y in zip(a, b))
 
 
+def on_device(monkeypatch, which):
+    """Makes the tracer take the host tensors ``which`` picks for device tensors: CUDA is
+    initialized, they are staged, and no record takes the all-host shortcut
+    (``_trace_digest._all_fast``, which a real device tensor fails by ``is_cpu``)."""
+    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
+    monkeypatch.setattr(_trace_digest, "_on_device", which)
+    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+
+
 @pytest.mark.parametrize("background", [False, True])
 def test_staged_tensors_give_the_host_trace_byte_for_byte(tmp_path, monkeypatch, background):
     """Device tensors staged to the host (_trace_digest._staged) take the host's path: here
@@ -120,8 +129,7 @@ def test_staged_tensors_give_the_host_trace_byte_for_byte(tmp_path, monkeypatch,
                       if isinstance(a, torch.Tensor) and a.numel())
         return out
 
-    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
-    monkeypatch.setattr(_trace_digest, "_on_device", lambda t: True)
+    on_device(monkeypatch, lambda t: True)
     monkeypatch.setattr(_trace_digest, "_staged", counting)
     assert traced(tmp_path / "staged.jsonl", program) == host
     assert len(copies) > 20 and all(copies)
@@ -204,9 +212,7 @@ def test_records_wait_for_their_staged_copies_and_keep_their_order(tmp_path, mon
         waits.append(([events[-1]], 1))
         return out
 
-    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
-    monkeypatch.setattr(_trace_digest, "_on_device",
-                        (lambda t: True) if where == "all" else (lambda t: t.dim() == 2))
+    on_device(monkeypatch, (lambda t: True) if where == "all" else (lambda t: t.dim() == 2))
     monkeypatch.setattr(_trace_digest, "_staged", late)
     monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 7)
     assert traced(tmp_path / "staged.jsonl", mutating) == host
