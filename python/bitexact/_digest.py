@@ -172,6 +172,22 @@ def _torch_strided():
     return sys.modules["torch"].strided
 
 
+_strided = []  # [torch.strided], once torch is imported
+
+
+def plain_name(t):
+    """The bitexact dtype name of a dense tensor that is neither complex nor a lazy conjugate
+    or negative view (the bytes in memory are its values), else None: what the op tracer
+    hashes by address (:mod:`bitexact._trace_digest`, :mod:`bitexact._trace_device`). Raises
+    TypeError for a dtype bitexact does not hash."""
+    name, is_complex = _torch_dtypes.get(t.dtype) or _torch_dtype(t.dtype)
+    if not _strided:
+        _strided.append(_torch_strided())
+    if is_complex or t.layout is not _strided[0] or t.is_conj() or t.is_neg():
+        return None
+    return name
+
+
 def _cuda_digest(t, name):
     """Digest of a device tensor: on the GPU when bitexact's CUDA backend is usable and the
     tensor is on device 0, else through a host copy."""

@@ -19,11 +19,8 @@ sketches) on a background thread, filling in the labels and the ``"sk"`` field
 (:data:`SKETCH_MARK`) and writing the records in order: the same bytes, without the program's
 thread waiting for SHA-256.
 
-CUDA tensors of at most :data:`STAGE_MAX` bytes are staged (:func:`_staged`): all of an op's are
-copied into one pinned host buffer on their streams, with one wait, and then take the host's
-fast path (cache, background writer, sketches from the same bytes as a CPU run's). A wait per
-op, not per tensor, and no float64 sketch ops on the device: on an H200 a traced nanoGPT step
-spent 0.6 ms per record hashing and sketching each device tensor by itself (docs/gpu-results.md).
+CUDA tensors of at most ``STAGE_MAX`` bytes are first staged to the host, all of an op's in
+one copy, and then take the host's fast path (:mod:`bitexact._trace_device`).
 
 Everything else takes the general path of :mod:`bitexact._digest` (larger device tensors: hashed
 on the GPU; complex, conjugate and negative views, sparse tensors), and a tensor that cannot be hashed
@@ -37,9 +34,8 @@ each slice compares with the smaller-batch run's whole result for the same reque
 (``src/trace/batch.rs``).
 """
 
-import sys
-
-from . import _digest
+from . import _digest, _trace_device
+from ._digest import plain_name as _plain
 
 DIGEST_HEX = 32
 
@@ -56,10 +52,6 @@ SKETCH = True
 # (the default): on a machine with an NVIDIA GPU, or when torch leaves a core of this process
 # free (:func:`background`).
 BACKGROUND = None
-
-# The largest device tensor staged to the host to be hashed there (see above); larger ones are
-# hashed on the device, where SHA-256 runs faster than the copy would.
-STAGE_MAX = 16 << 20
 
 # Where a label that the TraceWriter fills in goes, and where its "sk" field goes (JSON escapes
 # both bytes inside any string, so a raw one is only ever such a mark).
@@ -96,21 +88,6 @@ def background():
     return torch.get_num_threads() < cores
 
 
-_strided = []  # [torch.strided], once torch is imported
-
-
-def _plain(t):
-    """The bitexact dtype name of a dense tensor that is neither complex nor a lazy conjugate
-    or negative view (the bytes in memory are its values), else None. Raises TypeError for a
-    dtype bitexact does not hash."""
-    name, is_complex = _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)
-    if not _strided:
-        _strided.append(_digest._torch_strided())
-    if is_complex or t.layout is not _strided[0] or t.is_conj() or t.is_neg():
-        return None
-    return name
-
-
 def _fast(t, max_bytes, strided=False):
     """``(ptr, nbytes, dtype name, shape)`` of a host tensor of a bitexact dtype, with the
     tensor that owns the bytes; None for the general path. A view that is not contiguous is
@@ -128,75 +105,6 @@ def _fast(t, max_bytes, strided=False):
             return (t.data_ptr(), nbytes, name, t.shape, t.stride()), t
         t = t.detach().contiguous()
     return (t.data_ptr(), nbytes, name, t.shape), t
-
-
-def _on_device(t):
-    """Whether :func:`_staged` copies ``t`` to the host (tests make it take host tensors)."""
-    return t.is_cuda
-
-
-def _any_on_device():
-    """Whether any tensor can be on a CUDA device: CUDA is initialized in this process (so a
-    CPU-only program's records skip :func:`_staged`; tests make it say yes)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.cuda.is_initialized()
-
-
-def _staged(tensors, scratch, max_bytes, waits=None):
-    """``tensors``, with each CUDA tensor of a fast-path dtype and at most :data:`STAGE_MAX`
-    (and ``max_bytes``) bytes replaced by its host copy. The copies go into one pinned buffer
-    (torch's caching host allocator) at 64-byte aligned offsets, each queued on its device's
-    current stream after the work that made it; then :func:`_ready` waits for them, or with
-    ``waits`` (a list) records an event per device there instead, for the caller to wait on
-    before the bytes are read. Unchanged when none qualifies or a stream is being captured
-    into a CUDA graph (no waiting there)."""
-    if not _any_on_device():
-        return tensors
-    picks, total = [], 0
-    limit = min(max_bytes, STAGE_MAX)
-    for i, t in enumerate(tensors):
-        try:
-            if i in scratch or not _on_device(t) or _plain(t) is None or t.nbytes > limit:
-                continue
-        except (TypeError, ValueError, RuntimeError, AttributeError):
-            continue  # not a tensor bitexact hashes: the general path says so
-        picks.append((i, t, total))
-        total += (t.nbytes + 63) & ~63
-    if not picks:
-        return tensors
-    import torch
-
-    cuda = torch.cuda.is_available()
-    if cuda and torch.cuda.is_current_stream_capturing():
-        return tensors
-    host = torch.empty(total, dtype=torch.uint8, pin_memory=cuda)
-    out, devices = list(tensors), set()
-    for i, t, at in picks:
-        dst = host[at:at + t.nbytes]
-        if t.nbytes:
-            flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
-            dst.copy_(flat, non_blocking=True)
-        out[i] = dst.view(t.dtype).view(t.shape)
-        devices.add(t.device)
-    _ready(devices, waits, total)
-    return out
-
-
-def _ready(devices, waits, nbytes):
-    """Waits for the copies :func:`_staged` queued on each device's current stream, or (with
-    ``waits``) appends ``(events, nbytes)``: an event per device, recorded after them, and the
-    bytes staged."""
-    import torch
-
-    streams = [torch.cuda.current_stream(d) for d in devices if d.type == "cuda"]
-    if waits is None:
-        for stream in streams:
-            stream.synchronize()
-    elif streams:
-        events = [torch.cuda.Event() for _ in streams]
-        for event, stream in zip(events, streams):
-            event.record(stream)
-        waits.append((events, nbytes))
 
 
 def _general(t, max_bytes, hashed):
@@ -357,8 +265,8 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     its ``(ptr, nbytes, dtype, shape)`` is appended to ``later`` (for ``TraceWriter.write``)
     and the tensor that owns the bytes to ``keep``; the sketches are then, for each tensor from
     ``sketch_from`` on, its index in ``later``, or -1, or its text (a device tensor's, see
-    :func:`device_sketch`; None without :data:`SKETCH`). Then staged device tensors
-    (:func:`_staged`) may still be on their way to the host: ``(events, nbytes)`` pairs in
+    :func:`bitexact._trace_device.device_sketch`; None without :data:`SKETCH`). Then staged
+    device tensors (:func:`bitexact._trace_device.staged`) may still be on their way to the host: ``(events, nbytes)`` pairs in
     ``waits`` (a list) say what to wait for before ``TraceWriter.write`` reads them."""
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
@@ -369,7 +277,8 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
             [None] * n, {}, _identity(n), tensors, (), (), ())
     else:
         deferred = waits if later is not None and rows == 1 else None
-        given, tensors = tensors, _staged(tensors, scratch, state.max_bytes, deferred)
+        given, tensors = tensors, _trace_device.staged(tensors, scratch, state.max_bytes,
+                                                      deferred)
         # Staged copies on their way: the record waits for them, and the host tensors it names
         # may change before then (an in-place op, `.data` swapped by `module.cuda()`): copied.
         snapshot = bool(deferred)
@@ -396,7 +305,7 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
         fast = ()
     if on_device and rows == 1:
         for i in on_device:
-            sketches[i - sketch_from] = device_sketch(tensors[i])
+            sketches[i - sketch_from] = _trace_device.device_sketch(tensors[i])
     if fast and sketches is not None and SKETCH and rows == 1:
         labels, made = nat.trace_digests(fast, CACHE, [i >= sketch_from for i, _ in places])
         for (i, _), text in zip(places, made):
@@ -430,36 +339,3 @@ def _finish(out, sliced, slow, hosts, tensors, nat):
         if name is not None:  # the native module's name of the dtype
             head = name + head[head.index("["):]
         out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
-
-
-_FLOATS = ("f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2")
-
-
-def device_sketch(t):
-    """The sketch text of a tensor that is not on the host (``src/trace/sketch.rs``'s format,
-    ``""`` for a dtype that is not floating point), computed on its device with float64 torch
-    ops: the norm and largest magnitude of the finite elements, the count of others, and the
-    elements at the sketch's fixed positions, brought to the host in one copy. The same values
-    as the host's sketch of the same bytes, but for the norm's last bits (another summation
-    order): far below any noise threshold, and never looked at when the digests are equal."""
-    import torch
-
-    try:
-        name = (_digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype))[0]
-    except (TypeError, ValueError):  # a dtype bitexact does not hash
-        return ""
-    if name not in _FLOATS:
-        return ""
-    x = t.detach().reshape(-1)
-    n = x.numel()
-    k = min(n, 8)
-    f = x.to(torch.float64)
-    finite = torch.isfinite(f)
-    zero = torch.zeros((), dtype=torch.float64, device=f.device)
-    kept = torch.where(finite, f, zero)
-    parts = [kept.square().sum().sqrt(), kept.abs().amax() if n else zero,
-             (~finite).sum().to(torch.float64)]
-    at = torch.tensor([((2 * j + 1) * n) // (2 * k) for j in range(k)], dtype=torch.long,
-                      device=f.device)
-    host = torch.cat([torch.stack(parts), f.index_select(0, at)]).cpu().tolist()
-    return _digest.native().sketch_text(name, host[0], host[1], int(host[2]), host[3:])

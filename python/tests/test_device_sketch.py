@@ -1,4 +1,4 @@
-"""Sketches of tensors hashed on their device (bitexact._trace_digest.device_sketch: float64
+"""Sketches of tensors hashed on their device (bitexact._trace_device.device_sketch: float64
 torch ops where the tensor lives, one copy to the host): the same sketch as the host's native
 one for the same values (the norm to its last bits), and records of device tensors carry them,
 from the program's thread and from the background writer alike. Without a GPU here, the torch
@@ -14,7 +14,7 @@ from bitexact import _digest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
-from bitexact import _trace_digest  # noqa: E402
+from bitexact import _trace_device, _trace_digest  # noqa: E402
 from conftest import traced  # noqa: E402
 
 
@@ -50,14 +50,14 @@ def test_a_device_sketch_is_the_host_sketch(dtype, n, device):
     if n >= 8:  # non-finite values are counted and left out of the norm and the magnitude
         t[1] = float("nan")
         t[n // 2] = float("inf")
-    got, want = _trace_digest.device_sketch(t.to(device)), native_sketch(t)
+    got, want = _trace_device.device_sketch(t.to(device)), native_sketch(t)
     assert same(got, want), (got, want)
     assert got.count(";" if dtype != torch.float64 else "|") == 1
 
 
 def test_integers_have_no_sketch():
-    assert _trace_digest.device_sketch(torch.arange(5)) == ""
-    assert _trace_digest.device_sketch(torch.ones(3, dtype=torch.bool)) == ""
+    assert _trace_device.device_sketch(torch.arange(5)) == ""
+    assert _trace_device.device_sketch(torch.ones(3, dtype=torch.bool)) == ""
 
 
 def test_a_sketch_text_is_checked_before_the_writer_takes_it(tmp_path):
@@ -108,20 +108,20 @@ def on_device(monkeypatch, which):
     """Makes the tracer take the host tensors ``which`` picks for device tensors: CUDA is
     initialized, they are staged, and no record takes the all-host shortcut
     (``_trace_digest._all_fast``, which a real device tensor fails by ``is_cpu``)."""
-    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
-    monkeypatch.setattr(_trace_digest, "_on_device", which)
+    monkeypatch.setattr(_trace_device, "any_on_device", lambda: True)
+    monkeypatch.setattr(_trace_device, "on_device", which)
     monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
 
 
 @pytest.mark.parametrize("background", [False, True])
 def test_staged_tensors_give_the_host_trace_byte_for_byte(tmp_path, monkeypatch, background):
-    """Device tensors staged to the host (_trace_digest._staged) take the host's path: here
+    """Device tensors staged to the host (_trace_device.staged) take the host's path: here
     every host tensor is staged as a device tensor would be (copied into one buffer first),
     and the trace is the unstaged one, byte for byte."""
     monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
     host = traced(tmp_path / "host.jsonl", program)
     copies = []
-    staged = _trace_digest._staged
+    staged = _trace_device.staged
 
     def counting(tensors, scratch, max_bytes, waits=None):
         out = staged(tensors, scratch, max_bytes, waits)
@@ -130,22 +130,22 @@ def test_staged_tensors_give_the_host_trace_byte_for_byte(tmp_path, monkeypatch,
         return out
 
     on_device(monkeypatch, lambda t: True)
-    monkeypatch.setattr(_trace_digest, "_staged", counting)
+    monkeypatch.setattr(_trace_device, "staged", counting)
     assert traced(tmp_path / "staged.jsonl", program) == host
     assert len(copies) > 20 and all(copies)
 
 
 def test_staging_leaves_what_it_cannot_copy(monkeypatch):
-    monkeypatch.setattr(_trace_digest, "_any_on_device", lambda: True)
-    monkeypatch.setattr(_trace_digest, "_on_device", lambda t: True)
+    monkeypatch.setattr(_trace_device, "any_on_device", lambda: True)
+    monkeypatch.setattr(_trace_device, "on_device", lambda t: True)
     big, scratch, z = torch.ones(100), torch.ones(3), torch.ones(2, dtype=torch.complex64)
     ok = torch.arange(6.0).reshape(2, 3).t()  # not contiguous: staged as its contiguous copy
-    out = _trace_digest._staged([big, scratch, z, ok, torch.ones(0, 2)], {1}, 256)
+    out = _trace_device.staged([big, scratch, z, ok, torch.ones(0, 2)], {1}, 256)
     assert out[0] is big and out[1] is scratch and out[2] is z
     assert torch.equal(out[3], ok) and out[3].is_contiguous() and out[3].shape == (3, 2)
     assert out[4].shape == (0, 2)
     nothing = [big, scratch]
-    assert _trace_digest._staged(nothing, {1}, 256) is nothing
+    assert _trace_device.staged(nothing, {1}, 256) is nothing
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -158,7 +158,7 @@ def test_a_cuda_program_traces_the_same_staged_or_hashed_on_the_device(tmp_path,
         (y.square().mean() * 2).backward()
 
     staged = [json.loads(line) for line in traced(tmp_path / "s.jsonl", gpu_program).splitlines()]
-    monkeypatch.setattr(_trace_digest, "STAGE_MAX", -1)
+    monkeypatch.setattr(_trace_device, "STAGE_MAX", -1)
     device = [json.loads(line) for line in traced(tmp_path / "d.jsonl", gpu_program).splitlines()]
     assert len(staged) == len(device) > 10
     for a, b in zip(staged, device):
@@ -199,7 +199,7 @@ def test_records_wait_for_their_staged_copies_and_keep_their_order(tmp_path, mon
 
     monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
     host = traced(tmp_path / "host.jsonl", mutating)
-    staged, events = _trace_digest._staged, []
+    staged, events = _trace_device.staged, []
 
     def late(tensors, scratch, max_bytes, waits=None):
         out = staged(tensors, scratch, max_bytes, waits)
@@ -213,7 +213,7 @@ def test_records_wait_for_their_staged_copies_and_keep_their_order(tmp_path, mon
         return out
 
     on_device(monkeypatch, (lambda t: True) if where == "all" else (lambda t: t.dim() == 2))
-    monkeypatch.setattr(_trace_digest, "_staged", late)
+    monkeypatch.setattr(_trace_device, "staged", late)
     monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 7)
     assert traced(tmp_path / "staged.jsonl", mutating) == host
     assert len(events) > 10 and all(e.waited for e in events)
