@@ -101,14 +101,17 @@ pub(crate) fn key(t: &Host) -> Key {
     }
 }
 
+/// `t`'s entry in the cache `c` when it was made from bytes whose XXH3-128 is `check` (the
+/// bytes `t` holds now, when `check` was just computed from them).
+pub(crate) fn seen<'c>(c: &'c CacheMap, t: &Host, check: u128) -> Option<&'c Seen> {
+    c.get(&key(t)).filter(|seen| seen.check == check)
+}
+
 /// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest
 /// and sketch (`None` when it was never asked for).
 fn lookup(t: &Host) -> (u128, Option<Hashed>) {
     let check = XxHash3_128::oneshot(t.data());
-    let hit = cache()
-        .get(&key(t))
-        .filter(|seen| seen.check == check)
-        .and_then(|seen| seen.hashed.get().cloned()); // one still being hashed: a miss
+    let hit = seen(&cache(), t, check).and_then(|s| s.hashed.get().cloned()); // being hashed: a miss
     (check, hit)
 }
 

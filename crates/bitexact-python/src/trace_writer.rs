@@ -264,9 +264,8 @@ impl TraceWriter {
             }
             (true, true, Some(_)) => (XxHash3_128::oneshot(t.data()), Some(copy(&self.pool, t))),
         };
-        let hit = c
-            .get(&trace::key(t))
-            .filter(|s| use_cache && s.check == check)
+        let hit = (trace::seen(c, t, check))
+            .filter(|_| use_cache)
             .and_then(|seen| match seen.hashed.get() {
                 Some(h) if want && h.1.is_none() => None,
                 Some(h) => Some(Source::Ready(h.clone())),
