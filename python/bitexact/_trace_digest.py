@@ -22,10 +22,10 @@ thread waiting for SHA-256.
 CUDA tensors of at most ``STAGE_MAX`` bytes are first staged to the host, all of an op's in
 one copy, and then take the host's fast path (:mod:`bitexact._trace_device`).
 
-Everything else takes the general path of :mod:`bitexact._digest` (larger device tensors: hashed
-on the GPU; complex, conjugate and negative views, sparse tensors), and a tensor that cannot be hashed
-(a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an unknown dtype) is
-labelled ``dtype[shape]:-``.
+Everything else takes the general path of :mod:`bitexact._digest` (larger device tensors:
+hashed on the GPU; complex, conjugate and negative views, sparse tensors), and a tensor that
+cannot be hashed (a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an
+unknown dtype) is labelled ``dtype[shape]:-``.
 
 Row slices (``$BITEXACT_TRACE_ROWS`` = n > 1, the larger-batch run of ``bitexact run --vary
 batch``): a tensor whose first dimension is a multiple of n is labelled
@@ -181,15 +181,14 @@ def _all_fast(tensors, max_bytes):
     return items
 
 
-_identities = []  # n -> [(0, None), ..., (n - 1, None)]
+# places (see _sort) of an op's first tensors when all take the fast path: built once, never
+# changed (shared by every thread); an op with more tensors builds its own.
+_IDENTITY = tuple(tuple((i, None) for i in range(n)) for n in range(33))
 
 
 def _identity(n):
-    """``places`` of ``n`` tensors that all take the fast path (see :func:`_sort`; shared,
-    never changed)."""
-    while len(_identities) <= n:
-        _identities.append(tuple((i, None) for i in range(len(_identities))))
-    return _identities[n]
+    """``places`` of ``n`` tensors that all take the fast path (see :func:`_sort`)."""
+    return _IDENTITY[n] if n < len(_IDENTITY) else [(i, None) for i in range(n)]
 
 
 def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
@@ -266,8 +265,9 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     and the tensor that owns the bytes to ``keep``; the sketches are then, for each tensor from
     ``sketch_from`` on, its index in ``later``, or -1, or its text (a device tensor's, see
     :func:`bitexact._trace_device.device_sketch`; None without :data:`SKETCH`). Then staged
-    device tensors (:func:`bitexact._trace_device.staged`) may still be on their way to the host: ``(events, nbytes)`` pairs in
-    ``waits`` (a list) say what to wait for before ``TraceWriter.write`` reads them."""
+    device tensors (:func:`bitexact._trace_device.staged`) may still be on their way to the
+    host: ``(events, nbytes)`` pairs in ``waits`` (a list) say what to wait for before
+    ``TraceWriter.write`` reads them."""
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
     n = len(tensors)

@@ -185,6 +185,44 @@ def test_traces_with_and_without_the_cache_and_the_general_path_are_the_same(
         assert b'"bf16[' in cached and b'"bool[' in cached and b'"op":"aten::_fft_r2c"' in cached
 
 
+def _views_and_odd_tensors():
+    torch.manual_seed(0)
+    a = torch.arange(24.0).reshape(4, 6)
+    a.t() @ a  # a transposed view into mm
+    a[:, 1::2] * 2  # a strided slice with an offset
+    torch.ones(3).expand(4, 3) + 1  # stride 0
+    torch.zeros(0, 3) + 1
+    torch.tensor(3.5) * a[2, 2]
+    (a > 5).int().cumsum(0)
+    torch.view_as_real(torch.randn(3, dtype=torch.complex64) * 2) + 1  # complex: general path
+    q = a.clone()
+    q.t().add_(1)
+    q[::2].mul_(3)
+    a.to(torch.bfloat16).t().contiguous()
+    torch.randn(2, 3, 4) @ torch.randn(4, 5)
+    torch.cat([a.t()] * 40)  # more tensors than _trace_digest._IDENTITY holds
+    out, _ = torch.nn.LSTM(3, 4)(torch.randn(5, 2, 3))  # an RNN workspace (scratch)
+    out.sum().backward()
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_the_all_host_lane_writes_what_sorting_each_tensor_writes(tmp_path, monkeypatch,
+                                                                  background):
+    """An op whose tensors are all plain host tensors skips sorting and staging
+    (``_trace_digest._all_fast``): the same trace, byte for byte, as with every op sorted."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+
+    def both():
+        program()
+        _views_and_odd_tensors()
+
+    lane = traced(tmp_path / "lane.jsonl", both)
+    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+    assert traced(tmp_path / "sorted.jsonl", both) == lane
+    (cat,) = [r for r in map(json.loads, lane.splitlines()) if r["op"] == "aten::cat"]
+    assert len(cat["in"]) == 40 and all(x == cat["in"][0] for x in cat["in"])
+
+
 def test_a_record_line_is_what_json_dumps_writes():
     args = (3, 1, "forward", 'Net."odd" name\\é\n', "aten::add.Tensor", 2, "ü.py:7",
             ["f32[2,3]:" + "a" * 32, "i64[]:-"], [])

@@ -93,8 +93,15 @@ struct Line {
     sk: Vec<String>,
 }
 
+/// Ops that tracers before 2026-11-26 recorded and today's does not (`python/bitexact/_trace.py`,
+/// `_SAME_BYTES`): records of them in an older trace are dropped when it is read, so it lines
+/// up with a newer one instead of showing diverging control flow. `aten::_unsafe_view` returns
+/// its input's bytes under another shape: no new data, like a view.
+pub const NOT_RECORDED: &[&str] = &["aten::_unsafe_view"];
+
 /// Reads a rank's trace. A last line cut short (a run killed mid-write) is dropped; any other
-/// malformed line is an error naming the file and line.
+/// malformed line is an error naming the file and line. Records of [`NOT_RECORDED`] ops are
+/// dropped.
 pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
     let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut lines = std::io::BufReader::new(file).lines().peekable();
@@ -117,6 +124,9 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
                 path.display(),
                 parsed.v
             );
+        }
+        if NOT_RECORDED.contains(&parsed.op.as_str()) {
+            continue;
         }
         if out.len() == MAX_RECORDS {
             bail!("{}: more than {MAX_RECORDS} op records", path.display());
@@ -226,6 +236,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("trace version 3"));
+    }
+
+    #[test]
+    fn an_older_traces_unsafe_view_records_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+        let view = LINE.replace("aten::mm", "aten::_unsafe_view");
+        let copy = LINE.replace("aten::mm", "aten::_unsafe_view.out"); // a copy: kept
+        std::fs::write(&p, format!("{LINE}\n{view}\n{copy}\n{LINE}\n")).unwrap();
+        let t = read_dir(dir.path()).unwrap().unwrap();
+        let ops: Vec<(&str, usize)> = t.iter().map(|e| (e.op.as_str(), e.call)).collect();
+        assert_eq!(
+            ops,
+            [
+                ("aten::mm", 0),
+                ("aten::_unsafe_view.out", 1),
+                ("aten::mm", 2)
+            ]
+        );
     }
 
     proptest::proptest! {
