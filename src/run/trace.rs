@@ -292,9 +292,14 @@ pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
                 .chain(e.output.split(';'))
         })
         .filter(|d| d.ends_with(":-"));
-    let (capped, other): (Vec<&str>, Vec<&str>) =
-        unhashed.partition(|label| over_cap(label, opts.max_bytes));
-    let (capped, other) = (capped.len(), other.len());
+    let (mut capped, mut other) = (0, 0);
+    for label in unhashed {
+        if over_cap(label, opts.max_bytes) {
+            capped += 1;
+        } else {
+            other += 1;
+        }
+    }
     let mut s = format!("op trace: {} op calls", t.len());
     if capped > 0 {
         s.push_str(&format!(

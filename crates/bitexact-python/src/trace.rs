@@ -6,9 +6,9 @@
 //! Most tensors an op reads were hashed a moment before, as the result of the op that made
 //! them (a layer's output is the next layer's input; a parameter is read by its forward, its
 //! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype,
-//! shape, and a view's strides), the canonical digest and an XXH3-128 of the bytes it was computed from; a later
-//! request for the same buffer recomputes only the XXH3-128 (an order of magnitude cheaper than
-//! SHA-256) and reuses the digest when it is equal. The cache trusts the bytes, not the
+//! shape, and a view's strides), the canonical digest and an XXH3-128 of the bytes it was
+//! computed from; a later request for the same buffer recomputes only the XXH3-128 (an order
+//! of magnitude cheaper than SHA-256) and reuses the digest when it is equal. The cache trusts the bytes, not the
 //! program's bookkeeping: a write that PyTorch's version counter never sees (through `.data`,
 //! numpy sharing the memory, an extension writing through a raw pointer) changes the XXH3 and
 //! the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
@@ -111,7 +111,8 @@ pub(crate) fn seen<'c>(c: &'c CacheMap, t: &Host, check: u128) -> Option<&'c See
 /// and sketch (`None` when it was never asked for).
 fn lookup(t: &Host) -> (u128, Option<Hashed>) {
     let check = XxHash3_128::oneshot(t.data());
-    let hit = seen(&cache(), t, check).and_then(|s| s.hashed.get().cloned()); // being hashed: a miss
+    // An entry still being hashed (by the background writer) is a miss.
+    let hit = seen(&cache(), t, check).and_then(|s| s.hashed.get().cloned());
     (check, hit)
 }
 
@@ -188,8 +189,7 @@ pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Dige
 /// The trace labels (`f32[2,3]:<32 hex digits>`) of host tensors given as
 /// `(ptr, nbytes, dtype, shape)` like [`super::digests_ptr`]'s (with the element strides as a
 /// fifth item for a view that is not contiguous: the bytes it spans are checked, its elements
-/// hashed), in order: one call per op,
-/// with one release of the GIL. With `cache` (the default), a buffer whose bytes are unchanged
+/// hashed), in order: one call per op, with one release of the GIL. With `cache` (the default), a buffer whose bytes are unchanged
 /// since this function last hashed it (same address, length, dtype and shape; equal XXH3-128)
 /// reuses its digest. With `sketch` (one flag per item), returns `(labels, sketches)`: the
 /// sketch text of each flagged float tensor, `""` for the others. Unsafe by contract, as
