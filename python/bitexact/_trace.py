@@ -144,7 +144,10 @@ def _make_mode(stream):
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                kind = _kinds.get(func) or _kind(func)
+                known = _ops.get(id(func))
+                if known is None or known[0] is not func:
+                    known = _op(func)
+                kind = known[1]
                 state = _state
                 if kind is _SKIPPED or state is None or not ts.mine(state) \
                         or _trace_compile.running():
@@ -153,7 +156,8 @@ def _make_mode(stream):
                     return _trace_c10d.record(state, self.stream, func, args, kwargs,
                                               torch.Tensor)
                 result = func(*args, **kwargs)
-                _record(state, self.stream, func, kind, args, kwargs, result, torch.Tensor)
+                _record(state, self.stream, func, kind, known[2], args, kwargs, result,
+                        torch.Tensor)
                 return result
 
         _tracer_class = Tracer
@@ -165,30 +169,28 @@ def _is_tracer(mode):
     return _tracer_class is not None and isinstance(mode, _tracer_class)
 
 
-_written = {}
-
-
 def _written_args(func):
     """Positions and names of the arguments ``func`` writes (``Tensor(a!)``): in-place
     ``self`` and ``out=``. Hashed after the op they hold its result, not what it read."""
-    hit = _written.get(func)
-    if hit is None:
-        hit = set()
-        for i, a in enumerate(func._schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write:
-                hit.update((i, a.name))
-        _written[func] = hit
+    hit = set()
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            hit.update((i, a.name))
     return hit
 
 
-_kinds = {}  # op overload -> _COLLECTIVE, _SKIPPED, or its name (an op to record)
+# id(op overload) -> (the overload, its kind, _written_args): keyed by id, with the overload
+# kept and compared, since an OpOverload's __hash__ is a Python method (a call per lookup,
+# every op the program dispatches).
+_ops = {}
 _COLLECTIVE, _SKIPPED = object(), object()
 
 
-def _kind(func):
-    """How the mode treats ``func``, remembered: a collective (:mod:`bitexact._trace_c10d`),
-    skipped (a view or alias, :data:`_SAME_BYTES`, or not a computation:
-    :data:`_NOT_COMPUTATION`), or recorded under its name."""
+def _op(func):
+    """``(func, kind, written)``, remembered: how the mode treats ``func`` (a collective
+    (:mod:`bitexact._trace_c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or not a
+    computation: :data:`_NOT_COMPUTATION`), or recorded under its name) and the arguments it
+    writes (:func:`_written_args`)."""
     name = func.name()
     if func.namespace in _trace_c10d.NAMESPACES:
         kind = _COLLECTIVE
@@ -196,21 +198,20 @@ def _kind(func):
         kind = _SKIPPED
     else:
         kind = name
-    if len(_kinds) >= 1 << 16:
-        _kinds.clear()
-    _kinds[func] = kind
-    return kind
+    if len(_ops) >= 1 << 16:
+        _ops.clear()
+    known = _ops[id(func)] = (func, kind, _written_args(func) if kind is not _SKIPPED else ())
+    return known
 
 
-def _record(state, stream, func, op, args, kwargs, result, tensor_type):
+def _record(state, stream, func, op, written, args, kwargs, result, tensor_type):
     """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
-    view): its inputs are what it read (a tensor it writes in place or through ``out=`` is a
-    result), its outputs what it returned."""
+    view): its inputs are what it read (``written``: the arguments it writes in place or
+    through ``out=``, results), its outputs what it returned."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return
     text = _trace_record.arguments(func, args, kwargs, tensor_type) if _trace_digest.SKETCH \
         else ""
-    written = _written_args(func)
     call = (func, args, kwargs, written)  # for a capture's replay (_trace_state.save)
     scratch = _scratch_arg(func, op, args, kwargs)
     if written:  # in-place and out= ops: the written tensor is a result, not an input

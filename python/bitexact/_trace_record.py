@@ -54,7 +54,9 @@ def line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="",
                                       occ, _quote(src), _labels(ins), _labels(outs), tail)
 
 
-_names = {}  # op overload -> its schema's argument names
+# id(op overload) -> (the overload, its schema's argument names): by id, since an OpOverload's
+# __hash__ is a Python method
+_names = {}
 _LEFT_OUT = ("device", "pin_memory", "layout")  # where, not what: never a numeric difference
 
 
@@ -79,31 +81,41 @@ def _value(x, tensor_type):
     return text
 
 
+def _argument_names(func):
+    """The argument names of ``func``'s schema, remembered."""
+    known = _names.get(id(func))
+    if known is None or known[0] is not func:
+        if len(_names) >= _MEMO_MAX:
+            _names.clear()
+        known = _names[id(func)] = (func, [a.name for a in func._schema.arguments])
+    return known[1]
+
+
 def arguments(func, args, kwargs, tensor_type):
     """The op's non-tensor arguments as ``name=value`` pairs, comma-separated
     (``normalized_shape=[16],eps=1e-05``): numbers (floats by ``repr``), bools, dtypes, lists
     of them (a tensor inside a list as ``T``), by the schema's names; tensors, ``None``,
     devices and layouts are left out. What ``bitexact diff-trace`` names when an op's inputs
     are identical and its arguments are not."""
-    parts = []
+    parts = names = None
     for i, a in enumerate(args):
         if a is None or isinstance(a, tensor_type):  # most arguments: no call for them
             continue
-        text = _value(a, tensor_type)
-        if text is not None:
-            parts.append((i, text))
-    if parts:
-        names = _names.get(func)
-        if names is None:
-            if len(_names) >= _MEMO_MAX:
-                _names.clear()
-            names = _names[func] = [a.name for a in func._schema.arguments]
-        parts = ["%s=%s" % (names[i] if i < len(names) else "#%d" % i, text) for i, text in parts]
+        kind = type(a)  # a number (an optimizer's scalars): no call to _value
+        text = repr(a) if kind is float else str(a) if kind is int or kind is bool \
+            else _value(a, tensor_type)
+        if text is None:
+            continue
+        if parts is None:
+            parts, names = [], _argument_names(func)
+        parts.append("%s=%s" % (names[i] if i < len(names) else "#%d" % i, text))
     for k, v in kwargs.items():
         text = None if k in _LEFT_OUT else _value(v, tensor_type)
         if text is not None:
+            if parts is None:
+                parts = []
             parts.append("%s=%s" % (k, text))
-    return ",".join(parts)
+    return ",".join(parts) if parts else ""
 
 
 _shown = {}  # file name -> how a record shows it, or None when it is not the program's own

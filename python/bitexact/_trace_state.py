@@ -13,14 +13,21 @@ from ._trace_digest import describe  # noqa: F401  (the collectives describe the
 # (in0.., out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
 CAPTURE_FILE = _protocol.CAPTURE_FILE
 
-_paused = threading.local()
+class _Depth(threading.local):
+    """A thread's depth of :class:`paused` blocks (0 until it enters one: a class attribute,
+    so reading it is an attribute access, not ``getattr`` with a default)."""
+
+    depth = 0
+
+
+_paused = _Depth()
 
 
 class paused:
     """``with paused():`` ops inside are not traced (bitexact's own work, e.g. ``dump``)."""
 
     def __enter__(self):
-        _paused.depth = getattr(_paused, "depth", 0) + 1
+        _paused.depth += 1
 
     def __exit__(self, *exc):
         _paused.depth -= 1
@@ -37,11 +44,15 @@ class Stream:
         self.first_step = step
         self.step = step
         self.optimizer_steps = 0
+        # Occurrence numbers of the records of step ``counted``: (module, phase, op) -> how
+        # many so far. Only the current step's are kept: a trace of many steps holds one
+        # step's (before, every step's stayed in memory, about 60 entries a nanoGPT step).
+        self.counts, self.counted = {}, step
 
 
 class State:
-    """One traced process: its trace file, rank, streams, occurrence counts, cost controls
-    and row slicing (``rows``)."""
+    """One traced process: its trace file, rank, streams, cost controls and row slicing
+    (``rows``)."""
 
     def __init__(self, path, rank, max_bytes, steps, skip, rows=1):
         # The native writer (_trace_digest.background()) hashes and writes on its own thread,
@@ -64,7 +75,6 @@ class State:
         self.main = Stream()  # the thread that started tracing
         self.streams = threading.local()  # .stream: this thread's Stream, when traced
         self.streams.stream = self.main
-        self.occurrences = {}
         self.tracker = None
         self.skip_dirs = ()
         self.first_step, self.last_step = steps
@@ -155,7 +165,7 @@ def pid():
 def mine(state):
     """Whether a call now is the traced program's own: in the process that started tracing
     (not a forked DataLoader worker) and outside bitexact's own work (:class:`paused`)."""
-    return _pid[0] == state.pid and not getattr(_paused, "depth", 0)
+    return _pid[0] == state.pid and not _paused.depth
 
 
 def in_steps(state, stream):
@@ -186,11 +196,14 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
     ``diff-trace`` can replay it (:mod:`bitexact._replay`). ``scratch_ins``: positions of
     inputs recorded by dtype and shape only (:data:`SCRATCH_ARGS`)."""
     thread = stream.label
+    key = (module, phase, op)
     with state.lock:
         step = stream.step
-        key = (thread, step, module, phase, op)
-        occ = state.occurrences.get(key, 0)
-        state.occurrences[key] = occ + 1
+        if step != stream.counted:
+            stream.counts, stream.counted = {}, step
+        counts = stream.counts
+        occ = counts.get(key, 0)
+        counts[key] = occ + 1
     if state.capture is not None and state.capture == [
             state.rank, thread, step, phase, module, op, occ]:
         identity, state.capture = state.capture, None

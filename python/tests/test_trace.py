@@ -82,6 +82,23 @@ def test_a_reshape_that_is_not_a_view_is_not_recorded(trace):
     assert add["out"] == ["f32[2,3,5]:" + bitexact.digest(z)[:32]]
 
 
+def test_occurrences_count_within_a_step_and_only_its_counts_are_kept(trace):
+    """Each record's ``occ`` counts its (step, phase, module, op) in its thread; the tracer
+    keeps the current step's counts only (every step's stayed in memory: a leak over a long
+    run)."""
+    x = torch.ones(3)
+    _trace.start(trace)
+    for i in range(40):
+        _trace.on_helper_step(i)  # what bitexact.step(i) tells the tracer
+        x * 2
+        x * 2
+    counts = dict(_trace._state.main.counts)
+    _trace.stop()
+    assert counts == {("", "forward", "aten::mul.Tensor"): 2}
+    muls = [(r["step"], r["occ"]) for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    assert muls == [(s, k) for s in range(1, 41) for k in (0, 1)]
+
+
 def test_same_program_same_trace_and_a_changed_value_shows(tmp_path):
     a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
     for p in (a, b):

@@ -269,3 +269,37 @@ def test_records_name_the_ops_non_tensor_arguments(trace):
     assert args["aten::native_layer_norm"] == "normalized_shape=[8],eps=0.001"
     assert args["aten::sum.dim_IntList"] == "dim=[-1],keepdim=True,dtype=float64"
     assert args["aten::zeros"] == "size=[2],dtype=float16"
+
+
+def test_an_ops_arguments_text_for_each_kind_of_value():
+    """``_trace_record.arguments`` (the records' ``"args"``), called directly: the numbers'
+    fast path (floats by ``repr``, ints, bools) writes what the general one does for their
+    subclasses, and every other kind of value is as documented."""
+    import enum
+
+    from bitexact import _trace_record
+
+    class Small(enum.IntEnum):
+        ONE = 1
+
+    class Half(float):
+        pass
+
+    aten, t = torch.ops.aten, torch.ones(2)
+
+    def text(func, *args, **kwargs):
+        return _trace_record.arguments(func, args, kwargs, torch.Tensor)
+
+    assert text(aten.lerp_.Scalar, t, t, 0.1) == "weight=0.1"
+    assert text(aten.lerp_.Scalar, t, t, Half(0.25)) == "weight=0.25"
+    assert text(aten.mul_.Tensor, t, 1e-08) == "other=1e-08"
+    assert text(aten.sum.dim_IntList, t, [0, -1], True) == "dim=[0,-1],keepdim=True"
+    assert text(aten.add.Tensor, t, 3, alpha=Small.ONE) == "other=3,alpha=%s" % Small.ONE
+    assert text(aten.cat.default, [t, t], 1) == "dim=1"  # a list of tensors: left out
+    assert text(aten.stack.default, [t, 2.0], 0) == "tensors=[T,2.0],dim=0"
+    assert text(aten.zeros.default, [2], dtype=torch.float16, layout=torch.strided,
+                device=torch.device("cpu"), pin_memory=False) == "size=[2],dtype=float16"
+    assert text(aten.sqrt.default, t) == ""
+    assert text(aten.sqrt.default, t, 5) == "#1=5"  # past the schema's arguments
+    gen = torch.Generator()
+    assert text(aten.bernoulli_.float, t, 0.5, generator=gen) == "p=0.5,generator=<Generator>"

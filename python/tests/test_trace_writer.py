@@ -29,7 +29,7 @@ def trace(tmp_path, monkeypatch):
 
 def chain():
     """Results read by the next op while their digests may still be computed, tensors changed
-    in place, read twice in one op, over the writer's parallel threshold."""
+    in place, read twice in one op, over the writer's parallel threshold, views with strides."""
     x = torch.ones(1 << 18)
     for i in range(20):
         y = x * x
@@ -37,6 +37,9 @@ def chain():
         x = torch.cat([x[1:], x[:1]]) if i % 3 else x + 1
     big = torch.arange(3 << 18, dtype=torch.float32)
     (big * 2, big + 1, big.t())
+    kept = big.reshape(3, -1).t().clone()  # a result with strides: copied as it lies, gathered
+    assert not kept.is_contiguous()  # and sketched on the writer's thread
+    kept[::2] * 2  # a view spanning twice its bytes and more: gathered on the program's thread
 
 
 @pytest.mark.parametrize("cache", [True, False])
@@ -107,6 +110,35 @@ def test_every_record_is_written_at_exit_and_a_forked_child_leaves_the_writer_al
     rs = records(path)
     assert [r["op"] for r in rs] == ["aten::ones"] + ["aten::add.Tensor"] * 300
     assert rs[-1]["out"] == ["f32[65536]:" + bitexact.digest(torch.full((1 << 16,), 301.0))[:32]]
+
+
+CHILD = """
+import os, sys, torch
+from bitexact import _digest
+top = os.getpid()
+writer = _digest.native().TraceWriter(sys.argv[1])
+t = torch.ones(2)
+item = [(t.data_ptr(), t.nbytes, "f32", [2])]
+writer.write('["\\0"]\\n', item)
+for _ in range(2):  # a child, and the child's child: the writer is the first process's only
+    pid = os.fork()
+    if pid:
+        assert os.waitpid(pid, 0)[1] == 0
+        break
+    writer.write('["child\\0"]\\n', item)
+    writer.close()
+if os.getpid() != top:
+    os._exit(0)
+writer.write('["\\0"]\\n', item)
+writer.close()
+"""
+
+
+def test_the_native_writer_does_nothing_in_a_forked_child(tmp_path):
+    path = str(tmp_path / "w.jsonl")
+    subprocess.run([sys.executable, "-c", CHILD, path], check=True, timeout=120)
+    label = '["f32[2]:%s"]\n' % bitexact.digest(torch.ones(2))[:32]
+    assert (tmp_path / "w.jsonl").read_text() == label * 2
 
 
 DRAIN = """

@@ -48,6 +48,14 @@ pub(crate) fn copy(pool: &SharedPool, t: &Host) -> Vec<u8> {
     buf
 }
 
+/// A buffer holding a copy of `data` as it lies (a strided view's span, see
+/// [`super::trace_writer`]).
+pub(crate) fn copy_raw(pool: &SharedPool, data: &[u8]) -> Vec<u8> {
+    let mut buf = take(pool, data.len());
+    buf.extend_from_slice(data);
+    buf
+}
+
 /// Bytes copied, then hashed while still in the L1 cache, at a time by [`copy_checked`].
 const COPY_STEP: usize = 16 << 10;
 

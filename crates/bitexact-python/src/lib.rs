@@ -37,6 +37,7 @@ mod copy_pool;
 mod pytest;
 mod strided;
 mod trace;
+mod trace_record;
 mod trace_writer;
 
 /// Counts heap bytes so `bitexact run` and `report` show peak memory per run, as the binary

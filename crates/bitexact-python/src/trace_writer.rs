@@ -28,68 +28,23 @@
 //! thread: there the writer is never used (the tracer records in the process that started it
 //! only), and writing, closing or dropping it does nothing.
 
-use super::copy_pool::{copy, copy_checked, recycle, SharedPool};
-use super::trace::{self, Hashed, Seen, CACHE_ENTRIES};
+use super::copy_pool::{copy, copy_checked, copy_raw, recycle, SharedPool};
+use super::trace::{self, Seen, CACHE_ENTRIES};
+use super::trace_record::{finish, raw_copy, Record, Shown, Slot, Source};
 use super::Host;
-use bitexact::digest::digest_parts_serial;
-use bitexact::DType;
 use pyo3::exceptions::{PyIOError, PyValueError};
 use pyo3::prelude::*;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 use std::thread::JoinHandle;
 use twox_hash::XxHash3_128;
 
 /// Bytes copied and not yet hashed, at most: past it, a tensor is hashed on the caller's
 /// thread.
 const QUEUED_BYTES: usize = 256 << 20;
-
-/// Where a tensor's digest comes from.
-enum Source {
-    /// Known when the record was made (a cache hit, or hashed on the caller's thread).
-    Ready(Hashed),
-    /// A copy of the bytes, hashed on the writer's thread, which also fills the cache entry.
-    Hash(Vec<u8>, Arc<OnceLock<Hashed>>),
-    /// The digest of a copy an earlier record (or this one) queued: the writer's thread handles
-    /// records in order, so it is known when this record's turn comes.
-    Wait(Arc<OnceLock<Hashed>>),
-}
-
-/// One tensor of a record.
-struct Slot {
-    dtype: DType,
-    shape: Vec<usize>,
-    source: Source,
-}
-
-/// A record: its line with a NUL for each slot's label (and a byte 1 for its sketches), and
-/// each result's sketch.
-struct Record {
-    line: String,
-    slots: Vec<Slot>,
-    sketches: Vec<Shown>,
-}
-
-/// A result's sketch as the caller gives it: the index of its slot (a negative one: no
-/// sketch), or its text (a device tensor's, made by the caller).
-#[derive(FromPyObject, Debug)]
-enum Shown {
-    Slot(i64),
-    Text(String),
-}
-
-impl Shown {
-    /// The slot whose sketch this is, if any.
-    fn slot(&self) -> Option<usize> {
-        match self {
-            Shown::Slot(k) => usize::try_from(*k).ok(),
-            Shown::Text(_) => None,
-        }
-    }
-}
 
 /// The writer's thread's result: the first write error, if any.
 type Done = JoinHandle<std::io::Result<()>>;
@@ -110,6 +65,27 @@ type SharedQueue = Arc<(Mutex<Queue>, Condvar)>;
 /// thread (21.9 ms against 18.6 ms).
 const POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// How many times this process's line of descent has forked: incremented in each child by a
+/// `pthread_atfork` handler (registered with the first writer), so [`TraceWriter::mine`] is a
+/// load, not a `getpid` system call (about 3.5 µs in this VM, once a record: 2% of a traced
+/// nanoGPT step).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// The child's side of a fork: see [`FORKS`] (an atomic increment: async-signal-safe).
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// [`FORKS`] now, its handler registered first (once per process; a forked child inherits it).
+fn forks() -> u64 {
+    static REGISTER: Once = Once::new();
+    // SAFETY: registers a handler that only increments an atomic; no other state is touched.
+    REGISTER.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forked));
+    });
+    FORKS.load(Ordering::Relaxed)
+}
+
 /// A trace file written by a background thread that hashes the tensors of its records (see the
 /// module doc).
 #[pyclass(module = "bitexact._native")]
@@ -118,86 +94,9 @@ pub struct TraceWriter {
     thread: Mutex<Option<Done>>,
     queued: Arc<AtomicUsize>,
     pool: SharedPool,
-    pid: u32,
+    /// [`forks`] when the writer was made: it belongs to that process only.
+    forks: u64,
     sketch: bool,
-}
-
-/// Hashes the copies of `rec` (with their sketches when `sketch`), fills in its labels and
-/// sketches and returns the line.
-fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketch: bool) -> String {
-    let todo: Vec<&Slot> = rec
-        .slots
-        .iter()
-        .filter(|s| matches!(s.source, Source::Hash(..)))
-        .collect();
-    // On this thread only: rayon here would take the program's cores (the writer is there to
-    // use a free one); on 2 cores it tripled the traced nanoGPT step's context switches.
-    let done: usize = (todo.iter())
-        .map(|s| {
-            if let Source::Hash(bytes, hashed) = &s.source {
-                let digest = digest_parts_serial(s.dtype, &s.shape, bytes);
-                let _ = hashed.set((digest, sketch.then(|| trace::sketch(s.dtype, bytes))));
-                bytes.len()
-            } else {
-                0
-            }
-        })
-        .sum();
-    let hashed: Vec<&Hashed> = (rec.slots.iter())
-        .map(|s| match &s.source {
-            Source::Ready(h) => h,
-            Source::Hash(_, h) | Source::Wait(h) => h.wait(),
-        })
-        .collect();
-    let mut line = String::with_capacity(rec.line.len() + 64 * rec.slots.len());
-    let (mut next, mut start) = (0, 0);
-    for (at, b) in rec.line.bytes().enumerate() {
-        if b > 1 {
-            continue;
-        }
-        line.push_str(&rec.line[start..at]); // bytes 0 and 1 are ASCII: char boundaries
-        start = at + 1;
-        if b == 0 {
-            let s = &rec.slots[next];
-            trace::push_label(&mut line, s.dtype, &s.shape, &hashed[next].0);
-            next += 1;
-        } else {
-            push_sketches(&mut line, &rec.sketches, &hashed);
-        }
-    }
-    line.push_str(&rec.line[start..]);
-    for s in rec.slots {
-        if let Source::Hash(buf, _) = s.source {
-            recycle(pool, buf);
-        }
-    }
-    queued.fetch_sub(done, Ordering::Relaxed);
-    line
-}
-
-/// `,"sk":["<sketch>",…]` of the results (`""` for one without a sketch), as
-/// `python/bitexact/_trace_record.py` writes it; nothing when no result has one.
-fn push_sketches(line: &mut String, sketches: &[Shown], hashed: &[&Hashed]) {
-    fn text<'a>(k: &'a Shown, hashed: &[&'a Hashed]) -> &'a str {
-        match k {
-            Shown::Text(t) => t.as_str(),
-            Shown::Slot(_) => (k.slot().and_then(|i| hashed[i].1.as_deref())).unwrap_or(""),
-        }
-    }
-    let text = |k| text(k, hashed);
-    if sketches.iter().all(|k| text(k).is_empty()) {
-        return;
-    }
-    line.push_str(",\"sk\":[");
-    for (j, k) in sketches.iter().enumerate() {
-        if j > 0 {
-            line.push(',');
-        }
-        line.push('"');
-        line.push_str(text(k)); // digits, `e.-,|;`, NaN and inf only (checked): no escapes
-        line.push('"');
-    }
-    line.push(']');
 }
 
 /// The writer's thread: records in order until the writer is closed, flushed after each batch
@@ -254,15 +153,17 @@ impl TraceWriter {
     /// sketch `want`s), hashed now when the queue is full, else a copy for the writer's thread.
     /// A tensor whose sketch is wanted is a result: copied while its check is computed.
     fn slot(&self, t: &Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
-        let full = self.queued.load(Ordering::Relaxed) + t.nbytes > QUEUED_BYTES;
-        let (check, mut early) = match (use_cache, want && !full, &t.strides) {
+        let raw = raw_copy(t);
+        let copied = if raw { t.data().len() } else { t.nbytes };
+        let full = self.queued.load(Ordering::Relaxed) + copied > QUEUED_BYTES;
+        let (check, mut early) = match (use_cache, want && !full, raw || t.strides.is_none()) {
             (false, _, _) => (0, None),
             (true, false, _) => (XxHash3_128::oneshot(t.data()), None),
-            (true, true, None) => {
+            (true, true, true) => {
                 let (buf, check) = copy_checked(&self.pool, t.data());
                 (check, Some(buf))
             }
-            (true, true, Some(_)) => (XxHash3_128::oneshot(t.data()), Some(copy(&self.pool, t))),
+            (true, true, false) => (XxHash3_128::oneshot(t.data()), Some(copy(&self.pool, t))),
         };
         let hit = (trace::seen(c, t, check))
             .filter(|_| use_cache)
@@ -277,10 +178,14 @@ impl TraceWriter {
                 let h = trace::hash(t, self.sketch);
                 (Source::Ready(h.clone()), Arc::new(OnceLock::from(h)))
             } else {
-                self.queued.fetch_add(t.nbytes, Ordering::Relaxed);
+                self.queued.fetch_add(copied, Ordering::Relaxed);
                 let hashed = Arc::new(OnceLock::new());
-                let bytes = early.take().unwrap_or_else(|| copy(&self.pool, t));
-                (Source::Hash(bytes, hashed.clone()), hashed)
+                let bytes = early.take().unwrap_or_else(|| match raw {
+                    true => copy_raw(&self.pool, t.data()),
+                    false => copy(&self.pool, t),
+                });
+                let strides = t.strides.clone().filter(|_| raw);
+                (Source::Hash(bytes, strides, hashed.clone()), hashed)
             };
             if use_cache {
                 c.insert(trace::key(t), Seen { check, hashed });
@@ -299,7 +204,7 @@ impl TraceWriter {
 
     /// Whether this process is the one that started the writer's thread.
     fn mine(&self) -> bool {
-        std::process::id() == self.pid
+        FORKS.load(Ordering::Relaxed) == self.forks
     }
 }
 
@@ -325,7 +230,7 @@ impl TraceWriter {
             thread: Mutex::new(Some(thread)),
             queued,
             pool,
-            pid: std::process::id(),
+            forks: forks(),
             sketch,
         })
     }
