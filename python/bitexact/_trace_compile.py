@@ -47,7 +47,14 @@ import threading
 
 from . import _trace_state as ts
 
-_local = threading.local()  # depth: compiled calls running on this thread
+class _Depth(threading.local):
+    """Compiled calls running on a thread (0 until one starts: a class attribute, so the
+    mode's check on every op is an attribute read, not ``getattr`` with a default)."""
+
+    depth = 0
+
+
+_local = _Depth()
 _active = None  # (state, is_tracer, level) while tracing
 _TAG = "bitexact.compiled"  # key in node.metadata of a compiled region's autograd nodes
 _current_node = None  # torch._C._current_autograd_node (None before install, or in an old torch)
@@ -57,7 +64,7 @@ _tagged = False  # whether a compiled region's autograd node was ever tagged (_c
 def inside():
     """Whether this thread is running a compiled call (its eager parts included): the tracer's
     hooks do nothing there."""
-    return getattr(_local, "depth", 0) > 0
+    return _local.depth > 0
 
 
 def silent(mod=None):
@@ -180,7 +187,7 @@ def _wrap(compiled, fn):
                     for pname, p in target.named_parameters(prefix=module):
                         state.param_names.setdefault(id(p), pname)
                 described = ts.describe(ins, state)
-        _local.depth = getattr(_local, "depth", 0) + 1
+        _local.depth += 1
         try:
             with _mode_off(is_tracer), _created(state, stream, module, op, level == "ops"):
                 result = compiled(*args, **kwargs)

@@ -50,6 +50,7 @@ class Tracker:
 
     def __init__(self, torch):
         self._torch = torch
+        self._task = torch._C._current_graph_task_id  # where() asks it on every op
         self._names = weakref.WeakKeyDictionary()  # module -> qualified name
         self._named = weakref.WeakSet()  # modules whose children are named
         self._local = threading.local()  # .stack: [(name, recomputed)] of this thread
@@ -106,7 +107,7 @@ class Tracker:
         """``(phase, module)`` of an op made now in this thread: ``forward``, ``backward`` or
         ``recompute``, and the innermost module running (``""`` outside every module)."""
         stack = getattr(self._local, "stack", None)
-        task = self._torch._C._current_graph_task_id()
+        task = self._task()
         if task == -1:
             return FORWARD, stack[-1][0] if stack else ""
         if stack and stack[-1][1]:

@@ -29,6 +29,7 @@ use bitexact::harness::Launcher;
 use bitexact::DType;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use rayon::prelude::*;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -89,8 +90,8 @@ struct Host {
 /// strides as a fifth item for a view that is not contiguous.
 #[derive(FromPyObject)]
 enum Item {
-    Plain(usize, usize, String, Vec<usize>),
-    Strided(usize, usize, String, Vec<usize>, Vec<usize>),
+    Plain(usize, usize, PyBackedStr, Vec<usize>),
+    Strided(usize, usize, PyBackedStr, Vec<usize>, Vec<usize>),
 }
 
 impl Host {

@@ -46,33 +46,80 @@ pub(crate) const CACHE_ENTRIES: usize = 1 << 16;
 /// with every op on one thread, and three 192 KiB tensors hashed no faster in parallel.
 pub(crate) const PARALLEL_BYTES: usize = bitexact::digest::CHUNK_BYTES;
 
-/// A host buffer read as a tensor.
-#[derive(PartialEq, Eq, Hash)]
+/// A host buffer read as a tensor, as the cache files it: address, length, dtype and a hash of
+/// the view (shape and strides). Made without allocating, once per tensor of every record; the
+/// view itself is kept in the [`Seen`] and compared on a lookup, so two views whose hashes
+/// collide are two misses, never one's digest for the other.
+#[derive(PartialEq, Eq, Hash, Clone, Copy)]
 pub(crate) struct Key {
     ptr: usize,
     nbytes: usize,
     dtype: DType,
-    shape: Vec<usize>,
-    strides: Option<Vec<usize>>,
+    view: u64,
 }
 
-/// What a buffer held when it was last hashed: the XXH3-128 of its bytes, their digest and,
-/// once asked for, their sketch's text (unset while the background writer still hashes them,
-/// [`super::trace_writer`]).
+/// What a buffer held when it was last hashed: the view it was read as, the XXH3-128 of its
+/// bytes, their digest and, once asked for, their sketch's text (unset while the background
+/// writer still hashes them, [`super::trace_writer`]).
 pub(crate) struct Seen {
-    pub(crate) check: u128,
+    shape: Box<[usize]>,
+    strides: Option<Box<[usize]>>,
+    check: u128,
     pub(crate) hashed: Arc<OnceLock<Hashed>>,
 }
 
-/// The digest cache: a buffer's key and what it held when last hashed.
-pub(crate) type CacheMap = HashMap<Key, Seen>;
+impl Seen {
+    /// What `t` holds now: bytes whose XXH3-128 is `check`, digested into `hashed`.
+    pub(crate) fn new(t: &Host, check: u128, hashed: Arc<OnceLock<Hashed>>) -> Seen {
+        Seen {
+            shape: t.shape.as_slice().into(),
+            strides: t.strides.as_deref().map(Into::into),
+            check,
+            hashed,
+        }
+    }
+}
 
-/// A digest and, when asked for, the sketch's text (`""` for a dtype without one).
-pub(crate) type Hashed = (Digest, Option<String>);
+/// A fast hasher for the cache's keys (FxHash's mixing: keys are addresses and sizes, nobody's
+/// chosen input; std's SipHash was a measurable part of a record's cost).
+#[derive(Default)]
+pub(crate) struct Fx(u64);
+
+impl Fx {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for part in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..part.len()].copy_from_slice(part);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The digest cache: a buffer's key and what it held when last hashed.
+pub(crate) type CacheMap = HashMap<Key, Seen, std::hash::BuildHasherDefault<Fx>>;
+
+/// A digest and, when asked for, the sketch's text (`""` for a dtype without one), shared (a
+/// cache hit clones it for each record that reads the tensor).
+pub(crate) type Hashed = (Digest, Option<Arc<str>>);
 
 /// The sketch text of `t` (`""` for a dtype that is not floating point).
-pub(crate) fn sketch(dtype: DType, data: &[u8]) -> String {
-    Sketch::of(dtype, data).map_or(String::new(), |s| s.text())
+pub(crate) fn sketch(dtype: DType, data: &[u8]) -> Arc<str> {
+    Sketch::of(dtype, data).map_or(Arc::from(""), |s| s.text().into())
 }
 
 /// `t`'s digest and, with `sketch`, its sketch, from one read of its values (a strided view's
@@ -92,19 +139,25 @@ pub(crate) fn cache() -> std::sync::MutexGuard<'static, CacheMap> {
 
 /// The buffer's key in the cache.
 pub(crate) fn key(t: &Host) -> Key {
+    let mut view = Fx::default();
+    std::hash::Hash::hash(&t.shape, &mut view);
+    std::hash::Hash::hash(&t.strides, &mut view);
     Key {
         ptr: t.ptr,
         nbytes: t.nbytes,
         dtype: t.dtype,
-        shape: t.shape.clone(),
-        strides: t.strides.clone(),
+        view: std::hash::Hasher::finish(&view),
     }
 }
 
 /// `t`'s entry in the cache `c` when it was made from bytes whose XXH3-128 is `check` (the
-/// bytes `t` holds now, when `check` was just computed from them).
+/// bytes `t` holds now, when `check` was just computed from them) and read as the same view.
 pub(crate) fn seen<'c>(c: &'c CacheMap, t: &Host, check: u128) -> Option<&'c Seen> {
-    c.get(&key(t)).filter(|seen| seen.check == check)
+    c.get(&key(t)).filter(|seen| {
+        seen.check == check
+            && *seen.shape == t.shape[..]
+            && seen.strides.as_deref() == t.strides.as_deref()
+    })
 }
 
 /// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest
@@ -149,7 +202,7 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
         for (&i, (digest, sketch)) in todo.iter().zip(&computed) {
             let check = looked[i].0;
             let hashed = Arc::new(OnceLock::from((*digest, sketch.clone())));
-            c.insert(key(&tensors[i]), Seen { check, hashed });
+            c.insert(key(&tensors[i]), Seen::new(&tensors[i], check, hashed));
         }
     }
     let mut computed = computed.into_iter();
@@ -209,7 +262,7 @@ pub fn trace_digests(
         tensors
             .iter()
             .zip(ds)
-            .map(|(t, (d, s))| (label(t, &d), s.unwrap_or_default()))
+            .map(|(t, (d, s))| (label(t, &d), s.as_deref().unwrap_or("").to_owned()))
             .unzip()
     });
     Ok(match sketch {
@@ -243,4 +296,35 @@ pub fn sketch_text(
         }
         .text(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(byte: u8) -> Hashed {
+        (Digest([byte; 32]), None)
+    }
+
+    #[test]
+    fn an_entry_is_found_for_its_own_view_and_bytes_only() {
+        let data = [7u8; 24];
+        let at = data.as_ptr() as usize;
+        let rows = Host::new(at, 24, "f32", vec![2, 3]).unwrap();
+        let cols = Host::new(at, 24, "f32", vec![3, 2]).unwrap();
+        let turned = Host::with_strides(at, 24, "f32", vec![3, 2], Some(vec![1, 3])).unwrap();
+        assert!(key(&rows) != key(&cols) && key(&cols) != key(&turned));
+        let mut c = CacheMap::default();
+        let entry = |t: &Host, b| Seen::new(t, 5, Arc::new(OnceLock::from(digest(b))));
+        c.insert(key(&rows), entry(&rows, 1));
+        assert!(seen(&c, &rows, 5).is_some());
+        assert!(seen(&c, &rows, 6).is_none(), "other bytes");
+        assert!(seen(&c, &cols, 5).is_none(), "another view of the buffer");
+        // Two views whose keys collide: the view kept in the entry tells them apart.
+        c.insert(key(&rows), entry(&turned, 2));
+        assert!(seen(&c, &rows, 5).is_none());
+        c.insert(key(&turned), entry(&turned, 3));
+        let hit = seen(&c, &turned, 5).and_then(|s| s.hashed.get().cloned());
+        assert_eq!(hit.map(|h| h.0), Some(Digest([3; 32])));
+    }
 }

@@ -111,29 +111,36 @@ fn run(
 ) -> std::io::Result<()> {
     let mut out = BufWriter::new(file);
     let mut result = Ok(());
+    let mut spare = Vec::new();
     let (lock, wake) = &*queue;
     loop {
-        let (batch, closed) = {
+        let (mut batch, closed) = {
             let mut q = lock.lock().unwrap_or_else(|e| e.into_inner());
             if q.records.is_empty() && !q.closed {
                 q = (wake.wait_timeout(q, POLL))
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
-            (std::mem::take(&mut q.records), q.closed)
+            // The program's thread pushes into last batch's emptied vector: no regrowing.
+            (
+                std::mem::replace(&mut q.records, std::mem::take(&mut spare)),
+                q.closed,
+            )
         };
         if batch.is_empty() {
+            spare = batch;
             if closed {
                 break;
             }
             continue;
         }
-        for rec in batch {
+        for rec in batch.drain(..) {
             let line = finish(rec, &queued, &pool, sketch);
             if result.is_ok() {
                 result = out.write_all(line.as_bytes());
             }
         }
+        spare = batch;
         if result.is_ok() {
             result = out.flush();
         }
@@ -152,7 +159,8 @@ impl TraceWriter {
     /// The slot of `t`: from the cache (`c`, when `use_cache`; not a digest without the
     /// sketch `want`s), hashed now when the queue is full, else a copy for the writer's thread.
     /// A tensor whose sketch is wanted is a result: copied while its check is computed.
-    fn slot(&self, t: &Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
+    fn slot(&self, host: Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
+        let t = &host;
         let raw = raw_copy(t);
         let copied = if raw { t.data().len() } else { t.nbytes };
         let full = self.queued.load(Ordering::Relaxed) + copied > QUEUED_BYTES;
@@ -188,7 +196,7 @@ impl TraceWriter {
                 (Source::Hash(bytes, strides, hashed.clone()), hashed)
             };
             if use_cache {
-                c.insert(trace::key(t), Seen { check, hashed });
+                c.insert(trace::key(t), Seen::new(t, check, hashed));
             }
             source
         });
@@ -196,8 +204,8 @@ impl TraceWriter {
             recycle(&self.pool, unused); // a cache hit after all
         }
         Slot {
-            dtype: t.dtype,
-            shape: t.shape.clone(),
+            dtype: host.dtype,
+            shape: host.shape, // moved: no allocation
             source,
         }
     }
@@ -280,10 +288,6 @@ impl TraceWriter {
                 tensors.len()
             )));
         }
-        let mut want = vec![false; tensors.len()];
-        for k in sketches.iter().filter_map(Shown::slot) {
-            want[k] = self.sketch;
-        }
         py.detach(|| {
             let (lock, _) = &*self.queue;
             if lock.lock().unwrap_or_else(|e| e.into_inner()).closed {
@@ -295,8 +299,11 @@ impl TraceWriter {
             if c.len() + tensors.len() > CACHE_ENTRIES {
                 c.clear();
             }
-            let slots = (tensors.iter().zip(want))
-                .map(|(t, w)| self.slot(t, &mut c, cache, w))
+            // Whether slot i's sketch is wanted (a record names one or two results: a scan,
+            // no allocation).
+            let want = |i: usize| self.sketch && sketches.iter().any(|k| k.slot() == Some(i));
+            let slots = (tensors.into_iter().enumerate())
+                .map(|(i, t)| self.slot(t, &mut c, cache, want(i)))
                 .collect();
             let rec = Record {
                 line,
