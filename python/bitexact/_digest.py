@@ -183,7 +183,9 @@ def plain_name(t):
     name, is_complex = _torch_dtypes.get(t.dtype) or _torch_dtype(t.dtype)
     if not _strided:
         _strided.append(_torch_strided())
-    if is_complex or t.layout is not _strided[0] or t.is_conj() or t.is_neg():
+    # No is_conj(): only a complex tensor can carry the conjugate bit (torch asserts it), and
+    # a real one can carry the negative bit (``z.conj().imag``).
+    if is_complex or t.layout is not _strided[0] or t.is_neg():
         return None
     return name
 

@@ -150,10 +150,16 @@ class Tracker:
     def _on_grads(self, values, fn):
         """Calls ``fn`` in the backward once the gradients of the tensors in ``values`` that
         need one are computed."""
-        from torch.utils._pytree import tree_flatten
+        tensor = self._torch.Tensor
+        if isinstance(values, tensor):  # most outputs, and args of one tensor: no pytree walk
+            flat = (values,)
+        elif type(values) is tuple and all(isinstance(v, tensor) for v in values):
+            flat = values
+        else:
+            from torch.utils._pytree import tree_flatten
 
-        tensors = [t for t in tree_flatten(values)[0]
-                   if isinstance(t, self._torch.Tensor) and t.requires_grad]
+            flat = tree_flatten(values)[0]
+        tensors = [t for t in flat if isinstance(t, tensor) and t.requires_grad]
         if len(tensors) == 1:
             # One tensor (the common case): a plain tensor hook, which is what
             # register_multi_grad_hook registers for it, without its closure over the tensor's

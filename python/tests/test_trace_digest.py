@@ -303,3 +303,19 @@ def test_an_ops_arguments_text_for_each_kind_of_value():
     assert text(aten.sqrt.default, t, 5) == "#1=5"  # past the schema's arguments
     gen = torch.Generator()
     assert text(aten.bernoulli_.float, t, 0.5, generator=gen) == "p=0.5,generator=<Generator>"
+
+
+def test_a_real_tensor_with_the_negative_bit_is_hashed_as_its_values(trace):
+    """``z.conj().imag`` is a real view whose bytes are the negatives of its values (torch's
+    negative bit): hashed as its values, never as its memory."""
+    z = torch.complex(torch.arange(4.0), torch.arange(4.0) + 1)
+    v = z.conj().imag
+    assert v.is_neg() and not v.is_complex()
+    _trace.start(trace)
+    v * 1
+    _trace.stop()
+    # torch resolves the bit before the op: the mode sees a clone of the view, then the op.
+    (clone,) = [r for r in records(trace) if r["op"] == "aten::clone"]
+    (mul,) = [r for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    want = "f32[4]:" + bitexact.digest(-(torch.arange(4.0) + 1))[:32]
+    assert clone["in"] == clone["out"] == mul["in"][:1] == mul["out"] == [want]
