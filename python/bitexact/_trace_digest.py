@@ -94,17 +94,14 @@ def _fast(t, max_bytes, strided=False):
     copied contiguous, or with ``strided`` handed over as it lies, its element strides a fifth
     item (the native side checks the bytes it spans and gathers its elements: no copy when its
     digest is cached, one into the writer's buffer when not)."""
-    name = _plain(t) if t.is_cpu else None
-    if name is None:
+    got = _all_fast((t,), max_bytes)
+    if got is None:
         return None
-    nbytes = t.nbytes
-    if nbytes > max_bytes:
-        return None
-    if not t.is_contiguous():
-        if strided:
-            return (t.data_ptr(), nbytes, name, t.shape, t.stride()), t
+    item = got[0]
+    if len(item) == 5 and not strided:
         t = t.detach().contiguous()
-    return (t.data_ptr(), nbytes, name, t.shape), t
+        item = (t.data_ptr(), item[1], item[2], t.shape)
+    return item, t
 
 
 def _general(t, max_bytes, hashed):
@@ -168,9 +165,10 @@ def _general_rows(t, n, max_bytes, hosts, slow, i):
 
 def _all_fast(tensors, max_bytes):
     """The fast-path items of ``tensors`` (views as they lie, owned by the tensors themselves),
-    or None unless every one takes the fast path (then none is on a device: nothing to stage)."""
+    or None unless every one takes the fast path (then none is on a device: nothing to stage).
+    One loop without a call per tensor: it runs for nearly every tensor traced."""
     items = []
-    try:  # _fast(t, max_bytes, True) inlined: this loop runs for nearly every tensor traced
+    try:
         for t in tensors:
             name = _plain(t) if t.is_cpu else None
             if name is None:
