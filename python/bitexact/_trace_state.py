@@ -44,10 +44,13 @@ class Stream:
         self.first_step = step
         self.step = step
         self.optimizer_steps = 0
-        # Occurrence numbers of the records of step ``counted``: (module, phase, op) -> how
-        # many so far. Only the current step's are kept: a trace of many steps holds one
-        # step's (before, every step's stayed in memory, about 60 entries a nanoGPT step).
-        self.counts, self.counted = {}, step
+        # Occurrence numbers: step -> {(module, phase, op): how many so far}. Once the stream
+        # made an optimizer step its step only goes up, so a new step lets go of the others
+        # (before, every step's counts stayed in memory: about 60 entries a nanoGPT step).
+        # Before that, ``bitexact.step(i)`` may bring a step number back (micro-batches of
+        # gradient accumulation before the first optimizer step): all are kept, and a step
+        # that comes back goes on counting where it was.
+        self.counts = {}
 
 
 class State:
@@ -199,9 +202,11 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
     key = (module, phase, op)
     with state.lock:
         step = stream.step
-        if step != stream.counted:
-            stream.counts, stream.counted = {}, step
-        counts = stream.counts
+        counts = stream.counts.get(step)
+        if counts is None:
+            if stream.optimizer_steps:  # no earlier step comes back (see Stream)
+                stream.counts.clear()
+            counts = stream.counts[step] = {}
         occ = counts.get(key, 0)
         counts[key] = occ + 1
     if state.capture is not None and state.capture == [

@@ -82,21 +82,46 @@ def test_a_reshape_that_is_not_a_view_is_not_recorded(trace):
     assert add["out"] == ["f32[2,3,5]:" + bitexact.digest(z)[:32]]
 
 
-def test_occurrences_count_within_a_step_and_only_its_counts_are_kept(trace):
-    """Each record's ``occ`` counts its (step, phase, module, op) in its thread; the tracer
-    keeps the current step's counts only (every step's stayed in memory: a leak over a long
-    run)."""
+def test_occurrences_count_within_a_step_and_only_the_current_steps_are_kept(trace):
+    """Each record's ``occ`` counts its (step, phase, module, op) in its thread. After the
+    first optimizer step the tracer keeps the current step's counts only (every step's stayed
+    in memory: a leak over a long run)."""
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    _trace.start(trace)
+    for _ in range(40):
+        w.detach() * 2
+        w.detach() * 2
+        opt.step()  # no gradient: the step is counted, nothing computed
+    counts = {k: dict(v) for k, v in _trace._state.main.counts.items()}
+    _trace.stop()
+    assert counts == {39: {("", "forward", "aten::mul.Tensor"): 2}}
+    muls = [(r["step"], r["occ"]) for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    assert muls == [(s, k) for s in range(40) for k in (0, 1)]
+
+
+def test_a_step_number_that_comes_back_goes_on_counting(trace):
+    """``bitexact.step(i)`` on each micro-batch before the first optimizer step (gradient
+    accumulation) brings a step number back once the optimizer counts steps: its records go on
+    from the occurrences it had, so no two records share an identity (a capture names one)."""
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
     x = torch.ones(3)
     _trace.start(trace)
-    for i in range(40):
+    for i in range(6):
+        (w * x).sum().backward()
+        if i % 3 == 2:
+            opt.step()
+            opt.zero_grad()
         _trace.on_helper_step(i)  # what bitexact.step(i) tells the tracer
-        x * 2
-        x * 2
-    counts = dict(_trace._state.main.counts)
     _trace.stop()
-    assert counts == {("", "forward", "aten::mul.Tensor"): 2}
-    muls = [(r["step"], r["occ"]) for r in records(trace) if r["op"] == "aten::mul.Tensor"]
-    assert muls == [(s, k) for s in range(1, 41) for k in (0, 1)]
+    rs = records(trace)
+    ids = [(r["step"], r["phase"], r["module"], r["op"], r["occ"]) for r in rs]
+    assert len(set(ids)) == len(ids)
+    muls = [(r["step"], r["occ"]) for r in rs
+            if r["op"] == "aten::mul.Tensor" and r["phase"] == "forward"]
+    # Helper steps 0, 1, 2; then the first optimizer step makes it step 1 again.
+    assert muls == [(0, 0), (1, 0), (2, 0), (1, 1), (1, 2), (1, 3)]
 
 
 def test_same_program_same_trace_and_a_changed_value_shows(tmp_path):

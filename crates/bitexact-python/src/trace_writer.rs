@@ -37,7 +37,7 @@ use pyo3::prelude::*;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 use std::thread::JoinHandle;
 use twox_hash::XxHash3_128;
@@ -76,12 +76,18 @@ extern "C" fn forked() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Whether the handler of [`FORKS`] is registered (`pthread_atfork` can fail for lack of
+/// memory): without it, [`TraceWriter::mine`] compares process ids.
+static COUNTED: AtomicBool = AtomicBool::new(false);
+
 /// [`FORKS`] now, its handler registered first (once per process; a forked child inherits it).
 fn forks() -> u64 {
     static REGISTER: Once = Once::new();
-    // SAFETY: registers a handler that only increments an atomic; no other state is touched.
-    REGISTER.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(forked));
+    REGISTER.call_once(|| {
+        // SAFETY: registers a handler that only increments an atomic; no other state is
+        // touched.
+        let done = unsafe { libc::pthread_atfork(None, None, Some(forked)) } == 0;
+        COUNTED.store(done, Ordering::Relaxed);
     });
     FORKS.load(Ordering::Relaxed)
 }
@@ -96,6 +102,8 @@ pub struct TraceWriter {
     pool: SharedPool,
     /// [`forks`] when the writer was made: it belongs to that process only.
     forks: u64,
+    /// The process that made the writer (see [`COUNTED`]).
+    pid: u32,
     sketch: bool,
 }
 
@@ -212,7 +220,10 @@ impl TraceWriter {
 
     /// Whether this process is the one that started the writer's thread.
     fn mine(&self) -> bool {
-        FORKS.load(Ordering::Relaxed) == self.forks
+        match COUNTED.load(Ordering::Relaxed) {
+            true => FORKS.load(Ordering::Relaxed) == self.forks,
+            false => std::process::id() == self.pid,
+        }
     }
 }
 
@@ -239,6 +250,7 @@ impl TraceWriter {
             queued,
             pool,
             forks: forks(),
+            pid: std::process::id(),
             sketch,
         })
     }
