@@ -37,10 +37,11 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   whose bytes are unchanged since it was last hashed, checked by an XXH3-128 of them, reuses
   its digest; records are made by :mod:`bitexact._trace_record` and, where torch leaves a core
   free or the machine has an NVIDIA GPU, written by a native writer that hashes on a background
-  thread: the program does not wait for SHA-256; :func:`stop` (atexit, ``os._exit``) waits for the queued records, and a
-  process killed by a signal loses them); a tensor over ``BITEXACT_TRACE_MAX_BYTES`` (default
-  64 MiB) is recorded as ``dtype[shape]:-`` (not hashed), and so is an RNN workspace result
-  (``_SCRATCH_RESULTS``: uninitialized scratch that differs between identical runs).
+  thread: the program does not wait for SHA-256; :func:`stop` (atexit, ``os._exit``) waits
+  for the queued records, and a process killed by a signal loses them); a tensor over
+  ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB) is recorded as ``dtype[shape]:-`` (not
+  hashed), and so is an RNN workspace result (``_SCRATCH_RESULTS``: uninitialized scratch
+  that differs between identical runs).
   ``sk``: a float64 sketch of each result (norm, largest magnitude, non-finite count, eight
   fixed elements; ``src/trace/sketch.rs``), made with its digest (a device tensor's on its
   device, :func:`bitexact._trace_device.device_sketch`); ``args``: the op's

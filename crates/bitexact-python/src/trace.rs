@@ -8,10 +8,10 @@
 //! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype,
 //! shape, and a view's strides), the canonical digest and an XXH3-128 of the bytes it was
 //! computed from; a later request for the same buffer recomputes only the XXH3-128 (an order
-//! of magnitude cheaper than SHA-256) and reuses the digest when it is equal. The cache trusts the bytes, not the
-//! program's bookkeeping: a write that PyTorch's version counter never sees (through `.data`,
-//! numpy sharing the memory, an extension writing through a raw pointer) changes the XXH3 and
-//! the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
+//! of magnitude cheaper than SHA-256) and reuses the digest when it is equal. The cache trusts
+//! the bytes, not the program's bookkeeping: a write that PyTorch's version counter never sees
+//! (through `.data`, numpy sharing the memory, an extension writing through a raw pointer)
+//! changes the XXH3 and the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
 //! between two states of one buffer (about 2^-128 for bytes that are not built to collide).
 //! The cache starts over when it holds [`CACHE_ENTRIES`] buffers.
 //!
@@ -242,11 +242,11 @@ pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Dige
 /// The trace labels (`f32[2,3]:<32 hex digits>`) of host tensors given as
 /// `(ptr, nbytes, dtype, shape)` like [`super::digests_ptr`]'s (with the element strides as a
 /// fifth item for a view that is not contiguous: the bytes it spans are checked, its elements
-/// hashed), in order: one call per op, with one release of the GIL. With `cache` (the default), a buffer whose bytes are unchanged
-/// since this function last hashed it (same address, length, dtype and shape; equal XXH3-128)
-/// reuses its digest. With `sketch` (one flag per item), returns `(labels, sketches)`: the
-/// sketch text of each flagged float tensor, `""` for the others. Unsafe by contract, as
-/// `digest_ptr`.
+/// hashed), in order: one call per op, with one release of the GIL. With `cache` (the
+/// default), a buffer whose bytes are unchanged since this function last hashed it (same
+/// address, length, dtype and shape; equal XXH3-128) reuses its digest. With `sketch` (one
+/// flag per item), returns `(labels, sketches)`: the sketch text of each flagged float tensor,
+/// `""` for the others. Unsafe by contract, as `digest_ptr`.
 #[pyfunction]
 #[pyo3(signature = (items, cache=true, sketch=None))]
 pub fn trace_digests(
