@@ -43,18 +43,10 @@ TorchDynamo fail (``AssertionError: ... already tracked for mutation``).
 
 import contextlib
 import functools
-import threading
 
 from . import _trace_state as ts
 
-class _Depth(threading.local):
-    """Compiled calls running on a thread (0 until one starts: a class attribute, so the
-    mode's check on every op is an attribute read, not ``getattr`` with a default)."""
-
-    depth = 0
-
-
-_local = _Depth()
+_local = ts.Depth()  # compiled calls running on this thread
 _active = None  # (state, is_tracer, level) while tracing
 _TAG = "bitexact.compiled"  # key in node.metadata of a compiled region's autograd nodes
 _current_node = None  # torch._C._current_autograd_node (None before install, or in an old torch)

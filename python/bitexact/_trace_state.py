@@ -13,14 +13,16 @@ from ._trace_digest import describe  # noqa: F401  (the collectives describe the
 # (in0.., out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
 CAPTURE_FILE = _protocol.CAPTURE_FILE
 
-class _Depth(threading.local):
-    """A thread's depth of :class:`paused` blocks (0 until it enters one: a class attribute,
-    so reading it is an attribute access, not ``getattr`` with a default)."""
+class Depth(threading.local):
+    """A per-thread nesting depth (of :class:`paused` blocks here, of compiled calls in
+    :mod:`bitexact._trace_compile`), 0 until the thread first enters one: a class attribute,
+    so the check on every op is an attribute read, not ``getattr`` with a default (which
+    raised and caught an ``AttributeError`` each time in a thread that never entered one)."""
 
     depth = 0
 
 
-_paused = _Depth()
+_paused = Depth()
 
 
 class paused:

@@ -70,33 +70,26 @@ impl Shown {
 /// Hashes the copies of `rec` (with their sketches when `sketch`), fills in its labels and
 /// sketches and returns the line.
 pub(crate) fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketch: bool) -> String {
-    let todo: Vec<&Slot> = rec
-        .slots
-        .iter()
-        .filter(|s| matches!(s.source, Source::Hash(..)))
-        .collect();
     // On this thread only: rayon here would take the program's cores (the writer is there to
     // use a free one); on 2 cores it tripled the traced nanoGPT step's context switches.
-    let done: usize = (todo.iter())
-        .map(|s| {
-            if let Source::Hash(raw, strides, hashed) = &s.source {
-                let gathered = strides.as_ref().map(|st| {
-                    let mut out = take(pool, s.shape.iter().product::<usize>() * s.dtype.size());
-                    strided::gather_into(&mut out, raw, s.dtype.size(), &s.shape, st);
-                    out
-                });
-                let bytes = gathered.as_deref().unwrap_or(raw);
-                let digest = digest_parts_serial(s.dtype, &s.shape, bytes);
-                let _ = hashed.set((digest, sketch.then(|| trace::sketch(s.dtype, bytes))));
-                if let Some(out) = gathered {
-                    recycle(pool, out);
-                }
-                raw.len()
-            } else {
-                0
-            }
-        })
-        .sum();
+    let mut done = 0;
+    for s in &rec.slots {
+        let Source::Hash(raw, strides, hashed) = &s.source else {
+            continue;
+        };
+        let gathered = strides.as_ref().map(|st| {
+            let mut out = take(pool, s.shape.iter().product::<usize>() * s.dtype.size());
+            strided::gather_into(&mut out, raw, s.dtype.size(), &s.shape, st);
+            out
+        });
+        let bytes = gathered.as_deref().unwrap_or(raw);
+        let digest = digest_parts_serial(s.dtype, &s.shape, bytes);
+        let _ = hashed.set((digest, sketch.then(|| trace::sketch(s.dtype, bytes))));
+        if let Some(out) = gathered {
+            recycle(pool, out);
+        }
+        done += raw.len();
+    }
     let hashed: Vec<&Hashed> = (rec.slots.iter())
         .map(|s| match &s.source {
             Source::Ready(h) => h,
