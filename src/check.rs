@@ -277,9 +277,20 @@ fn serve_if_child(case: &dyn Case) {
 }
 
 /// Writes `SKIPPED what: why` straight to standard error, past libtest's output capture (which
-/// only catches `print!`/`eprint!`), so a test that could not run does not pass silently.
+/// only catches `print!`/`eprint!`), so a test that could not run does not pass silently. When
+/// `$BITEXACT_SKIP_LOG` names a file ([`crate::protocol::SKIP_LOG_ENV`]), the line is also
+/// appended to it, so a script running many test binaries (`ci/test.sh`) can list every skip
+/// in its summary.
 pub fn skip_notice(what: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "bitexact: SKIPPED {what}: {why}");
+    let line = format!("bitexact: SKIPPED {what}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(log) = std::env::var_os(crate::protocol::SKIP_LOG_ENV).filter(|l| !l.is_empty()) {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
 }
 
 #[cfg(test)]

@@ -76,6 +76,9 @@ names! {
     SEEDED_ENV = "BITEXACT_SEEDED";
     /// Python: a process seeded without torch, so a child with torch seeds torch.
     SEEDED_WITHOUT_TORCH_ENV = "BITEXACT_SEEDED_WITHOUT_TORCH";
+    /// A file each skipped test appends its `SKIPPED what: why` line to (Rust's
+    /// `bitexact::check::skip_notice`); `ci/test.sh` prints them in its summary.
+    SKIP_LOG_ENV = "BITEXACT_SKIP_LOG";
     /// The Python package a cargo-built `bitexact` injects into programs under `--trace`.
     PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE";
     /// The Python (with torch) `diff-trace` replays a captured op with in float64 (default: the

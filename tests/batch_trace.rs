@@ -1,8 +1,8 @@
 //! End to end, the first batch-variant op: `tests/fixtures/programs/batch_serve.py` serves 8
 //! requests at batch 1 and at batch 8 under the op tracer (the batch-8 run with
 //! `$BITEXACT_TRACE_ROWS` = 8), and [`bitexact::trace::batch::first_variant`] on the two real
-//! traces agrees with the program's own outputs: the linear head (`aten::addmm`, module
-//! `Model.lm_head`) is named, with its inputs identical for the request, exactly when some
+//! traces agrees with the program's own outputs: the linear head (a matrix product, `aten::addmm`
+//! on x86 builds, module `Model.lm_head`) is named, with its inputs identical for the request, exactly when some
 //! request's output row differs between the two runs, and nothing is named otherwise (the layer
 //! norm before it is row-wise). Needs a Python with torch and this tree's bitexact package
 //! (its native module beside `python/bitexact/`, or installed by ci/python.sh); says `SKIPPED`
@@ -96,12 +96,20 @@ fn the_first_batch_variant_op_agrees_with_the_outputs() {
     let differing =
         (0..8).find(|&r| rows_1[r * row..(r + 1) * row] != rows_8[r * row..(r + 1) * row]);
     match differing {
-        None => assert_eq!(found, None),
+        None => {
+            assert_eq!(found, None);
+            common::premise_skip(
+                TEST,
+                "at batch 1 vs 8 this CPU's matmul gives every row the same bits: \
+                 only \"nothing named\" was checked",
+            );
+        }
         Some(r) => {
             let d = found.expect("a differing output row must be found");
-            assert_eq!(
-                (d.op.as_str(), d.inputs_matched),
-                ("aten::addmm", true),
+            // The head's matrix product, as this torch build lowers a linear layer.
+            assert!(
+                ["aten::addmm", "aten::mm", "aten::linear"].contains(&d.op.as_str())
+                    && d.inputs_matched,
                 "{d:?}"
             );
             assert!(

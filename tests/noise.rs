@@ -11,10 +11,12 @@
 //! platform class's directory, is what the 4-thread run is a `platform-difference (within
 //! noise)` from, and the planted bug a `mismatch (beyond noise: first at 3.weight.npy …)`.
 //!
-//! Both sides of the 1-vs-4-threads pair capture the loss's `aten::mean`
-//! (`--capture '[0,"",0,"forward","","aten::mean",0]'`, the first op whose inputs are
-//! identical and whose output differs), so `diff-trace` replays it in float64 (issue 32 item
-//! 4) and says which side is closer, by how many ULPs.
+//! Which op differs first at 1 vs 4 threads depends on the CPU's kernels (the loss's
+//! `aten::mean` on one machine, `aten::native_layer_norm_backward` on another; issue 48), so
+//! the test reads it from diff-trace's JSON (`capture`: the origin's identity) and checks what
+//! must hold of it: the capture hint names that identity, the origin is within noise, and
+//! both sides kept again with `--capture` of it are replayed in float64 (issue 32 item 4),
+//! each within noise. Where 1 and 4 threads give identical bits, the test skips and says so.
 //!
 //! Needs a Python with torch and the installed bitexact package (ci/python.sh); says
 //! `SKIPPED` without.
@@ -34,10 +36,6 @@ fn fixture() -> String {
 
 /// Where the fixture calls `opt.step()`: the optimizer's records name it as their source.
 const OPTIMIZER_LINE: &str = "noise_mlp.py:30";
-
-/// The identity of the first op whose output differs between 1 and 4 threads, as diff-trace
-/// prints it for `--capture`: the loss's mean.
-const MEAN_CALL: &str = r#"[0,"",0,"forward","","aten::mean",0]"#;
 
 /// One `bitexact run` of the fixture: its run 0's kept directory, its report's case, its exit
 /// code.
@@ -95,7 +93,7 @@ fn baseline(py: &str) -> &'static Path {
     static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     let (_, run) = DIR.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let k = keep(py, dir.path(), "base", "1", &[], Some(MEAN_CALL));
+        let k = keep(py, dir.path(), "base", "1", &[], None);
         assert_eq!(k.code, 0, "{:#}", k.case);
         assert_eq!(
             k.case["snapshot"]
@@ -163,11 +161,20 @@ fn diff(a: &Path, b: &Path, json: bool) -> (i32, String) {
 
 #[test]
 fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
-    let Some(py) = common::tracer_python("one_and_four_threads_differ_within_noise") else {
+    let test = "one_and_four_threads_differ_within_noise";
+    let Some(py) = common::tracer_python(test) else {
         return;
     };
     let tmp = with_other_class(&py);
-    let four = keep(&py, tmp.path(), "four", "4", &[], Some(MEAN_CALL));
+    let four = keep(&py, tmp.path(), "four", "4", &[], None);
+    let (code, out) = diff(baseline(&py), &four.run, true);
+    let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    if v["identical"] == true {
+        return common::premise_skip(
+            test,
+            "1 vs 4 torch threads give identical op traces on this CPU: no rounding noise to judge",
+        );
+    }
     // The snapshot of another platform class differs within noise: not a failure.
     assert_eq!(four.code, 0, "{:#}", four.case);
     let snapshot = four.case["snapshot"].as_str().unwrap_or_default();
@@ -181,12 +188,37 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
         snapshot.contains("largest relative difference"),
         "{snapshot}"
     );
-    let four = four.run;
-    let (code, out) = diff(baseline(&py), &four, false);
+    assert_eq!(code, 0, "{out}");
+    let d = &v["divergence"];
+    assert_eq!(d["noise"]["classification"], "within-noise", "{d:#}");
+    let largest = d["noise"]["largest_rel"].as_f64().unwrap();
+    assert!(largest > 0.0 && largest < 1e-3, "{d:#}");
+    let growth = d["growth"].as_array().unwrap();
+    assert_eq!(growth.len(), 3, "{d:#}");
+    for (i, g) in growth.iter().enumerate() {
+        assert_eq!(g["step"], i as u64, "{g}");
+        assert!(g["records"].as_u64().unwrap() >= g["differing"].as_u64().unwrap());
+    }
+    // The difference reaches later steps through the weights.
+    assert!(growth[2]["differing"].as_u64().unwrap() > 0, "{d:#}");
+    assert!(growth[2]["max_rel"].as_f64().unwrap() > 0.0, "{d:#}");
+    assert!(growth[2]["max_ulp"].as_u64().unwrap() > 0, "{d:#}");
+    // Which op differs first depends on this CPU's kernels (AVX2 or AVX-512, oneDNN's ISA, the
+    // BLAS's blocking): it is read from the run, and what must hold of it is checked.
+    assert_eq!(d["inputs_matched"], true, "{d:#}");
+    let origin = v["capture"]
+        .as_str()
+        .expect("an origin identity to capture")
+        .to_string();
+    let op = d["op"].as_str().unwrap();
+    assert!(origin.contains(&format!("\"{op}\"")), "{origin} names {op}");
+    let (code, out) = diff(baseline(&py), &four.run, false);
+    assert_eq!(code, 0, "{out}");
     assert!(out.contains("platforms differ: threads 1 vs 4"), "{out}");
     assert!(out.contains("torch threads 1 vs "), "{out}"); // torch keeps to the cores it has
     assert!(
-        out.contains("inputs identical, output differs: this op gives different results on the two platforms"),
+        out.contains(&format!("first divergence: step 0, rank 0, {op} (call "))
+            && out.contains("inputs identical, output differs: this op gives different results on the two platforms"),
         "{out}"
     );
     assert!(
@@ -202,59 +234,66 @@ fn one_and_four_threads_differ_within_noise_and_say_how_it_grows() {
         out.contains("growth: largest relative difference per step (differing/records): 0 "),
         "{out}"
     );
-    // The captured mean, replayed in float64: each side's distance in f32 ULPs, judged.
+    // Without captures, the hint names that op's identity, ready to copy.
+    assert!(
+        out.contains(&format!(
+            "fp64 replay: no capture of this op in A or B; capture it with `bitexact run --trace ops --capture '{origin}' --keep DIR` on both sides"
+        )),
+        "{out}"
+    );
+    replayed_in_float64(&py, tmp.path(), &origin);
+}
+
+/// Both sides of the 1-vs-4-threads pair kept again capturing the origin `origin`: diff-trace
+/// replays it in float64 and judges each side's distance from the float64 result; with one
+/// side's capture alone, it says which side lacks one.
+fn replayed_in_float64(py: &str, root: &Path, origin: &str) {
+    let a = keep(py, root, "one-captured", "1", &[], Some(origin)).run;
+    let b = keep(py, root, "four-captured", "4", &[], Some(origin)).run;
+    let (code, out) = diff(&a, &b, false);
+    assert_eq!(code, 0, "{out}");
     let replay = out
         .lines()
-        .find(|l| l.starts_with("fp64 replay of aten.mean.default (torch "))
+        .find(|l| l.starts_with("fp64 replay of aten."))
         .unwrap_or_else(|| panic!("no replay line: {out}"));
     assert!(
-        replay.contains("1 output element): A: ")
-            && replay.contains(" ULP from the fp64 result, B: ")
-            && replay.contains(" ULP: both within noise; "),
+        replay.contains(" ULP from the fp64 result")
+            && replay.contains(", B: ")
+            && replay.contains(": both within noise; "),
         "{replay}"
     );
-    assert_eq!(code, 0, "{out}");
-    replay_needs_both_captures(baseline(&py), &four);
-    let (code, out) = diff(baseline(&py), &four, true);
+    let (code, out) = diff(&a, &b, true);
     assert_eq!(code, 0, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).expect(&out);
-    let d = &v["divergence"];
-    assert_eq!(d["noise"]["classification"], "within-noise", "{d:#}");
-    let largest = d["noise"]["largest_rel"].as_f64().unwrap();
-    assert!(largest > 0.0 && largest < 1e-3, "{d:#}");
-    let growth = d["growth"].as_array().unwrap();
-    assert_eq!(growth.len(), 3, "{d:#}");
-    for (i, g) in growth.iter().enumerate() {
-        assert_eq!(g["step"], i as u64, "{g}");
-        assert!(g["records"].as_u64().unwrap() >= g["differing"].as_u64().unwrap());
-    }
     let r = &v["replay"];
-    assert_eq!(r["op"], "aten.mean.default", "{r:#}");
-    assert_eq!(r["identity"], MEAN_CALL, "{r:#}");
-    assert_eq!(r["inputs_identical"], true, "{r:#}");
-    let o = &r["outputs"][0];
-    assert_eq!(
-        (o["dtype"].as_str(), o["elements"].as_u64()),
-        (Some("float32"), Some(1))
+    let op = v["divergence"]["op"].as_str().unwrap();
+    // `aten::mean` is replayed as `aten.mean.default`, `aten::mm.out`'s overload kept.
+    let packet = op.replacen("::", ".", 1);
+    let replayed = r["op"].as_str().unwrap_or_default();
+    assert!(
+        replayed == format!("{packet}.default") || replayed == packet,
+        "{op} replayed as {r:#}"
     );
-    let ulps: Vec<f64> = (0..2)
-        .map(|i| o["sides"][i]["max_ulp"].as_f64().unwrap())
-        .collect();
-    // The two sides differ (by 1 ULP on this machine), so at most one is the correctly
-    // rounded result; both are within a summation's noise.
-    assert_ne!(ulps[0], ulps[1], "{r:#}");
-    assert!(ulps.iter().all(|u| *u <= 8.0), "{r:#}");
-    assert!(o["sides"][0]["within_noise"] == true && o["sides"][1]["within_noise"] == true);
-    let closer = if ulps[0] < ulps[1] { "A" } else { "B" };
-    assert_eq!(
-        r["verdict"],
-        format!("both within noise; {closer} is closer"),
+    assert_eq!(r["identity"], origin, "{r:#}");
+    assert_eq!(r["inputs_identical"], true, "{r:#}");
+    let outputs = r["outputs"].as_array().unwrap();
+    assert!(!outputs.is_empty(), "{r:#}");
+    for o in outputs {
+        let sides = o["sides"].as_array().unwrap();
+        assert_eq!(sides.len(), 2, "{o:#}");
+        assert!(sides.iter().all(|s| s["within_noise"] == true), "{o:#}");
+    }
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(
+        [
+            "both within noise; A is closer",
+            "both within noise; B is closer",
+            "both within noise; equally close"
+        ]
+        .contains(&verdict),
         "{r:#}"
     );
-    // The difference reaches later steps through the weights.
-    assert!(growth[2]["differing"].as_u64().unwrap() > 0, "{d:#}");
-    assert!(growth[2]["max_rel"].as_f64().unwrap() > 0.0, "{d:#}");
-    assert!(growth[2]["max_ulp"].as_u64().unwrap() > 0, "{d:#}");
+    replay_needs_both_captures(&a, &b, origin);
 }
 
 #[test]
@@ -314,7 +353,7 @@ fn a_planted_one_percent_update_bug_is_beyond_noise_at_the_optimizer() {
 /// Copies of the kept runs `a` and `b` without their captures: `diff-trace` then names the
 /// identity to capture (the one the runs were captured with), and with one side's capture
 /// alone says which side lacks one. No replay, no crash, the same exit code.
-fn replay_needs_both_captures(a: &Path, b: &Path) {
+fn replay_needs_both_captures(a: &Path, b: &Path, origin: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let copy = |from: &Path, name: &str, capture: bool| {
         let to = tmp.path().join(name);
@@ -337,7 +376,7 @@ fn replay_needs_both_captures(a: &Path, b: &Path) {
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(&format!(
-            "fp64 replay: no capture of this op in A or B; capture it with `bitexact run --trace ops --capture '{MEAN_CALL}' --keep DIR` on both sides"
+            "fp64 replay: no capture of this op in A or B; capture it with `bitexact run --trace ops --capture '{origin}' --keep DIR` on both sides"
         )),
         "{out}"
     );
@@ -345,7 +384,7 @@ fn replay_needs_both_captures(a: &Path, b: &Path) {
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(&format!(
-            "fp64 replay: B holds a capture of {MEAN_CALL}, A none"
+            "fp64 replay: B holds a capture of {origin}, A none"
         )),
         "{out}"
     );

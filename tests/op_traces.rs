@@ -175,7 +175,8 @@ fn module_traces_name_the_module_that_received_the_difference() {
 
 #[test]
 fn blame_names_the_op_each_variation_breaks() {
-    let Some(py) = common::tracer_python("blame_names_the_op_each_variation_breaks") else {
+    let test = "blame_names_the_op_each_variation_breaks";
+    let Some(py) = common::tracer_python(test) else {
         return;
     };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/conv_threads.py");
@@ -184,6 +185,12 @@ fn blame_names_the_op_each_variation_breaks() {
         &[&py, script.to_str().unwrap()],
         &[],
     );
+    if case["verdict"] == "deterministic" {
+        return common::premise_skip(
+            test,
+            "1 vs 2 threads give identical bits for conv_threads.py on this CPU: nothing to blame",
+        );
+    }
     assert_eq!(code, 1, "{case:#}");
     let blame = &case["blame"];
     assert_eq!(

@@ -359,8 +359,14 @@ fn torch_example_resume_is_bit_exact_and_its_planted_bug_is_caught() {
 
     // Real PyTorch CPU convolution weight gradients follow the thread count.
     let (code, v) = run_json(&["--vary", "threads", "--", &py, &example("conv_threads.py")]);
-    assert_eq!(code, Some(1), "{v:#}");
     let c = &v["cases"][0];
+    if c["verdict"] == "deterministic" {
+        return common::premise_skip(
+            "torch_example_resume_is_bit_exact_and_its_planted_bug_is_caught (conv_threads part)",
+            "1 vs 2 threads give identical bits for conv_threads.py on this CPU: nothing to blame",
+        );
+    }
+    assert_eq!(code, Some(1), "{v:#}");
     assert_eq!(
         c["blame"]["broken_by"],
         serde_json::json!(["threads"]),

@@ -22,6 +22,7 @@ TRACE_BACKGROUND_ENV = "BITEXACT_TRACE_BACKGROUND"  # Python: `1` makes the trac
 SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING"  # `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
 SEEDED_ENV = "BITEXACT_SEEDED"  # Python: the process of a rank that seeded (its children do not seed again).
 SEEDED_WITHOUT_TORCH_ENV = "BITEXACT_SEEDED_WITHOUT_TORCH"  # Python: a process seeded without torch, so a child with torch seeds torch.
+SKIP_LOG_ENV = "BITEXACT_SKIP_LOG"  # A file each skipped test appends its `SKIPPED what: why` line to (Rust's `bitexact::check::skip_notice`); `ci/test.sh` prints them in its summary.
 PYTHON_PACKAGE_ENV = "BITEXACT_PYTHON_PACKAGE"  # The Python package a cargo-built `bitexact` injects into programs under `--trace`.
 PYTHON_ENV = "BITEXACT_PYTHON"  # The Python (with torch) `diff-trace` replays a captured op with in float64 (default: the program's own, recorded in the capture, else `python3` on `PATH`).
 RUN_ID_ENV = "BITEXACT_RUN_ID"  # Marks every process of a run, so none outlives it.

@@ -1,7 +1,7 @@
 """The pytest plugin (``bitexact._pytest_plugin``), tested with pytest's ``pytester``: the
 plugin is active in the inner runs through the entry point of the installed wheel, as users
 get it. Inner test files use tiny arrays and few processes; the one torch test (threads
-blame) starts six interpreters that import torch."""
+blame) starts eight interpreters that import torch (two check its premise)."""
 
 import os
 import signal
@@ -91,15 +91,32 @@ def test_not_failing(bitexact):
     assert "Traceback" not in out
 
 
-def test_vary_threads_blames_threads_on_a_thread_dependent_torch_reduction(pytester):
-    pytest.importorskip("torch")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("varying threads needs 2 cores")
-    pytester.makepyfile("""
+DOT = """
 def dot():
     import torch
     x = torch.rand(1 << 21, generator=torch.Generator().manual_seed(0))
     return {"dot": torch.dot(x, x)}  # BLAS splits the sum by thread count
+"""
+
+
+def _dot_bits(threads):
+    """The bits of ``DOT``'s dot product in a fresh interpreter at ``threads`` threads."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    code = DOT + "print(dot()['dot'].numpy().tobytes().hex())"
+    return subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def test_vary_threads_blames_threads_on_a_thread_dependent_torch_reduction(pytester):
+    pytest.importorskip("torch")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("varying threads needs 2 cores")
+    # Whether the BLAS splits this sum by thread count is the CPU's kernels' business: checked,
+    # not assumed (issue 48).
+    if _dot_bits(1) == _dot_bits(2):
+        pytest.skip("premise does not hold on this machine: torch.dot gives identical bits at "
+                    "1 vs 2 threads on this CPU: nothing to blame")
+    pytester.makepyfile(DOT + """
 
 def test_threads(bitexact):
     bitexact.check(dot, vary=("threads",))

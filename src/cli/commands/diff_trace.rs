@@ -75,7 +75,10 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
         d.inputs_matched
             && j.is_some_and(|j| j.classification == "within-noise" && j.not_judged == 0)
     });
-    let replay = d.as_ref().and_then(|d| replay_for([a, b], &ta, d));
+    let origin = d.as_ref().and_then(|d| origin_identity(&ta, d));
+    let replay = d
+        .as_ref()
+        .and_then(|_| replay_for([a, b], &ta, origin.as_deref()));
     let code = match &d {
         None => 0,
         Some(_) if within && platforms.differ() => 0,
@@ -91,6 +94,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
             "records": [ta.len(), tb.len()],
             "identical": d.is_none(),
             "divergence": d,
+            "capture": origin,
             "replay": replay.as_ref().map(|r| match r {
                 Replayed::Done(r) => serde_json::json!(r),
                 Replayed::Not(why) => serde_json::json!({"error": why}),
@@ -132,21 +136,27 @@ enum Replayed {
     Not(String),
 }
 
+/// The identity (for `bitexact run --capture`) of the divergence's op when its inputs matched:
+/// the op to capture for an fp64 replay. The JSON gives it as `capture`, so a script or test
+/// can read which op differs first on this machine rather than assume it.
+fn origin_identity(ta: &[trace::TraceEntry], d: &trace::Divergence) -> Option<String> {
+    ta.iter()
+        .position(|e| e.call == d.call && d.rank.is_none_or(|r| r == e.rank))
+        .filter(|_| d.inputs_matched)
+        .map(|i| trace::identity_json(ta, i))
+}
+
 /// The fp64 replay of the op both sides captured (`bitexact run --trace ops --capture`), when
 /// both kept run directories hold a capture of the same op call; else, when the divergence is
-/// an op whose inputs matched, how to capture it (its identity, ready to copy); else nothing.
+/// an op whose inputs matched (its identity `origin`), how to capture it, ready to copy; else
+/// nothing.
 fn replay_for(
     sides: [&Path; 2],
     ta: &[trace::TraceEntry],
-    d: &trace::Divergence,
+    origin: Option<&str>,
 ) -> Option<Replayed> {
     let captures = sides.map(replay::capture_path);
     let ids = captures.each_ref().map(|c| replay::captured_identity(c));
-    let origin = ta
-        .iter()
-        .position(|e| e.call == d.call && d.rank.is_none_or(|r| r == e.rank))
-        .filter(|_| d.inputs_matched)
-        .map(|i| trace::identity_json(ta, i));
     let Some(index) = ids[0]
         .as_ref()
         .filter(|id| ids[1].as_ref() == Some(*id))
