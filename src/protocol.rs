@@ -84,6 +84,13 @@ names! {
     /// The Python (with torch) `diff-trace` replays a captured op with in float64 (default: the
     /// program's own, recorded in the capture, else `python3` on `PATH`).
     PYTHON_ENV = "BITEXACT_PYTHON";
+    /// `1`: the injected `sitecustomize` records the state a bit-exact resume needs at every
+    /// optimizer step (`--vary resume`), into [`STATE_FILE_PREFIX`]`<R>.jsonl`.
+    STATE_ENV = "BITEXACT_STATE";
+    /// Set in the resumed launch of `--vary resume`: the optimizer steps the killed launch
+    /// took before its checkpoint completed; the state recorder numbers the resumed launch's
+    /// steps from it, so they line up with the uninterrupted run's.
+    RESUME_STEP_ENV = "BITEXACT_RESUME_STEP";
     /// Marks every process of a run, so none outlives it.
     RUN_ID_ENV = "BITEXACT_RUN_ID";
     /// Python: `1` in the runs of a pytest test marked `@pytest.mark.bitexact` (the test's body
@@ -100,6 +107,10 @@ names! {
     CONTROLS_FILE = ".bitexact-controls.jsonl";
     /// Metadata: the op trace of rank R is `<prefix><R>.jsonl`.
     TRACE_FILE_PREFIX = ".bitexact-trace-rank";
+    /// Metadata: the state record of rank R is `<prefix><R>.jsonl`: one JSON line per optimizer
+    /// step, `{"step", "rank", "pieces": [{"name", "kind", "digest", "value", "hint"}]}`,
+    /// appended and closed per line (each line is one completed write bitexact can count).
+    STATE_FILE_PREFIX = ".bitexact-state-rank";
     /// Metadata: the tensors of the captured op (`in0…`, `out0…`, safetensors).
     CAPTURE_FILE = ".bitexact-capture.safetensors";
     /// Beside `$BITEXACT_OUT`: the injected `sitecustomize` and the tracer's records.
