@@ -281,6 +281,19 @@ pub(crate) struct RunArgs {
     /// instead of being reported as information.
     #[arg(long)]
     pub(crate) world_size_invariant: bool,
+    /// With --vary resume: the arguments that make the program resume from its checkpoint,
+    /// put where `{resume}` stands in the command or appended (`--resume-with
+    /// --init_from=resume`). Split into words as a shell would (quotes keep spaces).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub(crate) resume_with: Option<String>,
+    /// With --vary resume: kill the launch right after its Nth completed checkpoint. Default 1.
+    #[arg(long, value_name = "N")]
+    pub(crate) resume_at: Option<usize>,
+    /// With --vary resume: which paths under $BITEXACT_OUT are checkpoints, a glob matched
+    /// against the path (against the name when it has no `/`). Default: any file or directory
+    /// whose name contains `ckpt` or `checkpoint`, at any depth.
+    #[arg(long, value_name = "GLOB")]
+    pub(crate) checkpoint: Option<String>,
     /// Run every run to its end and list every difference. By default a run after the first
     /// is stopped (its whole process group) as soon as an output file it completes differs from
     /// run 0's (one run 0 completed once and left so), and reported as stopped early.

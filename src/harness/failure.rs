@@ -34,6 +34,9 @@ pub enum FailureKind {
     /// `--trace` (or `--seed-everything`) was asked for and no process of the run could start
     /// it: no torch, a Python that cannot load bitexact's package, or no Python at all.
     TraceUnavailable,
+    /// `--vary resume`: the launch to be killed after its Nth checkpoint ended before that
+    /// checkpoint was complete.
+    NoCheckpoint,
 }
 
 impl FailureKind {
@@ -50,6 +53,7 @@ impl FailureKind {
             FailureKind::NothingToCompare => "nothing-to-compare",
             FailureKind::Harness => "harness",
             FailureKind::TraceUnavailable => "trace-unavailable",
+            FailureKind::NoCheckpoint => "no-checkpoint",
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct ProgramInfo {
     /// What `--vary world-size` found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<WorldSize>,
+    /// What `--vary resume` found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeCheck>,
     /// Run 0's floating-point outputs sketched (when compared with snapshots): output name →
     /// `dtype[shape]|<sketch>` ([`crate::trace::sketch`]), stored with the snapshot.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -115,4 +118,65 @@ pub struct Ignored {
     pub outputs: usize,
     /// Standard output lines it masked.
     pub lines: u64,
+}
+
+/// `--vary resume`: one more run, killed (SIGKILL) right after a checkpoint and resumed in the
+/// same output directory, compared with the uninterrupted run 0 (see `crate::run::resume`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ResumeCheck {
+    /// The checkpoint the killed launch was killed after: its path under `$BITEXACT_OUT` (a
+    /// directory ends in `/`).
+    pub checkpoint: String,
+    /// The optimizer steps taken before it (from the state record; `None` without one): the
+    /// resumed launch's first step has this number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    /// Seconds into the killed launch when the checkpoint completed.
+    pub at_seconds: f64,
+    /// `--resume-with`'s words.
+    pub resumed_with: Vec<String>,
+    /// Outputs compared.
+    pub compared: usize,
+    /// Outputs that differ from run 0's, in run 0's order (at most 8 named).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differing: Vec<String>,
+    /// The pieces of state that differ at the first step after the checkpoint
+    /// (`torch's CPU generator (not restored: …)`, `StepLR: last_epoch 0 vs 6 uninterrupted`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state: Vec<String>,
+    /// One line for reports.
+    pub summary: String,
+}
+
+/// One line of a program's state record (`.bitexact-state-rank<R>.jsonl`): the state a
+/// bit-exact resume needs, as digests, before one optimizer step.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRecord {
+    /// The optimizer step (0 = a fresh run's first).
+    pub step: u64,
+    /// The rank that recorded it.
+    #[serde(default)]
+    pub rank: u64,
+    /// What was recorded.
+    #[serde(default)]
+    pub pieces: Vec<StatePiece>,
+}
+
+/// One piece of a [`StateRecord`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatePiece {
+    /// How the report names it (`torch's CPU generator`, `StepLR: last_epoch`).
+    pub name: String,
+    /// `generator`, `optimizer`, `scheduler`, `scaler`, `parameter`, `buffer`, `data`, `other`.
+    #[serde(default)]
+    pub kind: String,
+    /// Its digest (hex).
+    pub digest: String,
+    /// Its value, when small enough to print.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// How to save and restore it, when the recorder knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }

@@ -62,6 +62,8 @@ pub struct Collected {
     pub trace: Option<Vec<TraceEntry>>,
     /// Memory after each step, as a program's helper recorded it.
     pub steps: Vec<StepMemory>,
+    /// A program's state records, in the order written (`--vary resume`).
+    pub state: Vec<crate::harness::program::StateRecord>,
     /// What a program reported about its platform (`.bitexact-platform.json`).
     pub platform: Option<serde_json::Value>,
     /// What a program's ignore rules left out of this run.
@@ -85,6 +87,7 @@ impl Collected {
             loader: Box::new(outputs),
             trace,
             steps: Vec::new(),
+            state: Vec::new(),
             platform: None,
             ignored: Vec::new(),
             controls_read: None,

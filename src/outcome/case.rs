@@ -51,6 +51,10 @@ pub struct Evidence {
     /// them not to (what differs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size_dependence: Option<String>,
+    /// `--vary resume`: the run killed after a checkpoint and resumed differs from the
+    /// uninterrupted run 0 while runs 0 and 1 agree (what differs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_mismatch: Option<String>,
 }
 
 /// The result of running one case on one backend K times.

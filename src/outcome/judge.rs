@@ -32,7 +32,8 @@ impl CaseReport {
 /// 4. runs differed, and blame found the batch size alone breaks it (runs at one batch size
 ///    agree) → `batch-variant`; runs differed otherwise, the result depended on suite order, or
 ///    on the world size where it was required not to → `nondeterministic`;
-/// 5. a defect found inside the runs → `error`;
+/// 5. a run killed after a checkpoint and resumed differs from the uninterrupted ones →
+///    `resume-mismatch`; a defect found inside the runs → `error`;
 /// 6. the committed snapshot is unreadable → `error`; it differs → `snapshot-mismatch`;
 /// 7. CPU and CUDA differ where they must agree → `device-mismatch`;
 /// 8. otherwise `deterministic` (a missing snapshot is noted, not failed).
@@ -74,6 +75,9 @@ pub fn judge(r: &CaseReport) -> (Verdict, Option<String>) {
             Verdict::Nondeterministic,
             why.or(e.world_size_dependence.clone()),
         );
+    }
+    if let Some(why) = &e.resume_mismatch {
+        return (Verdict::ResumeMismatch, Some(why.clone()));
     }
     if !r.findings.is_empty() {
         let msg = format!("defect found inside the runs: {}", r.findings.join("; "));
@@ -141,6 +145,16 @@ mod tests {
         r.blame = Some(Blame::new(false, Vec::new()));
         assert_eq!(judge(&r).0, Verdict::Nondeterministic);
         assert!(Verdict::BatchVariant.is_failure());
+    }
+
+    #[test]
+    fn a_resumed_run_that_differs_is_a_resume_mismatch_unless_the_control_differs() {
+        let mut r = report(1);
+        r.evidence.resume_mismatch = Some("resume: 1 of 3 outputs differ".into());
+        assert_eq!(judge(&r).0, Verdict::ResumeMismatch);
+        assert!(Verdict::ResumeMismatch.is_failure());
+        r.distinct_digests = 2;
+        assert_eq!(judge(&r).0, Verdict::Nondeterministic);
     }
 
     #[test]

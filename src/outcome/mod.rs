@@ -49,6 +49,10 @@ pub struct Summary {
     /// Programs whose requests' results depend on the batch size (`--vary batch`).
     #[serde(skip_serializing_if = "is_zero")]
     pub batch_variant: usize,
+    /// Programs whose run resumed from a checkpoint differs from the uninterrupted ones
+    /// (`--vary resume`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub resume_mismatch: usize,
     /// Cases skipped.
     pub skipped: usize,
 }
@@ -66,6 +70,7 @@ impl Summary {
                 Verdict::Error => s.errors += 1,
                 Verdict::DeviceMismatch => s.device_mismatches += 1,
                 Verdict::BatchVariant => s.batch_variant += 1,
+                Verdict::ResumeMismatch => s.resume_mismatch += 1,
                 Verdict::Skipped => s.skipped += 1,
             }
             if r.evidence.snapshot == Some(SnapshotStatus::Missing) {
@@ -84,6 +89,7 @@ impl Summary {
             + self.errors
             + self.device_mismatches
             + self.batch_variant
+            + self.resume_mismatch
     }
 }
 

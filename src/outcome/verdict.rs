@@ -27,6 +27,9 @@ pub enum Verdict {
     /// Runs agreed at one batch size, but a request's result depends on the batch it is
     /// computed in (`--vary batch`: blame found the batch size alone breaks it).
     BatchVariant,
+    /// Uninterrupted runs agreed, but a run killed right after a checkpoint and resumed from
+    /// it differs (`--vary resume`): the checkpoint forgot some state.
+    ResumeMismatch,
 }
 
 impl Verdict {
@@ -42,6 +45,7 @@ impl Verdict {
             Verdict::Missed => "missed",
             Verdict::DeviceMismatch => "device-mismatch",
             Verdict::BatchVariant => "batch-variant",
+            Verdict::ResumeMismatch => "resume-mismatch",
         }
     }
 
@@ -55,6 +59,7 @@ impl Verdict {
                 | Verdict::Missed
                 | Verdict::DeviceMismatch
                 | Verdict::BatchVariant
+                | Verdict::ResumeMismatch
         )
     }
 }

@@ -307,6 +307,9 @@ pub fn counts(s: &Summary) -> String {
     if s.batch_variant > 0 {
         line.push_str(&format!("{} batch-variant, ", s.batch_variant));
     }
+    if s.resume_mismatch > 0 {
+        line.push_str(&format!("{} resume-mismatch, ", s.resume_mismatch));
+    }
     line.push_str(&format!("{} errors, {} skipped", s.errors, s.skipped));
     if s.caught > 0 {
         line.push_str(&format!(", {} planted bugs caught", s.caught));

@@ -36,6 +36,8 @@ pub struct RunOutputs {
     pub platform: Option<serde_json::Value>,
     /// `.bitexact-memory.jsonl`, in step order.
     pub steps: Vec<StepMemory>,
+    /// `.bitexact-state-rank<R>.jsonl` (`--vary resume`), every rank's, in the order written.
+    pub state: Vec<crate::harness::program::StateRecord>,
     /// The controls the program read through the helper (`.bitexact-controls.jsonl`), or
     /// `None` when it recorded none (it does not use the helper's control readers).
     pub controls_read: Option<BTreeSet<String>>,
@@ -113,6 +115,7 @@ fn collect_reusing(
     }
     let mut platform = None;
     let mut steps = Vec::new();
+    let mut state = Vec::new();
     let mut controls_read = None;
     let mut trace_files = Vec::new();
     for f in metadata {
@@ -142,6 +145,10 @@ fn collect_reusing(
                     .map_err(|e| anyhow!("{} line {}: {e}", f.name, i + 1))?;
                 steps.push(s);
             }
+        } else if base.starts_with(crate::protocol::STATE_FILE_PREFIX) {
+            // A line cut by a kill mid-write is not a record; the others still are.
+            let text = read()?;
+            state.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
         } else if let Some(rank) = crate::trace::program::rank_of(base).filter(|_| traces) {
             trace_files.push((rank, f.path.clone()));
         }
@@ -151,6 +158,7 @@ fn collect_reusing(
         digests,
         platform,
         steps,
+        state,
         controls_read,
         trace: crate::trace::program::read_ranks(trace_files)?,
         files: published,

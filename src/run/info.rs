@@ -104,6 +104,7 @@ pub(super) fn program_info(
         config: program.config.as_ref().map(|p| p.display().to_string()),
         harness_peak_rss_bytes: None,
         world_size: None,
+        resume: None,
         sketches: match (program.sketch_outputs, first) {
             (true, Some(c)) => sketches(c),
             _ => BTreeMap::new(),

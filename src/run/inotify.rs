@@ -8,6 +8,20 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// What happened under the watched root, by name under it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Event {
+    /// A file was completed: closed after writing, or renamed into place.
+    File(String),
+    /// A directory appeared: created, or renamed into place (`moved`).
+    Dir {
+        /// Its name under the root.
+        name: String,
+        /// Renamed into place (with its contents), not created empty.
+        moved: bool,
+    },
+}
+
 /// An inotify instance watching a directory tree: each watch knows its directory's name under
 /// the root.
 pub(super) struct Inotify {
@@ -63,6 +77,19 @@ impl Inotify {
     /// completed, once per completion; new subdirectories are watched, with the files already
     /// in them.
     pub(super) fn read(&mut self, ms: i32) -> Vec<String> {
+        let events = self.read_events(ms).into_iter();
+        events
+            .filter_map(|e| match e {
+                Event::File(name) => Some(name),
+                Event::Dir { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Waits up to `ms` for events and returns them in order: each file completion, and each
+    /// new subdirectory (created, or renamed into place) followed by the files already in it,
+    /// which is then watched.
+    pub(super) fn read_events(&mut self, ms: i32) -> Vec<Event> {
         let fd = |fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -73,7 +100,7 @@ impl Inotify {
         if unsafe { libc::poll(pfd.as_mut_ptr(), 2, ms) } <= 0 || pfd[0].revents == 0 {
             return Vec::new();
         }
-        let mut names = Vec::new();
+        let mut events = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             // SAFETY: reads into our buffer, at most its length.
@@ -98,14 +125,17 @@ impl Inotify {
                 let name = format!("{prefix}{base}");
                 if ev.mask & libc::IN_ISDIR != 0 {
                     if ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
-                        names.extend(self.watch_new(&name));
+                        let moved = ev.mask & libc::IN_MOVED_TO != 0;
+                        let inside = self.watch_new(&name);
+                        events.push(Event::Dir { name, moved });
+                        events.extend(inside.into_iter().map(Event::File));
                     }
                 } else if ev.mask & (libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO) != 0 {
-                    names.push(name);
+                    events.push(Event::File(name));
                 }
             }
         }
-        names
+        events
     }
 
     /// Watches the new directory `name` and lists the files already in it.

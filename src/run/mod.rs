@@ -31,6 +31,7 @@
 
 pub mod baseline;
 pub mod batch;
+pub mod checkpoint;
 pub mod collect;
 pub mod distributed;
 mod files;
@@ -41,6 +42,7 @@ mod large;
 mod name;
 pub mod project;
 mod python_error;
+pub mod resume;
 mod source;
 pub mod spawn;
 pub mod trace;
@@ -100,6 +102,8 @@ pub struct Program {
     /// are compared with snapshots, so that a snapshot of another platform class can be judged
     /// within or beyond noise ([`crate::snapshot::noise`]).
     pub sketch_outputs: bool,
+    /// `--vary resume`: how the resume run is made ([`resume`]).
+    pub resume: Option<resume::Spec>,
 }
 
 impl Program {
@@ -121,24 +125,40 @@ impl Program {
             world_size_invariant: false,
             keep_going: false,
             sketch_outputs: false,
+            resume: None,
         }
     }
 
     /// The command of a run with `world_size` processes (`{nproc}` replaced) and a batch size
-    /// of `batch` (`{batch}` replaced; `None` keeps it, as the report shows the command).
+    /// of `batch` (`{batch}` replaced; `None` keeps it, as the report shows the command);
+    /// `{resume}` is removed (the resumed launch's command: [`Program::resumed_command`]).
     pub fn command_for(&self, world_size: Option<usize>, batch: Option<usize>) -> Vec<OsString> {
-        let command =
-            distributed::with_world_size(&self.command, world_size.unwrap_or(self.world_size));
+        let command = resume::command(&self.command, None);
+        let command = distributed::with_world_size(&command, world_size.unwrap_or(self.world_size));
         match batch {
             Some(b) => batch::replace(&command, batch::BATCH, b),
             None => command,
         }
     }
 
+    /// The resumed launch's command under `--vary resume`: `--resume-with`'s words where
+    /// `{resume}` stands, or appended; otherwise as [`Program::command_for`].
+    pub fn resumed_command(&self, world_size: Option<usize>, batch: Option<usize>) -> Vec<OsString> {
+        let args = self.resume.as_ref().map(|r| r.args.as_slice());
+        let mut p = self.clone();
+        p.command = resume::command(&self.command, args);
+        p.command_for(world_size, batch)
+    }
+
+    /// Whether the program records its resume state ([`resume`]).
+    pub fn records_state(&self) -> bool {
+        self.resume.as_ref().is_some_and(|r| r.state)
+    }
+
     /// Whether the program's Python gets bitexact's `sitecustomize` (`--trace`,
-    /// `--seed-everything`).
+    /// `--seed-everything`, the resume state record).
     pub fn injects(&self) -> bool {
-        self.trace.is_some() || self.seed_everything
+        self.trace.is_some() || self.seed_everything || self.records_state()
     }
 
     /// Checks what can be checked before any run: the program can be started and `--keep` is
@@ -232,6 +252,9 @@ pub fn env_for(
     }
     if program.seed_everything {
         env.insert(crate::protocol::SEED_EVERYTHING_ENV.into(), "1".into());
+    }
+    if program.records_state() {
+        env.insert(crate::protocol::STATE_ENV.into(), "1".into());
     }
     if program.injects() {
         let inject = trace::inject_dir(out);

@@ -13,7 +13,7 @@ use crate::harness::{
 };
 use crate::outcome::CaseReport;
 use crate::trace::Divergence;
-use crate::vary::{RunSettings, Variation};
+use crate::vary::{Launch, RunSettings, Variation};
 use anyhow::{Context, Result};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -46,7 +46,13 @@ pub struct ProgramSource<'a> {
     remover: Arc<Remover>,
     /// Where kept runs' outputs went when not under their promised name (`--keep`).
     moved_elsewhere: std::sync::Mutex<Vec<String>>,
+    /// What the killed launch of `--vary resume` left for the resumed one.
+    killed: std::sync::Mutex<Option<super::resume::Killed>>,
 }
+
+/// One program run at a time per process: after each run the subreaper sweep reaps whatever
+/// was left, which must not be another thread's program.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Drop for ProgramSource<'_> {
     fn drop(&mut self) {
@@ -80,6 +86,7 @@ impl<'a> ProgramSource<'a> {
             baseline: std::sync::Mutex::new(None),
             remover: Arc::new(Remover::new()),
             moved_elsewhere: std::sync::Mutex::new(Vec::new()),
+            killed: std::sync::Mutex::new(None),
         })
     }
 
@@ -128,16 +135,37 @@ impl<'a> ProgramSource<'a> {
         self.root.0.join("out")
     }
 
-    /// Creates the output directory for run `index` (exclusively) and says where it goes when
+    /// What the killed launch of `--vary resume` left, once it was killed after its checkpoint.
+    pub(super) fn killed_launch(&self) -> Option<super::resume::Killed> {
+        self.killed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The killed launch of `--vary resume`'s run `index` ([`super::resume::start_killed`]),
+    /// one program at a time like every run; what it left is kept for the resumed launch.
+    fn start_killed(&self, index: usize, settings: &RunSettings) -> Started {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let out = self.out_path();
+        let env = env_for(self.program, settings, index, &out);
+        let (started, killed) = super::resume::start_killed(self.program, &out, settings, env);
+        *self.killed.lock().unwrap_or_else(|e| e.into_inner()) = killed;
+        started
+    }
+
+    /// Creates the output directory for run `index` (exclusively; `resumed`: the resumed launch
+    /// of `--vary resume` finds the one the killed launch left) and says where it goes when
     /// the run ends, and whether it is kept.
-    fn prepare(&self, index: usize) -> Result<(PathBuf, bool)> {
+    fn prepare(&self, index: usize, resumed: bool) -> Result<(PathBuf, bool)> {
         use std::sync::atomic::Ordering;
         if index == 0 {
             self.passes.fetch_add(1, Ordering::SeqCst);
         }
         let pass = self.passes.load(Ordering::SeqCst);
         let out = self.out_path();
-        std::fs::create_dir(&out).with_context(|| {
+        let made = match resumed {
+            true => Ok(()),
+            false => std::fs::create_dir(&out),
+        };
+        made.with_context(|| {
             format!(
                 "creating {} for run {index} (it must not exist: did a process of an earlier run survive and recreate it?)",
                 out.display()
@@ -167,7 +195,12 @@ impl RunSource for ProgramSource<'_> {
                 Failure::from_error(FailureKind::Harness, &e),
             )
         };
-        let (mut dest, keep) = match self.prepare(index) {
+        let resumed = match settings.knobs.resume {
+            Some(Launch::Killed) => return self.start_killed(index, settings),
+            Some(Launch::Resumed) => self.killed_launch(),
+            None => None,
+        };
+        let (mut dest, keep) = match self.prepare(index, resumed.is_some()) {
             Ok(d) => d,
             Err(e) => return harness_failure(e),
         };
@@ -190,14 +223,16 @@ impl RunSource for ProgramSource<'_> {
         if let Some(key) = capture {
             env.insert(crate::protocol::TRACE_CAPTURE_ENV.into(), key);
         }
-        // One program run at a time per process: after each run the subreaper sweep reaps
-        // whatever was left, which must not be another thread's program.
-        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        if let Some(k) = &resumed {
+            let steps = k.checkpoint.steps.to_string();
+            env.insert(crate::protocol::RESUME_STEP_ENV.into(), steps);
+        }
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let batch = (settings.knobs.batch).unwrap_or(settings.controls.batch_pair[0]);
-        let command = self
-            .program
-            .command_for(settings.knobs.world_size, Some(batch));
+        let command = match resumed {
+            Some(_) => self.program.resumed_command(settings.knobs.world_size, Some(batch)),
+            None => self.program.command_for(settings.knobs.world_size, Some(batch)),
+        };
         let (watcher, stop) = self.watcher(index, capturing);
         let inject = super::trace::inject_dir(&out);
         super::tracer::clear(&inject);
@@ -208,6 +243,7 @@ impl RunSource for ProgramSource<'_> {
             timeout: self.program.timeout,
             memory_limit_mb: self.program.memory_limit_mb,
             stop: Some(&stop),
+            pid: None,
         });
         let records = super::tracer::read(&inject);
         drop(_one);
@@ -348,6 +384,7 @@ impl RunSource for ProgramSource<'_> {
                 }),
                 trace,
                 steps: c.steps,
+                state: c.state,
                 platform: c.platform,
                 ignored: by_glob,
                 controls_read: c.controls_read,
@@ -416,6 +453,9 @@ impl RunSource for ProgramSource<'_> {
         let (unread, note) = unread_controls(&report.variations, read);
         info.unread_controls = unread;
         report.notes.extend(note);
+        if let Some(c) = first {
+            info.resume = super::resume::check(self, self.program, c, planner, report);
+        }
         if let (Some(c), true) = (first, world_size) {
             let w = super::distributed::check_world_size(self, self.program, c, planner);
             report.notes.push(w.summary.clone());

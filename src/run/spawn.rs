@@ -32,6 +32,9 @@ pub struct Spawn<'a> {
     pub memory_limit_mb: Option<u64>,
     /// Set by the output watcher to stop the run early (its whole process group is killed).
     pub stop: Option<&'a std::sync::atomic::AtomicBool>,
+    /// Set to the process group's leader (the program) once it started, for a watcher that
+    /// kills the group itself (`--vary resume`'s checkpoint watch).
+    pub pid: Option<&'a std::sync::atomic::AtomicI32>,
 }
 
 /// How one run ended.
@@ -138,6 +141,9 @@ pub fn run(s: &Spawn) -> Result<Ended> {
         let _ = tx.send(text.into_owned());
     });
     let pid = child.id() as libc::pid_t;
+    if let Some(p) = s.pid {
+        p.store(pid, std::sync::atomic::Ordering::SeqCst);
+    }
     // Killed with its group if bitexact gets SIGTERM, SIGINT or SIGHUP (see process::groups).
     let registered = process::register(pid);
     let mut timed_out = false;

@@ -18,6 +18,7 @@
 //! | `hashseed` | `PYTHONHASHSEED` = run index | (same) | programs whose result follows Python's string hashing (set order) |
 //! | `seed` | the base seed | base seed + run index | outputs that depend on the seed where they must not (dropout left on in eval); applied only to cases that declare [`crate::case::Case::seed_independent`], and to programs only when named (not part of `all`: a program cannot declare seed independence) |
 //! | `world-size` | — | — | programs only, when named: one more run with 1 process (`{nproc}` in the command) compared with run 0 as information (see `crate::run::distributed`) |
+//! | `resume` | — | — | programs only, when named: one more run killed right after a checkpoint and resumed with `--resume-with`, compared with run 0 (see `crate::run::resume`) |
 
 use crate::controls::Controls;
 use serde::{Deserialize, Serialize};
@@ -52,6 +53,9 @@ pub enum Variation {
     /// information (`crate::run::distributed`).
     #[serde(rename = "world-size")]
     WorldSize,
+    /// Programs: one more run killed right after a checkpoint and resumed from it, compared
+    /// with run 0 (`crate::run::resume`).
+    Resume,
 }
 
 /// What kind of case a variation applies to.
@@ -155,6 +159,14 @@ pub const TABLE: &[Info] = &[
         cases: false,
         programs: true,
     },
+    Info {
+        variation: Variation::Resume,
+        name: "resume",
+        changes: "one more run killed (SIGKILL) right after its Nth checkpoint (--resume-at, --checkpoint) and relaunched with --resume-with ARGS in the same $BITEXACT_OUT; only when named",
+        catches: "checkpoints that forget state: RNG, optimizer, scheduler, data position, buffers",
+        cases: false,
+        programs: true,
+    },
 ];
 
 impl Variation {
@@ -186,9 +198,12 @@ impl Variation {
     }
 
     /// Whether blame can try it alone on a case (the order variation is a suite pass; the
-    /// world size is compared in a run of its own).
+    /// world size and resume are compared in runs of their own).
     pub fn blamable(self) -> bool {
-        !matches!(self, Variation::Order | Variation::WorldSize)
+        !matches!(
+            self,
+            Variation::Order | Variation::WorldSize | Variation::Resume
+        )
     }
 
     /// The names that apply to `kind`, comma-separated.
@@ -240,6 +255,18 @@ pub struct Knobs {
     /// A program's batch size (`{batch}`; `None`: not varied, the even runs' size).
     #[serde(default)]
     pub batch: Option<usize>,
+    /// Which launch of `--vary resume`'s run this is (`None`: an ordinary run).
+    #[serde(default)]
+    pub resume: Option<Launch>,
+}
+
+/// The two launches of `--vary resume`'s run (`crate::run::resume`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Launch {
+    /// Killed right after its Nth checkpoint; its output directory stays for the next.
+    Killed,
+    /// Started with the resume arguments on what the killed launch left.
+    Resumed,
 }
 
 /// Everything one run is made under.
@@ -283,8 +310,11 @@ impl RunSettings {
                 Variation::Seed if odd => {
                     s.controls.seed = base.seed.wrapping_add(run as u64);
                 }
-                Variation::Order | Variation::Hashseed | Variation::Seed | Variation::WorldSize => {
-                }
+                Variation::Order
+                | Variation::Hashseed
+                | Variation::Seed
+                | Variation::WorldSize
+                | Variation::Resume => {}
             }
         }
         s

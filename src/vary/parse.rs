@@ -35,10 +35,17 @@ impl Spec {
             }
             if part == "all" {
                 // A program cannot declare seed independence: `seed` only when named; the
-                // world size needs `{nproc}` in the command: only when named.
+                // world size needs `{nproc}` in the command, and resume its arguments: only
+                // when named.
                 let in_all = |v: &Variation| {
                     !(kind == Kind::Program
-                        && matches!(v, Variation::Seed | Variation::WorldSize | Variation::Batch))
+                        && matches!(
+                            v,
+                            Variation::Seed
+                                | Variation::WorldSize
+                                | Variation::Batch
+                                | Variation::Resume
+                        ))
                 };
                 let all = Variation::all().filter(|v| v.applies_to(kind) && in_all(v));
                 spec.variations.extend(all);

@@ -71,6 +71,7 @@ impl RunSettings {
             world_size_invariant: args.world_size_invariant,
             keep_going: args.keep_going,
             sketch_outputs: args.snapshots.is_some(),
+            resume: resume_spec(&args, &spec.variations)?,
         };
         check_world_size(&args, &spec.variations)?;
         check_batch(&args, &spec, &program)?;
@@ -188,4 +189,52 @@ fn check_world_size(a: &RunArgs, vary: &[Variation]) -> Result<()> {
         return Err(usage("--world-size-invariant needs --vary world-size"));
     }
     Ok(())
+}
+
+/// `run`'s resume flags checked against `--vary` and the command: `--vary resume` needs
+/// `--resume-with`, the other flags need `--vary resume`, and `{resume}` in the command needs
+/// it too. The state record is on when bitexact has its own Python package to inject.
+fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::resume::Spec>> {
+    use crate::run::resume::{words, Spec, RESUME};
+    let varied = vary.contains(&Variation::Resume);
+    let placeholder = a.command.iter().any(|w| w == RESUME);
+    let given = [
+        (a.resume_with.is_some(), "--resume-with"),
+        (a.resume_at.is_some(), "--resume-at"),
+        (a.checkpoint.is_some(), "--checkpoint"),
+        (placeholder, RESUME),
+    ];
+    if let (false, Some((_, flag))) = (varied, given.iter().find(|(g, _)| *g)) {
+        return Err(usage(format!("{flag} needs --vary resume")));
+    }
+    if !varied {
+        return Ok(None);
+    }
+    let Some(text) = &a.resume_with else {
+        return Err(usage(format!(
+            "--vary resume needs --resume-with ARGS: the arguments that make the program resume from its checkpoint, put where {RESUME} stands in the command or appended (e.g. --resume-with=--init_from=resume)"
+        )));
+    };
+    let args = words(text).map_err(|e| usage(format!("--resume-with: {e}")))?;
+    if args.is_empty() && !placeholder {
+        return Err(usage(
+            "--resume-with: no arguments given: a resumed launch must be told to resume",
+        ));
+    }
+    let at = a.resume_at.unwrap_or(1);
+    if at == 0 {
+        return Err(usage("--resume-at must be at least 1 (1 = the first checkpoint)"));
+    }
+    if a.checkpoint.as_deref().is_some_and(|g| g.trim().is_empty()) {
+        return Err(usage("--checkpoint must not be empty"));
+    }
+    let state = crate::run::tracer::own_package().is_ok_and(|p| p.is_some());
+    Ok(Some(Spec {
+        args,
+        at,
+        matcher: crate::run::checkpoint::Matcher {
+            glob: a.checkpoint.clone(),
+        },
+        state,
+    }))
 }

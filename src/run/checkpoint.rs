@@ -1,0 +1,395 @@
+//! When a checkpoint is complete (`--vary resume`): the killed launch of the resume run is
+//! stopped with SIGKILL, as a preemption would, right after its Nth checkpoint under
+//! `$BITEXACT_OUT` is complete. A thread watches the output tree with inotify and feeds a
+//! [`Detector`], which decides:
+//!
+//! - **Which paths are checkpoints** ([`Matcher`]): `--checkpoint GLOB` (matched against the
+//!   path under `$BITEXACT_OUT`, or against the name alone when the glob has no `/`), by
+//!   default any file or directory whose name contains `ckpt` or `checkpoint` (any case), at
+//!   any depth. A temporary name never is one ([`temporary`]: `ckpt.pt.tmp`, `*.partial`,
+//!   `tmp-checkpoint-500/`, …), nor anything inside a temporary directory.
+//! - **When a file is complete**: when it is closed after writing, or renamed into place. A
+//!   trainer that writes `ckpt.pt.tmp` and renames it to `ckpt.pt` is counted when the rename
+//!   lands, never when the temporary file closes: a kill between the two would test a
+//!   half-written checkpoint.
+//! - **When a directory is complete** (the Trainer's `checkpoint-500/`): when it is renamed
+//!   into place, at once; when it was created in place, once it holds a completed file and the
+//!   program then completes a file outside it (the next step's output, a log line, the state
+//!   record of the next optimizer step): the program has gone on. A directory still open when
+//!   the program ends was never followed by more work, so nothing is left to resume from it.
+//!
+//! Each completed checkpoint records how many state-record lines ([`STATE_FILE_PREFIX`]) were
+//! completed before it: the optimizer steps the launch took before its checkpoint, which the
+//! resumed launch's steps are numbered from.
+
+use super::inotify::{Event, Inotify};
+use crate::protocol::{METADATA_PREFIX, STATE_FILE_PREFIX};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which paths under `$BITEXACT_OUT` are checkpoints.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Matcher {
+    /// `--checkpoint GLOB`; `None`: a name containing `ckpt` or `checkpoint`.
+    pub glob: Option<String>,
+}
+
+impl Matcher {
+    /// Whether the path `name` (under `$BITEXACT_OUT`) is a checkpoint by its name; a
+    /// temporary name, or a path inside a temporary directory, never is.
+    pub fn matches(&self, name: &str) -> bool {
+        if name.split('/').any(temporary) {
+            return false;
+        }
+        let base = name.rsplit('/').next().unwrap_or(name);
+        match &self.glob {
+            Some(g) if g.contains('/') => crate::glob::matches(g, name),
+            Some(g) => crate::glob::matches(g, base),
+            None => {
+                let lower = base.to_ascii_lowercase();
+                lower.contains("ckpt") || lower.contains("checkpoint")
+            }
+        }
+    }
+
+    /// How the report names the pattern (`*ckpt* or *checkpoint*`).
+    pub fn describe(&self) -> String {
+        match &self.glob {
+            Some(g) => g.clone(),
+            None => "*ckpt* or *checkpoint*".into(),
+        }
+    }
+}
+
+/// Whether one path component is a temporary name a saver renames away when done.
+pub fn temporary(component: &str) -> bool {
+    let c = component.to_ascii_lowercase();
+    const ENDS: [&str; 7] = [".tmp", ".temp", ".part", ".partial", ".swp", ".lock", "~"];
+    const STARTS: [&str; 4] = ["tmp-", "tmp_", ".tmp", "~"];
+    ENDS.iter().any(|e| c.ends_with(e))
+        || STARTS.iter().any(|s| c.starts_with(s))
+        || c.contains(".tmp.")
+        || c.contains(".tmp-")
+}
+
+/// One completed checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completed {
+    /// Its path under `$BITEXACT_OUT` (a directory ends in `/`).
+    pub name: String,
+    /// Seconds into the launch.
+    pub at: f64,
+    /// State-record lines completed before it: the optimizer steps taken before it.
+    pub steps: usize,
+}
+
+/// Decides from a launch's completions when its checkpoints are complete (see the module
+/// docs).
+#[derive(Debug, Default)]
+pub struct Detector {
+    matcher: Matcher,
+    /// Directories that are checkpoints, created in place and not yet complete, with whether
+    /// they hold a completed file.
+    open: Vec<(String, bool)>,
+    /// Checkpoints completed, in order.
+    pub completed: Vec<Completed>,
+    /// State-record lines completed so far.
+    pub steps: usize,
+    /// Other files the program completed (their first few names, for an error message).
+    pub others: Vec<String>,
+    /// How many other files it completed.
+    pub other_count: usize,
+}
+
+impl Detector {
+    /// A detector for checkpoints `matcher` finds.
+    pub fn new(matcher: Matcher) -> Detector {
+        Detector {
+            matcher,
+            ..Detector::default()
+        }
+    }
+
+    /// Takes one event seen `at` seconds into the launch.
+    pub(super) fn event(&mut self, e: &Event, at: f64) {
+        match e {
+            Event::File(name) => self.file(name, at),
+            Event::Dir { name, moved } => self.dir(name, *moved, at),
+        }
+    }
+
+    fn file(&mut self, name: &str, at: f64) {
+        if let Some(open) = self.open.iter_mut().find(|(d, _)| inside(name, d)) {
+            open.1 = true;
+            return;
+        }
+        // A file of a directory checkpoint already complete (listed when it was renamed into
+        // place) is part of it.
+        let done_dirs = self.completed.iter().filter_map(|c| c.name.strip_suffix('/'));
+        if done_dirs.clone().any(|d| inside(name, d)) {
+            return;
+        }
+        // A file outside every open directory: the program has gone on past them.
+        let done: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(_, filled)| *filled)
+            .map(|(d, _)| d.clone())
+            .collect();
+        self.open.retain(|(_, filled)| !filled);
+        for d in done {
+            self.complete(format!("{d}/"), at);
+        }
+        let base = name.rsplit('/').next().unwrap_or(name);
+        if base.starts_with(STATE_FILE_PREFIX) {
+            self.steps += 1;
+        } else if base.starts_with(METADATA_PREFIX) {
+        } else if self.matcher.matches(name) {
+            self.complete(name.to_string(), at);
+        } else {
+            self.other_count += 1;
+            if self.others.len() < 3 && !self.others.iter().any(|o| o == name) {
+                self.others.push(name.to_string());
+            }
+        }
+    }
+
+    fn dir(&mut self, name: &str, moved: bool, at: f64) {
+        if self.open.iter().any(|(d, _)| inside(name, d)) || !self.matcher.matches(name) {
+            return;
+        }
+        match moved {
+            true => self.complete(format!("{name}/"), at),
+            false => self.open.push((name.to_string(), false)),
+        }
+    }
+
+    fn complete(&mut self, name: String, at: f64) {
+        let steps = self.steps;
+        self.completed.push(Completed { name, at, steps });
+    }
+
+    /// What was seen, for an error when the wanted checkpoint never completed:
+    /// `1 wanted, 0 seen; the program wrote step_0001.safetensors, …`.
+    pub fn seen(&self, wanted: usize) -> String {
+        let mut s = format!("{wanted} wanted, {} seen", self.completed.len());
+        if !self.open.is_empty() {
+            let open: Vec<&str> = self.open.iter().map(|(d, _)| d.as_str()).collect();
+            s.push_str(&format!(
+                "; {} never followed by a write outside it",
+                open.join(", ")
+            ));
+        }
+        match self.other_count {
+            0 => s.push_str("; the program wrote no other file"),
+            n => {
+                let more = if n > self.others.len() { ", …" } else { "" };
+                s.push_str(&format!(
+                    "; the program wrote {}{more}",
+                    self.others.join(", ")
+                ));
+            }
+        }
+        s
+    }
+}
+
+/// Whether `name` lies inside directory `dir` (both under the root).
+fn inside(name: &str, dir: &str) -> bool {
+    name.strip_prefix(dir).is_some_and(|r| r.starts_with('/'))
+}
+
+/// A thread that kills a launch's process group right after its `wanted`th checkpoint.
+pub struct Watch {
+    done: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Detector>>,
+}
+
+/// Starts watching `out` (which must exist) for checkpoints: when the `wanted`th completes,
+/// the process group led by the pid in `pid` (set once the launch started) is sent SIGKILL
+/// and `stop` is set (so the launch is reported as stopped, not crashed). `None` when inotify
+/// is unavailable.
+pub fn watch(
+    out: &Path,
+    matcher: Matcher,
+    wanted: usize,
+    pid: Arc<AtomicI32>,
+    stop: Arc<AtomicBool>,
+) -> Option<Watch> {
+    let mut ino = Inotify::new().ok()?;
+    ino.add(out, String::new()).ok()?;
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let thread = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut d = Detector::new(matcher);
+        loop {
+            let last = flag.load(Ordering::SeqCst);
+            for e in ino.read_events(if last { 0 } else { 5 }) {
+                d.event(&e, t0.elapsed().as_secs_f64());
+                if d.completed.len() == wanted && !stop.load(Ordering::SeqCst) && !last {
+                    stop.store(true, Ordering::SeqCst);
+                    kill(&pid);
+                }
+            }
+            if last {
+                return d;
+            }
+        }
+    });
+    Some(Watch {
+        done,
+        thread: Some(thread),
+    })
+}
+
+/// Sends SIGKILL to the process group whose leader's pid is in `pid`, waiting briefly for the
+/// launch to have set it.
+fn kill(pid: &AtomicI32) {
+    for _ in 0..1000 {
+        let p = pid.load(Ordering::SeqCst);
+        if p > 0 {
+            // SAFETY: signals the process group the launch leads (see `process::contain`).
+            unsafe { libc::kill(-p, libc::SIGKILL) };
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+impl Watch {
+    /// The launch is over: the last events, and what the detector decided.
+    pub fn finish(mut self) -> Detector {
+        self.done.store(true, Ordering::SeqCst);
+        let thread = self.thread.take();
+        thread
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(n: &str) -> Event {
+        Event::File(n.into())
+    }
+
+    fn dir(n: &str, moved: bool) -> Event {
+        Event::Dir {
+            name: n.into(),
+            moved,
+        }
+    }
+
+    fn run(m: Matcher, events: &[Event]) -> Detector {
+        let mut d = Detector::new(m);
+        for (i, e) in events.iter().enumerate() {
+            d.event(e, i as f64);
+        }
+        d
+    }
+
+    fn names(d: &Detector) -> Vec<(&str, usize)> {
+        d.completed
+            .iter()
+            .map(|c| (c.name.as_str(), c.steps))
+            .collect()
+    }
+
+    #[test]
+    fn a_file_counts_when_closed_and_a_temporary_one_when_renamed_into_place() {
+        let state = ".bitexact-state-rank0.jsonl";
+        let d = run(
+            Matcher::default(),
+            &[
+                file(state),
+                file("step_0000.npy"),
+                file(state),
+                file("ckpt.pt.tmp"), // closed, not yet in place
+                file("ckpt.pt"),     // the rename
+                file(state),
+                file("model_checkpoint.safetensors"),
+            ],
+        );
+        assert_eq!(
+            names(&d),
+            [("ckpt.pt", 2), ("model_checkpoint.safetensors", 3)]
+        );
+        assert_eq!(d.steps, 3);
+        assert_eq!(d.others, ["step_0000.npy"]);
+    }
+
+    #[test]
+    fn a_directory_created_in_place_completes_when_the_program_writes_outside_it() {
+        let d = run(
+            Matcher::default(),
+            &[
+                dir("out", false),
+                dir("out/checkpoint-4", false),
+                file("out/checkpoint-4/model.safetensors"),
+                file("out/checkpoint-4/optimizer.pt"),
+                dir("out/checkpoint-4/sub", false),
+                file("out/checkpoint-4/sub/checkpoint.json"), // part of it, not one more
+                file(".bitexact-state-rank0.jsonl"),          // the next step: gone on
+                dir("out/checkpoint-8", false),
+                file("out/checkpoint-8/model.safetensors"),
+            ],
+        );
+        assert_eq!(names(&d), [("out/checkpoint-4/", 0)]);
+        assert!(d.seen(2).starts_with("2 wanted, 1 seen; out/checkpoint-8 never followed"));
+    }
+
+    #[test]
+    fn an_empty_directory_is_not_complete_and_a_renamed_one_is_at_once() {
+        let d = run(
+            Matcher::default(),
+            &[
+                dir("checkpoint-1", false),
+                file("log.txt"), // before anything was written into it
+                dir("tmp-checkpoint-2", false),
+                file("tmp-checkpoint-2/checkpoint.pt"), // inside a temporary directory
+                dir("checkpoint-2", true),
+                file("checkpoint-2/checkpoint.pt"), // listed when the rename landed
+            ],
+        );
+        assert_eq!(names(&d), [("checkpoint-2/", 0)]);
+    }
+
+    #[test]
+    fn a_glob_matches_the_path_or_the_name() {
+        let by_name = Matcher {
+            glob: Some("state_*.bin".into()),
+        };
+        assert!(by_name.matches("a/b/state_3.bin"));
+        assert!(!by_name.matches("ckpt.pt"));
+        assert!(!by_name.matches("state_3.bin.partial"));
+        let by_path = Matcher {
+            glob: Some("saves/*.pt".into()),
+        };
+        assert!(by_path.matches("saves/e1.pt") && !by_path.matches("e1.pt"));
+        assert!(Matcher::default().matches("run/Model_CKPT_3"));
+        assert!(!Matcher::default().matches("weights.safetensors"));
+    }
+
+    #[test]
+    fn nothing_seen_is_said_with_what_the_program_wrote() {
+        let d = run(
+            Matcher::default(),
+            &[file("step_0001.safetensors"), file("step_0002.safetensors")],
+        );
+        assert_eq!(
+            d.seen(1),
+            "1 wanted, 0 seen; the program wrote step_0001.safetensors, step_0002.safetensors"
+        );
+    }
+}
