@@ -118,7 +118,10 @@ fn a_checkpoint_renamed_into_place_counts_at_the_rename() {
     assert_eq!(case["program"]["resume"]["checkpoint"], "ckpt.npz");
     // A forgotten RNG is caught the same way.
     let (code, case) = resume(&py, &[], &["--style", "rename", "--forget-rng"]);
-    assert_eq!((code, case["verdict"].as_str()), (1, Some("resume-mismatch")));
+    assert_eq!(
+        (code, case["verdict"].as_str()),
+        (1, Some("resume-mismatch"))
+    );
 }
 
 #[test]
@@ -130,11 +133,21 @@ fn a_directory_checkpoint_completes_when_the_program_writes_outside_it() {
     assert_eq!(code, 0, "{case:#}");
     assert_eq!(case["program"]["resume"]["checkpoint"], "checkpoint-3/");
     let (code, case) = resume(&py, &[], &["--style", "dir", "--forget-rng"]);
-    assert_eq!((code, case["verdict"].as_str()), (1, Some("resume-mismatch")));
+    assert_eq!(
+        (code, case["verdict"].as_str()),
+        (1, Some("resume-mismatch"))
+    );
     // `--checkpoint` picks what counts: the directory's weights file alone.
-    let (code, case) = resume(&py, &["--checkpoint", "checkpoint-*/w.npy"], &["--style", "dir"]);
+    let (code, case) = resume(
+        &py,
+        &["--checkpoint", "checkpoint-*/w.npy"],
+        &["--style", "dir"],
+    );
     assert_eq!(code, 0, "{case:#}");
-    assert_eq!(case["program"]["resume"]["checkpoint"], "checkpoint-3/w.npy");
+    assert_eq!(
+        case["program"]["resume"]["checkpoint"],
+        "checkpoint-3/w.npy"
+    );
 }
 
 #[test]
@@ -223,17 +236,47 @@ fn resume_flags_are_checked_before_any_run() {
         &["run", "--checkpoint", "*.pt", "--", "true"],
         "--checkpoint needs --vary resume",
     );
-    bad(&["run", "--", "true", "{resume}"], "{resume} needs --vary resume");
     bad(
-        &["run", "--vary", "resume", "--resume-with=--r", "--resume-at", "0", "--", "true"],
+        &["run", "--", "true", "{resume}"],
+        "{resume} needs --vary resume",
+    );
+    bad(
+        &[
+            "run",
+            "--vary",
+            "resume",
+            "--resume-with=--r",
+            "--resume-at",
+            "0",
+            "--",
+            "true",
+        ],
         "--resume-at must be at least 1",
     );
     bad(
-        &["run", "--vary", "resume", "--resume-with", "--out 'x", "--", "true"],
+        &[
+            "run",
+            "--vary",
+            "resume",
+            "--resume-with",
+            "--out 'x",
+            "--",
+            "true",
+        ],
         "--resume-with: ",
     );
     bad(
-        &["run", "--vary", "resume", "--resume-with", "--r", "--resume-at", "x", "--", "true"],
+        &[
+            "run",
+            "--vary",
+            "resume",
+            "--resume-with",
+            "--r",
+            "--resume-at",
+            "x",
+            "--",
+            "true",
+        ],
         "--resume-at",
     );
 }

@@ -127,7 +127,10 @@ impl Detector {
         }
         // A file of a directory checkpoint already complete (listed when it was renamed into
         // place) is part of it.
-        let done_dirs = self.completed.iter().filter_map(|c| c.name.strip_suffix('/'));
+        let done_dirs = self
+            .completed
+            .iter()
+            .filter_map(|c| c.name.strip_suffix('/'));
         if done_dirs.clone().any(|d| inside(name, d)) {
             return;
         }
@@ -264,9 +267,7 @@ impl Watch {
     pub fn finish(mut self) -> Detector {
         self.done.store(true, Ordering::SeqCst);
         let thread = self.thread.take();
-        thread
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
+        thread.and_then(|t| t.join().ok()).unwrap_or_default()
     }
 }
 
@@ -346,7 +347,9 @@ mod tests {
             ],
         );
         assert_eq!(names(&d), [("out/checkpoint-4/", 0)]);
-        assert!(d.seen(2).starts_with("2 wanted, 1 seen; out/checkpoint-8 never followed"));
+        assert!(d
+            .seen(2)
+            .starts_with("2 wanted, 1 seen; out/checkpoint-8 never followed"));
     }
 
     #[test]

@@ -143,7 +143,11 @@ impl Program {
 
     /// The resumed launch's command under `--vary resume`: `--resume-with`'s words where
     /// `{resume}` stands, or appended; otherwise as [`Program::command_for`].
-    pub fn resumed_command(&self, world_size: Option<usize>, batch: Option<usize>) -> Vec<OsString> {
+    pub fn resumed_command(
+        &self,
+        world_size: Option<usize>,
+        batch: Option<usize>,
+    ) -> Vec<OsString> {
         let args = self.resume.as_ref().map(|r| r.args.as_slice());
         let mut p = self.clone();
         p.command = resume::command(&self.command, args);

@@ -127,17 +127,32 @@ pub(super) fn start_killed(
     settings: &RunSettings,
     env: BTreeMap<String, String>,
 ) -> (Started, Option<Killed>) {
-    let spec = program.resume.as_ref().expect("a resume run has a resume spec");
+    let spec = program
+        .resume
+        .as_ref()
+        .expect("a resume run has a resume spec");
     let harness = |e: anyhow::Error| Failure::from_error(FailureKind::Harness, &e);
     if let Err(e) = std::fs::create_dir(out) {
         let e = anyhow::anyhow!("creating {} for the killed launch: {e}", out.display());
         return (Started::failed(RunMeta::default(), harness(e)), None);
     }
     super::tracer::clear(&super::trace::inject_dir(out));
-    let batch = settings.knobs.batch.unwrap_or(settings.controls.batch_pair[0]);
+    let batch = settings
+        .knobs
+        .batch
+        .unwrap_or(settings.controls.batch_pair[0]);
     let command = program.command_for(settings.knobs.world_size, Some(batch));
-    let (pid, stop) = (Arc::new(AtomicI32::new(0)), Arc::new(AtomicBool::new(false)));
-    let watch = checkpoint::watch(out, spec.matcher.clone(), spec.at, pid.clone(), stop.clone());
+    let (pid, stop) = (
+        Arc::new(AtomicI32::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let watch = checkpoint::watch(
+        out,
+        spec.matcher.clone(),
+        spec.at,
+        pid.clone(),
+        stop.clone(),
+    );
     let ended = spawn::run(&spawn::Spawn {
         command: &command,
         env: &env,
@@ -180,7 +195,10 @@ pub(super) fn start_killed(
         ),
     );
     if let Some(own) = spawn::failed(&ended, program.timeout, program.memory_limit_mb.is_some()) {
-        f.message = format!("the launch to be killed after a checkpoint failed first: {}", own.message);
+        f.message = format!(
+            "the launch to be killed after a checkpoint failed first: {}",
+            own.message
+        );
         f.kind = own.kind;
     }
     (Started::failed(meta, f), None)
@@ -367,7 +385,11 @@ pub fn state_differences(a: &StateRecord, b: &StateRecord) -> Vec<String> {
         }
         out.push(s);
     }
-    for q in b.pieces.iter().filter(|q| !a.pieces.iter().any(|p| p.name == q.name)) {
+    for q in b
+        .pieces
+        .iter()
+        .filter(|q| !a.pieces.iter().any(|p| p.name == q.name))
+    {
         out.push(format!("{} (only in the resumed run)", q.name));
     }
     out
@@ -407,7 +429,10 @@ mod tests {
         let w = |s: &str| words(s).unwrap();
         assert_eq!(w("--init_from=resume"), ["--init_from=resume"]);
         assert_eq!(w("  --a 1   --b "), ["--a", "1", "--b"]);
-        assert_eq!(w(r#"--out 'my dir' "x y" a\ b ''"#), ["--out", "my dir", "x y", "a b", ""]);
+        assert_eq!(
+            w(r#"--out 'my dir' "x y" a\ b ''"#),
+            ["--out", "my dir", "x y", "a b", ""]
+        );
         assert!(words("--out 'oops").unwrap_err().contains("never closed"));
     }
 

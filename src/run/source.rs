@@ -137,7 +137,10 @@ impl<'a> ProgramSource<'a> {
 
     /// What the killed launch of `--vary resume` left, once it was killed after its checkpoint.
     pub(super) fn killed_launch(&self) -> Option<super::resume::Killed> {
-        self.killed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The killed launch of `--vary resume`'s run `index` ([`super::resume::start_killed`]),
@@ -230,8 +233,12 @@ impl RunSource for ProgramSource<'_> {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let batch = (settings.knobs.batch).unwrap_or(settings.controls.batch_pair[0]);
         let command = match resumed {
-            Some(_) => self.program.resumed_command(settings.knobs.world_size, Some(batch)),
-            None => self.program.command_for(settings.knobs.world_size, Some(batch)),
+            Some(_) => self
+                .program
+                .resumed_command(settings.knobs.world_size, Some(batch)),
+            None => self
+                .program
+                .command_for(settings.knobs.world_size, Some(batch)),
         };
         let (watcher, stop) = self.watcher(index, capturing);
         let inject = super::trace::inject_dir(&out);

@@ -223,7 +223,9 @@ fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::res
     }
     let at = a.resume_at.unwrap_or(1);
     if at == 0 {
-        return Err(usage("--resume-at must be at least 1 (1 = the first checkpoint)"));
+        return Err(usage(
+            "--resume-at must be at least 1 (1 = the first checkpoint)",
+        ));
     }
     if a.checkpoint.as_deref().is_some_and(|g| g.trim().is_empty()) {
         return Err(usage("--checkpoint must not be empty"));
