@@ -12,11 +12,17 @@
 # 2. Seeds with bitexact.seed_everything() when asked ($BITEXACT_SEED_EVERYTHING=1, the first
 #    process of each rank only; a child with torch seeds again after a parent without it) and
 #    starts the op tracer when asked ($BITEXACT_TRACE).
-# 3. Records what happened, one JSON line per process that tried, in records.jsonl beside this
+# 3. With $BITEXACT_STATE=1 (`--vary resume`), starts the state recorder
+#    (bitexact._resume_state) right after the program imports torch, and never imports torch
+#    itself: a finder first on sys.meta_path wraps torch's loader, and once torch's module has
+#    run, puts the loader back, leaves sys.meta_path and installs the recorder (the first
+#    process of each rank only). Until then nothing of bitexact's is imported.
+# 4. Records what happened, one JSON line per process that tried, in records.jsonl beside this
 #    file (outside $BITEXACT_OUT, which the program may clear): {"event": "tracing" | "seeded" |
-#    "failed", "python", "pid", ...}. `bitexact run` fails a run in which no process could
-#    trace (or seed), with the reason and the interpreter.
-# 4. Runs the `sitecustomize` module this one shadows, if any.
+#    "state" | "failed" | "state-failed", "python", "pid", ...}. `bitexact run` fails a run in
+#    which no process could trace (or seed), with the reason and the interpreter; a state
+#    recorder that cannot start records "state-failed" and prints why, and the run goes on.
+# 5. Runs the `sitecustomize` module this one shadows, if any.
 #
 # It must parse on any Python: one older than 3.9 records why it cannot trace and stops.
 import os
@@ -92,15 +98,100 @@ def _torch_here():
     return importlib.util.find_spec("torch") is not None
 
 
+def _state_failed(reason):
+    _record("state-failed", reason=reason)
+    sys.stderr.write("bitexact: state record: %s %s\n" % (sys.executable, reason))
+
+
+def _state_start(note):
+    """Starts the state recorder (torch has just been imported) and records it."""
+    try:
+        import bitexact
+        from bitexact import _dist, _resume_state
+    except Exception as e:
+        _state_failed("cannot import bitexact's state recorder (%s: %s)" % (type(e).__name__, e))
+        return
+    try:
+        started = _resume_state.install_from_env()
+    except Exception as e:
+        _state_failed("failed to start the state recorder (%s: %s)" % (type(e).__name__, e))
+        return
+    if started:
+        _record("state", rank=_dist.rank() or 0, bitexact=getattr(bitexact, "__version__", None),
+                package=os.path.dirname(os.path.abspath(bitexact.__file__)), note=note)
+
+
+class _AfterTorch(object):
+    """torch's own loader, wrapped: runs torch's module, then starts the state recorder."""
+
+    def __init__(self, loader, watch):
+        self.loader, self.watch = loader, watch
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self.loader  # torch sees its own loader from the start
+        module.__loader__ = self.loader
+        self.loader.exec_module(module)
+        if self.watch in sys.meta_path:
+            sys.meta_path.remove(self.watch)
+            _state_start(self.watch.note)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+class _TorchWatch(object):
+    """A finder first on sys.meta_path that waits for torch: it asks the finders after it for
+    torch's spec and wraps its loader (a find_spec alone, importlib.util.find_spec("torch"),
+    imports nothing, so the finder stays until torch's module actually runs)."""
+
+    def __init__(self, note):
+        self.note = note
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        for finder in [f for f in sys.meta_path if f is not self]:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _AfterTorch(spec.loader, self)
+                return spec
+        return None
+
+
+def _watch_torch(note):
+    if "torch" in sys.modules:  # already imported (by a .pth file)
+        _state_start(note)
+    else:
+        sys.meta_path.insert(0, _TorchWatch(note))
+
+
 def _bitexact_start(rest):
     trace = os.environ.get("BITEXACT_TRACE")
     seed = os.environ.get("BITEXACT_SEED_EVERYTHING") == "1"
-    if not trace and not seed:
+    state = os.environ.get("BITEXACT_STATE") == "1"
+    if not trace and not seed and not state:
         return
     flag = "--trace %s" % trace if trace else "--seed-everything"
     if sys.version_info < (3, 9):
-        _fail(flag, "is Python %d.%d: bitexact's tracer needs Python 3.9 or newer"
-              % tuple(sys.version_info[:2]))
+        reason = "is Python %d.%d: bitexact's tracer needs Python 3.9 or newer" % tuple(
+            sys.version_info[:2])
+        if trace or seed:
+            _fail(flag, reason)
+        else:
+            _state_failed(reason)
+        return
+    if not trace and not seed:  # the state recorder alone: nothing imported before torch
+        try:
+            _watch_torch(_choose_package(rest))
+        except Exception as e:
+            _state_failed("cannot find bitexact's package (%s: %s)" % (type(e).__name__, e))
         return
     try:
         note = _choose_package(rest)
@@ -122,6 +213,8 @@ def _bitexact_start(rest):
         if not _torch_here():
             os.environ[_SEEDED_WITHOUT_TORCH] = "1"
         _record("seeded", **about)
+    if state:
+        _watch_torch(note)
     if not trace:
         return
     try:
