@@ -51,9 +51,9 @@ waits for them (the only synchronization added).
 
 **Heavy pieces and cost.** The per-tensor pieces (parameters, buffers, optimizer state, the
 gradients) are most of the cost: SHA-256 of every byte, since they all change every step. On
-the nanoGPT step of ``benches/resume_state.py`` (CPU, one thread, 11 ms) a full record adds
-about 2.4 ms (22 %: 1.3 ms hashing 1.7 MB, the rest Python), a light one (the other pieces,
-and one-element tensors) about 0.4-0.7 ms (3-6 %). Where the protocol names the steps to
+the nanoGPT step of ``benches/resume_state.py`` (CPU, one thread, 10.9 ms) a full record adds
+2.1 ms (20 %: 1.3 ms hashing 1.7 MB, the rest Python), a light one (the other pieces, and
+one-element tensors) 0.46 ms (4 %). Where the protocol names the steps to
 compare (``STATE_STEPS_ENV``: ``A..B``, ``A..`` or ``N``, when bitexact sets it), the heavy
 pieces are recorded at those steps only (:func:`heavy_steps`); otherwise at every step.
 
@@ -177,7 +177,7 @@ def _classes():
     schedulers = [getattr(lr_scheduler, "LRScheduler", None) or lr_scheduler._LRScheduler,
                   lr_scheduler.ReduceLROnPlateau]
     scalers = [getattr(getattr(torch, "amp", None), "GradScaler", None),
-               getattr(torch.cuda.amp, "GradScaler", None)]
+               getattr(getattr(torch.cuda, "amp", None), "GradScaler", None)]
     return {"optimizer": [torch.optim.Optimizer], "scheduler": schedulers,
             "scaler": [c for c in scalers if c is not None], "loader": [DataLoader]}
 
