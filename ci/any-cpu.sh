@@ -12,17 +12,11 @@
 #   bash ci/any-cpu.sh avx2             # one of them
 #   BITEXACT_ANY_CPU_PYTEST_ARGS="-x" bash ci/any-cpu.sh   # extra pytest arguments
 #
-# Needs the venv ci/python.sh makes (it runs ci/python.sh first when there is none with torch).
+# First builds and installs this checkout's package into the venv ci/python.sh makes
+# (`BITEXACT_PYTEST=0 bash ci/python.sh`), so the tests run against this tree.
 # Prints each capability's time and result; exits 1 when any capability failed, 2 on bad usage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-cache="$HOME/.cache/bitexact"
-py="$(cat "$cache/python-path" 2>/dev/null || true)"
-if [ -z "$py" ] || ! "$py" -c 'import torch, bitexact._native' 2>/dev/null; then
-    bash ci/python.sh >/dev/null || { echo "ci/any-cpu.sh: ci/python.sh failed" >&2; exit 1; }
-    py="$(cat "$cache/python-path")"
-fi
-"$py" -c 'import torch' 2>/dev/null || { echo "ci/any-cpu.sh: no torch in $py" >&2; exit 1; }
 
 flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)"
 has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
@@ -37,6 +31,11 @@ for cap in "${caps[@]}"; do
         *) echo "ci/any-cpu.sh: capability '$cap' is not one this CPU offers (${offered[*]})" >&2; exit 2 ;;
     esac
 done
+
+cache="$HOME/.cache/bitexact"
+BITEXACT_PYTEST=0 bash ci/python.sh >/dev/null || { echo "ci/any-cpu.sh: ci/python.sh failed" >&2; exit 1; }
+py="$(cat "$cache/python-path")"
+"$py" -c 'import torch' 2>/dev/null || { echo "ci/any-cpu.sh: no torch in $py" >&2; exit 1; }
 
 # The Rust test binaries that run torch programs, and the pytest files that import torch.
 mapfile -t rust < <(grep -lwE 'torch|tracer_python' tests/*.rs | xargs -n1 basename | sed 's/\.rs$//')

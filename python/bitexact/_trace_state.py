@@ -77,7 +77,11 @@ class State:
         self.max_bytes = max_bytes
         self.rows = rows  # n > 1: tensors labelled by n row slices (_trace_digest.describe)
         self.pid = os.getpid()
-        self.main = Stream()  # the thread that started tracing
+        # The thread that started tracing. The resumed launch of `--vary resume` numbers its
+        # steps from the optimizer steps taken before its checkpoint, as the uninterrupted
+        # run's trace does.
+        resumed = os.environ.get(_protocol.RESUME_STEP_ENV, "0")
+        self.main = Stream(step=int(resumed) if resumed.isdigit() else 0)
         self.streams = threading.local()  # .stream: this thread's Stream, when traced
         self.streams.stream = self.main
         self.tracker = None

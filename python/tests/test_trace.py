@@ -359,7 +359,15 @@ def test_a_model_compiled_by_inductor_computes_the_untraced_bits(trace):
         y.sum().backward()
         return [y.detach()] + [p.grad for p in m.parameters()]
 
-    untraced = run()
+    try:
+        untraced = run()
+    except torch._dynamo.exc.BackendCompilerFailed as e:
+        # Inductor's scalar code (ATEN_CPU_CAPABILITY=default, as ci/any-cpu.sh sets it) refers to
+        # at::vec and does not compile: torch's limitation on such a machine, not the tracer's.
+        if os.environ.get("ATEN_CPU_CAPABILITY") != "default":
+            raise
+        pytest.skip("premise does not hold on this machine: Inductor cannot compile this model "
+                    "at ATEN_CPU_CAPABILITY=default (%s)" % str(e).splitlines()[0])
     _trace.start(trace)
     traced = run()
     _trace.stop()

@@ -52,8 +52,8 @@ pub struct Spec {
     pub at: usize,
     /// `--checkpoint GLOB`, or the default names.
     pub matcher: Matcher,
-    /// Record the state a resume needs at each optimizer step (needs bitexact's own Python
-    /// package to inject).
+    /// Record the state a resume needs at each optimizer step (through the injected
+    /// `sitecustomize`).
     pub state: bool,
 }
 
@@ -284,11 +284,67 @@ fn compare(
     report.notes.extend(state);
     if !check.differing.is_empty() {
         report.diff = diagnose::explain(first, 0, resumed, index);
-        report.divergence = diagnose::first_output_divergence(first, resumed);
+        report.divergence = first_op_after_resume(first, resumed, ckpt.steps as u64, &check.state)
+            .or_else(|| diagnose::first_output_divergence(first, resumed));
         report.evidence.resume_mismatch = Some(check.summary.clone());
     }
     check.differing.truncate(8);
     check
+}
+
+/// With op traces (`--trace ops`): the first op after the resume that differs from run 0's,
+/// comparing both traces from `step` on (what the resumed launch did before its first step,
+/// building the model and loading, has no counterpart). An op of identical inputs and another
+/// output is not called nondeterministic (runs 0 and 1 agreed): a random op whose generator
+/// the state record found differing says so; any other says what it reads besides its inputs
+/// differs after the resume.
+fn first_op_after_resume(
+    first: &Collected,
+    resumed: &Collected,
+    step: u64,
+    state: &[String],
+) -> Option<crate::trace::Divergence> {
+    let (Some(a), Some(b)) = (&first.trace, &resumed.trace) else {
+        return None;
+    };
+    let from = |t: &[crate::trace::TraceEntry]| {
+        t.iter()
+            .filter(|e| e.step >= step)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let mut d = crate::trace::first_divergence(&from(a), &from(b))?;
+    let generator = state.iter().find(|s| s.contains("generator"));
+    let why = match generator.filter(|_| random(&d.op)) {
+        Some(g) => {
+            let name = g.split(" (").next().unwrap_or(g);
+            format!("{name} differs (not restored at resume)")
+        }
+        None => "what it reads besides its inputs differs after the resume (a generator's state, or a setting the resumed launch makes otherwise)".into(),
+    };
+    d.explanation = d.explanation.replace("this op is nondeterministic", &why);
+    Some(d)
+}
+
+/// Whether an ATen op draws random numbers (`aten::randint`, `aten::bernoulli_`,
+/// `aten::native_dropout`, …).
+fn random(op: &str) -> bool {
+    let name = op.trim_start_matches("aten::");
+    [
+        "rand",
+        "bernoulli",
+        "dropout",
+        "normal",
+        "uniform",
+        "multinomial",
+        "exponential",
+        "random_",
+        "poisson",
+        "cauchy",
+        "geometric",
+    ]
+    .iter()
+    .any(|r| name.starts_with(r) || name.contains(&format!("_{r}")))
 }
 
 /// The report's line on the run: `resume: killed after checkpoint ckpt.pt (…), resumed: …`.
@@ -454,6 +510,28 @@ mod tests {
             digest: digest.into(),
             value: value.map(Into::into),
             hint: hint.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn random_ops_are_told_apart_by_name() {
+        for op in [
+            "aten::randint",
+            "aten::bernoulli_.float",
+            "aten::native_dropout",
+            "aten::normal_",
+            "aten::randn.generator",
+            "aten::multinomial",
+        ] {
+            assert!(random(op), "{op}");
+        }
+        for op in [
+            "aten::addmm",
+            "aten::mean",
+            "aten::embedding",
+            "aten::arange",
+        ] {
+            assert!(!random(op), "{op}");
         }
     }
 

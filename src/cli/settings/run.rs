@@ -193,7 +193,7 @@ fn check_world_size(a: &RunArgs, vary: &[Variation]) -> Result<()> {
 
 /// `run`'s resume flags checked against `--vary` and the command: `--vary resume` needs
 /// `--resume-with`, the other flags need `--vary resume`, and `{resume}` in the command needs
-/// it too. The state record is on when bitexact has its own Python package to inject.
+/// it too. The state record is always asked for (see [`crate::run::resume`]).
 fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::resume::Spec>> {
     use crate::run::resume::{words, Spec, RESUME};
     let varied = vary.contains(&Variation::Resume);
@@ -230,7 +230,10 @@ fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::res
     if a.checkpoint.as_deref().is_some_and(|g| g.trim().is_empty()) {
         return Err(usage("--checkpoint must not be empty"));
     }
-    let state = crate::run::tracer::own_package().is_ok_and(|p| p.is_some());
+    // The state record rides on the injected `sitecustomize`, which imports bitexact's own
+    // package or, for a cargo-built binary without one, the program's; where neither imports,
+    // nothing is recorded and the report says so.
+    let state = true;
     Ok(Some(Spec {
         args,
         at,
