@@ -1,10 +1,10 @@
 """The pieces of a state record (:mod:`bitexact._resume_state`): how each kind of value
 becomes a piece's digest and value, and how objects are named.
 
-* A tensor: bitexact's canonical digest (32 hex digits), all of a record's tensors hashed in one
-  native call (:func:`bitexact._trace_digest.describe`, whose cache re-checks an unchanged
-  buffer by an XXH3-128 of its bytes instead of hashing it again); a one-element tensor also
-  gets its number as the value.
+* A tensor: an equality fingerprint (:func:`fingerprints`: the native XXH3-128 of its dtype,
+  shape and bytes, 32 hex digits; a device tensor by the op tracer's canonical digest), all of
+  a record's host tensors in one native call; a one-element tensor also gets its number as the
+  value.
 * A small value (number, string, None, a short list or tuple of those): the SHA-256 of its text,
   which is also its value (Python's ``repr``: exact for floats).
 * Anything else (numpy's RNG state, a loader's ``state_dict()``): a SHA-256 over its nested
@@ -14,7 +14,7 @@ becomes a piece's digest and value, and how objects are named.
 import hashlib
 import weakref
 
-from . import _trace_digest
+from . import _digest, _trace_digest
 
 HEX = 32
 
@@ -173,7 +173,7 @@ class Pieces:
                 self._places.append((piece, label, None))
 
     def hash(self):
-        made = _trace_digest.describe(self._tensors, Whole) if self._tensors else []
+        made = fingerprints(self._tensors) if self._tensors else []
         parts = {}
         for piece, label, i in self._places:
             d = made[i].rpartition(":")[2] if i is not None else "none"
@@ -186,6 +186,26 @@ class Pieces:
                 piece["digest"] = got[0][1]
             else:
                 piece["digest"] = sha("\n".join("%s:%s" % g for g in got).encode())
+
+
+def fingerprints(tensors):
+    """Each tensor's equality fingerprint, as ``dtype[shape]:<32 hex digits>``: host tensors by
+    the native XXH3-128 of their bytes (``fingerprints_ptr``, about ten times SHA-256's speed:
+    a state record compares two runs of one program, so equality is all it needs), the others
+    (device tensors, or a native module without it) by the op tracer's canonical digest."""
+    nat = _digest.native()
+    fast = getattr(nat, "fingerprints_ptr", None)
+    hosts, made = [], [None] * len(tensors)
+    for i, t in enumerate(tensors):
+        host, device = _digest._from_torch(t) if fast is not None else (None, t)
+        if host is None:
+            made[i] = _trace_digest.describe([t], Whole)[0]
+        else:
+            hosts.append((i, host))
+    if hosts:
+        for (i, h), f in zip(hosts, fast([h.args() for _, h in hosts])):
+            made[i] = "%s%s:%s" % (h.dtype, list(h.shape), f)
+    return made
 
 
 def labels(objs):

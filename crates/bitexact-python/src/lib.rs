@@ -250,6 +250,31 @@ fn digests_ptr(
     }))
 }
 
+/// Equality fingerprints of many host tensors, `(ptr, nbytes, dtype, shape)` each: the
+/// XXH3-128 of the dtype's name, the shape and the bytes, as 32 hex digits, in the order given
+/// (in parallel for large batches, one release of the GIL). Not the canonical digest: state
+/// records (`--vary resume`) need equality between two runs of one program, not a digest that
+/// matches files or other tools, and XXH3 reads memory about ten times faster than SHA-256.
+/// Accidental collisions are negligible (2^-128 per pair); it is not meant to resist an
+/// adversary. Unsafe by contract, as [`digest_ptr`].
+#[pyfunction]
+fn fingerprints_ptr(
+    py: Python<'_>,
+    items: Vec<(usize, usize, String, Vec<usize>)>,
+) -> PyResult<Vec<String>> {
+    let tensors = Host::all(items)?;
+    let one = |t: &Host| {
+        let mut h = twox_hash::XxHash3_128::new();
+        h.write(t.dtype.name().as_bytes());
+        for d in &t.shape {
+            h.write(&(*d as u64).to_le_bytes());
+        }
+        h.write(t.data());
+        format!("{:032x}", h.finish_128())
+    };
+    Ok(py.detach(|| tensors.par_iter().map(one).collect()))
+}
+
 /// The canonical hex digest of a `bytes` object read as a `dtype` tensor of `shape`.
 #[pyfunction]
 fn digest_bytes(py: Python<'_>, data: &[u8], dtype: &str, shape: Vec<usize>) -> PyResult<String> {
@@ -295,6 +320,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(digests_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(digest_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprints_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_digests, m)?)?;
