@@ -280,3 +280,69 @@ fn resume_flags_are_checked_before_any_run() {
         "--resume-at",
     );
 }
+
+/// `examples/python/train_resume.py` (PyTorch: AdamW, StepLR, GradScaler, BatchNorm, a
+/// shuffling DataLoader, numpy and Python noise) resumes bit for bit, and each piece its
+/// `--forget` leaves out is named at the first step after the checkpoint (step 4), from the
+/// state record the injected `sitecustomize` makes; the other pieces' records are tested one by
+/// one in `python/tests/test_resume_state.py`.
+#[test]
+fn a_pytorch_resume_names_the_state_the_checkpoint_forgot() {
+    let test = "a_pytorch_resume_names_the_state_the_checkpoint_forgot";
+    let Some(py) = common::tracer_python(test) else {
+        return;
+    };
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/train_resume.py");
+    let example = example.to_str().unwrap();
+    let run = |forget: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--vary",
+            "resume",
+            "--resume-with=--resume",
+            "--threads",
+            "1",
+        ];
+        args.extend(["--format", "json", "--", &py, example]);
+        args.extend(forget);
+        let o = common::bitexact(&args);
+        (
+            o.status.code().unwrap(),
+            common::json(&o)["cases"][0].clone(),
+        )
+    };
+    let (code, case) = run(&[]);
+    assert_eq!(code, 0, "{case:#}");
+    let r = &case["program"]["resume"];
+    assert_eq!(
+        (r["checkpoint"].as_str(), r["step"].as_u64()),
+        (Some("ckpt.pt"), Some(4))
+    );
+    assert!(
+        case["notes"].to_string().contains(
+            "resume: at step 4, the first after the checkpoint taken at step 3, every recorded piece of state agrees"
+        ),
+        "{case:#}"
+    );
+    for (forget, named) in [
+        ("torch-rng", "torch's CPU generator (not restored: save and load torch.get_rng_state())"),
+        ("scheduler", "StepLR: last_epoch 0 vs 4 uninterrupted (not restored: save and load scheduler.state_dict())"),
+        ("optimizer", "AdamW: "),
+        ("data-position", "the data the step read (a data position not restored"),
+    ] {
+        let (code, case) = run(&["--forget", forget]);
+        assert_eq!((code, case["verdict"].as_str()), (1, Some("resume-mismatch")), "{forget}: {case:#}");
+        let state: Vec<&str> = case["program"]["resume"]["state"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{forget}: no state named: {case:#}"))
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert!(state.iter().any(|s| s.starts_with(named)), "{forget}: {state:?}");
+        // Only the forgotten piece (and what follows from it) is named.
+        let others = ["torch's CPU generator", "StepLR", "AdamW", "GradScaler", "numpy", "Python's random"];
+        for other in others.iter().filter(|o| !named.starts_with(**o)) {
+            assert!(!state.iter().any(|s| s.starts_with(other)), "{forget}: {other} named: {state:?}");
+        }
+    }
+}

@@ -30,7 +30,7 @@
 use super::checkpoint::{self, Completed, Matcher};
 use super::source::ProgramSource;
 use super::{spawn, Program};
-use crate::harness::program::{ResumeCheck, StateRecord};
+use crate::harness::program::{ResumeCheck, StatePiece, StateRecord};
 use crate::harness::{diagnose, Collected, Failure, FailureKind, RunMeta, Runs, Started};
 use crate::outcome::CaseReport;
 use crate::vary::RunSettings;
@@ -419,42 +419,99 @@ fn state_line(
 /// The pieces of state that differ between two records of one step, in `a`'s order, each
 /// with both values when small (the resumed run's first) and how to fix it when known:
 /// `StepLR: last_epoch 0 vs 6 uninterrupted`,
-/// `torch's CPU generator (not restored: save and load torch.get_rng_state())`. A piece in one
-/// record only is named as missing from the other. When only the gradients differ, the data
-/// the step read is what differs.
+/// `torch's CPU generator (not restored: save and load torch.get_rng_state())`.
+///
+/// The record is made before the optimizer step, after the step's forward and backward, so
+/// the step's gradients and BatchNorm's running statistics follow from what it read and drew.
+/// They are named as what follows from the other pieces when some differ, and as the sign that
+/// the data the step read differs (a data position not restored) when nothing else does. A
+/// BatchNorm whose `num_batches_tracked` differs was not restored: its buffers are named. Pieces
+/// one record has and the other lacks are counted per owner (`AdamW: 12 pieces only in the
+/// uninterrupted run`, an optimizer rebuilt instead of restored).
 pub fn state_differences(a: &StateRecord, b: &StateRecord) -> Vec<String> {
-    let mut out = Vec::new();
-    for p in &a.pieces {
-        let Some(q) = b.pieces.iter().find(|q| q.name == p.name) else {
-            out.push(format!("{} (only in the uninterrupted run)", p.name));
-            continue;
-        };
-        if p.digest == q.digest {
-            continue;
-        }
-        let mut s = p.name.clone();
-        if let (Some(x), Some(y)) = (&p.value, &q.value) {
-            s.push_str(&format!(" {y} vs {x} uninterrupted"));
-        }
-        if let Some(h) = q.hint.as_ref().or(p.hint.as_ref()) {
-            s.push_str(&format!(" ({h})"));
-        }
-        out.push(s);
-    }
-    for q in b
+    let find = |r: &StateRecord, name: &str| r.pieces.iter().find(|q| q.name == name).cloned();
+    let counted = |p: &StatePiece| p.name.ends_with("num_batches_tracked");
+    let counters_agree = a
         .pieces
         .iter()
-        .filter(|q| !a.pieces.iter().any(|p| p.name == q.name))
-    {
-        out.push(format!("{} (only in the resumed run)", q.name));
+        .filter(|p| counted(p))
+        .all(|p| find(b, &p.name).is_some_and(|q| q.digest == p.digest));
+    let follows = |p: &StatePiece| {
+        (p.kind == "data" && p.name.starts_with("gradients"))
+            || (p.kind == "buffer" && counters_agree && !counted(p))
+    };
+    let (mut named, mut derived) = (Vec::new(), Vec::new());
+    let mut only: Vec<(String, &str, usize, Option<String>)> = Vec::new();
+    let mut alone = |p: &StatePiece, side: &'static str| {
+        let owner = p.name.split(": ").next().unwrap_or(&p.name).to_string();
+        match only.iter_mut().find(|o| o.0 == owner && o.1 == side) {
+            Some(o) => o.2 += 1,
+            None => only.push((owner, side, 1, p.hint.clone())),
+        }
+    };
+    for p in &a.pieces {
+        match find(b, &p.name) {
+            None => alone(p, "the uninterrupted run"),
+            Some(q) if q.digest == p.digest => {}
+            Some(_) if follows(p) => derived.push(p.kind.clone()),
+            Some(q) => named.push(piece_text(p, &q)),
+        }
     }
-    out
+    for q in b.pieces.iter().filter(|q| find(a, &q.name).is_none()) {
+        alone(q, "the resumed run");
+    }
+    for (owner, side, n, hint) in only {
+        let what = if n == 1 {
+            "1 piece".into()
+        } else {
+            format!("{n} pieces")
+        };
+        let hint = hint.map_or(String::new(), |h| format!(" ({h})"));
+        named.push(format!("{owner}: {what} only in {side}{hint}"));
+    }
+    if !derived.is_empty() {
+        named.push(consequence(&derived, named.is_empty()));
+    }
+    named
+}
+
+/// One differing piece: its name, both values when small (the resumed run's first), its hint.
+fn piece_text(uninterrupted: &StatePiece, resumed: &StatePiece) -> String {
+    let mut s = uninterrupted.name.clone();
+    if let (Some(x), Some(y)) = (&uninterrupted.value, &resumed.value) {
+        s.push_str(&format!(" {y} vs {x} uninterrupted"));
+    }
+    if let Some(h) = resumed.hint.as_ref().or(uninterrupted.hint.as_ref()) {
+        s.push_str(&format!(" ({h})"));
+    }
+    s
+}
+
+/// What the differing gradients and buffers (`kinds`) say: they follow from the pieces named
+/// before, or, when `alone`, the step read other data.
+fn consequence(kinds: &[String], alone: bool) -> String {
+    let buffers = kinds.iter().filter(|k| *k == "buffer").count();
+    let mut what = Vec::new();
+    if kinds.iter().any(|k| k == "data") {
+        what.push("its gradients".to_string());
+    }
+    match buffers {
+        0 => {}
+        1 => what.push("1 BatchNorm statistic".into()),
+        n => what.push(format!("{n} BatchNorm statistics")),
+    }
+    let what = what.join(" and ");
+    match alone {
+        true => format!(
+            "the data the step read (a data position not restored: the epoch, the batch in it, or the sampler's order): {what} differ while every other recorded piece agrees"
+        ),
+        false => format!("and, following from those, {what}"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::harness::program::StatePiece;
 
     fn os(words: &[&str]) -> Vec<OsString> {
         words.iter().map(OsString::from).collect()
@@ -557,9 +614,57 @@ mod tests {
             [
                 "torch's CPU generator (not restored: save and load torch.get_rng_state())",
                 "StepLR: last_epoch 0 vs 6 uninterrupted",
-                "EMA (only in the uninterrupted run)",
+                "EMA: 1 piece only in the uninterrupted run",
             ]
         );
         assert!(state_differences(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn gradients_and_statistics_follow_from_other_pieces_or_name_the_data() {
+        let piece = |name: &str, kind: &str, digest: &str| StatePiece {
+            name: name.into(),
+            kind: kind.into(),
+            digest: digest.into(),
+            ..StatePiece::default()
+        };
+        let record = |gen: &str, grads: &str, mean: &str, count: &str| StateRecord {
+            step: 4,
+            rank: 0,
+            pieces: vec![
+                piece("torch's CPU generator", "generator", gen),
+                piece("buffer 1.running_mean", "buffer", mean),
+                piece("buffer 1.num_batches_tracked", "buffer", count),
+                piece("gradients (what the step's data gave)", "data", grads),
+                piece("AdamW: 0.weight exp_avg", "optimizer", "e"),
+                piece("AdamW: 0.bias exp_avg", "optimizer", "f"),
+            ],
+        };
+        let a = record("g", "d", "m", "5");
+        // The data alone: gradients and statistics differ, the counter agrees.
+        assert_eq!(
+            state_differences(&a, &record("g", "D", "M", "5")),
+            ["the data the step read (a data position not restored: the epoch, the batch in it, or the sampler's order): its gradients and 1 BatchNorm statistic differ while every other recorded piece agrees"]
+        );
+        // A generator: the gradients follow from it.
+        assert_eq!(
+            state_differences(&a, &record("G", "D", "m", "5")),
+            [
+                "torch's CPU generator",
+                "and, following from those, its gradients"
+            ]
+        );
+        // BatchNorm not restored: its counter differs, so its buffers are named.
+        assert_eq!(
+            state_differences(&a, &record("g", "d", "M", "1")),
+            ["buffer 1.running_mean", "buffer 1.num_batches_tracked"]
+        );
+        // An optimizer rebuilt: its per-parameter pieces are only in the uninterrupted run.
+        let mut fresh = record("g", "d", "m", "5");
+        fresh.pieces.truncate(4);
+        assert_eq!(
+            state_differences(&a, &fresh),
+            ["AdamW: 2 pieces only in the uninterrupted run"]
+        );
     }
 }
