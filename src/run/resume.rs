@@ -395,11 +395,15 @@ fn state_line(
         );
     }
     let at = |records: &[StateRecord]| records.iter().rfind(|r| r.step == step as u64).cloned();
-    let (Some(a), Some(b)) = (at(&first.state), at(&resumed.state)) else {
+    let (Some(mut a), Some(mut b)) = (at(&first.state), at(&resumed.state)) else {
         return Some(format!(
             "resume: no state record of step {step} in both runs (the resumed launch made no optimizer step?)"
         ));
     };
+    let unused = unused_generators(&first.state, &a);
+    for r in [&mut a, &mut b] {
+        r.pieces.retain(|p| !unused.contains(&p.name));
+    }
     check.state = state_differences(&a, &b);
     let before = step.checked_sub(1).map_or(String::new(), |s| {
         format!(", the first after the checkpoint taken at step {s}")
@@ -414,6 +418,33 @@ fn state_line(
             "resume: at step {step}{before}, every recorded piece of state agrees, yet the outputs differ: the data the step read differs (a data position not restored), or state bitexact does not see differs"
         ),
     })
+}
+
+/// The generators of record `at` that the uninterrupted run never drew from since its first
+/// record (the same state then and at `at`): a program that never seeds numpy or `random` and
+/// never uses them has them differ in every run, and not restoring them changes nothing.
+fn unused_generators(records: &[StateRecord], at: &StateRecord) -> Vec<String> {
+    let Some(start) = records
+        .iter()
+        .filter(|r| r.rank == at.rank)
+        .min_by_key(|r| r.step)
+    else {
+        return Vec::new();
+    };
+    let same = |p: &StatePiece| {
+        start
+            .pieces
+            .iter()
+            .any(|q| q.name == p.name && q.digest == p.digest)
+    };
+    let unused = at
+        .pieces
+        .iter()
+        .filter(|p| p.kind == "generator" && same(p));
+    unused
+        .map(|p| p.name.clone())
+        .filter(|_| start.step < at.step)
+        .collect()
 }
 
 /// The pieces of state that differ between two records of one step, in `a`'s order, each
@@ -454,7 +485,7 @@ pub fn state_differences(a: &StateRecord, b: &StateRecord) -> Vec<String> {
             None => alone(p, "the uninterrupted run"),
             Some(q) if q.digest == p.digest => {}
             Some(_) if follows(p) => derived.push(p.kind.clone()),
-            Some(q) => named.push(piece_text(p, &q)),
+            Some(q) => push_piece(&mut named, p, &q),
         }
     }
     for q in b.pieces.iter().filter(|q| find(a, &q.name).is_none()) {
@@ -475,16 +506,26 @@ pub fn state_differences(a: &StateRecord, b: &StateRecord) -> Vec<String> {
     named
 }
 
-/// One differing piece: its name, both values when small (the resumed run's first), its hint.
-fn piece_text(uninterrupted: &StatePiece, resumed: &StatePiece) -> String {
+/// Adds one differing piece to `named`: its name, both values when small (the resumed run's
+/// first), its hint. A piece of the same owner and hint as the one before joins it
+/// (`StepLR: last_epoch 0 vs 4 uninterrupted, _step_count 1 vs 5 uninterrupted (hint)`).
+fn push_piece(named: &mut Vec<String>, uninterrupted: &StatePiece, resumed: &StatePiece) {
     let mut s = uninterrupted.name.clone();
     if let (Some(x), Some(y)) = (&uninterrupted.value, &resumed.value) {
         s.push_str(&format!(" {y} vs {x} uninterrupted"));
     }
-    if let Some(h) = resumed.hint.as_ref().or(uninterrupted.hint.as_ref()) {
-        s.push_str(&format!(" ({h})"));
+    let hint = resumed.hint.as_ref().or(uninterrupted.hint.as_ref());
+    let hint = hint.map_or(String::new(), |h| format!(" ({h})"));
+    let owner = s.split_once(": ").map(|(o, _)| format!("{o}: "));
+    if let (Some(last), Some(owner)) = (named.last_mut(), &owner) {
+        if last.starts_with(owner.as_str()) && last.ends_with(&hint) && !hint.is_empty() {
+            let kept = last.len() - hint.len();
+            last.truncate(kept);
+            last.push_str(&format!(", {}{hint}", &s[owner.len()..]));
+            return;
+        }
     }
-    s
+    named.push(s + &hint);
 }
 
 /// What the differing gradients and buffers (`kinds`) say: they follow from the pieces named
@@ -493,7 +534,7 @@ fn consequence(kinds: &[String], alone: bool) -> String {
     let buffers = kinds.iter().filter(|k| *k == "buffer").count();
     let mut what = Vec::new();
     if kinds.iter().any(|k| k == "data") {
-        what.push("its gradients".to_string());
+        what.push("the step's gradients".to_string());
     }
     match buffers {
         0 => {}
@@ -505,7 +546,7 @@ fn consequence(kinds: &[String], alone: bool) -> String {
         true => format!(
             "the data the step read (a data position not restored: the epoch, the batch in it, or the sampler's order): {what} differ while every other recorded piece agrees"
         ),
-        false => format!("and, following from those, {what}"),
+        false => format!("and, following from the above, {what}"),
     }
 }
 
@@ -595,25 +636,28 @@ mod tests {
     #[test]
     fn differing_pieces_are_named_with_their_values_and_hints() {
         let hint = Some("not restored: save and load torch.get_rng_state()");
+        let sched = Some("not restored: save and load scheduler.state_dict()");
         let a = StateRecord {
             step: 7,
             rank: 0,
             pieces: vec![
                 piece("torch's CPU generator", "aa", None, hint),
-                piece("StepLR: last_epoch", "06", Some("6"), None),
+                piece("StepLR: last_epoch", "06", Some("6"), sched),
+                piece("StepLR: _step_count", "07", Some("7"), sched),
                 piece("parameter 0.weight", "cc", None, None),
                 piece("EMA", "dd", None, None),
             ],
         };
         let mut b = a.clone();
         b.pieces[0].digest = "bb".into();
-        b.pieces[1] = piece("StepLR: last_epoch", "00", Some("0"), None);
-        b.pieces.remove(3);
+        b.pieces[1] = piece("StepLR: last_epoch", "00", Some("0"), sched);
+        b.pieces[2] = piece("StepLR: _step_count", "01", Some("1"), sched);
+        b.pieces.remove(4);
         assert_eq!(
             state_differences(&a, &b),
             [
                 "torch's CPU generator (not restored: save and load torch.get_rng_state())",
-                "StepLR: last_epoch 0 vs 6 uninterrupted",
+                "StepLR: last_epoch 0 vs 6 uninterrupted, _step_count 1 vs 7 uninterrupted (not restored: save and load scheduler.state_dict())",
                 "EMA: 1 piece only in the uninterrupted run",
             ]
         );
@@ -644,14 +688,14 @@ mod tests {
         // The data alone: gradients and statistics differ, the counter agrees.
         assert_eq!(
             state_differences(&a, &record("g", "D", "M", "5")),
-            ["the data the step read (a data position not restored: the epoch, the batch in it, or the sampler's order): its gradients and 1 BatchNorm statistic differ while every other recorded piece agrees"]
+            ["the data the step read (a data position not restored: the epoch, the batch in it, or the sampler's order): the step's gradients and 1 BatchNorm statistic differ while every other recorded piece agrees"]
         );
         // A generator: the gradients follow from it.
         assert_eq!(
             state_differences(&a, &record("G", "D", "m", "5")),
             [
                 "torch's CPU generator",
-                "and, following from those, its gradients"
+                "and, following from the above, the step's gradients"
             ]
         );
         // BatchNorm not restored: its counter differs, so its buffers are named.
