@@ -137,16 +137,16 @@ fn a_directory_checkpoint_completes_when_the_program_writes_outside_it() {
         (code, case["verdict"].as_str()),
         (1, Some("resume-mismatch"))
     );
-    // `--checkpoint` picks what counts: the directory's weights file alone.
+    // `--checkpoint` picks what counts: here the file the saver writes last into the directory.
     let (code, case) = resume(
         &py,
-        &["--checkpoint", "checkpoint-*/w.npy"],
+        &["--checkpoint", "checkpoint-*/gauss.npy"],
         &["--style", "dir"],
     );
     assert_eq!(code, 0, "{case:#}");
     assert_eq!(
         case["program"]["resume"]["checkpoint"],
-        "checkpoint-3/w.npy"
+        "checkpoint-3/gauss.npy"
     );
 }
 
