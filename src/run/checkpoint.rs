@@ -327,7 +327,7 @@ mod tests {
             [("ckpt.pt", 2), ("model_checkpoint.safetensors", 3)]
         );
         assert_eq!(d.steps, 3);
-        assert_eq!(d.others, ["step_0000.npy"]);
+        assert_eq!(d.others, ["step_0000.npy", "ckpt.pt.tmp"]); // a temporary file is named too
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! its environment, how each run ended) and the varied controls it never read.
 
 use super::Program;
-use crate::harness::{Collected, ProgramInfo, ProgramRun, RunMeta};
+use crate::harness::{Collected, ProgramInfo, ProgramRun, RunMeta, Runs};
+use crate::outcome::CaseReport;
 use crate::vary::Variation;
 use std::collections::BTreeMap;
 
@@ -131,4 +132,56 @@ fn sketches(c: &Collected) -> BTreeMap<String, String> {
         }
     }
     out
+}
+/// What a program's runs add to its report, once the main pass is done (the source's
+/// `describe`): batch sizes, step memory, the trace note, the program info with its unread
+/// controls, `moved` (kept runs' outputs that went elsewhere), and the runs of its own that
+/// `--vary resume` and `--vary world-size` make.
+pub(super) fn describe(
+    source: &super::ProgramSource,
+    report: &mut CaseReport,
+    metas: &[RunMeta],
+    first: Option<&Collected>,
+    planner: &mut dyn Runs,
+    moved: Vec<String>,
+) {
+    let program = source.program;
+    let world_size = planner.opts().vary.contains(&Variation::WorldSize);
+    if planner.opts().vary.contains(&Variation::Batch) {
+        let [a, b] = [0, 1].map(|i| planner.settings(i, false).knobs.batch.unwrap_or(0));
+        report.notes.push(format!(
+            "batch sizes: {} is {a} in the even runs, {b} in the odd runs",
+            super::batch::BATCH
+        ));
+    }
+    if let Some(c) = first {
+        let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
+        report.memory_growth = crate::memory::step_growth(&steps);
+    }
+    if let (Some(c), Some(t)) = (first, &program.trace) {
+        report.notes.push(super::trace::note(c.trace.as_deref(), t));
+    }
+    report
+        .notes
+        .extend(first.iter().flat_map(|c| c.notes.iter().cloned()));
+    report.notes.extend(moved);
+    let mut info = program_info(program, metas, first);
+    info.harness_peak_rss_bytes = own_peak_rss();
+    let read = first.and_then(|c| c.controls_read.as_ref());
+    let (unread, note) = unread_controls(&report.variations, read);
+    info.unread_controls = unread;
+    report.notes.extend(note);
+    if let Some(c) = first {
+        info.resume = super::resume::check(source, program, c, planner, report);
+    }
+    if let (Some(c), true) = (first, world_size) {
+        let w = super::distributed::check_world_size(source, program, c, planner);
+        report.notes.push(w.summary.clone());
+        if program.world_size_invariant && w.depends == Some(true) {
+            report.evidence.world_size_dependence =
+                Some(format!("--world-size-invariant: {}", w.summary));
+        }
+        info.world_size = Some(w);
+    }
+    report.program = Some(info);
 }

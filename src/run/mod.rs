@@ -43,6 +43,7 @@ mod name;
 pub mod project;
 mod python_error;
 pub mod resume;
+mod resume_explain;
 mod source;
 pub mod spawn;
 pub mod trace;

@@ -5,7 +5,6 @@
 
 use super::baseline::{Baseline, Publisher, Reuse};
 use super::files::{self, Remover, RunFiles, Scratch};
-use super::info::{own_peak_rss, program_info, unread_controls};
 use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
 use crate::harness::{
@@ -29,7 +28,7 @@ use std::sync::Arc;
 /// directory with an unpredictable name in TMPDIR, or the `--keep` directory.
 /// A program may write in `ROOT` too: see `super::files` for how names it took are avoided.
 pub struct ProgramSource<'a> {
-    program: &'a Program,
+    pub(super) program: &'a Program,
     root: Scratch,
     /// Removes `root` if bitexact is stopped by a signal (not a `--keep` directory).
     _on_signal: Option<crate::cleanup::DirGuard>,
@@ -430,49 +429,12 @@ impl RunSource for ProgramSource<'_> {
         first: Option<&Collected>,
         planner: &mut dyn Runs,
     ) {
-        let world_size = planner.opts().vary.contains(&Variation::WorldSize);
-        if planner.opts().vary.contains(&Variation::Batch) {
-            let [a, b] = [0, 1].map(|i| planner.settings(i, false).knobs.batch.unwrap_or(0));
-            report.notes.push(format!(
-                "batch sizes: {} is {a} in the even runs, {b} in the odd runs",
-                super::batch::BATCH
-            ));
-        }
-        if let Some(c) = first {
-            let steps: Vec<(u64, u64)> = c.steps.iter().map(|s| (s.step, s.rss_bytes)).collect();
-            report.memory_growth = crate::memory::step_growth(&steps);
-        }
-        if let (Some(c), Some(t)) = (first, &self.program.trace) {
-            report.notes.push(super::trace::note(c.trace.as_deref(), t));
-        }
-        report
-            .notes
-            .extend(first.iter().flat_map(|c| c.notes.iter().cloned()));
         let moved = self
             .moved_elsewhere
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        report.notes.extend(moved);
-        let mut info = program_info(self.program, metas, first);
-        info.harness_peak_rss_bytes = own_peak_rss();
-        let read = first.and_then(|c| c.controls_read.as_ref());
-        let (unread, note) = unread_controls(&report.variations, read);
-        info.unread_controls = unread;
-        report.notes.extend(note);
-        if let Some(c) = first {
-            info.resume = super::resume::check(self, self.program, c, planner, report);
-        }
-        if let (Some(c), true) = (first, world_size) {
-            let w = super::distributed::check_world_size(self, self.program, c, planner);
-            report.notes.push(w.summary.clone());
-            if self.program.world_size_invariant && w.depends == Some(true) {
-                report.evidence.world_size_dependence =
-                    Some(format!("--world-size-invariant: {}", w.summary));
-            }
-            info.world_size = Some(w);
-        }
-        report.program = Some(info);
+        super::info::describe(self, report, metas, first, planner, moved);
         report.captured =
             std::mem::take(&mut self.capture.diffs.lock().unwrap_or_else(|e| e.into_inner()));
     }
