@@ -41,19 +41,17 @@ tensor); ``hint`` says what a resume must save and load for that piece. Kinds an
   parameter's ``.grad``: when all else agrees and it differs, the step read other data;
 * a class or object seen twice is numbered: ``AdamW#2``, ``DataLoader#2``.
 
-**Digests.** Tensors are hashed with bitexact's canonical digest, all of a step's at once
-through the op tracer's native call (:func:`bitexact._trace_digest.describe`: its cache reuses
-a digest when a buffer's bytes are unchanged, checked by an XXH3-128 of them, so frozen weights
-cost a fast re-check), truncated to 32 hex digits; other values by SHA-256 of their text or
-bytes. Reading state never changes what the program computes: no RNG draws, no CUDA
+**Digests.** Host tensors are fingerprinted by the native XXH3-128 of their dtype, shape and
+bytes (:func:`bitexact._resume_pieces.fingerprints`; a state record compares two runs of one
+program, so equality is all it needs), all of a step's in one call; device tensors by the op
+tracer's canonical digest; other values by SHA-256 of their text or bytes (32 hex digits). Reading state never changes what the program computes: no RNG draws, no CUDA
 initialization, the tracer paused while the record is made; on a GPU, reading device tensors
 waits for them (the only synchronization added).
 
 **Heavy pieces and cost.** The per-tensor pieces (parameters, buffers, optimizer state, the
-gradients) are most of the cost: SHA-256 of every byte, since they all change every step. On
-the nanoGPT step of ``benches/resume_state.py`` (CPU, one thread, 10.9 ms) a full record adds
-2.1 ms (20 %: 1.3 ms hashing 1.7 MB, the rest Python), a light one (the other pieces, and
-one-element tensors) 0.46 ms (4 %). Where the protocol names the steps to
+gradients) change every step. On the nanoGPT step of ``benches/resume_state.py`` (CPU, one
+thread, 11.7 ms) a full record adds 11 % (with SHA-256 it was 20 %; most of what is left is the
+Python that walks 139 pieces), a light one (the other pieces, and one-element tensors) 4-7 %. Where the protocol names the steps to
 compare (``STATE_STEPS_ENV``: ``A..B``, ``A..`` or ``N``, when bitexact sets it), the heavy
 pieces are recorded at those steps only (:func:`heavy_steps`); otherwise at every step.
 

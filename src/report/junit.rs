@@ -69,11 +69,10 @@ pub fn render(report: &Report) -> String {
     o
 }
 
+/// A `<failure>`: every failing verdict but `error` (an `<error>`), from the one list of
+/// failing verdicts ([`Verdict::is_failure`]): batch-variant, device- and resume-mismatch too.
 fn is_failure(v: Verdict) -> bool {
-    matches!(
-        v,
-        Verdict::Nondeterministic | Verdict::SnapshotMismatch | Verdict::Missed
-    )
+    v.is_failure() && v != Verdict::Error
 }
 
 fn testcase(o: &mut String, suite: &str, c: &CaseReport) {

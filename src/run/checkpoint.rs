@@ -93,6 +93,8 @@ pub struct Detector {
     /// Directories that are checkpoints, created in place and not yet complete, with whether
     /// they hold a completed file.
     open: Vec<(String, bool)>,
+    /// Checkpoint files found in a new directory, not yet seen closed.
+    pending: Vec<String>,
     /// Checkpoints completed, in order.
     pub completed: Vec<Completed>,
     /// State-record lines completed so far.
@@ -116,38 +118,36 @@ impl Detector {
     pub(super) fn event(&mut self, e: &Event, at: f64) {
         match e {
             Event::File(name) => self.file(name, at),
+            Event::Listed(name) => self.listed(name),
             Event::Dir { name, moved } => self.dir(name, *moved, at),
         }
     }
 
+    /// A file closed after writing, or renamed into place.
     fn file(&mut self, name: &str, at: f64) {
+        if self.in_complete_dir(name) {
+            return;
+        }
+        // A listed checkpoint file now closed is complete; any other listed one, and every
+        // filled open directory this file is not in, is complete too: the program went on.
+        let own = self.pending.iter().position(|p| p == name);
+        let own = own.map(|i| self.pending.remove(i));
+        self.went_on(name, at);
+        if own.is_some() {
+            return self.complete(name.to_string(), at);
+        }
+        if self.matcher.matches(name) {
+            // A checkpoint as the first thing in a matching directory: that one holds
+            // checkpoints (a Lightning `checkpoints/`), it is not one itself.
+            self.open.retain(|(d, filled)| *filled || !inside(name, d));
+        }
         if let Some(open) = self.open.iter_mut().find(|(d, _)| inside(name, d)) {
             open.1 = true;
             return;
         }
-        // A file of a directory checkpoint already complete (listed when it was renamed into
-        // place) is part of it.
-        let done_dirs = self
-            .completed
-            .iter()
-            .filter_map(|c| c.name.strip_suffix('/'));
-        if done_dirs.clone().any(|d| inside(name, d)) {
-            return;
-        }
-        // A file outside every open directory: the program has gone on past them.
-        let done: Vec<String> = self
-            .open
-            .iter()
-            .filter(|(_, filled)| *filled)
-            .map(|(d, _)| d.clone())
-            .collect();
-        self.open.retain(|(_, filled)| !filled);
-        for d in done {
-            self.complete(format!("{d}/"), at);
-        }
         let base = name.rsplit('/').next().unwrap_or(name);
-        if base.starts_with(STATE_FILE_PREFIX) {
-            self.steps += 1;
+        if base == format!("{STATE_FILE_PREFIX}0.jsonl") {
+            self.steps += 1; // rank 0's optimizer steps
         } else if base.starts_with(METADATA_PREFIX) {
         } else if self.matcher.matches(name) {
             self.complete(name.to_string(), at);
@@ -159,14 +159,61 @@ impl Detector {
         }
     }
 
-    fn dir(&mut self, name: &str, moved: bool, at: f64) {
-        if self.open.iter().any(|(d, _)| inside(name, d)) || !self.matcher.matches(name) {
+    /// A file found in a directory when it appeared: it may still be open. Inside a directory
+    /// checkpoint it fills it; a checkpoint file itself waits for its close, or for the program
+    /// to complete another file (then it was closed before bitexact watched its directory).
+    fn listed(&mut self, name: &str) {
+        if self.in_complete_dir(name) {
             return;
         }
+        if let Some(open) = self.open.iter_mut().find(|(d, _)| inside(name, d)) {
+            open.1 = true;
+        } else if self.matcher.matches(name) && !self.pending.iter().any(|p| p == name) {
+            self.pending.push(name.to_string());
+        }
+    }
+
+    fn dir(&mut self, name: &str, moved: bool, at: f64) {
+        let part_of = |(d, filled): &(String, bool)| *filled && inside(name, d);
+        if self.in_complete_dir(name)
+            || !self.matcher.matches(name)
+            || self.open.iter().any(part_of)
+        {
+            return;
+        }
+        // A checkpoint directory as the first thing in an open one: the outer one holds
+        // checkpoints. A new one beside a filled one: the program went on past it.
+        self.open.retain(|(d, filled)| *filled || !inside(name, d));
+        self.went_on(name, at);
         match moved {
             true => self.complete(format!("{name}/"), at),
             false => self.open.push((name.to_string(), false)),
         }
+    }
+
+    /// The program completed `name`: every listed checkpoint file, and every filled open
+    /// directory that does not hold `name`, is complete.
+    fn went_on(&mut self, name: &str, at: f64) {
+        for p in std::mem::take(&mut self.pending) {
+            self.complete(p, at);
+        }
+        let (done, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.open)
+            .into_iter()
+            .partition(|(d, filled)| *filled && !inside(name, d));
+        self.open = open;
+        for (d, _) in done {
+            self.complete(format!("{d}/"), at);
+        }
+    }
+
+    /// Whether `name` lies in a directory checkpoint already complete (its files are part of
+    /// it, not checkpoints of their own).
+    fn in_complete_dir(&self, name: &str) -> bool {
+        let mut dirs = self
+            .completed
+            .iter()
+            .filter_map(|c| c.name.strip_suffix('/'));
+        dirs.any(|d| inside(name, d))
     }
 
     fn complete(&mut self, name: String, at: f64) {
@@ -232,7 +279,7 @@ pub fn watch(
             let last = flag.load(Ordering::SeqCst);
             for e in ino.read_events(if last { 0 } else { 5 }) {
                 d.event(&e, t0.elapsed().as_secs_f64());
-                if d.completed.len() == wanted && !stop.load(Ordering::SeqCst) && !last {
+                if d.completed.len() >= wanted && !stop.load(Ordering::SeqCst) && !last {
                     stop.store(true, Ordering::SeqCst);
                     kill(&pid);
                 }
@@ -362,10 +409,70 @@ mod tests {
                 dir("tmp-checkpoint-2", false),
                 file("tmp-checkpoint-2/checkpoint.pt"), // inside a temporary directory
                 dir("checkpoint-2", true),
-                file("checkpoint-2/checkpoint.pt"), // listed when the rename landed
+                Event::Listed("checkpoint-2/checkpoint.pt".into()), // found when it landed
             ],
         );
         assert_eq!(names(&d), [("checkpoint-2/", 0)]);
+    }
+
+    #[test]
+    fn a_new_sibling_directory_completes_the_last_and_a_container_is_not_one() {
+        let d = run(
+            Matcher::default(),
+            &[
+                dir("checkpoint-3", false),
+                file("checkpoint-3/w.npy"),
+                dir("checkpoint-6", false), // nothing written outside: the next one began
+                file("checkpoint-6/w.npy"),
+            ],
+        );
+        assert_eq!(names(&d), [("checkpoint-3/", 0)]);
+        // Lightning's `checkpoints/epoch=N.ckpt`: the folder holds checkpoints.
+        let d = run(
+            Matcher::default(),
+            &[
+                dir("lightning_logs/version_0/checkpoints", false),
+                file("lightning_logs/version_0/checkpoints/epoch=0.ckpt"),
+                file("lightning_logs/version_0/checkpoints/epoch=1.ckpt"),
+            ],
+        );
+        assert_eq!(
+            names(&d),
+            [
+                ("lightning_logs/version_0/checkpoints/epoch=0.ckpt", 0),
+                ("lightning_logs/version_0/checkpoints/epoch=1.ckpt", 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_found_in_a_new_directory_waits_for_its_close_or_the_next_write() {
+        let listed = |n: &str| Event::Listed(n.into());
+        // Still open when found: counted at its close, once.
+        let d = run(
+            Matcher::default(),
+            &[
+                dir("out", false),
+                listed("out/ckpt_1.pt"),
+                file("out/ckpt_1.pt"),
+            ],
+        );
+        assert_eq!(names(&d), [("out/ckpt_1.pt", 0)]);
+        // Closed before bitexact watched its directory: counted when the program goes on.
+        let d = run(
+            Matcher::default(),
+            &[dir("out", false), listed("out/ckpt_1.pt")],
+        );
+        assert!(d.completed.is_empty());
+        let d = run(
+            Matcher::default(),
+            &[
+                dir("out", false),
+                listed("out/ckpt_1.pt"),
+                file("out/log.txt"),
+            ],
+        );
+        assert_eq!(names(&d), [("out/ckpt_1.pt", 0)]);
     }
 
     #[test]

@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 pub(super) enum Event {
     /// A file was completed: closed after writing, or renamed into place.
     File(String),
+    /// A file found in a directory when it appeared (it may still be open).
+    Listed(String),
     /// A directory appeared: created, or renamed into place (`moved`).
     Dir {
         /// Its name under the root.
@@ -80,7 +82,7 @@ impl Inotify {
         let events = self.read_events(ms).into_iter();
         events
             .filter_map(|e| match e {
-                Event::File(name) => Some(name),
+                Event::File(name) | Event::Listed(name) => Some(name),
                 Event::Dir { .. } => None,
             })
             .collect()
@@ -128,7 +130,7 @@ impl Inotify {
                         let moved = ev.mask & libc::IN_MOVED_TO != 0;
                         let inside = self.watch_new(&name);
                         events.push(Event::Dir { name, moved });
-                        events.extend(inside.into_iter().map(Event::File));
+                        events.extend(inside.into_iter().map(Event::Listed));
                     }
                 } else if ev.mask & (libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO) != 0 {
                     events.push(Event::File(name));

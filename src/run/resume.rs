@@ -29,7 +29,7 @@
 
 use super::checkpoint::{self, Completed, Matcher};
 use super::source::ProgramSource;
-use super::{spawn, Program};
+use super::{collect, spawn, Program};
 use crate::harness::program::ResumeCheck;
 use crate::harness::{diagnose, Collected, Failure, FailureKind, RunMeta, Runs, Started};
 use crate::outcome::CaseReport;
@@ -37,7 +37,7 @@ use crate::vary::RunSettings;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 /// Where the resume arguments go in the command (else they are appended).
@@ -108,12 +108,14 @@ pub fn words(text: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// What the killed launch left: its last completed checkpoint and the steps before it, or why
-/// there is none.
+/// What the killed launch left for the resumed one.
 #[derive(Clone, Debug)]
 pub struct Killed {
-    /// The checkpoint it was killed after.
+    /// Its last checkpoint completed before it died: the Nth, or a later one when the program
+    /// completed more before the kill landed (what the resumed launch finds on disk).
     pub checkpoint: Completed,
+    /// Checkpoints it completed after the Nth before the kill landed.
+    pub past: usize,
 }
 
 /// The killed launch: runs the program in `out` (created here) with `env` under a checkpoint
@@ -127,11 +129,11 @@ pub(super) fn start_killed(
     settings: &RunSettings,
     env: BTreeMap<String, String>,
 ) -> (Started, Option<Killed>) {
-    let spec = program
-        .resume
-        .as_ref()
-        .expect("a resume run has a resume spec");
     let harness = |e: anyhow::Error| Failure::from_error(FailureKind::Harness, &e);
+    let Some(spec) = program.resume.as_ref() else {
+        let e = anyhow::anyhow!("a killed launch of a program without --vary resume");
+        return (Started::failed(RunMeta::default(), harness(e)), None);
+    };
     if let Err(e) = std::fs::create_dir(out) {
         let e = anyhow::anyhow!("creating {} for the killed launch: {e}", out.display());
         return (Started::failed(RunMeta::default(), harness(e)), None);
@@ -165,7 +167,10 @@ pub(super) fn start_killed(
     let detector = watch.map(checkpoint::Watch::finish);
     let ended = match ended {
         Ok(e) => e,
-        Err(e) => return (Started::failed(RunMeta::default(), harness(e)), None),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(out);
+            return (Started::failed(RunMeta::default(), harness(e)), None);
+        }
     };
     let meta = RunMeta {
         seconds: ended.seconds,
@@ -174,18 +179,24 @@ pub(super) fn start_killed(
     };
     // Killed by the watch (its flag, not `ended.stopped`: the launch may die of the signal
     // before the spawn loop reads the flag).
-    let reached = detector.as_ref().and_then(|d| d.completed.get(spec.at - 1));
-    if let (true, Some(c)) = (stop.load(std::sync::atomic::Ordering::SeqCst), reached) {
+    let done = detector.as_ref().map_or(&[][..], |d| &d.completed[..]);
+    if let (true, Some(last)) = (stop.load(Ordering::SeqCst), done.last()) {
+        let past = done.len().saturating_sub(spec.at.max(1));
+        keep_state_lines(out, last.steps);
         let killed = Killed {
-            checkpoint: c.clone(),
+            checkpoint: last.clone(),
+            past,
         };
         let empty = Collected::of_outputs(crate::case::Outputs::new(), None);
         return (Started::ready(meta, empty), Some(killed));
     }
     let _ = std::fs::remove_dir_all(out);
-    let seen = match &detector {
-        Some(d) => d.seen(spec.at),
-        None => "inotify is not available here to see checkpoints complete".into(),
+    let Some(seen) = detector.as_ref().map(|d| d.seen(spec.at)) else {
+        let f = "inotify is not available here, so bitexact cannot see a checkpoint complete";
+        return (
+            Started::failed(meta, Failure::new(FailureKind::Harness, f)),
+            None,
+        );
     };
     let mut f = Failure::new(
         FailureKind::NoCheckpoint,
@@ -204,6 +215,20 @@ pub(super) fn start_killed(
     (Started::failed(meta, f), None)
 }
 
+/// Keeps the first `steps` lines of the killed launch's rank-0 state record (those written
+/// before its checkpoint completed): the records it made between the checkpoint and the kill
+/// are not the resumed launch's, which appends its own from that step on.
+fn keep_state_lines(out: &Path, steps: usize) {
+    let path = out.join(format!("{}0.jsonl", crate::protocol::STATE_FILE_PREFIX));
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let kept: String = text.split_inclusive('\n').take(steps).collect();
+    if kept.len() != text.len() {
+        let _ = std::fs::write(&path, kept);
+    }
+}
+
 /// The resume run after the main pass agreed: the killed launch, the resumed launch, and the
 /// comparison with run 0 (`first`), into `report` (its program info is filled in later by
 /// the caller, from the returned check).
@@ -215,11 +240,13 @@ pub(super) fn check(
     report: &mut CaseReport,
 ) -> Option<ResumeCheck> {
     let spec = program.resume.as_ref()?;
-    if report.distinct_digests > 1 || report.evidence.failure.is_some() {
-        report.notes.push(
-            "resume: not checked: the uninterrupted runs 0 and 1 do not agree, so a resumed run has nothing to match"
-                .into(),
-        );
+    let why = match (&report.evidence.failure, report.distinct_digests > 1) {
+        (Some(_), _) => "a run failed",
+        (None, true) => "the uninterrupted runs differ, so a resumed run has nothing to match",
+        (None, false) => "",
+    };
+    if !why.is_empty() {
+        report.notes.push(format!("resume: not checked: {why}"));
         return None;
     }
     let index = planner.opts().runs;
@@ -233,17 +260,39 @@ pub(super) fn check(
     if let Err(f) = planner.one(source, &settings, index, (&killed, 0, 2)) {
         return failed(report, f);
     }
-    let ckpt = source.killed_launch()?.checkpoint;
+    let killed = source.killed_launch()?;
     settings.knobs.resume = Some(crate::vary::Launch::Resumed);
     let mut resumed = match planner.one(source, &settings, index, ("resume: resumed launch", 1, 2))
     {
         Ok(c) => c,
         Err(mut f) => {
-            f.message = format!("the resumed launch failed: {}", f.message);
+            // A launch that failed before its program ran leaves the output directory.
+            let _ = std::fs::remove_dir_all(source.out_path());
+            let after = &killed.checkpoint.name;
+            f.message = format!(
+                "the resumed launch (after checkpoint {after}) failed: {}",
+                f.message
+            );
             return failed(report, f);
         }
     };
-    Some(compare(spec, first, &mut resumed, index, &ckpt, report))
+    if killed.past > 0 {
+        report.notes.push(format!(
+            "resume: the program completed {} more checkpoint{} after the {}th before the kill landed; the resumed launch started from the last, {}",
+            killed.past,
+            if killed.past == 1 { "" } else { "s" },
+            spec.at,
+            killed.checkpoint.name
+        ));
+    }
+    Some(compare(
+        spec,
+        first,
+        &mut resumed,
+        index,
+        &killed.checkpoint,
+        report,
+    ))
 }
 
 /// Compares the resumed run with run 0: outputs (into `report.diff` and `divergence`, and the
@@ -256,11 +305,20 @@ fn compare(
     ckpt: &Completed,
     report: &mut CaseReport,
 ) -> ResumeCheck {
-    // The op trace covers the resumed launch only: not an output to compare here.
-    let ops = crate::trace::program::OPS_NAME;
-    resumed.digests.retain(|(n, _)| n != ops);
-    let theirs = first.digests.iter().find(|(n, _)| n == ops);
+    // The op trace and standard output cover the resumed launch only: not compared here
+    // (the ops after the resume are, in `first_op`).
+    let partial_only = [crate::trace::program::OPS_NAME, collect::STDOUT_NAME];
+    resumed
+        .digests
+        .retain(|(n, _)| !partial_only.contains(&n.as_str()));
+    let theirs = first
+        .digests
+        .iter()
+        .filter(|(n, _)| partial_only.contains(&n.as_str()));
     resumed.digests.extend(theirs.cloned());
+    if first.digests.iter().any(|(n, _)| n == collect::STDOUT_NAME) {
+        report.notes.push("resume: standard output is not compared: the resumed run's holds only what its resumed launch printed".into());
+    }
     let step = (!resumed.state.is_empty() || !first.state.is_empty()).then_some(ckpt.steps);
     let mut check = ResumeCheck {
         checkpoint: ckpt.name.clone(),
@@ -270,7 +328,10 @@ fn compare(
         ..ResumeCheck::default()
     };
     let both = diagnose::union(&first.digests, &resumed.digests);
-    for (name, x, y) in both {
+    let partial = resumed.partial; // stopped early: what it had not written is no difference
+    for (name, x, y) in
+        both.filter(|(n, _, y)| !(partial && y.is_none()) && !partial_only.contains(n))
+    {
         check.compared += 1;
         if x != y {
             check.differing.push(name.to_string());

@@ -5,6 +5,7 @@
 
 use crate::harness::program::{ResumeCheck, StatePiece, StateRecord};
 use crate::harness::Collected;
+use crate::trace::TraceEntry;
 
 /// Compares the state records at the first step after the checkpoint (`step`); fills
 /// `check.state` and returns the report's line, or a note on why none was compared.
@@ -31,9 +32,8 @@ pub(super) fn state_line(
         r.pieces.retain(|p| !unused.contains(&p.name));
     }
     check.state = state_differences(&a, &b);
-    let before = step.checked_sub(1).map_or(String::new(), |s| {
-        format!(", the first after the checkpoint taken at step {s}")
-    });
+    // Steps count from 0: step N is the first after a checkpoint taken after N steps.
+    let before = ", the first after the checkpoint";
     Some(match (check.state.is_empty(), check.differing.is_empty()) {
         (false, _) => format!(
             "resume: at step {step}{before}, differs from the uninterrupted run in: {}",
@@ -176,9 +176,22 @@ fn consequence(kinds: &[String], alone: bool) -> String {
     }
 }
 
+/// The records of `trace` that a resume comparison looks at: from the first op inside a module
+/// at step `step` on. Step `step` begins at the optimizer step before the checkpoint: in the
+/// uninterrupted run it opens with the rest of that iteration (a scaler's update, zeroing the
+/// gradients, the checkpoint itself) and the next batch's loading; in the resumed launch, with
+/// building the model and loading the checkpoint. Neither has a counterpart in the other; the
+/// step's forward, in the model's modules, is where the two meet again.
+fn after(trace: &[TraceEntry], step: u64) -> Vec<TraceEntry> {
+    let start = trace
+        .iter()
+        .position(|e| e.step > step || (e.step == step && !e.module.is_empty()));
+    start.map_or_else(Vec::new, |i| trace[i..].to_vec())
+}
+
 /// With op traces (`--trace ops`): the first op after the resume that differs from run 0's,
-/// comparing both traces from `step` on (what the resumed launch did before its first step,
-/// building the model and loading, has no counterpart). An op of identical inputs and another
+/// comparing both traces from the resumed step's forward on ([`after`]; what the resumed
+/// launch did before, building the model and loading, has no counterpart). An op of identical inputs and another
 /// output is not called nondeterministic (runs 0 and 1 agreed): a random op whose generator
 /// the state record found differing says so; any other says what it reads besides its inputs
 /// differs after the resume.
@@ -191,13 +204,7 @@ pub(super) fn first_op(
     let (Some(a), Some(b)) = (&first.trace, &resumed.trace) else {
         return None;
     };
-    let from = |t: &[crate::trace::TraceEntry]| {
-        t.iter()
-            .filter(|e| e.step >= step)
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    let mut d = crate::trace::first_divergence(&from(a), &from(b))?;
+    let mut d = crate::trace::first_divergence(&after(a, step), &after(b, step))?;
     let generator = state.iter().find(|s| s.contains("generator"));
     let why = match generator.filter(|_| random(&d.op)) {
         Some(g) => {
