@@ -372,8 +372,14 @@ def test_a_model_compiled_by_inductor_computes_the_untraced_bits(trace):
     _trace.start(trace)
     traced = run()
     _trace.stop()
-    for u, t in zip(untraced, traced):
-        assert bitexact.digest(u) == bitexact.digest(t)
+    digests = lambda ts: [bitexact.digest(t) for t in ts]  # noqa: E731
+    if digests(untraced) != digests(traced) and digests(untraced) != digests(run()):
+        # Found under ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU: two compiles in one process
+        # give other bits even untraced, so the tracer cannot be held to them.
+        pytest.skip("premise does not hold on this machine: this model compiled twice in one "
+                    "process, untraced, gives other bits (ATEN_CPU_CAPABILITY=%s)"
+                    % os.environ.get("ATEN_CPU_CAPABILITY", "unset"))
+    assert digests(untraced) == digests(traced)
     calls = [r["phase"] for r in records(trace) if r["op"] == "compiled Sequential"]
     assert calls == ["forward", "backward"]
 
