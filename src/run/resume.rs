@@ -330,7 +330,7 @@ fn compare(
     let both = diagnose::union(&first.digests, &resumed.digests);
     let partial = resumed.partial; // stopped early: what it had not written is no difference
     for (name, x, y) in
-        both.filter(|(n, _, y)| !(partial && y.is_none()) && !partial_only.contains(n))
+        both.filter(|(n, _, y)| !(partial_only.contains(n) || partial && y.is_none()))
     {
         check.compared += 1;
         if x != y {

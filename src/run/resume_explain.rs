@@ -176,22 +176,39 @@ fn consequence(kinds: &[String], alone: bool) -> String {
     }
 }
 
-/// The records of `trace` that a resume comparison looks at: from the first op inside a module
-/// at step `step` on. Step `step` begins at the optimizer step before the checkpoint: in the
-/// uninterrupted run it opens with the rest of that iteration (a scaler's update, zeroing the
-/// gradients, the checkpoint itself) and the next batch's loading; in the resumed launch, with
-/// building the model and loading the checkpoint. Neither has a counterpart in the other; the
-/// step's forward, in the model's modules, is where the two meet again.
-fn after(trace: &[TraceEntry], step: u64) -> Vec<TraceEntry> {
-    let start = trace
+/// The records of the two traces (run 0's, the resumed run's) that a resume comparison looks
+/// at, from step `step` on. That step begins at the optimizer step before the checkpoint: in
+/// the uninterrupted run it opens with the rest of that iteration (a scaler's update, zeroing
+/// the gradients, the checkpoint itself), in the resumed launch with building the model and
+/// loading the checkpoint; neither has a counterpart in the other. Both then load the step's
+/// batch outside the model and run its forward in the model's modules. So each trace is taken
+/// from its first op inside a module at that step, and, before it, the longest run of ops
+/// (op, module, phase) that both end their pre-forward records with: the batch's loading.
+fn after(a: &[TraceEntry], b: &[TraceEntry], step: u64) -> [Vec<TraceEntry>; 2] {
+    let forward = |t: &[TraceEntry]| {
+        let from = t.iter().position(|e| e.step >= step).unwrap_or(t.len());
+        let to = t[from..]
+            .iter()
+            .position(|e| e.step > step || !e.module.is_empty())
+            .map_or(t.len(), |i| from + i);
+        (from, to)
+    };
+    let ((fa, ta), (fb, tb)) = (forward(a), forward(b));
+    let same = |x: &TraceEntry, y: &TraceEntry| {
+        (&x.op, &x.module, &x.phase) == (&y.op, &y.module, &y.phase)
+    };
+    let shared = a[fa..ta]
         .iter()
-        .position(|e| e.step > step || (e.step == step && !e.module.is_empty()));
-    start.map_or_else(Vec::new, |i| trace[i..].to_vec())
+        .rev()
+        .zip(b[fb..tb].iter().rev())
+        .take_while(|(x, y)| same(x, y))
+        .count();
+    [a[ta - shared..].to_vec(), b[tb - shared..].to_vec()]
 }
 
 /// With op traces (`--trace ops`): the first op after the resume that differs from run 0's,
-/// comparing both traces from the resumed step's forward on ([`after`]; what the resumed
-/// launch did before, building the model and loading, has no counterpart). An op of identical inputs and another
+/// comparing both traces from the resumed step's batch loading and forward on ([`after`]; what
+/// the resumed launch did before, building the model and loading, has no counterpart). An op of identical inputs and another
 /// output is not called nondeterministic (runs 0 and 1 agreed): a random op whose generator
 /// the state record found differing says so; any other says what it reads besides its inputs
 /// differs after the resume.
@@ -204,7 +221,8 @@ pub(super) fn first_op(
     let (Some(a), Some(b)) = (&first.trace, &resumed.trace) else {
         return None;
     };
-    let mut d = crate::trace::first_divergence(&after(a, step), &after(b, step))?;
+    let [a, b] = after(a, b, step);
+    let mut d = crate::trace::first_divergence(&a, &b)?;
     let generator = state.iter().find(|s| s.contains("generator"));
     let why = match generator.filter(|_| random(&d.op)) {
         Some(g) => {
