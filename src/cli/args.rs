@@ -282,8 +282,9 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) world_size_invariant: bool,
     /// With --vary resume: the arguments that make the program resume from its checkpoint,
-    /// put where `{resume}` stands in the command or appended (`--resume-with
-    /// --init_from=resume`). Split into words as a shell would (quotes keep spaces).
+    /// put where `{resume}` stands in the command (a whole argument) or appended (`--resume-with
+    /// --init_from=resume`). Split into words as a shell would (quotes keep spaces). Empty
+    /// (`--resume-with=`): the same command, for a program that resumes by itself.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub(crate) resume_with: Option<String>,
     /// With --vary resume: kill the launch right after its Nth completed checkpoint. Default 1.

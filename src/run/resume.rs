@@ -371,11 +371,13 @@ fn summary(c: &ResumeCheck) -> String {
             c.compared
         ),
     };
+    let how = match c.resumed_with.is_empty() {
+        true => "relaunched unchanged".to_string(),
+        false => format!("resumed with {}", crate::quote::shell(&c.resumed_with)),
+    };
     format!(
-        "resume: killed (SIGKILL) {:.2}s in, right after checkpoint {}{at}; resumed with {}: {verdict}",
-        c.at_seconds,
-        c.checkpoint,
-        crate::quote::shell(&c.resumed_with)
+        "resume: killed (SIGKILL) {:.2}s in, right after checkpoint {}{at}; {how}: {verdict}",
+        c.at_seconds, c.checkpoint,
     )
 }
 

@@ -215,12 +215,9 @@ fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::res
             "--vary resume needs --resume-with ARGS: the arguments that make the program resume from its checkpoint, put where {RESUME} stands in the command or appended (e.g. --resume-with=--init_from=resume)"
         )));
     };
+    // An empty `--resume-with=` relaunches the same command: for a program that resumes by
+    // itself when it finds a checkpoint (torchtitan's, Lightning's `ckpt_path="last"`).
     let args = words(text).map_err(|e| usage(format!("--resume-with: {e}")))?;
-    if args.is_empty() && !placeholder {
-        return Err(usage(
-            "--resume-with: no arguments given: a resumed launch must be told to resume",
-        ));
-    }
     let at = a.resume_at.unwrap_or(1);
     if at == 0 {
         return Err(usage(
