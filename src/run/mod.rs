@@ -155,9 +155,12 @@ impl Program {
         p.command_for(world_size, batch)
     }
 
-    /// Whether the program records its resume state ([`resume`]).
+    /// Whether the program records its resume state ([`resume`]): always under `--vary resume`.
+    /// The record rides on the injected `sitecustomize`, which imports bitexact's own package
+    /// or, for a cargo-built binary without one, the program's; where neither imports, nothing
+    /// is recorded and the report says so.
     pub fn records_state(&self) -> bool {
-        self.resume.as_ref().is_some_and(|r| r.state)
+        self.resume.is_some()
     }
 
     /// Whether the program's Python gets bitexact's `sitecustomize` (`--trace`,

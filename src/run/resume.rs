@@ -52,9 +52,6 @@ pub struct Spec {
     pub at: usize,
     /// `--checkpoint GLOB`, or the default names.
     pub matcher: Matcher,
-    /// Record the state a resume needs at each optimizer step (through the injected
-    /// `sitecustomize`).
-    pub state: bool,
 }
 
 /// The command of a launch: the resumed launch gets `args` where [`RESUME`] stands or at the

@@ -227,16 +227,11 @@ fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::res
     if a.checkpoint.as_deref().is_some_and(|g| g.trim().is_empty()) {
         return Err(usage("--checkpoint must not be empty"));
     }
-    // The state record rides on the injected `sitecustomize`, which imports bitexact's own
-    // package or, for a cargo-built binary without one, the program's; where neither imports,
-    // nothing is recorded and the report says so.
-    let state = true;
     Ok(Some(Spec {
         args,
         at,
         matcher: crate::run::checkpoint::Matcher {
             glob: a.checkpoint.clone(),
         },
-        state,
     }))
 }
