@@ -99,6 +99,10 @@ pub struct Detector {
     pub completed: Vec<Completed>,
     /// State-record lines completed so far.
     pub steps: usize,
+    /// A checkpoint the program began after its last completed one (a checkpoint file opened,
+    /// a checkpoint directory created) and never completed: where a kill that landed late
+    /// found it.
+    pub begun: Option<String>,
     /// Other files the program completed (their first few names, for an error message).
     pub others: Vec<String>,
     /// How many other files it completed.
@@ -119,6 +123,7 @@ impl Detector {
         match e {
             Event::File(name) => self.file(name, at),
             Event::Listed(name) => self.listed(name),
+            Event::Opened(name) => self.opened(name),
             Event::Dir { name, moved } => self.dir(name, *moved, at),
         }
     }
@@ -173,6 +178,19 @@ impl Detector {
         }
     }
 
+    /// A file opened: a checkpoint file, or one in a checkpoint directory not yet complete,
+    /// begins a checkpoint.
+    fn opened(&mut self, name: &str) {
+        if self.begun.is_some() || self.in_complete_dir(name) {
+            return;
+        }
+        if let Some((d, _)) = self.open.iter().find(|(d, _)| inside(name, d)) {
+            self.begun = Some(format!("{d}/"));
+        } else if self.matcher.matches(name) {
+            self.begun = Some(name.to_string());
+        }
+    }
+
     fn dir(&mut self, name: &str, moved: bool, at: f64) {
         let part_of = |(d, filled): &(String, bool)| *filled && inside(name, d);
         if self.in_complete_dir(name)
@@ -187,7 +205,10 @@ impl Detector {
         self.went_on(name, at);
         match moved {
             true => self.complete(format!("{name}/"), at),
-            false => self.open.push((name.to_string(), false)),
+            false => {
+                self.open.push((name.to_string(), false));
+                self.begun.get_or_insert_with(|| format!("{name}/"));
+            }
         }
     }
 
@@ -217,6 +238,7 @@ impl Detector {
     }
 
     fn complete(&mut self, name: String, at: f64) {
+        self.begun = None;
         let steps = self.steps;
         self.completed.push(Completed { name, at, steps });
     }

@@ -177,3 +177,34 @@ fn nothing_seen_is_said_with_what_the_program_wrote() {
         "1 wanted, 0 seen; the program wrote step_0001.safetensors, step_0002.safetensors"
     );
 }
+
+#[test]
+fn a_checkpoint_begun_after_the_last_complete_one_is_named_until_it_completes() {
+    let opened = |n: &str| Event::Opened(n.into());
+    let d = run(
+        Matcher::default(),
+        &[
+            opened("step_0000.npy"),
+            file("step_0000.npy"),
+            opened("ckpt.pt"),
+            file("ckpt.pt"),
+            opened("ckpt.pt"), // the next save, cut short
+        ],
+    );
+    assert_eq!(names(&d), [("ckpt.pt", 0)]);
+    assert_eq!(d.begun.as_deref(), Some("ckpt.pt"));
+    // A directory: begun when created, named by itself, done when the program goes on.
+    let mut events = vec![dir("checkpoint-3", false)];
+    events.extend([opened("checkpoint-3/w.npy"), file("checkpoint-3/w.npy")]);
+    events.extend([file("step_0003.npy"), dir("checkpoint-6", false)]);
+    events.push(opened("checkpoint-6/w.npy"));
+    let d = run(Matcher::default(), &events);
+    assert_eq!(names(&d), [("checkpoint-3/", 0)]);
+    assert_eq!(d.begun.as_deref(), Some("checkpoint-6/"));
+    // A temporary file is not a checkpoint begun: the published name is untouched.
+    let d = run(
+        Matcher::default(),
+        &[file("ckpt.pt"), opened("ckpt.pt.tmp")],
+    );
+    assert_eq!(d.begun, None);
+}

@@ -15,6 +15,8 @@ pub(super) enum Event {
     File(String),
     /// A file found in a directory when it appeared (it may still be open).
     Listed(String),
+    /// A file was opened (to be written, or read: inotify does not say which).
+    Opened(String),
     /// A directory appeared: created, or renamed into place (`moved`).
     Dir {
         /// Its name under the root.
@@ -83,13 +85,13 @@ impl Inotify {
         events
             .filter_map(|e| match e {
                 Event::File(name) | Event::Listed(name) => Some(name),
-                Event::Dir { .. } => None,
+                Event::Dir { .. } | Event::Opened(_) => None,
             })
             .collect()
     }
 
-    /// Waits up to `ms` for events and returns them in order: each file completion, and each
-    /// new subdirectory (created, or renamed into place) followed by the files already in it,
+    /// Waits up to `ms` for events and returns them in order: each file opened and each file
+    /// completion, and each new subdirectory (created, or renamed into place) followed by the files already in it,
     /// which is then watched.
     pub(super) fn read_events(&mut self, ms: i32) -> Vec<Event> {
         let fd = |fd| libc::pollfd {
@@ -134,6 +136,8 @@ impl Inotify {
                     }
                 } else if ev.mask & (libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO) != 0 {
                     events.push(Event::File(name));
+                } else if ev.mask & libc::IN_OPEN != 0 {
+                    events.push(Event::Opened(name));
                 }
             }
         }

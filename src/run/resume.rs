@@ -113,13 +113,24 @@ pub struct Killed {
     pub checkpoint: Completed,
     /// Checkpoints it completed after the Nth before the kill landed.
     pub past: usize,
+    /// For each earlier killed launch run again: the checkpoint its kill found half-written.
+    pub late: Vec<String>,
+    /// A checkpoint this launch's kill found half-written (after [`LATE_RETRIES`] tries).
+    pub unfinished: Option<String>,
 }
+
+/// How many times the killed launch is run again when its kill landed while the program was
+/// already writing a later checkpoint, which the resumed launch would find half-written: the
+/// watch reads completions asynchronously, so on a loaded machine the kill can land a few
+/// milliseconds late.
+pub const LATE_RETRIES: usize = 2;
 
 /// The killed launch: runs the program in `out` (created here) with `env` under a checkpoint
 /// watch that sends SIGKILL right after the Nth checkpoint completes. Killed so, `out` stays
-/// for the resumed launch and [`Killed`] says after which checkpoint; a launch that ends before
-/// that checkpoint fails the run (`no-checkpoint`, or its own failure when it failed), and
-/// `out` is removed.
+/// for the resumed launch and [`Killed`] says after which checkpoint; a kill that found a
+/// later checkpoint begun is tried again ([`LATE_RETRIES`]). A launch that ends before that
+/// checkpoint fails the run (`no-checkpoint`, or its own failure when it failed), and `out`
+/// is removed.
 pub(super) fn start_killed(
     program: &Program,
     out: &Path,
@@ -131,10 +142,55 @@ pub(super) fn start_killed(
         let e = anyhow::anyhow!("a killed launch of a program without --vary resume");
         return (Started::failed(RunMeta::default(), harness(e)), None);
     };
-    if let Err(e) = std::fs::create_dir(out) {
-        let e = anyhow::anyhow!("creating {} for the killed launch: {e}", out.display());
-        return (Started::failed(RunMeta::default(), harness(e)), None);
+    let mut late = Vec::new();
+    loop {
+        let (ended, detector, stopped) = match launch_killed(program, spec, out, settings, &env) {
+            Ok(l) => l,
+            Err(e) => return (Started::failed(RunMeta::default(), harness(e)), None),
+        };
+        let meta = RunMeta {
+            seconds: ended.seconds,
+            peak_bytes: ended.peak_rss_bytes,
+            ..RunMeta::default()
+        };
+        let done = detector.as_ref().map_or(&[][..], |d| &d.completed[..]);
+        let Some(last) = done.last().filter(|_| stopped) else {
+            let _ = std::fs::remove_dir_all(out);
+            return (
+                Started::failed(meta, no_checkpoint(program, spec, &ended, detector)),
+                None,
+            );
+        };
+        let begun = detector.as_ref().and_then(|d| d.begun.clone());
+        if let (Some(b), true) = (&begun, late.len() < LATE_RETRIES) {
+            late.push(b.clone());
+            let _ = std::fs::remove_dir_all(out);
+            continue;
+        }
+        keep_state_lines(out, last.steps);
+        let killed = Killed {
+            checkpoint: last.clone(),
+            past: done.len().saturating_sub(spec.at.max(1)),
+            late,
+            unfinished: begun,
+        };
+        let empty = Collected::of_outputs(crate::case::Outputs::new(), None);
+        return (Started::ready(meta, empty), Some(killed));
     }
+}
+
+/// One killed launch in a fresh `out`: how it ended, what its watch saw (`None`: no
+/// inotify), and whether the watch killed it (its flag, not `Ended::stopped`: the launch may
+/// die of the signal before the spawn loop reads the flag).
+fn launch_killed(
+    program: &Program,
+    spec: &Spec,
+    out: &Path,
+    settings: &RunSettings,
+    env: &BTreeMap<String, String>,
+) -> anyhow::Result<(spawn::Ended, Option<checkpoint::Detector>, bool)> {
+    std::fs::create_dir(out)
+        .map_err(|e| anyhow::anyhow!("creating {} for the killed launch: {e}", out.display()))?;
     super::tracer::clear(&super::trace::inject_dir(out));
     let batch = settings
         .knobs
@@ -145,16 +201,11 @@ pub(super) fn start_killed(
         Arc::new(AtomicI32::new(0)),
         Arc::new(AtomicBool::new(false)),
     );
-    let watch = checkpoint::watch(
-        out,
-        spec.matcher.clone(),
-        spec.at,
-        pid.clone(),
-        stop.clone(),
-    );
+    let matcher = spec.matcher.clone();
+    let watch = checkpoint::watch(out, matcher, spec.at, pid.clone(), stop.clone());
     let ended = spawn::run(&spawn::Spawn {
         command: &command,
-        env: &env,
+        env,
         stdout: None,
         timeout: program.timeout,
         memory_limit_mb: program.memory_limit_mb,
@@ -162,38 +213,23 @@ pub(super) fn start_killed(
         pid: Some(&pid),
     });
     let detector = watch.map(checkpoint::Watch::finish);
-    let ended = match ended {
-        Ok(e) => e,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(out);
-            return (Started::failed(RunMeta::default(), harness(e)), None);
-        }
-    };
-    let meta = RunMeta {
-        seconds: ended.seconds,
-        peak_bytes: ended.peak_rss_bytes,
-        ..RunMeta::default()
-    };
-    // Killed by the watch (its flag, not `ended.stopped`: the launch may die of the signal
-    // before the spawn loop reads the flag).
-    let done = detector.as_ref().map_or(&[][..], |d| &d.completed[..]);
-    if let (true, Some(last)) = (stop.load(Ordering::SeqCst), done.last()) {
-        let past = done.len().saturating_sub(spec.at.max(1));
-        keep_state_lines(out, last.steps);
-        let killed = Killed {
-            checkpoint: last.clone(),
-            past,
-        };
-        let empty = Collected::of_outputs(crate::case::Outputs::new(), None);
-        return (Started::ready(meta, empty), Some(killed));
-    }
-    let _ = std::fs::remove_dir_all(out);
+    let ended = ended.inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(out);
+    })?;
+    Ok((ended, detector, stop.load(Ordering::SeqCst)))
+}
+
+/// Why a killed launch that was never killed left nothing to resume from: its own failure,
+/// or what its watch saw instead of the Nth checkpoint.
+fn no_checkpoint(
+    program: &Program,
+    spec: &Spec,
+    ended: &spawn::Ended,
+    detector: Option<checkpoint::Detector>,
+) -> Failure {
     let Some(seen) = detector.as_ref().map(|d| d.seen(spec.at)) else {
         let f = "inotify is not available here, so bitexact cannot see a checkpoint complete";
-        return (
-            Started::failed(meta, Failure::new(FailureKind::Harness, f)),
-            None,
-        );
+        return Failure::new(FailureKind::Harness, f);
     };
     let mut f = Failure::new(
         FailureKind::NoCheckpoint,
@@ -202,14 +238,14 @@ pub(super) fn start_killed(
             spec.matcher.describe()
         ),
     );
-    if let Some(own) = spawn::failed(&ended, program.timeout, program.memory_limit_mb.is_some()) {
+    if let Some(own) = spawn::failed(ended, program.timeout, program.memory_limit_mb.is_some()) {
         f.message = format!(
             "the launch to be killed after a checkpoint failed first: {}",
             own.message
         );
         f.kind = own.kind;
     }
-    (Started::failed(meta, f), None)
+    f
 }
 
 /// Keeps the first `steps` lines of the killed launch's rank-0 state record (those written
@@ -266,13 +302,18 @@ pub(super) fn check(
             // A launch that failed before its program ran leaves the output directory.
             let _ = std::fs::remove_dir_all(source.out_path());
             let after = &killed.checkpoint.name;
+            let half = match &killed.unfinished {
+                Some(b) => format!("; the kill landed while the program was writing {b}, which it may have read half-written"),
+                None => String::new(),
+            };
             f.message = format!(
-                "the resumed launch (after checkpoint {after}) failed: {}",
+                "the resumed launch (after checkpoint {after}{half}) failed: {}",
                 f.message
             );
             return failed(report, f);
         }
     };
+    report.notes.extend(late_notes(&killed));
     if killed.past > 0 {
         report.notes.push(format!(
             "resume: the program completed {} more checkpoint{} after the {}th before the kill landed; the resumed launch started from the last, {}",
@@ -290,6 +331,27 @@ pub(super) fn check(
         &killed.checkpoint,
         report,
     ))
+}
+
+/// What the report says of kills that landed late: launches run again, and a checkpoint the
+/// last kill found half-written.
+fn late_notes(killed: &Killed) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !killed.late.is_empty() {
+        notes.push(format!(
+            "resume: the killed launch ran {} more time{}: its kill landed while the program was already writing a later checkpoint ({})",
+            killed.late.len(),
+            if killed.late.len() == 1 { "" } else { "s" },
+            killed.late.join(", ")
+        ));
+    }
+    if let Some(b) = &killed.unfinished {
+        notes.push(format!(
+            "resume: after {} tries the kill still landed while the program was writing {b}: the resumed launch found it half-written",
+            LATE_RETRIES + 1
+        ));
+    }
+    notes
 }
 
 /// Compares the resumed run with run 0: outputs (into `report.diff` and `divergence`, and the
