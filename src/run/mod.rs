@@ -38,6 +38,7 @@ mod files;
 pub mod ignore;
 mod info;
 mod inotify;
+mod killed;
 mod large;
 mod name;
 pub mod project;

@@ -46,7 +46,7 @@ pub struct ProgramSource<'a> {
     /// Where kept runs' outputs went when not under their promised name (`--keep`).
     moved_elsewhere: std::sync::Mutex<Vec<String>>,
     /// What the killed launch of `--vary resume` left for the resumed one.
-    killed: std::sync::Mutex<Option<super::resume::Killed>>,
+    killed: std::sync::Mutex<Option<super::killed::Killed>>,
 }
 
 /// One program run at a time per process: after each run the subreaper sweep reaps whatever
@@ -135,20 +135,20 @@ impl<'a> ProgramSource<'a> {
     }
 
     /// What the killed launch of `--vary resume` left, once it was killed after its checkpoint.
-    pub(super) fn killed_launch(&self) -> Option<super::resume::Killed> {
+    pub(super) fn killed_launch(&self) -> Option<super::killed::Killed> {
         self.killed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    /// The killed launch of `--vary resume`'s run `index` ([`super::resume::start_killed`]),
+    /// The killed launch of `--vary resume`'s run `index` ([`super::killed::start_killed`]),
     /// one program at a time like every run; what it left is kept for the resumed launch.
     fn start_killed(&self, index: usize, settings: &RunSettings) -> Started {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let out = self.out_path();
         let env = env_for(self.program, settings, index, &out);
-        let (started, killed) = super::resume::start_killed(self.program, &out, settings, env);
+        let (started, killed) = super::killed::start_killed(self.program, &out, settings, env);
         *self.killed.lock().unwrap_or_else(|e| e.into_inner()) = killed;
         started
     }
