@@ -2,11 +2,16 @@
 optimizer step, the digests of the state a bit-exact resume needs; goal ≤ 5 % of a step): one
 training iteration of the nanoGPT-sized GPT of ``benches/nanogpt.py`` (AdamW over two groups,
 gradient clipping), without and with the recorder (:mod:`bitexact._resume_state`), interleaved
-in rounds as ``benches/op_trace.py`` does: ``state`` records every piece at every step,
-``state_light`` the light pieces only (generators, param-group values, schedulers, scalers,
-loaders, one-element tensors: the record of a step whose heavy pieces are not asked for).
+in rounds as ``benches/op_trace.py`` does:
+
+* ``state``: the recorder as a run gets it (``AUTO``): a full record at the launch's first step
+  and after each checkpoint write (this loop writes none), a light one (generators,
+  param-group values, schedulers, scalers, loaders) at every other step;
+* ``state_full``: a full record at every step (``BITEXACT_STATE_STEPS=0..``; what every step
+  cost before the records were light), the per-tensor pieces included.
+
 Medians of wall and process CPU time per step (the CPU time counts the native hash's threads
-too), and of the record alone (``record``: building and writing one line, every tensor's
+too), and of one full record alone (``record``: building and writing one line, every tensor's
 digest already cached, i.e. the Python side's cost) and its bytes.
 
 ``OMP_NUM_THREADS=1 python benches/resume_state.py [REPS]`` (default 40 steps per mode); prints
@@ -36,7 +41,7 @@ def workload():
     return module.Workload("cpu")
 
 
-MODES = {"untraced": None, "state": None, "state_light": (-1, -1)}
+MODES = {"untraced": None, "state": state.AUTO, "state_full": (0, float("inf"))}
 
 
 def measure(work, reps, tmp):
@@ -64,7 +69,7 @@ def measure(work, reps, tmp):
 
 def record_alone(work, reps, tmp):
     """Median wall and CPU seconds of one record (made and written) outside the step."""
-    rec = state.install(out=tmp, rank=0, start=0)
+    rec = state.install(out=tmp, rank=0, start=0, heavy=(0, float("inf")))
     work.train()  # the first record finds the modules (a one-time scan)
     wall, cpu = [], []
     for _ in range(reps):
@@ -84,7 +89,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         out = measure(work, reps, tmp)
         out.update(record_alone(work, reps, tmp))
-    for mode in ("state", "state_light"):
+    for mode in ("state", "state_full"):
         out[mode + "_over_untraced"] = out[mode] / out["untraced"]
         out[mode + "_over_untraced_cpu"] = out[mode + "_cpu"] / out["untraced_cpu"]
     out["record_over_step_cpu"] = out["record_cpu"] / out["untraced_cpu"]

@@ -91,6 +91,14 @@ names! {
     /// took before its checkpoint completed; the state recorder numbers the resumed launch's
     /// steps from it, so they line up with the uninterrupted run's.
     RESUME_STEP_ENV = "BITEXACT_RESUME_STEP";
+    /// `--checkpoint GLOB` of `--vary resume`, for the state recorder: a write to a matching
+    /// path under `$BITEXACT_OUT` makes the next optimizer step's record a full one (unset: a
+    /// name containing `ckpt` or `checkpoint`).
+    STATE_CHECKPOINT_ENV = "BITEXACT_STATE_CHECKPOINT";
+    /// The steps whose state record is full (`A..B`, `A..` or `N`; `0..` for every step).
+    /// Unset: the first step of each launch and each step after a checkpoint write, the only
+    /// steps a resume is compared at.
+    STATE_STEPS_ENV = "BITEXACT_STATE_STEPS";
     /// Marks every process of a run, so none outlives it.
     RUN_ID_ENV = "BITEXACT_RUN_ID";
     /// Python: `1` in the runs of a pytest test marked `@pytest.mark.bitexact` (the test's body

@@ -44,16 +44,29 @@ tensor); ``hint`` says what a resume must save and load for that piece. Kinds an
 **Digests.** Host tensors are fingerprinted by the native XXH3-128 of their dtype, shape and
 bytes (:func:`bitexact._resume_pieces.fingerprints`; a state record compares two runs of one
 program, so equality is all it needs), all of a step's in one call; device tensors by the op
-tracer's canonical digest; other values by SHA-256 of their text or bytes (32 hex digits). Reading state never changes what the program computes: no RNG draws, no CUDA
-initialization, the tracer paused while the record is made; on a GPU, reading device tensors
-waits for them (the only synchronization added).
+tracer's canonical digest; other values by SHA-256 of their text or bytes (32 hex digits).
+Reading state never changes what the program computes: no RNG draws, no CUDA initialization,
+the tracer paused while the record is made; on a GPU, reading device tensors waits for them
+(the only synchronization added).
 
-**Heavy pieces and cost.** The per-tensor pieces (parameters, buffers, optimizer state, the
-gradients) change every step. On the nanoGPT step of ``benches/resume_state.py`` (CPU, one
-thread, 11.7 ms) a full record adds 11 % (with SHA-256 it was 20 %; most of what is left is the
-Python that walks 139 pieces), a light one (the other pieces, and one-element tensors) 4-7 %. Where the protocol names the steps to
-compare (``STATE_STEPS_ENV``: ``A..B``, ``A..`` or ``N``, when bitexact sets it), the heavy
-pieces are recorded at those steps only (:func:`heavy_steps`); otherwise at every step.
+**Full and light records.** The per-tensor pieces (parameters, buffers, each parameter's
+optimizer state, the gradients) change every step and cost the most, and a resume is compared
+at one step only: the resumed launch's first, against the uninterrupted run's step of that
+number, the first after a checkpoint. So a record is **full** (``"heavy": true``) at a launch's
+first step and at the first step after the program wrote a checkpoint, and **light** at every
+other: generators, param-group values, the count of parameters with optimizer state,
+schedulers, scalers, loaders (``"heavy": false``; the line still counts the step). A write is
+seen by an audit hook (:func:`sys.addaudithook`: ``open`` for writing, ``os.rename``,
+``os.mkdir``, ...) or by ``torch.save`` (wrapped: it opens its path in native code), on a path
+under ``$BITEXACT_OUT`` that :func:`is_checkpoint` takes for one (``STATE_CHECKPOINT_ENV``:
+``--checkpoint``'s glob). A saver that opens its path in other native code (safetensors'
+``save_file``) is not seen: that step's record stays light, and bitexact compares the light
+pieces and says so. ``STATE_STEPS_ENV`` (``A..B``, ``A..`` or ``N``; ``0..`` for every step)
+names the full steps instead.
+
+On the nanoGPT step of ``benches/resume_state.py`` (CPU, one thread, 11.7 ms) a light record
+takes 0.18 ms (1.5 %), a full one about 1 ms (11 %; with SHA-256 it was 20 %; most of it is the
+Python that walks 139 pieces).
 
 **Finding the state.** Optimizers, LR schedulers, GradScalers and DataLoaders are registered as
 they are made (their ``__init__`` wrapped once, at install, weak references only); the root
@@ -117,16 +130,109 @@ def install_from_env():
 
 
 def heavy_steps():
-    """The steps whose heavy pieces are recorded, ``(first, last)``, from the protocol's
-    ``STATE_STEPS_ENV`` when it has one and it is set (``A..B``, ``A..`` or ``N``, as the
-    tracer's steps); None (every step) otherwise."""
-    name = getattr(_protocol, "STATE_STEPS_ENV", None)
-    spec = os.environ.get(name, "").strip() if name else ""
+    """The steps whose record is full, ``(first, last)``, from ``STATE_STEPS_ENV`` (``A..B``,
+    ``A..`` or ``N``, as the tracer's steps), or ``AUTO`` when it is unset."""
+    spec = os.environ.get(_protocol.STATE_STEPS_ENV, "").strip()
     if not spec:
-        return None
+        return AUTO
     first, dots, last = spec.partition("..")
     first = int(first or 0)
     return first, (int(last) if last else float("inf")) if dots else first
+
+
+# The default heavy steps: a launch's first, and each one after a checkpoint write.
+AUTO = "auto"
+# Audit events that write a path, and where the path is among their arguments.
+_WRITES = {"open": 0, "os.rename": 1, "os.mkdir": 0, "shutil.copyfile": 1, "os.link": 1,
+           "os.symlink": 1}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+_TEMPORARY_ENDS = (".tmp", ".temp", ".part", ".partial", ".swp", ".lock", "~")
+_TEMPORARY_STARTS = ("tmp-", "tmp_", ".tmp", "~")
+
+
+def _temporary(component):
+    """As bitexact's checkpoint watch (``run/checkpoint.rs``): a name a saver renames away."""
+    c = component.lower()
+    return (c.endswith(_TEMPORARY_ENDS) or c.startswith(_TEMPORARY_STARTS) or ".tmp." in c
+            or ".tmp-" in c)
+
+
+def is_checkpoint(path, out, glob=None):
+    """Whether ``path`` (written by the program) is a checkpoint, or lies in one, under
+    ``out``: no part of it temporary, and a part matching ``glob``, or the whole path under
+    ``out`` when the glob has a ``/``; without ``glob``, a part whose name contains ``ckpt``
+    or ``checkpoint``. Wider than bitexact's watch (any part, not the name alone): a record
+    made full once too often costs a little time, one missed loses the comparison."""
+    import fnmatch
+
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    rel = os.path.relpath(os.path.abspath(path), out)
+    if rel == os.curdir or rel.startswith(os.pardir):
+        return False
+    parts = rel.split(os.sep)
+    if any(_temporary(c) for c in parts):
+        return False
+    if glob and "/" in glob:
+        return fnmatch.fnmatchcase(rel.replace(os.sep, "/"), glob)
+    if glob:
+        return any(fnmatch.fnmatchcase(c, glob) for c in parts)
+    return any("ckpt" in c.lower() or "checkpoint" in c.lower() for c in parts)
+
+
+def _audit(event, args):
+    """The audit hook (:func:`sys.addaudithook`): a write to a checkpoint makes the recorder's
+    next record full. Never raises (an audit hook that raises aborts the program's call)."""
+    where = _WRITES.get(event)
+    if where is None or _recorder is None:
+        return
+    try:
+        if event == "open":
+            mode, flags = args[1], args[2]
+            writes = any(c in mode for c in "wax+") if mode else bool(flags & _WRITE_FLAGS)
+            if not writes:
+                return
+        _wrote(args[where])
+    except Exception:
+        pass
+
+
+def _wrote(path):
+    """The program wrote ``path``: when it is a checkpoint, the next record is full."""
+    r = _recorder
+    if r is None or r.after_checkpoint or r.heavy != AUTO:
+        return
+    if isinstance(path, (str, bytes, os.PathLike)) and is_checkpoint(
+            os.fspath(path), r.out, r.glob):
+        r.after_checkpoint = True
+
+
+def _watch_torch_save():
+    """Wraps ``torch.save`` (once per process): it opens a path in native code, which makes
+    no audit event. A file object it is given was opened in Python, and audited."""
+    import torch
+    import torch.serialization as serialization
+
+    save = serialization.save
+    if getattr(save, "_bitexact_state", False):
+        return
+
+    @functools.wraps(save)
+    def wrapped(obj, f, *args, **kwargs):
+        result = save(obj, f, *args, **kwargs)
+        try:
+            _wrote(f)
+        except Exception:
+            pass
+        return result
+
+    wrapped._bitexact_state = True
+    serialization.save = wrapped
+    if torch.save is save:
+        torch.save = wrapped
+
+
+_audited = False
 
 
 def install(out=None, rank=None, start=None, heavy=None):
@@ -141,12 +247,19 @@ def install(out=None, rank=None, start=None, heavy=None):
         return None
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+    global _audited
     if rank is None:
         rank = _dist.rank() or 0
     if start is None:
         start = int(os.environ.get(_protocol.RESUME_STEP_ENV, "") or 0)
     path = os.path.join(out, "%s%d.jsonl" % (_protocol.STATE_FILE_PREFIX, rank))
     _recorder = Recorder(path, rank, start, heavy if heavy is not None else heavy_steps())
+    _recorder.out = os.path.abspath(out)
+    _recorder.glob = os.environ.get(_protocol.STATE_CHECKPOINT_ENV) or None
+    if not _audited:  # an audit hook cannot be removed: one per process, reading _recorder
+        sys.addaudithook(_audit)
+        _audited = True
+    _watch_torch_save()
     _track_made(_recorder.live)
     _recorder.handle = register_optimizer_step_pre_hook(_recorder.pre_step)
     return _recorder
@@ -222,12 +335,14 @@ class Recorder:
 
     def __init__(self, path, rank, start, heavy=None):
         self.path, self.rank, self.step, self.pid = path, rank, start, os.getpid()
-        self.heavy = heavy  # (first, last) step whose heavy pieces are recorded; None: all
+        self.heavy = heavy  # (first, last) steps whose records are full; None: all; AUTO
+        self.start = start
+        self.after_checkpoint = False  # AUTO: the program wrote a checkpoint since the record
+        self.out, self.glob = os.path.dirname(path), None
         self.live = {k: Live() for k in KINDS}
         self.first = None  # the counted optimizer (a weak reference)
         self.roots = None  # [(name prefix, weak reference to a root module)]
-        self.walked = None  # the last model_tensors()
-        self.rescanned = self.failed = False
+        self.rescanned = self.failed = self.full = False
         self.handle = None
 
     def pre_step(self, opt, args, kwargs):
@@ -251,32 +366,39 @@ class Recorder:
 
     def line(self, step):
         """The record of step ``step``, as a line of JSON."""
+        self.full = self.wants_heavy(step)
         tracer = sys.modules.get("bitexact._trace")
         with tracer.paused() if tracer is not None else contextlib.nullcontext():
             pieces = self.pieces(step)
-        return json.dumps({"step": step, "rank": self.rank, "pieces": pieces},
-                          separators=(",", ":")) + "\n"
+        return json.dumps({"step": step, "rank": self.rank, "heavy": self.full,
+                           "pieces": pieces}, separators=(",", ":")) + "\n"
+
+    def wants_heavy(self, step):
+        """Whether the record of ``step`` is full (see the module's doc)."""
+        if self.heavy is None:
+            return True
+        if self.heavy == AUTO:
+            full = step == self.start or self.after_checkpoint
+            self.after_checkpoint = False
+            return full
+        return self.heavy[0] <= step <= self.heavy[1]
 
     def pieces(self, step):
         import torch
 
         if self.roots is None:
             self.scan(torch)
-        heavy = self.heavy is None or self.heavy[0] <= step <= self.heavy[1]
-        cached = not heavy and self.walked is not None  # a light record reuses the last walk
-        if not cached:
-            self.walked = self.model_tensors()
-        params, buffers, names = self.walked
+        heavy = self.full
+        # A light record names no tensor of the model: no walk.
+        params, buffers, names = self.model_tensors() if heavy else ([], [], {})
         p = Pieces(heavy)
         self.generators(p, torch)
-        extra = self.optimizers(p, dict(names))
-        if extra and (cached or not self.rescanned):
-            # Parameters no module was seen holding: the modules changed since the last walk
-            # (walk them again), or new root modules were made (look for them, once).
-            if not cached:
-                self.rescanned = True
-                self.scan(torch)
-            self.walked = None
+        extra = self.optimizers(p, names)
+        if extra and not self.rescanned:
+            # Parameters no module was seen holding: new root modules were made since the
+            # scan (look for them, once).
+            self.rescanned = True
+            self.scan(torch)
             return self.pieces(step)
         for kind in ("scheduler", "scaler"):
             objs = self.live[kind].alive()
@@ -284,6 +406,9 @@ class Recorder:
                 for key, v in flat(obj.state_dict()):
                     p.value("%s: %s" % (label, key), kind, v, HINTS[kind])
         self.loaders(p, torch)
+        if not heavy:
+            p.hash()
+            return p.list
         for name, t in params + extra:
             p.tensor("parameter " + name, "parameter", t, HINTS["parameter"])
         for name, t in buffers:
@@ -368,14 +493,15 @@ class Recorder:
         extra, hint = [], HINTS["optimizer"]
         for label, opt in zip(labels(opts), opts):
             # Named even when a fresh optimizer has no state yet (its pieces are then absent).
-            held = sum(1 for group in opt.param_groups for t in group["params"]
-                       if opt.state.get(t))
+            held = sum(1 for v in opt.state.values() if v)
             p.value(label + ": parameters with state", "optimizer", held, hint)
             for g, group in enumerate(opt.param_groups):
                 for key in sorted(k for k in group if k != "params"):
                     v = group[key]
                     name = "%s group %d: %s" % (label, g, key)
                     (p.value if small(v) else p.obj)(name, "optimizer", v, hint)
+                if not p.heavy:
+                    continue  # a light record: no per-parameter piece
                 for i, t in enumerate(group["params"]):
                     if id(t) not in names:
                         names[id(t)] = "%s group %d #%d" % (label, g, i)

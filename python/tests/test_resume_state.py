@@ -153,7 +153,9 @@ def test_sitecustomize_records_every_step_before_it_without_changing_the_result(
     for r in recs:
         for p in r["pieces"]:
             assert p["kind"] in kinds and len(p["digest"]) == 32, p
-    for step in (0, 5):
+    # Full at the first step and after each checkpoint (every 4 steps), light at the others.
+    assert [r["heavy"] for r in recs] == [s % 4 == 0 for s in range(12)]
+    for step in (0, 4):
         pieces = at(runs["full"], step)
         for name in ("torch's CPU generator", "numpy's global generator", "Python's random",
                      "AdamW group 0: lr", "StepLR: last_epoch", "GradScaler: scale",
@@ -163,9 +165,10 @@ def test_sitecustomize_records_every_step_before_it_without_changing_the_result(
         # Before the step: the scheduler has stepped `step` times, AdamW `step` times.
         assert pieces["StepLR: last_epoch"]["value"] == str(step)
         assert pieces["AdamW: parameters with state"]["value"] == ("0" if step == 0 else "6")
-    assert at(runs["full"], 5)["AdamW: 0.weight step"]["value"] == "5.0"
+    assert at(runs["full"], 4)["AdamW: 0.weight step"]["value"] == "4.0"
     assert "AdamW: 0.weight exp_avg" not in at(runs["full"], 0)
-    assert at(runs["full"], 5)["AdamW: 0.weight exp_avg"]["kind"] == "optimizer"
+    assert at(runs["full"], 4)["AdamW: 0.weight exp_avg"]["kind"] == "optimizer"
+    assert "AdamW: 0.weight exp_avg" not in at(runs["full"], 5)
 
 
 def test_a_correct_resume_records_what_the_uninterrupted_run_did(runs):
@@ -227,7 +230,7 @@ def test_steps_count_the_first_optimizer_and_every_root_module_is_named(tmp_path
     head = torch.nn.Linear(4, 1)
     opt = torch.optim.AdamW(model.parameters())
     other = torch.optim.SGD(head.parameters(), lr=0.5, momentum=0.9)
-    _resume_state.install(out=str(tmp_path), rank=0, start=3)
+    _resume_state.install(out=str(tmp_path), rank=0, start=3, heavy=(5, 5))
     _train(model, opt, 3, other)
     recs = records(tmp_path)
     assert [r["step"] for r in recs] == [3, 4, 5]
@@ -244,10 +247,62 @@ def test_a_light_step_leaves_the_heavy_pieces_out(tmp_path, recorder_gone):
     opt = torch.optim.Adam(model.parameters())
     _resume_state.install(out=str(tmp_path), rank=0, start=0, heavy=(1, 1))
     _train(model, opt, 2)
-    light, heavy = ({p["name"] for p in r["pieces"]} for r in records(tmp_path))
+    light, heavy = records(tmp_path)
+    assert (light["heavy"], heavy["heavy"]) == (False, True)
+    light, heavy = ({p["name"] for p in r["pieces"]} for r in (light, heavy))
     assert "torch's CPU generator" in light and "Adam group 0: lr" in light
+    assert "Adam: parameters with state" in light
     assert not any(n.startswith("parameter ") for n in light) and DATA not in light
+    assert "Adam: weight step" not in light  # no per-parameter piece, one-element or not
     assert {"parameter weight", "Adam: weight exp_avg", "Adam: weight step", DATA} <= heavy
+
+
+def test_a_record_is_full_at_the_first_step_and_after_each_checkpoint_write(
+        tmp_path, recorder_gone, monkeypatch):
+    monkeypatch.delenv(_protocol.STATE_STEPS_ENV, raising=False)
+    monkeypatch.delenv(_protocol.STATE_CHECKPOINT_ENV, raising=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.Adam(model.parameters())
+    _resume_state.install(out=str(out), rank=0, start=0)
+
+    def tmp_then_rename():
+        torch.save(model.state_dict(), str(out / "model.ckpt.tmp"))  # a temporary name
+        os.replace(str(out / "model.ckpt.tmp"), str(out / "model.ckpt"))
+
+    def log():
+        with open(out / "log.txt", "a") as f:
+            f.write("loss\n")
+        torch.save(model.state_dict(), str(tmp_path / "ckpt.pt"))  # outside $BITEXACT_OUT
+        with open(out / "model.ckpt", "rb") as f:  # read, not written
+            f.read()
+
+    between = [lambda: torch.save(model.state_dict(), str(out / "ckpt.pt")), None,
+               tmp_then_rename, log, lambda: os.makedirs(str(out / "checkpoint-5")), None]
+    _train(model, opt, 1)
+    for write in between:
+        if write is not None:
+            write()
+        _train(model, opt, 1)
+    full = [r["heavy"] for r in records(out)]
+    assert full == [True, True, False, True, False, True, False], full
+
+
+def test_a_checkpoint_path_is_named_as_bitexact_names_it(tmp_path):
+    out = str(tmp_path)
+    is_ckpt = _resume_state.is_checkpoint
+    assert is_ckpt(os.path.join(out, "run", "ckpt_500.pt"), out)
+    assert is_ckpt(os.path.join(out, "checkpoint-500", "optimizer.pt"), out)
+    assert is_ckpt(os.path.join(out, "Checkpoints").encode(), out)
+    assert not is_ckpt(os.path.join(out, "ckpt.pt.tmp"), out)
+    assert not is_ckpt(os.path.join(out, "tmp-checkpoint-500", "w.pt"), out)
+    assert not is_ckpt(os.path.join(out, "step_0001.npy"), out)
+    assert not is_ckpt(os.path.join(out, "..", "ckpt.pt"), out)
+    assert is_ckpt(os.path.join(out, "state", "model_3.safetensors"), out, "model_*")
+    assert not is_ckpt(os.path.join(out, "ckpt.pt"), out, "model_*")
+    assert is_ckpt(os.path.join(out, "c-3", "gauss.npy"), out, "c-*/gauss.npy")
+    assert not is_ckpt(os.path.join(out, "c-3", "w.npy"), out, "c-*/gauss.npy")
 
 
 def test_a_failed_write_never_reaches_the_program(tmp_path, capsys, recorder_gone):

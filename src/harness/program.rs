@@ -158,9 +158,18 @@ pub struct StateRecord {
     /// The rank that recorded it.
     #[serde(default)]
     pub rank: u64,
+    /// A full record (every piece), or a light one without the per-tensor pieces
+    /// (parameters, buffers, per-parameter optimizer state, gradients): a step that follows
+    /// no checkpoint. Absent: full.
+    #[serde(default = "full")]
+    pub heavy: bool,
     /// What was recorded.
     #[serde(default)]
     pub pieces: Vec<StatePiece>,
+}
+
+fn full() -> bool {
+    true
 }
 
 /// One piece of a [`StateRecord`].

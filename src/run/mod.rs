@@ -264,6 +264,10 @@ pub fn env_for(
     }
     if program.records_state() {
         env.insert(crate::protocol::STATE_ENV.into(), "1".into());
+        let glob = program.resume.as_ref().and_then(|r| r.matcher.glob.clone());
+        if let Some(g) = glob {
+            env.insert(crate::protocol::STATE_CHECKPOINT_ENV.into(), g);
+        }
     }
     if program.injects() {
         let inject = trace::inject_dir(out);

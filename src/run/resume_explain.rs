@@ -31,9 +31,10 @@ pub(super) fn state_line(
     for r in [&mut a, &mut b] {
         r.pieces.retain(|p| !unused.contains(&p.name));
     }
+    let light = only_light(&mut a, &mut b);
     check.state = state_differences(&a, &b);
     // Steps count from 0: step N is the first after a checkpoint taken after N steps.
-    let before = ", the first after the checkpoint";
+    let before = format!(", the first after the checkpoint{light}");
     Some(match (check.state.is_empty(), check.differing.is_empty()) {
         (false, _) => format!(
             "resume: at step {step}{before}, differs from the uninterrupted run in: {}",
@@ -44,6 +45,25 @@ pub(super) fn state_line(
             "resume: at step {step}{before}, every recorded piece of state agrees, yet the outputs differ: the data the step read differs (a data position not restored), or state bitexact does not see differs"
         ),
     })
+}
+
+/// When either record is light (the uninterrupted run's step followed a checkpoint its
+/// recorder did not see written, from native code), keeps the pieces both records have, and
+/// says so: ` (light records: the per-tensor pieces were not compared …)`; else `""`.
+fn only_light(a: &mut StateRecord, b: &mut StateRecord) -> String {
+    if a.heavy && b.heavy {
+        return String::new();
+    }
+    let has = |r: &StateRecord, name: &str| r.pieces.iter().any(|p| p.name == name);
+    let (a0, b0) = (a.clone(), b.clone());
+    a.pieces.retain(|p| has(&b0, &p.name));
+    b.pieces.retain(|p| has(&a0, &p.name));
+    let who = if a.heavy {
+        "the resumed run's"
+    } else {
+        "the uninterrupted run's"
+    };
+    format!(" (compared without the per-tensor pieces: {who} record of it is light, as its recorder saw no checkpoint written from Python before it)")
 }
 
 /// The generators of record `at` that the uninterrupted run never drew from since its first
@@ -277,6 +297,7 @@ mod tests {
         let a = StateRecord {
             step: 7,
             rank: 0,
+            heavy: true,
             pieces: vec![
                 piece("torch's CPU generator", "aa", None, hint),
                 piece("StepLR: last_epoch", "06", Some("6"), sched),
@@ -302,6 +323,36 @@ mod tests {
     }
 
     #[test]
+    fn a_light_record_is_compared_on_the_pieces_both_records_have() {
+        let rng = Some("not restored: save and load torch.get_rng_state()");
+        let mut a = StateRecord {
+            step: 3,
+            rank: 0,
+            heavy: false,
+            pieces: vec![piece("torch's CPU generator", "aa", None, rng)],
+        };
+        let mut b = a.clone();
+        b.heavy = true;
+        b.pieces[0].digest = "bb".into();
+        b.pieces.push(piece("parameter 0.weight", "cc", None, None));
+        let said = only_light(&mut a, &mut b);
+        assert!(
+            said.contains("the uninterrupted run's record of it is light"),
+            "{said}"
+        );
+        // The parameter, absent from the light record, is not "only in the resumed run".
+        assert_eq!(
+            state_differences(&a, &b),
+            ["torch's CPU generator (not restored: save and load torch.get_rng_state())"]
+        );
+        // Two full records keep every piece.
+        b.pieces.push(piece("parameter 0.weight", "cc", None, None));
+        let (mut x, mut y) = (b.clone(), b.clone());
+        assert_eq!(only_light(&mut x, &mut y), "");
+        assert_eq!(x.pieces.len(), 2);
+    }
+
+    #[test]
     fn gradients_and_statistics_follow_from_other_pieces_or_name_the_data() {
         let piece = |name: &str, kind: &str, digest: &str| StatePiece {
             name: name.into(),
@@ -312,6 +363,7 @@ mod tests {
         let record = |gen: &str, grads: &str, mean: &str, count: &str| StateRecord {
             step: 4,
             rank: 0,
+            heavy: true,
             pieces: vec![
                 piece("torch's CPU generator", "generator", gen),
                 piece("buffer 1.running_mean", "buffer", mean),
