@@ -1,6 +1,6 @@
 //! Snapshots across machines: a program whose snapshot for this platform class is missing is
 //! compared with the snapshot of the same case and controls of another class
-//! (`DIR/<other class>/<case>@<controls>.snap`), judged with the noise rule of
+//! (`DIR/<other class>/<case>@<controls>.snap`), judged with the thresholds of
 //! [`crate::trace::noise`] on the sketches stored with both snapshots (`sketch.<output>` in
 //! `info`, made under `--snapshots` from run 0's floating-point outputs).
 //!
@@ -8,13 +8,20 @@
 //! `min(8 · ε(dtype) · √n, 0.05)`, `n` its element count. An output is the end of the whole
 //! stream, where the noise of every op before it has grown, and a snapshot holds no record of
 //! those ops, so the element count stands in for the reduction length (the allowance grows with
-//! the tensor, as the sum of its rounding errors does). An output beyond it is the answer
-//! (`mismatch (beyond noise: first at w.safetensors:fc.weight …)`), as is a differing integer
-//! output, a changed dtype or shape, or an output in one snapshot only. When every differing
-//! output is within noise the case is a `platform-difference (within noise)`, not a failure.
-//! The program's op stream digest (`<ops>`) is left to `bitexact diff-trace`; any other output
-//! without a sketch leaves the comparison not judged (the snapshot is then missing, as
-//! before).
+//! the tensor, as the sum of its rounding errors does). When every differing output is within
+//! it the case is a `platform-difference (within noise)`, not a failure.
+//!
+//! An output is a receiver in the noise rule's words: downstream of every op, where rounding
+//! noise may have been amplified honestly (Adam's division by `√v`, a sum that cancels), which
+//! is not a change. Its own difference cannot tell amplified noise from a change, and a
+//! snapshot keeps neither the ops' arguments nor their records, so an output over its threshold
+//! (or a differing integer output) is never called beyond noise: it is a `mismatch (over the
+//! noise threshold at the outputs: first at w.safetensors:fc.weight …)`, which says that
+//! `bitexact diff-trace` of traced runs tells the two apart. Only what rounding cannot make
+//! at all is beyond noise: a changed dtype or shape, or an output in one snapshot only
+//! (`mismatch (beyond noise: first at …)`). The program's op stream digest (`<ops>`) is left to
+//! `bitexact diff-trace`; any other output without a sketch leaves the comparison not judged
+//! (the snapshot is then missing, as before).
 
 use super::format::Snapshot;
 use super::naming::path;
@@ -32,7 +39,11 @@ pub use super::format::SKETCH_PREFIX;
 pub enum CrossClass {
     /// Every differing output within noise: the largest relative difference and where.
     Within(String),
-    /// The first output beyond noise and why.
+    /// The first output over its threshold, or a differing integer output, and why: amplified
+    /// noise or a change, which the outputs alone cannot tell apart.
+    Over(String),
+    /// The first output that rounding cannot explain (a changed dtype or shape, an output in
+    /// one snapshot only) and why.
     Beyond(String),
     /// Some differing output has no sketch to judge.
     NotJudged(String),
@@ -97,11 +108,11 @@ pub fn judge(old: &Snapshot, new: &Snapshot) -> CrossClass {
         }
         let n: usize = shape_of_label(&ha).unwrap_or_default().iter().product();
         let Some(tau) = dtype.and_then(|d| threshold(d, n)) else {
-            return CrossClass::Beyond(format!("first at {name}: an integer output differs"));
+            return CrossClass::Over(format!("first at {name}: an integer output differs"));
         };
         let r = sa.relative_difference(&sb);
         if r > tau {
-            return CrossClass::Beyond(format!(
+            return CrossClass::Over(format!(
                 "first at {name}: relative difference {r:.2e} over the threshold {tau:.2e} \
                  (8 × ε × √{n})"
             ));
@@ -161,7 +172,7 @@ mod tests {
         }
         let c = snap(&[("w", &[1.0, 2.02]), ("z", &[5.0])], &[("i", "a")]);
         match judge(&a, &c) {
-            CrossClass::Beyond(why) => assert!(why.starts_with("first at w: relative"), "{why}"),
+            CrossClass::Over(why) => assert!(why.starts_with("first at w: relative"), "{why}"),
             other => panic!("{other:?}"),
         }
         let d = snap(&[("w", &[1.0, 2.0]), ("z", &[5.0])], &[("i", "b")]);

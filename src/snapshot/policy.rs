@@ -3,7 +3,8 @@
 //! reports whose evidence so far says deterministic are compared; a program's missing or
 //! changed snapshot is written as pending (never in CI, see [`super::write_pending`]); cases'
 //! snapshots are written by `bitexact snapshot update`. A program without a snapshot for this
-//! platform class is compared with another class's, within or beyond noise
+//! platform class is compared with another class's, within noise, over the noise threshold at
+//! the outputs (amplified noise or a change: the outputs cannot tell), or beyond noise
 //! ([`super::noise`]). The verdict is left to the judge.
 
 use super::noise::{judge, other_classes, CrossClass};
@@ -56,7 +57,10 @@ pub fn check(dir: &Path, r: &mut CaseReport, controls: &Controls, platform: &Pla
 
 /// A program without a snapshot for this platform class, against the first other class that
 /// has one (`None`: no other class has one, or its differences cannot be judged): a
-/// `platform-difference (within noise)` or a `mismatch (beyond noise: first at …)`, with what
+/// `platform-difference (within noise)`, or a `mismatch (over the noise threshold at the
+/// outputs: first at …)` (never called beyond noise: an output's difference may be rounding
+/// noise amplified on its way, which is not a change, and only `bitexact diff-trace` of traced
+/// runs tells), or a `mismatch (beyond noise: first at …: in one snapshot only)`, with what
 /// differs between the two platforms.
 fn across_classes(
     dir: &Path,
@@ -87,6 +91,14 @@ fn across_classes(
         CrossClass::Within(why) => Some((
             SnapshotStatus::PlatformDifference,
             format!("platform-difference (within noise) from {against}: {why}{platforms}"),
+        )),
+        CrossClass::Over(why) => Some((
+            SnapshotStatus::Mismatch,
+            format!(
+                "mismatch (over the noise threshold at the outputs: {why}; rounding noise \
+                 amplified on its way and a change look alike in outputs: `bitexact diff-trace` \
+                 of traced runs on both platforms tells them apart) against {against}{platforms}"
+            ),
         )),
         CrossClass::Beyond(why) => Some((
             SnapshotStatus::Mismatch,

@@ -1,7 +1,8 @@
 //! Noise or not: whether two program traces that differ (two machines, two library versions,
-//! two thread counts) differ by the rounding noise of a different summation order, or by
-//! something larger (a changed argument, a bug, a numerical regression), judged from the two
-//! records alone ([`judge`]).
+//! two thread counts) differ by the rounding noise of a different summation order, honestly
+//! amplified downstream, or by something else (a changed argument, a bug, a numerical
+//! regression), judged from the two records alone ([`judge`]), or with an fp64 replay of one
+//! op ([`judge_with`]).
 //!
 //! Each record of a program trace keeps, beside each result's exact digest, a float64 sketch
 //! of it (norm, largest magnitude, non-finite count, [`super::sketch::SAMPLES`] fixed elements:
@@ -19,39 +20,46 @@
 //!   of `K` terms moves it by about `ε · √K` of the terms' scale (the rounding errors add like a
 //!   random walk; `K · ε` is the worst case), and an elementwise op (`K` = 1) implemented
 //!   differently (vectorized or not, another libm) by a few ULPs: hence the factor;
-//! - **an op whose inputs are identical** on both sides (where a difference starts): beyond
-//!   noise when its arguments differ (`same inputs, different arguments: eps 1e-05 vs 0.001`),
-//!   when an integer or boolean result differs (rounding cannot explain it), or when `d > τ`;
-//!   within noise otherwise;
-//! - **an op whose inputs already differ** (downstream of a difference), or an in-place op
-//!   (`aten::mul_`: the value it overwrote is an input its record does not show, [`in_place`]),
-//!   whose arguments match: its inputs carry the
-//!   difference so far, and ops amplify it (a normalization divides by a small spread, a
-//!   subtraction cancels). It is beyond noise only when `d > max(τ, `[`GROWTH_ALLOWANCE`]` · g)`,
-//!   `g` the growth so far: the largest relative difference of its differing inputs and of every
-//!   record judged before it. An integer result that differs downstream (an argmax whose
-//!   arguments moved by noise) is not judged.
+//! - **an origin**, an op whose inputs are identical on both sides (where a difference starts),
+//!   is judged by its own difference: beyond noise when its arguments differ (`same inputs,
+//!   different arguments: eps 1e-05 vs 0.001`), when an integer or boolean result differs
+//!   (rounding cannot explain it), or when `d > τ`; within noise otherwise;
+//! - **a receiver**, an op whose inputs already differ (downstream of a difference), or an
+//!   in-place op (`aten::mul_`: the value it overwrote is an input its record does not show,
+//!   [`in_place`]): its inputs carry the difference so far, and ops amplify it honestly (a
+//!   normalization divides by a small spread, a subtraction cancels, Adam divides by `√v`). Its
+//!   allowance is `max(τ, `[`GROWTH_ALLOWANCE`]` · g)`, `g` the growth so far: the largest
+//!   relative difference of its differing inputs and of every record judged before it. Within
+//!   it, the receiver is within noise; past it, it is **amplified**: larger only because its
+//!   inputs already differed, which is not a change. A receiver is **beyond noise** only when
+//!   its arguments differ and `d` is past the allowance (arguments computed from values that
+//!   already differ, a `.item()`, may differ by noise themselves), or when an fp64 replay of it
+//!   is at hand ([`OwnStep`]: both sides captured it, [`super::replay`]) and its own step is
+//!   beyond noise: a side's output farther than `τ` from the float64 result of the op on that
+//!   side's own inputs. Without a replay, a receiver whose arguments match is never beyond
+//!   noise. An integer result that differs downstream (an argmax whose arguments moved by
+//!   noise) is not judged.
 //!
-//! The answer is the first record beyond noise, if any; else the records agree within noise
-//! everywhere, with the largest relative difference seen. A record without sketches (an older
-//! trace, a device tensor, a tensor too large to hash) is counted as not judged. Records with
-//! no counterpart (another op decomposition in another version) are left out of the judgement.
-//! [`growth`](Judgement::growth) gives, per step, the records, how many differ, and the largest
-//! relative difference and ULP distance among them.
+//! The answer is the first record beyond noise, if any; else every difference starts at an
+//! origin within noise, and the answer says how far it grew and through which op (the largest
+//! amplified receiver, else the record of the largest difference: [`text::answer`]). A record
+//! without sketches (an older trace, a device tensor, a tensor too large to hash) is counted as
+//! not judged. Records with no counterpart (another op decomposition in another version) are
+//! left out of the judgement. [`growth`](Judgement::growth) gives, per step, the records, how
+//! many differ, and the largest relative difference and ULP distance among them.
 
 use super::sketch::{self, Sketch};
 use super::TraceEntry;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-/// `c` in the threshold `c · ε · √K` (see the module docs).
-pub const NOISE_FACTOR: f64 = 8.0;
+mod bounds;
+pub mod text;
 
-/// The threshold is never above this relative difference (bf16 over long reductions).
-pub const MAX_THRESHOLD: f64 = 0.05;
-
-/// How many times the growth so far a downstream record may differ before it is beyond noise.
-pub const GROWTH_ALLOWANCE: f64 = 100.0;
+pub use bounds::{
+    argument_difference, arguments, reduction_length, threshold, GROWTH_ALLOWANCE, MAX_THRESHOLD,
+    NOISE_FACTOR,
+};
 
 /// One step of the growth series: how the difference grows along the stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -73,7 +81,8 @@ pub struct StepGrowth {
 pub struct Verdict {
     /// Where: `step 0, rank 0, aten::mm (call 3 of aten::mm) in module Net.fc1 (backward), t.py:9`.
     pub at: String,
-    /// `within-noise`, `beyond-noise` or `not-judged`.
+    /// `within-noise`, `amplified` (a receiver past its allowance only because its inputs
+    /// already differ: not a change), `beyond-noise` or `not-judged`.
     pub judgement: String,
     /// Its relative difference, when sketches tell it.
     pub rel: Option<f64>,
@@ -86,8 +95,8 @@ pub struct Verdict {
 /// The judgement of two traces (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Judgement {
-    /// `within-noise` (every differing record judged is), `beyond-noise`, or `not-judged` (no
-    /// differing record could be judged: no sketches).
+    /// `within-noise` (every differing record judged is within noise or amplified),
+    /// `beyond-noise`, or `not-judged` (no differing record could be judged: no sketches).
     pub classification: String,
     /// The first record where the traces differ and their inputs matched, judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,90 +110,36 @@ pub struct Judgement {
     /// Where it was seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub largest_at: Option<String>,
+    /// The largest relative difference of an origin (an op of identical inputs, not in place)
+    /// judged: where the differences start, before any growth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_origin_rel: Option<f64>,
     /// Records with a counterpart whose results differ.
     pub differing: usize,
     /// Of those, how many could not be judged (no sketches; integer results downstream).
     pub not_judged: usize,
+    /// Of the differing records, the receivers judged `amplified` (past their allowance only
+    /// because their inputs already differ).
+    #[serde(default)]
+    pub amplified: usize,
+    /// The amplified receiver of the largest relative difference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_amplified: Option<Verdict>,
     /// Per step: records, differing records, largest relative difference and ULP distance.
     #[serde(skip)]
     pub growth: Vec<StepGrowth>,
 }
 
-/// The reduction length `K` of an op from its tensors' labels: the largest dimension of any
-/// input, or the number of input elements per result element (largest input over largest
-/// result) when that is larger; at least 1.
-pub fn reduction_length(inputs: &[String], outputs: &[&str]) -> usize {
-    let numel = |s: &[usize]| s.iter().product::<usize>();
-    let shapes = |labels: &mut dyn Iterator<Item = &str>| -> Vec<Vec<usize>> {
-        labels.filter_map(sketch::shape_of_label).collect()
-    };
-    let ins = shapes(&mut inputs.iter().map(String::as_str));
-    let outs = shapes(&mut outputs.iter().copied());
-    let largest_dim = ins.iter().flatten().copied().max().unwrap_or(1);
-    let largest_in = ins.iter().map(|s| numel(s)).max().unwrap_or(1);
-    let largest_out = outs.iter().map(|s| numel(s)).max().unwrap_or(1).max(1);
-    largest_dim.max(largest_in.div_ceil(largest_out)).max(1)
-}
-
-/// The noise threshold `min(c · ε · √K, cap)` of a result of `dtype` reduced over `k` terms;
-/// `None` for a dtype that is not floating point.
-pub fn threshold(dtype: crate::tensor::DType, k: usize) -> Option<f64> {
-    let eps = sketch::epsilon(dtype)?;
-    Some((NOISE_FACTOR * eps * (k.max(1) as f64).sqrt()).min(MAX_THRESHOLD))
-}
-
-/// `name=value` pairs of a record's `args` text, split at the commas outside brackets
-/// (`normalized_shape=[16],eps=1e-05` → `normalized_shape` `[16]`, `eps` `1e-05`); an item
-/// without `=` is named by its position (`#2`).
-pub fn arguments(text: &str) -> Vec<(String, String)> {
-    let mut items = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in text.char_indices() {
-        match c {
-            '[' | '(' => depth += 1,
-            ']' | ')' => depth -= 1,
-            ',' if depth <= 0 => {
-                items.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if !text.is_empty() {
-        items.push(&text[start..]);
-    }
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| match item.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None => (format!("#{i}"), item.to_string()),
-        })
-        .collect()
-}
-
-/// `eps 1e-05 vs 0.001` for each argument that differs between two `args` texts (`(none)` on
-/// the side without it), `; `-separated.
-pub fn argument_difference(a: &str, b: &str) -> String {
-    let (x, y) = (arguments(a), arguments(b));
-    let get = |v: &[(String, String)], k: &str| v.iter().find(|(n, _)| n == k).map(|p| p.1.clone());
-    let mut names: Vec<&String> = x.iter().map(|p| &p.0).collect();
-    names.extend(y.iter().map(|p| &p.0).filter(|n| get(&x, n).is_none()));
-    let none = || "(none)".to_string();
-    names
-        .into_iter()
-        .filter_map(|n| {
-            let (p, q) = (get(&x, n), get(&y, n));
-            (p != q).then(|| {
-                format!(
-                    "{n} {} vs {}",
-                    p.unwrap_or_else(none),
-                    q.unwrap_or_else(none)
-                )
-            })
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+/// An fp64 replay of one record's op on each side's own captured inputs
+/// ([`super::replay`]), for [`judge_with`]: whether that op's own step is beyond noise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnStep {
+    /// The record's position in the first trace.
+    pub index: usize,
+    /// Whether a side's output is beyond noise from the float64 result on its own inputs.
+    pub beyond: bool,
+    /// The replay's verdict (`both within noise; A is closer`).
+    pub verdict: String,
 }
 
 /// A record's results: `(label, sketch)` pairs (the sketch `None` when it has none).
@@ -250,6 +205,12 @@ fn input_difference(seen: &Seen, x: &TraceEntry, y: &TraceEntry) -> Option<f64> 
 /// Judges two program traces (see the module docs): the records are aligned as
 /// [`super::first_divergence`] aligns them.
 pub fn judge(a: &[TraceEntry], b: &[TraceEntry]) -> Judgement {
+    judge_with(a, b, None)
+}
+
+/// [`judge`], with the fp64 replay `own` of one record: a receiver whose own step is beyond
+/// noise is beyond noise (an origin is judged by its difference whatever the replay says).
+pub fn judge_with(a: &[TraceEntry], b: &[TraceEntry], own: Option<&OwnStep>) -> Judgement {
     let (ia, ib) = (super::identities(a), super::identities(b));
     let index: HashMap<_, usize> = (b.iter().zip(&ib).enumerate())
         .map(|(j, (e, &n))| ((e.key(), n), j))
@@ -258,7 +219,7 @@ pub fn judge(a: &[TraceEntry], b: &[TraceEntry]) -> Judgement {
     let mut steps: std::collections::BTreeMap<u64, StepGrowth> = Default::default();
     let mut seen: Seen = Default::default();
     let mut so_far = 0f64;
-    for (x, &n) in a.iter().zip(&ia) {
+    for (pos, (x, &n)) in a.iter().zip(&ia).enumerate() {
         let Some(&k) = index.get(&(x.key(), n)) else {
             continue;
         };
@@ -299,11 +260,25 @@ pub fn judge(a: &[TraceEntry], b: &[TraceEntry]) -> Judgement {
             }
         }
         if j.first_beyond_noise.is_none() {
-            let v = verdict(x, y, n, rel, discrete, unknown, &seen, so_far);
-            if v.judgement == "not-judged" {
-                j.not_judged += 1;
+            let grown = input_difference(&seen, x, y).unwrap_or(0.0).max(so_far);
+            let mine = own.filter(|o| o.index == pos);
+            let v = verdict(x, y, n, rel, (discrete, unknown), grown, mine);
+            let origin = x.inputs == y.inputs;
+            if let Some(r) = rel.filter(|_| origin && !in_place(&x.op)) {
+                j.largest_origin_rel = Some(j.largest_origin_rel.map_or(r, |m| m.max(r)));
             }
-            if j.origin.is_none() && x.inputs == y.inputs {
+            match v.judgement.as_str() {
+                "not-judged" => j.not_judged += 1,
+                "amplified" => {
+                    j.amplified += 1;
+                    let m = j.largest_amplified.as_ref().and_then(|v| v.rel);
+                    if m.is_none_or(|m| rel.is_some_and(|r| r > m)) {
+                        j.largest_amplified = Some(v.clone());
+                    }
+                }
+                _ => {}
+            }
+            if j.origin.is_none() && origin {
                 j.origin = Some(v.clone());
             }
             if v.judgement == "beyond-noise" {
@@ -323,17 +298,17 @@ pub fn judge(a: &[TraceEntry], b: &[TraceEntry]) -> Judgement {
     j
 }
 
-/// The verdict on one differing record `x` (occurrence `n`) against its counterpart `y`.
-#[allow(clippy::too_many_arguments)]
+/// The verdict on one differing record `x` (occurrence `n`) against its counterpart `y`:
+/// `rel` its relative difference, `(discrete, unknown)` whether an integer result differs and
+/// whether a result has no sketch, `grown` the growth so far, `own` its fp64 replay.
 fn verdict(
     x: &TraceEntry,
     y: &TraceEntry,
     n: usize,
     rel: Option<f64>,
-    discrete: bool,
-    unknown: bool,
-    seen: &Seen,
-    so_far: f64,
+    (discrete, unknown): (bool, bool),
+    grown: f64,
+    own: Option<&OwnStep>,
 ) -> Verdict {
     let outs: Vec<&str> = x.output.split(';').collect();
     let float_out = outs
@@ -377,32 +352,52 @@ fn verdict(
     };
     if same_inputs && !in_place(&x.op) {
         let why = format!("relative difference {r:.2e}, threshold {}", rule(d, tau));
-        return mk(
-            if r <= tau {
-                "within-noise"
-            } else {
-                "beyond-noise"
-            },
-            Some(tau),
-            why,
-        );
-    }
-    let grown = input_difference(seen, x, y).unwrap_or(0.0).max(so_far);
-    let allowed = tau.max(GROWTH_ALLOWANCE * grown);
-    let why = format!(
-        "relative difference {r:.2e}; its inputs already differ, growth so far {grown:.2e}, \
-         allowed max({}, {GROWTH_ALLOWANCE} × {grown:.2e}) = {allowed:.2e}",
-        rule(d, tau)
-    );
-    mk(
-        if r <= allowed {
+        let judgement = if r <= tau {
             "within-noise"
         } else {
             "beyond-noise"
-        },
-        Some(allowed),
-        why,
-    )
+        };
+        return mk(judgement, Some(tau), why);
+    }
+    let allowed = tau.max(GROWTH_ALLOWANCE * grown);
+    let receives = match same_inputs {
+        true => "it writes in place (the value it overwrote is not in its record)",
+        false => "its inputs already differ",
+    };
+    let why = format!(
+        "relative difference {r:.2e}; {receives}, growth so far {grown:.2e}, allowed max({}, \
+         {GROWTH_ALLOWANCE} × {grown:.2e}) = {allowed:.2e}",
+        rule(d, tau)
+    );
+    let replayed = own.map_or(String::new(), |o| {
+        format!("; fp64 replay on each side's own inputs: {}", o.verdict)
+    });
+    let (judgement, why) = match own {
+        Some(o) if o.beyond => (
+            "beyond-noise",
+            format!("{why}; its own step is beyond noise{replayed}"),
+        ),
+        _ if r <= allowed => ("within-noise", format!("{why}{replayed}")),
+        _ if x.args != y.args => (
+            "beyond-noise",
+            format!(
+                "{why}; its arguments differ: {}",
+                argument_difference(&x.args, &y.args)
+            ),
+        ),
+        _ => (
+            "amplified",
+            format!(
+                "{why}; amplified: past the allowance only because the values it reads already \
+                 differ, its arguments match{}",
+                match own {
+                    Some(_) => replayed,
+                    None => " (no fp64 replay of its own step)".into(),
+                }
+            ),
+        ),
+    };
+    mk(judgement, Some(allowed), why)
 }
 
 /// Whether `op` writes a tensor in place (`aten::mul_.Tensor`, `aten::_foreach_add_.List`):
@@ -411,28 +406,6 @@ fn verdict(
 pub fn in_place(op: &str) -> bool {
     let name = op.split('.').next().unwrap_or(op);
     name.ends_with('_') && !name.ends_with("__")
-}
-
-/// The one-line summary of a growth series: `largest relative difference per step: 0 3.1e-8
-/// (12 of 300 records differ), 1 2.2e-7 (…), …` (the first and last three steps of a long
-/// series).
-pub fn growth_line(growth: &[StepGrowth]) -> String {
-    let one = |g: &StepGrowth| {
-        let rel = g.max_rel.map_or("-".to_string(), |r| format!("{r:.1e}"));
-        format!("{} {rel} ({}/{})", g.step, g.differing, g.records)
-    };
-    let shown: Vec<String> = if growth.len() > 7 {
-        let mut v: Vec<String> = growth[..3].iter().map(one).collect();
-        v.push("…".into());
-        v.extend(growth[growth.len() - 3..].iter().map(one));
-        v
-    } else {
-        growth.iter().map(one).collect()
-    };
-    format!(
-        "growth: largest relative difference per step (differing/records): {}",
-        shown.join(", ")
-    )
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
+use super::text::{answer, growth_line, lines};
 use super::*;
 use crate::tensor::DType;
 
@@ -81,6 +82,19 @@ fn a_few_ulps_at_the_origin_and_after_is_within_noise_with_its_growth() {
         line.ends_with("(differing/records): 0 2.9e-7 (2/3), 1 - (0/1)"),
         "{line}"
     );
+    let line = answer(&j, 4);
+    assert!(
+        line.contains("; it grew to 2.9e-7 through step 0, rank 0, aten::mul")
+            && line.ends_with("(amplified, not a change); 2 op calls differ"),
+        "{line}"
+    );
+    // Where the largest difference is at an origin, nothing grew.
+    let j = judge(&trace(0, LATER, ""), &trace(2, LATER, ""));
+    let line = answer(&j, 4);
+    assert!(
+        line.ends_with("; it grew no further: largest relative difference 1.9e-7 at step 0, rank 0, aten::sum (call 1 of aten::sum) in module Net (forward), t.py:1; 1 op call differs"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -99,26 +113,152 @@ fn a_changed_argument_at_identical_inputs_is_beyond_noise_and_named() {
 }
 
 #[test]
-fn a_large_difference_is_beyond_noise_at_the_origin_or_downstream() {
+fn an_origin_past_its_threshold_is_still_beyond_noise() {
     // 1 % at an op of identical inputs.
     let j = judge(&trace(0, LATER, ""), &trace(1 << 17, LATER, ""));
-    let v = j.first_beyond_noise.expect("beyond");
+    assert_eq!(j.classification, "beyond-noise");
+    let v = j.first_beyond_noise.as_ref().expect("beyond");
     assert!(
         v.at.contains("aten::sum") && v.why.contains("relative difference"),
         "{v:?}"
     );
-    // One ULP at the origin, then a jump of 10 % downstream: far more than the growth so far.
-    let j = judge(
-        &trace(0, LATER, ""),
-        &trace(1, [20.0, 22.0, 20.0, 20.0], ""),
-    );
+    assert!(answer(&j, 4).starts_with("beyond noise: first at step 0, rank 0, aten::sum"));
+}
+
+/// One ULP at the origin, then a jump of 10 % at the receiver `aten::mul`: far past the
+/// allowance for the growth so far.
+fn jump(args: &str) -> (Vec<TraceEntry>, Vec<TraceEntry>) {
+    let mut b = trace(1, [20.0, 22.0, 20.0, 20.0], "");
+    b[2].args = args.into();
+    (trace(0, LATER, ""), b)
+}
+
+#[test]
+fn a_receiver_past_its_allowance_with_matching_arguments_is_amplified_not_beyond_noise() {
+    let (a, b) = jump("");
+    let j = judge(&a, &b);
+    assert_eq!(j.classification, "within-noise", "{j:#?}");
+    assert_eq!(j.first_beyond_noise, None, "{j:#?}");
     assert_eq!(j.origin.as_ref().unwrap().judgement, "within-noise");
-    let v = j.first_beyond_noise.expect("beyond");
+    assert_eq!(j.amplified, 1, "{j:#?}");
+    let v = j.largest_amplified.as_ref().expect("an amplified receiver");
+    assert_eq!(v.judgement, "amplified");
+    assert!(v.at.contains("aten::mul"), "{v:?}");
     assert!(
-        v.at.contains("aten::mul") && v.why.contains("inputs already differ"),
-        "{v:?}"
+        v.why.contains("its inputs already differ")
+            && v.why.ends_with(
+                "amplified: past the allowance only because the values it reads already differ, \
+                 its arguments match (no fp64 replay of its own step)"
+            ),
+        "{}",
+        v.why
     );
-    assert!(v.allowed.unwrap() < 0.1, "{v:?}");
+    assert!(v.allowed.unwrap() < v.rel.unwrap(), "{v:?}");
+    assert_eq!(j.largest_origin_rel.map(|r| r < 1e-6), Some(true), "{j:?}");
+    // The overall answer: within noise, grown through the amplified receiver.
+    let text = lines(&j, &j.growth);
+    assert!(
+        text[0].starts_with("origin within noise: relative difference"),
+        "{text:?}"
+    );
+    let line = &text[1];
+    assert!(
+        line.starts_with(
+            "within noise: every difference starts at ops within rounding noise (first: step 0, \
+             rank 0, aten::sum (call 1 of aten::sum) in module Net (forward), t.py:1); it grew to 9.1e-2 \
+             through step 0, rank 0, aten::mul (call 1 of aten::mul) in module Net (forward), t.py:1 \
+             (amplified, not a change); 2 op calls differ, 1 amplified past its allowance"
+        ),
+        "{line}"
+    );
+    assert!(!text.join("\n").contains("beyond"), "{text:?}");
+}
+
+#[test]
+fn a_receiver_past_its_allowance_with_different_arguments_is_still_beyond_noise() {
+    let (a, b) = jump("other=1.1");
+    let j = judge(&a, &b);
+    assert_eq!(j.classification, "beyond-noise", "{j:#?}");
+    let v = j.first_beyond_noise.as_ref().expect("beyond");
+    assert!(v.at.contains("aten::mul"), "{v:?}");
+    assert!(
+        v.why.contains("inputs already differ")
+            && v.why.ends_with("its arguments differ: other (none) vs 1.1"),
+        "{}",
+        v.why
+    );
+    assert_eq!((j.amplified, j.largest_amplified.as_ref()), (0, None));
+    let line = answer(&j, 4);
+    assert!(
+        line.starts_with("beyond noise: first at step 0, rank 0, aten::mul"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_replayed_receiver_is_beyond_noise_only_when_its_own_step_is() {
+    let (a, b) = jump("");
+    let own = |beyond: bool, verdict: &str| OwnStep {
+        index: 2,
+        beyond,
+        verdict: verdict.into(),
+    };
+    let j = judge_with(
+        &a,
+        &b,
+        Some(&own(true, "B is beyond noise, A within: A is closer")),
+    );
+    let v = j.first_beyond_noise.as_ref().expect("beyond");
+    assert!(v.at.contains("aten::mul"), "{v:?}");
+    assert!(
+        v.why.ends_with(
+            "its own step is beyond noise; fp64 replay on each side's own inputs: B is beyond \
+             noise, A within: A is closer"
+        ),
+        "{}",
+        v.why
+    );
+    let j = judge_with(&a, &b, Some(&own(false, "both within noise; A is closer")));
+    let v = j.largest_amplified.as_ref().expect("amplified");
+    assert!(
+        v.why.ends_with(
+            "its arguments match; fp64 replay on each side's own inputs: both within noise; A \
+             is closer"
+        ),
+        "{}",
+        v.why
+    );
+    // A replay of another record, or of an origin, changes nothing.
+    let j = judge_with(
+        &a,
+        &b,
+        Some(&OwnStep {
+            index: 1,
+            ..own(true, "")
+        }),
+    );
+    assert_eq!(
+        (j.classification.as_str(), j.amplified),
+        ("within-noise", 1)
+    );
+}
+
+#[test]
+fn an_in_place_receiver_past_its_allowance_is_amplified() {
+    let (mut a, mut b) = jump("");
+    for t in [&mut a, &mut b] {
+        t[2].op = "aten::mul_.Tensor".into();
+        t[2].inputs = vec![label(&[1.0, 1.0, 1.0, 1.0])];
+    }
+    let j = judge(&a, &b);
+    let v = j.largest_amplified.as_ref().expect("amplified");
+    assert!(
+        v.why
+            .contains("it writes in place (the value it overwrote is not in its record)"),
+        "{}",
+        v.why
+    );
+    assert_eq!(j.classification, "within-noise");
 }
 
 #[test]

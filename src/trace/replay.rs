@@ -18,6 +18,12 @@
 //! result's. The side with the smaller largest ULP distance (then the smaller absolute error)
 //! is **closer**. Anything that stops the replay (no torch, an in-place op whose input the
 //! capture no longer holds, an argument that cannot be rebuilt) is said in one line.
+//!
+//! A replay of a receiver (an op whose inputs already differ, each side replayed on its own
+//! inputs) judges its own step: `diff-trace` calls that receiver beyond noise when a side is
+//! beyond noise here, and otherwise leaves it within noise or amplified, never beyond
+//! ([`noise::judge_with`]). The measure is over the result's scale, so a reduction that
+//! cancels to nearly zero is beyond noise here by its own rounding.
 
 use super::{noise, sketch, TraceEntry};
 use serde::{Deserialize, Serialize};

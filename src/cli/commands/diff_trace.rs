@@ -4,7 +4,8 @@
 
 use crate::cli::usage::usage;
 use crate::platform::record::{self, Side};
-use crate::trace::noise::{growth_line, Judgement, StepGrowth};
+use crate::trace::noise::text::{growth_line, lines as noise_lines};
+use crate::trace::noise::{self, OwnStep};
 use crate::trace::replay;
 use crate::trace::{self, TraceFile};
 use anyhow::Result;
@@ -18,10 +19,12 @@ use std::path::{Path, PathBuf};
 /// directory's `.bitexact-record.json` and `.bitexact-platform.json`); when they differ, an op
 /// of identical inputs whose output differs gives different results on the two platforms
 /// rather than being called nondeterministic. Program traces are then judged for noise
-/// ([`trace::noise::judge`]): the first record beyond noise is the answer; when every differing
-/// record is within noise *and the platforms differ*, the exit code is 0 (the records agree
-/// within noise: what a changed machine or library is expected to do); on one platform any
-/// difference is nondeterminism, exit 1. `json`: one JSON object instead of text.
+/// ([`trace::noise::judge`], or [`trace::noise::judge_with`] the fp64 replay of a captured
+/// receiver): the first record beyond noise is the answer; when every differing record is
+/// within noise or amplified (a receiver that grew only because its inputs already differed)
+/// *and the platforms differ*, the exit code is 0 (the differences start within noise: what a
+/// changed machine or library is expected to do); on one platform any difference is
+/// nondeterminism, exit 1. `json`: one JSON object instead of text.
 pub(crate) fn diff_trace(a: &Path, b: &Path, json: bool) -> Result<u8> {
     let program = |p: &Path| p.is_dir() || p.extension().is_some_and(|x| x == "jsonl");
     if program(a) || program(b) {
@@ -70,15 +73,32 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
     if let Some(d) = d.as_mut().filter(|_| platforms.differ()) {
         d.explanation = across_platforms(&d.explanation);
     }
+    let origin = d.as_ref().and_then(|d| origin_identity(&ta, d));
+    let replay = d
+        .as_ref()
+        .and_then(|_| replay_for([a, b], &ta, origin.as_deref()));
+    // A replayed receiver is judged by its own step ([`noise::judge_with`]).
+    if let (Some(d), Some(Replayed::Done(r, index))) = (d.as_mut(), &replay) {
+        if d.noise.is_some() {
+            let own = OwnStep {
+                index: *index,
+                beyond: r
+                    .outputs
+                    .iter()
+                    .flat_map(|o| &o.sides)
+                    .any(|s| !s.within_noise),
+                verdict: r.verdict.clone(),
+            };
+            let mut j = noise::judge_with(&ta, &tb, Some(&own));
+            j.growth.clear();
+            d.noise = Some(j);
+        }
+    }
     let within = d.as_ref().is_some_and(|d| {
         let j = d.noise.as_ref();
         d.inputs_matched
             && j.is_some_and(|j| j.classification == "within-noise" && j.not_judged == 0)
     });
-    let origin = d.as_ref().and_then(|d| origin_identity(&ta, d));
-    let replay = d
-        .as_ref()
-        .and_then(|_| replay_for([a, b], &ta, origin.as_deref()));
     let code = match &d {
         None => 0,
         Some(_) if within && platforms.differ() => 0,
@@ -96,7 +116,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
             "divergence": d,
             "capture": origin,
             "replay": replay.as_ref().map(|r| match r {
-                Replayed::Done(r) => serde_json::json!(r),
+                Replayed::Done(r, _) => serde_json::json!(r),
                 Replayed::Not(why) => serde_json::json!({"error": why}),
             }),
         });
@@ -121,7 +141,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
         }
     }
     match &replay {
-        Some(Replayed::Done(r)) => println!("{}", r.line),
+        Some(Replayed::Done(r, _)) => println!("{}", r.line),
         Some(Replayed::Not(why)) => println!("fp64 replay: {why}"),
         None => {}
     }
@@ -130,8 +150,8 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
 
 /// What `diff-trace` says of an fp64 replay ([`replay`]).
 enum Replayed {
-    /// The captured op, replayed and judged.
-    Done(replay::Replay),
+    /// The captured op, replayed and judged, and its record's position in A's trace.
+    Done(replay::Replay, usize),
     /// Why there is none: the captures are missing or disagree, or the replay failed.
     Not(String),
 }
@@ -182,54 +202,10 @@ fn replay_for(
     };
     Some(
         match replay::replay(captures.each_ref().map(PathBuf::as_path), &ta[index]) {
-            Ok(r) => Replayed::Done(r),
+            Ok(r) => Replayed::Done(r, index),
             Err(why) => Replayed::Not(format!("{why} ({} captured in both)", ta[index].op)),
         },
     )
-}
-
-/// The text of a noise judgement: the origin's verdict, then the answer (the first record
-/// beyond noise, or agreement within noise with the largest relative difference).
-fn noise_lines(j: &Judgement, growth: &[StepGrowth]) -> Vec<String> {
-    let mut out = Vec::new();
-    let beyond = j.first_beyond_noise.as_ref();
-    if let Some(o) = j
-        .origin
-        .as_ref()
-        .filter(|o| beyond.is_none_or(|b| b.at != o.at))
-    {
-        out.push(format!(
-            "origin {}: {}",
-            o.judgement.replace('-', " "),
-            o.why
-        ));
-    }
-    let largest = match (j.largest_rel, &j.largest_at) {
-        (Some(r), Some(at)) => format!("largest relative difference {r:.2e} at {at}"),
-        _ => "no relative difference measured (no sketches)".into(),
-    };
-    let not_judged = match j.not_judged {
-        0 => String::new(),
-        n => format!(", {n} not judged"),
-    };
-    let compared: usize = growth.iter().map(|g| g.records).sum();
-    out.push(match (beyond, j.classification.as_str()) {
-        (None, _) if j.differing == 0 => format!(
-            "no noise to judge: every one of the {compared} op calls with a counterpart in both \
-             traces is identical"
-        ),
-        (Some(b), _) => format!("beyond noise: first at {} — {}", b.at, b.why),
-        (None, "not-judged") => format!(
-            "noise not judged: none of the {} differing op calls has sketches (records of an \
-             older bitexact, or tensors not on the host)",
-            j.differing
-        ),
-        _ => format!(
-            "within noise: the records agree within noise everywhere ({} op calls differ{not_judged}); {largest}",
-            j.differing
-        ),
-    });
-    out
 }
 
 /// A divergence's explanation for two runs on different platforms: what it calls

@@ -1,0 +1,104 @@
+//! The words of a noise judgement ([`super::judge`]), as `bitexact diff-trace` prints them:
+//! the origin's verdict, the answer, and the growth per step.
+
+use super::{Judgement, StepGrowth};
+
+/// The text of a noise judgement: the origin's verdict (unless it is the answer), then the
+/// answer ([`answer`]).
+pub fn lines(j: &Judgement, growth: &[StepGrowth]) -> Vec<String> {
+    let mut out = Vec::new();
+    let beyond = j.first_beyond_noise.as_ref();
+    if let Some(o) = j
+        .origin
+        .as_ref()
+        .filter(|o| beyond.is_none_or(|b| b.at != o.at))
+    {
+        out.push(format!(
+            "origin {}: {}",
+            o.judgement.replace('-', " "),
+            o.why
+        ));
+    }
+    out.push(answer(j, growth.iter().map(|g| g.records).sum()));
+    out
+}
+
+/// The answer of a judgement whose records with a counterpart number `compared`: the first
+/// record beyond noise; else, when every difference starts at an origin within noise, how far
+/// it grew and through which op (the largest amplified receiver, else the record of the
+/// largest difference): `within noise: every difference starts at ops within rounding noise
+/// (first: …); it grew to 7.5e-3 through … (amplified, not a change)`.
+pub fn answer(j: &Judgement, compared: usize) -> String {
+    if j.differing == 0 {
+        return format!(
+            "no noise to judge: every one of the {compared} op calls with a counterpart in both \
+             traces is identical"
+        );
+    }
+    if let Some(b) = &j.first_beyond_noise {
+        return format!("beyond noise: first at {} — {}", b.at, b.why);
+    }
+    if j.classification == "not-judged" {
+        return format!(
+            "noise not judged: none of the {} differing op calls has sketches (records of an \
+             older bitexact, or tensors not on the host)",
+            j.differing
+        );
+    }
+    let starts = match &j.origin {
+        Some(o) => format!(
+            "every difference starts at ops within rounding noise (first: {})",
+            o.at
+        ),
+        None => "no differing op had identical inputs (the difference enters between traced \
+                 ops), and every receiver is within noise or amplified"
+            .into(),
+    };
+    let grew = match (j.largest_rel, &j.largest_at) {
+        (Some(r), Some(at)) if j.largest_origin_rel.is_none_or(|o| r > o) => {
+            let through = j.largest_amplified.as_ref().map_or(at, |v| &v.at);
+            format!("it grew to {r:.1e} through {through} (amplified, not a change)")
+        }
+        (Some(r), Some(at)) => {
+            format!("it grew no further: largest relative difference {r:.1e} at {at}")
+        }
+        _ => "no relative difference measured (no sketches)".into(),
+    };
+    let mut counts = match j.differing {
+        1 => "1 op call differs".to_string(),
+        n => format!("{n} op calls differ"),
+    };
+    if j.amplified > 0 {
+        let their = if j.amplified == 1 { "its" } else { "their" };
+        counts.push_str(&format!(
+            ", {} amplified past {their} allowance",
+            j.amplified
+        ));
+    }
+    if j.not_judged > 0 {
+        counts.push_str(&format!(", {} not judged", j.not_judged));
+    }
+    format!("within noise: {starts}; {grew}; {counts}")
+}
+
+/// The one-line summary of a growth series: `largest relative difference per step: 0 3.1e-8
+/// (12 of 300 records differ), 1 2.2e-7 (…), …` (the first and last three steps of a long
+/// series).
+pub fn growth_line(growth: &[StepGrowth]) -> String {
+    let one = |g: &StepGrowth| {
+        let rel = g.max_rel.map_or("-".to_string(), |r| format!("{r:.1e}"));
+        format!("{} {rel} ({}/{})", g.step, g.differing, g.records)
+    };
+    let shown: Vec<String> = if growth.len() > 7 {
+        let mut v: Vec<String> = growth[..3].iter().map(one).collect();
+        v.push("…".into());
+        v.extend(growth[growth.len() - 3..].iter().map(one));
+        v
+    } else {
+        growth.iter().map(one).collect()
+    };
+    format!(
+        "growth: largest relative difference per step (differing/records): {}",
+        shown.join(", ")
+    )
+}
