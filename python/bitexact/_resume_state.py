@@ -55,14 +55,11 @@ at one step only: the resumed launch's first, against the uninterrupted run's st
 number, the first after a checkpoint. So a record is **full** (``"heavy": true``) at a launch's
 first step and at the first step after the program wrote a checkpoint, and **light** at every
 other: generators, param-group values, the count of parameters with optimizer state,
-schedulers, scalers, loaders (``"heavy": false``; the line still counts the step). A write is
-seen by an audit hook (:func:`sys.addaudithook`: ``open`` for writing, ``os.rename``,
-``os.mkdir``, ...) or by ``torch.save`` (wrapped: it opens its path in native code), on a path
-under ``$BITEXACT_OUT`` that :func:`is_checkpoint` takes for one (``STATE_CHECKPOINT_ENV``:
-``--checkpoint``'s glob). A saver that opens its path in other native code (safetensors'
-``save_file``) is not seen: that step's record stays light, and bitexact compares the light
-pieces and says so. ``STATE_STEPS_ENV`` (``A..B``, ``A..`` or ``N``; ``0..`` for every step)
-names the full steps instead.
+schedulers, scalers, loaders (``"heavy": false``; the line still counts the step). Which
+writes are checkpoints, and how they are seen: :mod:`bitexact._resume_writes`
+(``STATE_CHECKPOINT_ENV``: ``--checkpoint``'s glob). A checkpoint it cannot see leaves that
+step's record light: bitexact compares the light pieces and says so. ``STATE_STEPS_ENV``
+(``A..B``, ``A..`` or ``N``; ``0..`` for every step) names the full steps instead.
 
 On the nanoGPT step of ``benches/resume_state.py`` (CPU, one thread, 11.7 ms) a light record
 takes 0.18 ms (1.5 %), a full one about 1 ms (11 %; with SHA-256 it was 20 %; most of it is the
@@ -88,6 +85,7 @@ import weakref
 
 from . import _dist, _protocol
 from ._resume_pieces import Live, Pieces, flat, labels, small
+from ._resume_writes import is_checkpoint, watch_writes
 
 # The process of a rank that records (its children, DataLoader workers, do not): the tracer's
 # claim, so that under --trace both watch the same process (a claim holds for the process
@@ -142,59 +140,6 @@ def heavy_steps():
 
 # The default heavy steps: a launch's first, and each one after a checkpoint write.
 AUTO = "auto"
-# Audit events that write a path, and where the path is among their arguments.
-_WRITES = {"open": 0, "os.rename": 1, "os.mkdir": 0, "shutil.copyfile": 1, "os.link": 1,
-           "os.symlink": 1}
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
-_TEMPORARY_ENDS = (".tmp", ".temp", ".part", ".partial", ".swp", ".lock", "~")
-_TEMPORARY_STARTS = ("tmp-", "tmp_", ".tmp", "~")
-
-
-def _temporary(component):
-    """As bitexact's checkpoint watch (``run/checkpoint.rs``): a name a saver renames away."""
-    c = component.lower()
-    return (c.endswith(_TEMPORARY_ENDS) or c.startswith(_TEMPORARY_STARTS) or ".tmp." in c
-            or ".tmp-" in c)
-
-
-def is_checkpoint(path, out, glob=None):
-    """Whether ``path`` (written by the program) is a checkpoint, or lies in one, under
-    ``out``: no part of it temporary, and a part matching ``glob``, or the whole path under
-    ``out`` when the glob has a ``/``; without ``glob``, a part whose name contains ``ckpt``
-    or ``checkpoint``. Wider than bitexact's watch (any part, not the name alone): a record
-    made full once too often costs a little time, one missed loses the comparison."""
-    import fnmatch
-
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    rel = os.path.relpath(os.path.abspath(path), out)
-    if rel == os.curdir or rel.startswith(os.pardir):
-        return False
-    parts = rel.split(os.sep)
-    if any(_temporary(c) for c in parts):
-        return False
-    if glob and "/" in glob:
-        return fnmatch.fnmatchcase(rel.replace(os.sep, "/"), glob)
-    if glob:
-        return any(fnmatch.fnmatchcase(c, glob) for c in parts)
-    return any("ckpt" in c.lower() or "checkpoint" in c.lower() for c in parts)
-
-
-def _audit(event, args):
-    """The audit hook (:func:`sys.addaudithook`): a write to a checkpoint makes the recorder's
-    next record full. Never raises (an audit hook that raises aborts the program's call)."""
-    where = _WRITES.get(event)
-    if where is None or _recorder is None:
-        return
-    try:
-        if event == "open":
-            mode, flags = args[1], args[2]
-            writes = any(c in mode for c in "wax+") if mode else bool(flags & _WRITE_FLAGS)
-            if not writes:
-                return
-        _wrote(args[where])
-    except Exception:
-        pass
 
 
 def _wrote(path):
@@ -205,34 +150,6 @@ def _wrote(path):
     if isinstance(path, (str, bytes, os.PathLike)) and is_checkpoint(
             os.fspath(path), r.out, r.glob):
         r.after_checkpoint = True
-
-
-def _watch_torch_save():
-    """Wraps ``torch.save`` (once per process): it opens a path in native code, which makes
-    no audit event. A file object it is given was opened in Python, and audited."""
-    import torch
-    import torch.serialization as serialization
-
-    save = serialization.save
-    if getattr(save, "_bitexact_state", False):
-        return
-
-    @functools.wraps(save)
-    def wrapped(obj, f, *args, **kwargs):
-        result = save(obj, f, *args, **kwargs)
-        try:
-            _wrote(f)
-        except Exception:
-            pass
-        return result
-
-    wrapped._bitexact_state = True
-    serialization.save = wrapped
-    if torch.save is save:
-        torch.save = wrapped
-
-
-_audited = False
 
 
 def install(out=None, rank=None, start=None, heavy=None):
@@ -247,7 +164,6 @@ def install(out=None, rank=None, start=None, heavy=None):
         return None
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-    global _audited
     if rank is None:
         rank = _dist.rank() or 0
     if start is None:
@@ -256,10 +172,7 @@ def install(out=None, rank=None, start=None, heavy=None):
     _recorder = Recorder(path, rank, start, heavy if heavy is not None else heavy_steps())
     _recorder.out = os.path.abspath(out)
     _recorder.glob = os.environ.get(_protocol.STATE_CHECKPOINT_ENV) or None
-    if not _audited:  # an audit hook cannot be removed: one per process, reading _recorder
-        sys.addaudithook(_audit)
-        _audited = True
-    _watch_torch_save()
+    watch_writes(_wrote)
     _track_made(_recorder.live)
     _recorder.handle = register_optimizer_step_pre_hook(_recorder.pre_step)
     return _recorder
