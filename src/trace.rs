@@ -202,6 +202,41 @@ pub struct Divergence {
     /// beyond it ([`noise::judge`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<noise::Judgement>,
+    /// The conditions varied between the two runs when the op whose inputs were identical gave
+    /// another output ([`Divergence::under`]): the variation, not nondeterminism, changed it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub varied: Vec<crate::vary::Varied>,
+}
+
+/// How an explanation calls an op whose inputs were identical and whose output differed when
+/// nothing else is known: the words [`Divergence::under`] replaces.
+pub const NONDETERMINISTIC: &str = "this op is nondeterministic";
+
+impl Divergence {
+    /// The same divergence between two runs made under conditions that differ (`varied`):
+    /// an op whose inputs were identical and whose output differs is then said to differ
+    /// under them (`inputs identical, output differs at 1 vs 2 threads`), not to be
+    /// nondeterministic. Nothing varied, or inputs that differed: unchanged.
+    pub fn under(mut self, varied: Vec<crate::vary::Varied>) -> Divergence {
+        if varied.is_empty() || !self.inputs_matched {
+            return self;
+        }
+        let words = crate::vary::differ::words(&varied);
+        for (old, new) in [
+            (
+                format!("output differs: {NONDETERMINISTIC}"),
+                format!("output differs {words}"),
+            ),
+            (
+                format!("different output — {NONDETERMINISTIC}"),
+                format!("different output {words}"),
+            ),
+        ] {
+            self.explanation = self.explanation.replacen(&old, &new, 1);
+        }
+        self.varied = varied;
+        self
+    }
 }
 
 use streams::identities;
@@ -309,10 +344,10 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
             x.algorithm, y.algorithm
         )
     } else if inputs_matched && program {
-        format!("first divergence: {at} — inputs identical, output differs: this op is nondeterministic")
+        format!("first divergence: {at} — inputs identical, output differs: {NONDETERMINISTIC}")
     } else if inputs_matched {
         format!(
-            "first divergence at {at} ({} vs {}): same inputs, different output — this op is nondeterministic",
+            "first divergence at {at} ({} vs {}): same inputs, different output — {NONDETERMINISTIC}",
             x.algorithm, y.algorithm
         )
     } else {

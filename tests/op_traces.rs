@@ -192,6 +192,19 @@ fn blame_names_the_op_each_variation_breaks() {
         );
     }
     assert_eq!(code, 1, "{case:#}");
+    // The first divergence names the thread counts, never "nondeterministic": the op gives
+    // other bits at another thread count, which is what was varied.
+    let varied = &case["divergence"]["varied"][0];
+    assert_eq!(varied["variation"], "threads", "{case:#}");
+    let [a, b] = [0, 1].map(|i| varied["values"][i].as_str().unwrap().to_string());
+    let d = divergence(&case);
+    assert!(
+        d.contains(&format!(
+            "inputs identical, output differs at {a} vs {b} threads"
+        )),
+        "{d}"
+    );
+    assert!(!d.contains("nondeterministic"), "{d}");
     let blame = &case["blame"];
     assert_eq!(
         blame["broken_by"],
@@ -226,7 +239,11 @@ fn dropout_left_on_in_eval_is_named_under_a_varied_seed() {
     assert_eq!(code, 1, "{case:#}");
     let d = divergence(&case);
     assert!(d.contains("in module Net.drop (forward)"), "{d}");
-    assert!(d.contains("inputs identical, output differs"), "{d}");
+    assert!(
+        d.contains("inputs identical, output differs with seed "),
+        "{d}"
+    );
+    assert!(!d.contains("nondeterministic"), "{d}");
     assert!(
         case["digests"]["predictions.pt:predictions"].is_string(),
         "{case:#}"

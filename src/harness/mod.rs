@@ -174,7 +174,13 @@ fn evidence(source: &dyn RunSource, planner: &mut Planner) -> CaseReport {
         (Some(f), _, _) => report.evidence.failure = Some(f.clone()),
         (None, Some(first), Some((j, other))) => {
             report.diff = diagnose::explain(first, 0, other, *j);
-            report.divergence = source.localize(first, other, *j, &p.metas, planner);
+            let varied = crate::vary::differ::between(
+                (&planner.settings(0, false), 0),
+                (&planner.settings(*j, false), *j),
+            );
+            report.divergence = source
+                .localize(first, other, *j, &p.metas, planner)
+                .map(|d| d.under(varied));
             if opts.blame && !opts.vary.is_empty() {
                 report.blame = Some(diagnose::blame(source, planner));
             }

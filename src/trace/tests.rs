@@ -197,3 +197,31 @@ fn place_is_the_explanation_without_its_verdict() {
         .explanation
         .ends_with("inputs identical, output differs: this op is nondeterministic"));
 }
+
+#[test]
+fn an_op_of_identical_inputs_under_a_varied_condition_is_not_called_nondeterministic() {
+    use crate::vary::{Variation, Varied};
+    let x = |out: &str| TraceEntry {
+        op: "aten::mm".into(),
+        phase: "forward".into(),
+        inputs: vec!["a".into()],
+        output: out.into(),
+        ..Default::default()
+    };
+    let d = first_divergence(&[x("b")], &[x("c")]).unwrap();
+    let threads = Varied {
+        variation: Variation::Threads,
+        values: ["1".into(), "2".into()],
+    };
+    let under = d.clone().under(vec![threads.clone()]);
+    assert!(!under.explanation.contains("nondeterministic"), "{under:?}");
+    assert!(under
+        .explanation
+        .contains("output differs at 1 vs 2 threads"));
+    assert_eq!(under.varied, std::slice::from_ref(&threads));
+    // Nothing varied: unchanged. Inputs that already differed: unchanged.
+    assert_eq!(d.clone().under(Vec::new()), d);
+    let mut upstream = d.clone();
+    upstream.inputs_matched = false;
+    assert_eq!(upstream.clone().under(vec![threads]), upstream);
+}

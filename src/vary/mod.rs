@@ -23,8 +23,10 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+pub mod differ;
 mod parse;
 mod settings;
+pub use differ::Varied;
 pub use parse::Spec;
 pub use settings::{Knobs, Launch, RunSettings, BATCH_SPLIT};
 

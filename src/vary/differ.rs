@@ -1,0 +1,125 @@
+//! What differed between two compared runs: the varied conditions with their two values
+//! ([`between`]), so that an op whose inputs were identical and whose output differs is said
+//! to differ *under the variation* (`at 1 vs 2 threads`), never called nondeterministic when
+//! something was varied on purpose.
+
+use super::{RunSettings, Variation};
+use serde::{Deserialize, Serialize};
+
+/// One condition that differed between two compared runs, with its value in each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Varied {
+    /// The variation (`threads`, `hashseed`, `batch`, …).
+    pub variation: Variation,
+    /// Its value in the first run and in the other (`["1", "2"]`).
+    pub values: [String; 2],
+}
+
+impl Varied {
+    /// The words after "output differs": `at 1 vs 2 threads`, `with PYTHONHASHSEED 1 vs 2`,
+    /// `at batch 1 vs 8`, `at world size 1 vs 2`, `with poison 0x00 vs 0xff`.
+    pub fn words(&self) -> String {
+        let [a, b] = &self.values;
+        match self.variation {
+            Variation::Threads => format!("at {a} vs {b} threads"),
+            Variation::Workers => format!("at {a} vs {b} data-loader workers"),
+            Variation::Poison => format!("with poison {a} vs {b}"),
+            Variation::Batch => format!("at batch {a} vs {b}"),
+            Variation::Hashseed => format!("with PYTHONHASHSEED {a} vs {b}"),
+            Variation::Seed => format!("with seed {a} vs {b}"),
+            Variation::WorldSize => format!("at world size {a} vs {b}"),
+            Variation::Process | Variation::Order | Variation::Resume => {
+                format!("with {} {a} vs {b}", self.variation.name())
+            }
+        }
+    }
+}
+
+/// The words for every condition in `varied`, joined: `at 1 vs 2 threads and with
+/// PYTHONHASHSEED 1 vs 2`.
+pub fn words(varied: &[Varied]) -> String {
+    let each: Vec<String> = varied.iter().map(Varied::words).collect();
+    each.join(" and ")
+}
+
+/// The conditions that differ between run `i` under `a` and run `j` under `b`, in the order
+/// the variations were given.
+pub fn between((a, i): (&RunSettings, usize), (b, j): (&RunSettings, usize)) -> Vec<Varied> {
+    let poison = |p: Option<u8>| format!("0x{:02x}", p.unwrap_or(0));
+    let size = |n: Option<usize>| n.map_or("unsplit".to_string(), |n| n.to_string());
+    let mut out = Vec::new();
+    let mut push = |variation, x: String, y: String| {
+        if x != y && !out.iter().any(|v: &Varied| v.variation == variation) {
+            out.push(Varied {
+                variation,
+                values: [x, y],
+            });
+        }
+    };
+    for v in a.varied.iter().chain(&b.varied).copied() {
+        let (x, y) = match v {
+            Variation::Threads => (a.controls.threads, b.controls.threads),
+            Variation::Workers => (a.controls.workers, b.controls.workers),
+            Variation::Seed => {
+                push(v, a.controls.seed.to_string(), b.controls.seed.to_string());
+                continue;
+            }
+            Variation::Hashseed => (i + 1, j + 1),
+            Variation::Poison => {
+                push(v, poison(a.knobs.poison), poison(b.knobs.poison));
+                continue;
+            }
+            Variation::Batch => {
+                let pair = match (a.knobs.batch, b.knobs.batch) {
+                    (Some(x), Some(y)) => (x.to_string(), y.to_string()),
+                    _ => (size(a.knobs.batch_split), size(b.knobs.batch_split)),
+                };
+                push(v, pair.0, pair.1);
+                continue;
+            }
+            Variation::WorldSize => {
+                push(v, size(a.knobs.world_size), size(b.knobs.world_size));
+                continue;
+            }
+            Variation::Process | Variation::Order | Variation::Resume => continue,
+        };
+        push(v, x.to_string(), y.to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controls::Controls;
+
+    fn pair(vary: &[Variation]) -> Vec<Varied> {
+        let c = Controls {
+            thread_pair: [1, 2],
+            ..Controls::default()
+        };
+        let [a, b] = [0, 1].map(|i| RunSettings::for_run(&c, vary, i, false));
+        between((&a, 0), (&b, 1))
+    }
+
+    #[test]
+    fn each_varied_condition_is_named_with_its_two_values() {
+        assert_eq!(words(&pair(&[Variation::Threads])), "at 1 vs 2 threads");
+        assert_eq!(
+            words(&pair(&[Variation::Hashseed])),
+            "with PYTHONHASHSEED 1 vs 2"
+        );
+        assert_eq!(words(&pair(&[Variation::Batch])), "at batch 1 vs 8");
+        assert_eq!(
+            words(&pair(&[Variation::Poison])),
+            "with poison 0xff vs 0x5a"
+        );
+        assert_eq!(words(&pair(&[Variation::Seed])), "with seed 0 vs 1");
+        assert_eq!(
+            words(&pair(&[Variation::Threads, Variation::Hashseed])),
+            "at 1 vs 2 threads and with PYTHONHASHSEED 1 vs 2"
+        );
+        // Nothing varied, or a variation that does not differ between two runs: nothing.
+        assert!(pair(&[]).is_empty() && pair(&[Variation::Process]).is_empty());
+    }
+}
