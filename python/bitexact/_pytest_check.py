@@ -19,6 +19,21 @@ returns (see :func:`bitexact._pytest_worker.leaves`) by bitexact's canonical dig
 It returns a :class:`CheckResult`. On a difference, an error or a crash the test fails with
 the explanation (``fail=False`` returns the result instead); a check the machine cannot make
 (``vary=("threads",)`` on one core) is skipped with the reason.
+
+The failure reads like pytest's: a short summary (:func:`summary`, built from the case's entry
+of the JSON report, never by reading the text) is the failure message, and ``bitexact run``'s
+whole report follows in a report section of its own, titled ``bitexact run's report``
+(:data:`SECTION`), that pytest prints below the message as it prints captured output. The
+summary is the verdict line (``bitexact: forward is not deterministic over 2 runs``), the
+first divergence with its counts and ULPs (``first divergence: out.weight: 3/16 elements
+differ (runs 0 and 1), first at [0, 2] (… vs …), max |Δ| …, max 4 ULP``), up to three more
+differing outputs, the error of a run that failed, the blame when there is one, and a last line
+naming the test whose report follows. The section, rather than a report shown only under
+``-vv``, because a nondeterministic failure may not come back when the test runs again: what
+the runs found is shown the first time. In that report the worker's command line (an
+interpreter, ``-m bitexact._pytest_worker`` and a temporary pickle, gone by then) is replaced
+by the function and the test that called it. A check called outside the ``bitexact`` fixture
+(no test to attach a section to) puts the whole report below the summary instead.
 """
 
 import json
@@ -41,15 +56,17 @@ VARIATIONS = ("threads", "workers", "poison", "hashseed", "seed", "all")
 
 class CheckResult:
     """What a check found: ``verdict`` (``deterministic``, ``nondeterministic``, ``error``),
-    ``runs``, ``digests`` ({leaf path: hex digest} of run 0), ``text`` (the explanation, or
-    the whole report of ``bitexact run``), ``report`` (the case's entry of the JSON report under
-    ``isolate=True``, with ``blame``, ``divergence``, ``diff``...), ``value`` (run 0's return
-    value under ``isolate=False``)."""
+    ``runs``, ``digests`` ({leaf path: hex digest} of run 0), ``text`` (the explanation: the
+    failure message), ``report_text`` (``bitexact run``'s whole report under ``isolate=True``,
+    else ``None``), ``report`` (the case's entry of the JSON report under ``isolate=True``,
+    with ``blame``, ``divergence``, ``diff``...), ``value`` (run 0's return value under
+    ``isolate=False``)."""
 
-    def __init__(self, verdict, runs, digests, text, report=None, value=None):
+    def __init__(self, verdict, runs, digests, text, report=None, value=None, report_text=None):
         # `digests`: a dict, or run 0's leaves (in-process), hashed when first read.
         self.verdict, self.runs, self._digests = verdict, runs, digests
         self.text, self.report, self.value = text, report, value
+        self.report_text = report_text
 
     @property
     def digests(self):
@@ -105,7 +122,8 @@ def validate(runs, vary, timeout):
     vary = tuple(vary)
     for v in vary:
         if v.split("=")[0] not in VARIATIONS:
-            raise ValueError("bitexact: vary=%r: %r is not one of %s" % (vary, v, ", ".join(VARIATIONS)))
+            raise ValueError("bitexact: vary=%r: %r is not one of %s"
+                             % (vary, v, ", ".join(VARIATIONS)))
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError("bitexact: timeout=%r must be a positive number of seconds" % (timeout,))
     if any(v.split("=")[0] in ("threads", "all") for v in vary) and _cores() < 2:
@@ -145,9 +163,10 @@ def _pdeathsig():
     return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def run_program(command, name, runs, vary=(), trace=False, timeout=None, env=None):
+def run_program(command, name, runs, vary=(), trace=False, timeout=None, env=None, shown=None):
     """Runs ``command`` ``runs`` times through ``bitexact run`` in a driver process; returns
-    ``(exit code, text report, the case's JSON entry)``. ``ValueError`` on a usage error. On
+    ``(exit code, text report, the case's JSON entry)``; ``shown`` replaces the command in the
+    text report's ``command:`` line (:func:`show_command`). ``ValueError`` on a usage error. On
     any interruption (Ctrl-C, a pytest timeout) the driver is stopped, and with it every run,
     before the exception goes on."""
     argv = ["bitexact", "run", "--runs", str(runs), "--no-config", "--name", name]
@@ -181,7 +200,7 @@ def run_program(command, name, runs, vary=(), trace=False, timeout=None, env=Non
             text = f.read()
         with open(os.path.join(report_dir, "report.json"), encoding="utf-8") as f:
             case = json.load(f)["cases"][0]
-        return code, text, case
+        return code, show_command(text, shown), case
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)
 
@@ -196,27 +215,123 @@ def _stop(proc):
         proc.wait()
 
 
+def show_command(text, shown):
+    """``text`` (a report of one program case) with its ``command:`` line saying ``shown``
+    instead of the command that ran (``None``: unchanged). The line is the report's own (its
+    first line that starts ``    command: ``, see ``report::program_lines``)."""
+    if shown is None:
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("    command: "):
+            lines[i] = "    command: " + shown
+            break
+    return "\n".join(lines)
+
+
 def headline(what, case, runs):
-    """The first line of a failed check: what, the verdict, over how many runs."""
+    """The first line of a failed check: what, and the verdict over how many runs."""
     verdict = case["verdict"]
     said = {"nondeterministic": "is not deterministic over %d runs" % runs,
             "error": "failed in a fresh process"}.get(verdict, "is %s" % verdict)
-    return "bitexact: %s %s (`bitexact run`'s report):" % (what, said)
+    return "bitexact: %s %s" % (what, said)
 
 
-def judge_program(what, text, case, runs, fail):
-    """Skips the test, or fails it with the report's text unless ``fail`` is false, as the
-    case's verdict says; returns ``(verdict, the failure text)``."""
+def _sci(x):
+    """``x`` as Rust's ``{:.3e}`` writes it (``8.838e-1``), as the report does. JSON has no
+    infinity: the report writes ``null`` for one (a NaN against a number counts as infinite)."""
+    if x is None or x in (float("inf"), float("-inf")):
+        return "-inf" if x == float("-inf") else "inf"
+    if x != x:
+        return "NaN"
+    mantissa, exp = ("%.3e" % x).split("e")
+    return "%se%d" % (mantissa, int(exp))
+
+
+def _output(name, strip):
+    """An output's name as the summary shows it: ``strip`` (``<fn>.safetensors:``) removed, so
+    a check's outputs read as its leaves (``w``, ``layers.0.weight``)."""
+    return name[len(strip):] if strip and name.startswith(strip) else name
+
+
+def diff_line(d, strip=""):
+    """One differing output of the JSON report (a ``TensorDiff``) in words, as
+    ``TensorDiff::summary`` writes it: ``w: 3/16 elements differ (runs 0 and 1), first at
+    [0, 2] (0.5 vs 0.50000006), max |Δ| 5.960e-8, max 1 ULP``."""
+    name = _output(d["tensor"], strip)
+    if d.get("note"):
+        return "%s: %s" % (name, d["note"])
+    ulp = ", max %d ULP" % d["max_ulp"] if d.get("max_ulp") is not None else ""
+    return "%s: %d/%d elements differ (runs %d and %d), first at %s (%s vs %s), max |Δ| %s%s" % (
+        name, d["elements_differing"], d["elements"], d["runs"][0], d["runs"][1],
+        "[%s]" % ", ".join(str(i) for i in d["first_index"]), d["first_values"][0],
+        d["first_values"][1], _sci(d["max_abs"]), ulp)
+
+
+# More differing outputs the summary names after the first (the report names them all).
+MORE = 3
+
+
+def summary(what, case, runs, strip=""):
+    """The short explanation of a failed check or marked test, from the case's entry of the
+    JSON report: the verdict line, then (indented) the first divergence with its counts and
+    ULPs, up to :data:`MORE` other differing outputs, a failed run's message and the blame."""
+    lines = []
+    diffs = list(case.get("diff") or [])
+    div = case.get("divergence")
+    # The divergence of a program is its first differing output; under trace=True it is the
+    # first diverging op, said in its own words, and the first differing output follows.
+    first = next((d for d in diffs if div and d["tensor"] == div.get("op")), None)
+    if div and first is None:
+        said = div.get("explanation") or div.get("op", "")
+        lines.append(said if said.startswith("first divergence") else
+                     "first divergence: %s" % said)
+        if diffs:
+            first = diffs[0]
+            lines.append("first differing output: %s" % diff_line(first, strip))
+    elif diffs:
+        first = first or diffs[0]
+        lines.append("first divergence: %s" % diff_line(first, strip))
+    rest = [d for d in diffs if d is not first]
+    lines.extend(diff_line(d, strip) for d in rest[:MORE])
+    if len(rest) > MORE:
+        names = [_output(d["tensor"], strip) for d in rest[MORE:]]
+        lines.append("%d more differ: %s" % (len(names), ", ".join(names[:8]) + (
+            ", …" if len(names) > 8 else "")))
+    if case.get("message"):
+        lines.append(case["message"])
+    blame = case.get("blame")
+    if blame and blame.get("explanation"):
+        lines.append("blame: %s" % blame["explanation"])
+    body = "\n".join(lines).replace("\n", "\n    ")
+    return headline(what, case, runs) + ("\n    " + body if lines else "")
+
+
+# The title of the report section that holds `bitexact run`'s whole report.
+SECTION = "bitexact run's report"
+
+
+def judge_program(what, text, case, runs, fail, name=None, section=None, strip=""):
+    """Skips the test, or fails it as the case's verdict says (unless ``fail`` is false);
+    returns ``(verdict, the failure text)``. The failure text is :func:`summary`; the whole
+    report ``text`` goes to ``section(title, text)`` (the test's report section, shown below
+    the failure) when there is one, else below the summary."""
     verdict = case["verdict"]
     if verdict == "skipped":
         skip(case.get("message") or "skipped by bitexact")
-    text = "%s\n%s" % (headline(what, case, runs), text)
+    short = summary(what, case, runs, strip)
     if fail and verdict != "deterministic":
-        _pytest().fail(text, pytrace=False)
-    return verdict, text
+        if section is not None:
+            section(SECTION, text)
+            short += "\n(the whole report of `bitexact run` on %s is the section below)" % (
+                name or what)
+        else:
+            short += "\n\n`bitexact run`'s report:\n" + text
+        _pytest().fail(short, pytrace=False)
+    return verdict, short
 
 
-def _check_isolated(fn, args, kwargs, runs, vary, trace, timeout, fail, name):
+def _check_isolated(fn, args, kwargs, runs, vary, trace, timeout, fail, name, section):
     __tracebackhide__ = True
     try:
         blob = payload(fn, args, kwargs)
@@ -227,20 +342,22 @@ def _check_isolated(fn, args, kwargs, runs, vary, trace, timeout, fail, name):
             "(def %s(...) at the top of the test file, arguments as plain values or "
             "functools.partial), or isolate=False to call it in this process."
             % (getattr(fn, "__qualname__", repr(fn)), e, file_stem(fn))) from None
+    what = getattr(fn, "__qualname__", "fn")
+    shown = "%s, called by %s, in a fresh interpreter each run" % (what, name)
     fd, path = tempfile.mkstemp(prefix="bitexact-pytest-", suffix=".pkl")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         code, text, case = run_program(
             [sys.executable, "-m", "bitexact._pytest_worker", "call", path], name, runs,
-            vary, trace, timeout)
+            vary, trace, timeout, shown=shown)
     finally:
         os.unlink(path)
-    verdict, text = judge_program(getattr(fn, "__qualname__", "fn"), text, case, runs, fail)
     prefix = pickle.loads(blob)["stem"] + ".safetensors:"
+    verdict, short = judge_program(what, text, case, runs, fail, name, section, prefix)
     digests = {k[len(prefix):] if k.startswith(prefix) else k: v
                for k, v in case.get("digests", {}).items()}
-    return CheckResult(verdict, runs, digests, text, report=case)
+    return CheckResult(verdict, runs, digests, short, report=case, report_text=text)
 
 
 def _host_args(leaf):
@@ -258,23 +375,23 @@ def _host_args(leaf):
     return (ctypes.addressof(buf), len(data), name, shape), buf
 
 
-def _explain(name, run, first, other, differing):
-    """The explanation of run ``run`` against run 0, leaf by leaf, first difference first."""
+def _explain(what, run, first, other, differing):
+    """The explanation of run ``run`` against run 0, leaf by leaf, first difference first, in
+    the shape of :func:`summary`'s."""
     nat = _digest.native()
     paths0, paths = [p for p, _ in first], [p for p, _ in other]
     lines = []
     if paths0 != paths:
         lines.append("leaves differ: run 0 returned %s, run %d returned %s" % (paths0, run, paths))
-    if differing:
-        lines.append("first divergence: %s (every earlier output identical)" % differing[0])
     by0, by = dict(first), dict(other)
-    for p in differing:
+    for i, p in enumerate(differing):
         a, own_a = _host_args(by0[p])
         b, own_b = _host_args(by[p])
-        lines.append(nat.explain(p, [0, run], a, b))
+        lines.append(("first divergence: " if i == 0 else "") + nat.explain(p, [0, run], a, b))
         del own_a, own_b
-    return "bitexact.check: %s is nondeterministic in this process: run %d differs from run 0\n    %s" % (
-        name, run, "\n    ".join(lines))
+    head = "bitexact: %s is not deterministic in this process: run %d differs from run 0" % (
+        what, run)
+    return "\n    ".join([head] + lines)
 
 
 def _differing(first, other, what, run):
@@ -314,7 +431,7 @@ def _check_in_process(fn, args, kwargs, runs, fail, name):
         other = leaves(fn(*args, **kwargs), what=what)
         differing = _differing(first, other, what, i)
         if differing or [p for p, _ in first] != [p for p, _ in other]:
-            text = _explain(name, i, first, other, differing)
+            text = _explain(what, i, first, other, differing)
             if fail:
                 _pytest().fail(text, pytrace=False)
             return CheckResult("nondeterministic", runs, first, text, value=value0)
@@ -323,9 +440,11 @@ def _check_in_process(fn, args, kwargs, runs, fail, name):
 
 
 def check(fn, args=(), kwargs=None, *, runs=2, vary=(), isolate=True, trace=False,
-          timeout=None, fail=True, name=None):
+          timeout=None, fail=True, name=None, section=None):
     """The check behind ``bitexact.check(fn, *args, ...)`` (see the module docs); ``name``
-    names it in reports (the test's node id)."""
+    names it in reports (the test's node id); ``section(title, text)``, when given, takes
+    ``bitexact run``'s whole report when the check fails the test (the fixture's: a report
+    section of the test)."""
     __tracebackhide__ = True
     if not callable(fn):
         raise TypeError("bitexact.check: fn must be callable, not %s" % type(fn).__name__)
@@ -339,4 +458,5 @@ def check(fn, args=(), kwargs=None, *, runs=2, vary=(), isolate=True, trace=Fals
             raise ValueError("bitexact.check: timeout= needs isolate=True (a call in this "
                              "process cannot be stopped safely)")
         return _check_in_process(fn, args, kwargs or {}, runs, fail, name)
-    return _check_isolated(fn, args, kwargs or {}, runs, vary, trace, timeout, fail, name)
+    return _check_isolated(fn, args, kwargs or {}, runs, vary, trace, timeout, fail, name,
+                           section)

@@ -13,8 +13,16 @@ It gives:
   ``bitexact run`` (its fixtures set up there), and everything it passes to
   ``bitexact.record(**tensors)`` is compared, call by call (``record_0000``,
   ``record_0001``...), so a training loop's first differing step is named. The test fails with
-  ``bitexact run``'s report. In those runs (``BITEXACT_PYTEST_WORKER`` set) the test simply
-  runs, and a failure is written to standard error, where the report shows its tail.
+  the summary of ``bitexact run``'s report. In those runs (``BITEXACT_PYTEST_WORKER`` set) the
+  test simply runs, and a failure is written to standard error, where the report shows its tail.
+
+A failed check or marked test reads like any pytest failure: the failure message is a short
+summary (the verdict, the first divergence with its counts and ULPs, a failed run's error, the
+blame), and ``bitexact run``'s whole report, with the test in place of the worker's command
+line, is a report section of the test (``bitexact run's report``) that pytest prints below the
+message, as it prints captured output (``--show-capture=no`` hides it; pytest-xdist carries
+it). A section rather than ``-vv``: a nondeterministic failure may not come back on a rerun, so
+the whole report is there the first time. See :func:`bitexact._pytest_check.summary`.
 
 Everything fails through pytest (``pytest.fail``/``pytest.skip``), so ``--junitxml``,
 ``-x``, ``-k`` and pytest-xdist (each worker starts its own runs) work as for any test.
@@ -22,6 +30,7 @@ Everything fails through pytest (``pytest.fail``/``pytest.skip``), so ``--junitx
 
 import os
 import sys
+import weakref
 
 import pytest
 
@@ -29,6 +38,9 @@ from ._pytest_check import check as _check
 from ._pytest_check import judge_program, run_program, validate
 from ._pytest_snapshot import Snapshots
 from ._pytest_leaves import WORKER_ENV, record
+
+# Report sections waiting for a test's call report: {item: [(title, text), ...]}.
+_sections = weakref.WeakKeyDictionary()
 
 MARKER = ("bitexact(runs=2, vary=(), trace=False, timeout=None): run the test function "
           "`runs` times, each in a fresh process, and compare every tensor it passes to "
@@ -54,6 +66,7 @@ class Bitexact:
 
     def __init__(self, request):
         self._node = request.node
+        self._section = lambda title, text: add_section(request.node, title, text)
         self._snapshots = Snapshots(request.node.path, request.node.nodeid,
                                     request.config.getoption("bitexact_update"))
 
@@ -64,7 +77,8 @@ class Bitexact:
         it returns differs; returns a :class:`bitexact._pytest_check.CheckResult`."""
         __tracebackhide__ = True
         return _check(fn, args, kwargs, runs=runs, vary=vary, isolate=isolate, trace=trace,
-                      timeout=timeout, fail=fail, name=self._node.nodeid)
+                      timeout=timeout, fail=fail, name=self._node.nodeid,
+                      section=self._section)
 
     def assert_snapshot(self, name=None, **tensors):
         """Compares the tensors' digests with the committed snapshot (default name: the
@@ -84,6 +98,25 @@ def bitexact(request):
     """bitexact's determinism checks and snapshots: ``bitexact.check(fn, *args)``,
     ``bitexact.assert_snapshot(**tensors)``, ``bitexact.record(**tensors)``."""
     return Bitexact(request)
+
+
+def add_section(item, title, text):
+    """Adds a section (``title``: ``text``) to the report of ``item``'s current phase (the
+    call, or the setup or teardown of a fixture that checks), printed below its failure
+    (:func:`pytest_runtest_makereport`)."""
+    _sections.setdefault(item, []).append((title, text))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Puts the sections :func:`add_section` gathered in this phase at the head of its
+    report's, so the report of ``bitexact run`` comes right below the failure, before captured
+    output."""
+    outcome = yield
+    sections = _sections.pop(item, None)
+    if sections:
+        report = outcome.get_result()
+        report.sections[:0] = sections
 
 
 def _in_worker():
@@ -116,11 +149,14 @@ def pytest_pyfunc_call(pyfuncitem):
     try:
         runs, vary, trace, timeout = _marker_args(*marker.args, **marker.kwargs)
     except TypeError as e:
-        raise TypeError("@pytest.mark.bitexact: %s (it takes runs=, vary=, trace=, timeout=)" % e) from None
+        raise TypeError("@pytest.mark.bitexact: %s (it takes runs=, vary=, trace=, timeout=)"
+                        % e) from None
     runs, vary = validate(runs, vary, timeout)
+    shown = "%s, alone in a fresh pytest process each run" % pyfuncitem.nodeid
     code, text, case = run_program(_marker_command(pyfuncitem), pyfuncitem.nodeid, runs, vary,
-                                   trace, timeout, env={WORKER_ENV: "1"})
-    judge_program(pyfuncitem.name, text, case, runs, fail=True)
+                                   trace, timeout, env={WORKER_ENV: "1"}, shown=shown)
+    judge_program(pyfuncitem.name, text, case, runs, fail=True, name=pyfuncitem.nodeid,
+                  section=lambda title, report: add_section(pyfuncitem, title, report))
     return True
 
 

@@ -79,14 +79,17 @@ def test_not_failing(bitexact):
     result.assert_outcomes(failed=2, passed=1)
     out = result.stdout.str()
     result.stdout.fnmatch_lines([
-        "bitexact: unseeded is not deterministic over 2 runs (`bitexact run`'s report):",
+        "bitexact: unseeded is not deterministic over 2 runs",
+        "    first divergence: w: 6/6 elements differ (runs 0 and 1), first at [[]0, 0[]] "
+        "(* vs *), max |Δ| *, max * ULP",
+        "(the whole report of `bitexact run` on test_*.py::test_isolated is the section below)",
+        "*- bitexact run's report -*",
         "*first divergence: unseeded.safetensors:w (every earlier output identical)",
-        "*unseeded.safetensors:w: 6/6 elements differ (runs 0 and 1), first at [[]0, 0[]] (* vs *), "
-        "max |Δ| *, max * ULP",
-        "bitexact.check: test_*.py::test_in_process is nondeterministic in this process: run 1 "
-        "differs from run 0",
-        "*first divergence: w (every earlier output identical)",
-        "*w: 6/6 elements differ (runs 0 and 1), first at [[]0, 0[]] (* vs *), max |Δ| *, max * ULP",
+        "*unseeded.safetensors:w: 6/6 elements differ (runs 0 and 1), first at [[]0, 0[]] "
+        "(* vs *), max |Δ| *, max * ULP",
+        "bitexact: unseeded is not deterministic in this process: run 1 differs from run 0",
+        "    first divergence: w: 6/6 elements differ (runs 0 and 1), first at [[]0, 0[]] "
+        "(* vs *), max |Δ| *, max * ULP",
     ])
     assert "Traceback" not in out
 
@@ -124,6 +127,10 @@ def test_threads(bitexact):
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
+        "bitexact: dot is not deterministic over 2 runs",
+        "    first divergence: dot: 1/1 elements differ*",
+        "    blame: breaks when varying: threads*",
+        "*- bitexact run's report -*",
         "*varied per run: BITEXACT_THREADS=1|2*",
         "*dot.safetensors:dot: 1/1 elements differ*",
         "*blame: breaks when varying: threads*",
@@ -217,7 +224,9 @@ def test_loop_raises(bitexact):
     result = pytester.runpytest()
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines([
-        "bitexact: test_loop_diverges is not deterministic over 2 runs*",
+        "bitexact: test_loop_diverges is not deterministic over 2 runs",
+        "    first divergence: record_0002.safetensors:w: 2/2 elements differ (runs 0 and 1)*",
+        "*command: test_*.py::test_loop_diverges, alone in a fresh pytest process each run",
         "*first divergence: record_0002.safetensors:w (every earlier output identical)",
         "bitexact: test_loop_raises failed in a fresh process*",
         "*the loop broke*",
@@ -277,7 +286,8 @@ def test_bad_arguments(bitexact):
         '*raise RuntimeError("boom in the worker")',
         "*in_place returned the same memory for `state` in run 1 as in run 0*use isolate=True",
     ])
-    assert result.stdout.str().count("returned a str at `a`") == 2
+    # In process: the failure; isolated: the failure's summary and the report below it.
+    assert result.stdout.str().count("returned a str at `a`") == 3
 
 
 def test_a_timeout_kills_the_run(pytester):
@@ -339,7 +349,8 @@ def test_hang(bitexact):
 
 
 def test_skips_and_disabling(pytester):
-    pytester.makeconftest("import os\nos.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n")
+    pytester.makeconftest(
+        "import os\nos.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n")
     pytester.makepyfile(HEAD + """
 def test_threads(bitexact):
     bitexact.check(det, vary=("threads",))
@@ -373,4 +384,6 @@ def test_b(bitexact):
 """)
     result = pytester.runpytest_subprocess("-n", "2")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*first divergence: unseeded.safetensors:w*"])
+    result.stdout.fnmatch_lines(["    first divergence: w: 6/6 elements differ*",
+                                 "*- bitexact run's report -*",
+                                 "*first divergence: unseeded.safetensors:w*"])
