@@ -7,8 +7,9 @@
 //!   `{"bitexact_record": 1, "platform": {…}, "controls": {…}}`, where `platform` is
 //!   [`Platform::fields`] (class, OS, CPU model and features, cores, libc, rustc, bitexact
 //!   version, GPU, driver, CUDA) and `controls` the run's seed, deterministic and benchmark
-//!   switches, workers, and the thread count it exported (`threads`, absent when the program
-//!   was left its default), world size and batch size when given. Every value is a string.
+//!   switches, workers, the thread count it exported (`threads`, absent when the program
+//!   was left its default), `PYTHONHASHSEED` (`hashseed`), the poison byte, world size and
+//!   batch size when given. Every value is a string.
 //! - [`PLATFORM_FILE`] (`.bitexact-platform.json`), the program's own: Python, numpy, torch,
 //!   CUDA, cuDNN, GPU, torch's thread count (`bitexact.write_platform`; the tracer writes it
 //!   under `--trace`). A distributed run keeps it under `rank<R>/`.
@@ -47,6 +48,12 @@ pub fn record_json(settings: &RunSettings, env: &BTreeMap<String, String>) -> St
     controls.insert("workers".into(), c.workers.to_string().into());
     if let Some(t) = env.get(crate::protocol::THREADS_ENV) {
         controls.insert("threads".into(), t.clone().into());
+    }
+    if let Some(h) = env.get("PYTHONHASHSEED") {
+        controls.insert("hashseed".into(), h.clone().into());
+    }
+    if let Some(p) = settings.knobs.poison {
+        controls.insert("poison".into(), format!("0x{p:02x}").into());
     }
     if let Some(w) = settings.knobs.world_size {
         controls.insert("world_size".into(), w.to_string().into());
@@ -101,6 +108,8 @@ const RECORD_KEYS: &[&str] = &[
     "benchmark",
     "workers",
     "threads",
+    "hashseed",
+    "poison",
     "world_size",
     "batch",
 ];

@@ -88,6 +88,48 @@ pub fn between((a, i): (&RunSettings, usize), (b, j): (&RunSettings, usize)) -> 
     out
 }
 
+/// The record keys (`.bitexact-record.json`'s controls, and the program's platform file's
+/// labels) that a variation sets, with the variation.
+const RECORDED: [(&str, Variation); 9] = [
+    ("threads", Variation::Threads),
+    ("torch threads", Variation::Threads),
+    ("workers", Variation::Workers),
+    ("seed", Variation::Seed),
+    ("program seed", Variation::Seed),
+    ("hashseed", Variation::Hashseed),
+    ("poison", Variation::Poison),
+    ("batch", Variation::Batch),
+    ("world size", Variation::WorldSize),
+];
+
+/// The conditions that differ between two kept runs, from their records' fields (`(label,
+/// value)`, as [`crate::platform::record::Side`] reads them): `bitexact diff-trace` of two
+/// runs of one `bitexact run --vary threads --keep DIR` names the thread counts.
+pub fn from_records(a: &[(String, String)], b: &[(String, String)]) -> Vec<Varied> {
+    let find =
+        |f: &[(String, String)], k: &str| f.iter().find(|(l, _)| l == k).map(|(_, v)| v.clone());
+    let mut out: Vec<Varied> = Vec::new();
+    for (key, variation) in RECORDED {
+        if let (Some(x), Some(y)) = (find(a, key), find(b, key)) {
+            if x != y && !out.iter().any(|v| v.variation == variation) {
+                out.push(Varied {
+                    variation,
+                    values: [x, y],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether a `label A vs B` difference between two records is one a variation in `varied`
+/// makes (`threads 1 vs 2`, `torch threads 1 vs 2` under `threads`).
+pub fn explains(varied: &[Varied], difference: &str) -> bool {
+    RECORDED.iter().any(|(key, v)| {
+        difference.starts_with(&format!("{key} ")) && varied.iter().any(|x| x.variation == *v)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +163,32 @@ mod tests {
         );
         // Nothing varied, or a variation that does not differ between two runs: nothing.
         assert!(pair(&[]).is_empty() && pair(&[Variation::Process]).is_empty());
+    }
+
+    #[test]
+    fn kept_runs_records_name_what_was_varied() {
+        let f = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let a = f(&[
+            ("cpu", "x"),
+            ("threads", "1"),
+            ("torch threads", "1"),
+            ("seed", "0"),
+        ]);
+        let b = f(&[
+            ("cpu", "x"),
+            ("threads", "2"),
+            ("torch threads", "2"),
+            ("seed", "0"),
+        ]);
+        let varied = from_records(&a, &b);
+        assert_eq!(words(&varied), "at 1 vs 2 threads");
+        assert!(explains(&varied, "torch threads 1 vs 2"));
+        assert!(!explains(&varied, "cpu x vs y") && !explains(&varied, "seed 0 vs 1"));
+        assert!(from_records(&a, &a).is_empty());
     }
 }

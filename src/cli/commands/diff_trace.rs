@@ -69,10 +69,19 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
     let (ta, tb) = (load(a).map_err(bad)?, load(b).map_err(bad)?);
     let (pa, pb) = (Side::read(a).map_err(bad)?, Side::read(b).map_err(bad)?);
     let platforms = record::compare(&pa, &pb, ["A", "B"]);
+    // Conditions varied between two runs of one `bitexact run --keep`, from their records;
+    // any other difference is the platform's.
+    let varied = match (&pa.record, &pb.record) {
+        (Some(x), Some(y)) => crate::vary::differ::from_records(x, y),
+        _ => Vec::new(),
+    };
+    let other_platform =
+        (platforms.differences.iter()).any(|l| !crate::vary::differ::explains(&varied, l));
     let mut d = trace::first_divergence(&ta, &tb);
-    if let Some(d) = d.as_mut().filter(|_| platforms.differ()) {
+    if let Some(d) = d.as_mut().filter(|_| other_platform) {
         d.explanation = across_platforms(&d.explanation);
     }
+    let mut d = d.map(|d| d.under(varied));
     let origin = d.as_ref().and_then(|d| origin_identity(&ta, d));
     let replay = d
         .as_ref()
