@@ -7,7 +7,7 @@ checked on hand-made report entries, without processes."""
 
 import pytest
 
-from bitexact import _pytest_check
+from bitexact import _pytest_check, _pytest_summary
 
 # Imported here so that in-process inner runs (pytester restores sys.modules after each) find
 # it loaded: numpy's extension cannot be loaded twice in one process.
@@ -184,7 +184,7 @@ def test_the_summary_is_built_from_the_json_report():
             "divergence": {"op": p + "out.weight", "explanation": "first divergence: ..."},
             "blame": {"explanation": "breaks when varying: threads (blame made 4 more runs)"},
             "message": None}
-    assert _pytest_check.summary("forward", case, 2, p).splitlines() == [
+    assert _pytest_summary.summary("forward", case, 2, p).splitlines() == [
         "bitexact: forward is not deterministic over 2 runs",
         "    first divergence: out.weight: 3/16 elements differ (runs 0 and 1), first at [0, 2] "
         "(0.5 vs 0.50000024), max |Δ| 2.384e-7, max 4 ULP",
@@ -196,7 +196,7 @@ def test_the_summary_is_built_from_the_json_report():
     case["diff"] += [_diff(p + "b%d" % i, 1, None) for i in range(5)]
     case["diff"][-1]["note"] = "shape differs: [2] vs [3]"
     case["blame"] = None
-    assert _pytest_check.summary("forward", case, 4, p).splitlines() == [
+    assert _pytest_summary.summary("forward", case, 4, p).splitlines() == [
         "bitexact: forward is not deterministic over 4 runs",
         "    first divergence: step 0, rank 0, aten::addmm — inputs identical, output differs",
         "    first differing output: out.weight: 3/16 elements differ (runs 0 and 1), first at "
@@ -211,7 +211,7 @@ def test_the_summary_is_built_from_the_json_report():
     ]
     error = {"verdict": "error", "diff": [], "message": "run 0: exited with status 1: boom; "
              "last lines of stderr:\n  Traceback\nRuntimeError: boom"}
-    assert _pytest_check.summary("crash", error, 2).splitlines() == [
+    assert _pytest_summary.summary("crash", error, 2).splitlines() == [
         "bitexact: crash failed in a fresh process",
         "    run 0: exited with status 1: boom; last lines of stderr:",
         "      Traceback",
@@ -223,13 +223,13 @@ def test_the_summary_is_built_from_the_json_report():
                                      (0.0, "0.000e0"), (12346.0, "1.235e4"),
                                      (float("inf"), "inf"), (None, "inf")])
 def test_numbers_read_as_in_the_report(x, text):
-    assert _pytest_check._sci(x) == text
+    assert _pytest_summary._sci(x) == text
 
 
 def test_only_the_command_line_is_replaced():
     text = ("case  backend\nt.py::t  cpu\n    command: python -m bitexact._pytest_worker call "
             "/tmp/x.pkl\n    env: A=1\n    command: not this one\n")
-    assert _pytest_check.show_command(text, "fn, called by t.py::t") == (
+    assert _pytest_summary.show_command(text, "fn, called by t.py::t") == (
         "case  backend\nt.py::t  cpu\n    command: fn, called by t.py::t\n    env: A=1\n"
         "    command: not this one\n")
-    assert _pytest_check.show_command(text, None) == text
+    assert _pytest_summary.show_command(text, None) == text
