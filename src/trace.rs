@@ -125,6 +125,11 @@ pub struct TraceEntry {
     /// for a result without one; no sketches in older records): [`sketch`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sketches: Vec<String>,
+    /// A random op's generator and its state before the call, `who|digest` (`torch's default
+    /// CPU generator|1ccf17250133dec5`; empty for other ops and older records):
+    /// `python/bitexact/_trace_generator.py`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub generator: String,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -206,6 +211,24 @@ pub struct Divergence {
     /// another output ([`Divergence::under`]): the variation, not nondeterminism, changed it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub varied: Vec<crate::vary::Varied>,
+    /// A random op of identical inputs whose generator's state differed before the call: the
+    /// generator (`torch's default CPU generator`, `Net.noise's torch.Generator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
+}
+
+/// How an explanation says that a random op's generator was in another state before the call.
+pub const GENERATOR_DIFFERS: &str = "generator state differs before the call";
+
+/// Why, when nothing else is known: the op is deterministic given its generator's state.
+pub const SEEDED_DIFFERENTLY: &str = "seeded differently in the two runs";
+
+/// The generator of a random op whose state before the call differs between `x` and `y`
+/// (`torch's default CPU generator`), from the records' `who|digest`.
+fn generator_differs(x: &TraceEntry, y: &TraceEntry) -> Option<String> {
+    let (who, a) = x.generator.rsplit_once('|')?;
+    let (_, b) = y.generator.rsplit_once('|')?;
+    (a != b).then(|| who.to_string())
 }
 
 /// How an explanation calls an op whose inputs were identical and whose output differed when
@@ -216,12 +239,18 @@ impl Divergence {
     /// The same divergence between two runs made under conditions that differ (`varied`):
     /// an op whose inputs were identical and whose output differs is then said to differ
     /// under them (`inputs identical, output differs at 1 vs 2 threads`), not to be
-    /// nondeterministic. Nothing varied, or inputs that differed: unchanged.
+    /// nondeterministic; a random op whose generator's state differed, to have been seeded
+    /// differently in runs made under them (`…, made with seed 0 vs 1`). Nothing varied, or
+    /// inputs that differed: unchanged.
     pub fn under(mut self, varied: Vec<crate::vary::Varied>) -> Divergence {
         if varied.is_empty() || !self.inputs_matched {
             return self;
         }
         let words = crate::vary::differ::words(&varied);
+        let made = format!("{SEEDED_DIFFERENTLY}, made {words}");
+        if self.generator.is_some() {
+            self.explanation = self.explanation.replacen(SEEDED_DIFFERENTLY, &made, 1);
+        }
         for (old, new) in [
             (
                 format!("output differs: {NONDETERMINISTIC}"),
@@ -343,6 +372,20 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
             "first divergence at {at}: same inputs, algorithm changed ({} vs {})",
             x.algorithm, y.algorithm
         )
+    } else if let (true, Some(who)) = (inputs_matched, generator_differs(x, y)) {
+        let explanation = format!(
+            "first divergence: {at} — inputs identical, {GENERATOR_DIFFERS} ({who}): {SEEDED_DIFFERENTLY}"
+        );
+        return Divergence {
+            call: x.call,
+            op: x.op.clone(),
+            inputs_matched,
+            explanation,
+            generator: Some(who),
+            ..Divergence::default()
+        };
+    } else if inputs_matched && program && !x.generator.is_empty() {
+        format!("first divergence: {at} — inputs and generator state identical, output differs: {NONDETERMINISTIC}")
     } else if inputs_matched && program {
         format!("first divergence: {at} — inputs identical, output differs: {NONDETERMINISTIC}")
     } else if inputs_matched {

@@ -109,11 +109,56 @@ fn unseeded_noise_is_named_with_its_op_module_and_line() {
         "step 0, rank 0, aten::randn.generator",
         "in module Classifier.head (forward)",
         &format!("ops_trace.py:{line} "),
-        "inputs identical, output differs",
+        "inputs identical, generator state differs before the call (Classifier.head.gen's torch.Generator): seeded differently in the two runs",
     ] {
         assert!(d.contains(want), "{want:?} not in {d}");
     }
+    assert!(!d.contains("nondeterministic"), "{d}");
     assert_eq!(case["divergence"]["inputs_matched"], true);
+    assert_eq!(
+        case["divergence"]["generator"],
+        "Classifier.head.gen's torch.Generator"
+    );
+}
+
+#[test]
+fn the_default_generator_reseeded_from_the_clock_is_named() {
+    let Some(py) = common::tracer_python("the_default_generator_reseeded_from_the_clock_is_named")
+    else {
+        return;
+    };
+    let (code, case) = run(&[], &[&py, &example(), "--planted", "clock"], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    let d = divergence(&case);
+    assert!(d.contains("aten::bernoulli_"), "{d}"); // the encoder's first dropout
+    assert!(
+        d.contains("inputs identical, generator state differs before the call (torch's default CPU generator): seeded differently in the two runs"),
+        "{d}"
+    );
+    assert!(!d.contains("nondeterministic"), "{d}");
+}
+
+#[test]
+fn a_random_op_whose_generator_state_agrees_is_still_nondeterministic() {
+    let test = "a_random_op_whose_generator_state_agrees_is_still_nondeterministic";
+    let Some(py) = common::tracer_python(test) else {
+        return;
+    };
+    // A stand-in for a race: odd runs flush denormal results to zero (a switch no input shows).
+    let (code, case) = run(&[], &[&py, &example(), "--planted", "race"], &[]);
+    assert_eq!(code, 1, "{case:#}");
+    let d = divergence(&case);
+    assert!(
+        d.contains("aten::uniform_ (call 1 of aten::uniform_) in module Classifier.head (forward)"),
+        "{d}"
+    );
+    assert!(
+        d.contains(
+            "inputs and generator state identical, output differs: this op is nondeterministic"
+        ),
+        "{d}"
+    );
+    assert!(case["divergence"]["generator"].is_null(), "{case:#}");
 }
 
 #[test]
@@ -240,7 +285,7 @@ fn dropout_left_on_in_eval_is_named_under_a_varied_seed() {
     let d = divergence(&case);
     assert!(d.contains("in module Net.drop (forward)"), "{d}");
     assert!(
-        d.contains("inputs identical, output differs with seed "),
+        d.contains("inputs identical, generator state differs before the call (torch's default CPU generator): seeded differently in the two runs, made with seed 0 vs "),
         "{d}"
     );
     assert!(!d.contains("nondeterministic"), "{d}");

@@ -88,7 +88,7 @@ import sys
 import warnings
 
 from . import _protocol, _trace_c10d
-from . import _trace_compile, _trace_digest, _trace_record
+from . import _trace_compile, _trace_digest, _trace_generator, _trace_record
 from . import _trace_state as ts
 from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -156,9 +156,11 @@ def _make_mode(stream):
                 if kind is _COLLECTIVE:
                     return _trace_c10d.record(state, self.stream, func, args, kwargs,
                                               torch.Tensor)
+                gen = known[3] and _trace_generator.before(torch, known[3], args, kwargs,
+                                                           state.tracker)
                 result = func(*args, **kwargs)
                 _record(state, self.stream, func, kind, known[2], args, kwargs, result,
-                        torch.Tensor)
+                        torch.Tensor, gen)
                 return result
 
         _tracer_class = Tracer
@@ -188,10 +190,11 @@ _COLLECTIVE, _SKIPPED = object(), object()
 
 
 def _op(func):
-    """``(func, kind, written)``, remembered: how the mode treats ``func`` (a collective
-    (:mod:`bitexact._trace_c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or not a
-    computation: :data:`_NOT_COMPUTATION`), or recorded under its name) and the arguments it
-    writes (:func:`_written_args`)."""
+    """``(func, kind, written, generator)``, remembered: how the mode treats ``func`` (a
+    collective (:mod:`bitexact._trace_c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or
+    not a computation: :data:`_NOT_COMPUTATION`), or recorded under its name), the arguments it
+    writes (:func:`_written_args`) and where it takes its generator, for a random op
+    (:func:`bitexact._trace_generator.spec`)."""
     name = func.name()
     if func.namespace in _trace_c10d.NAMESPACES:
         kind = _COLLECTIVE
@@ -201,14 +204,17 @@ def _op(func):
         kind = name
     if len(_ops) >= 1 << 16:
         _ops.clear()
-    known = _ops[id(func)] = (func, kind, _written_args(func) if kind is not _SKIPPED else ())
+    computes = kind is not _SKIPPED and kind is not _COLLECTIVE
+    known = _ops[id(func)] = (func, kind, _written_args(func) if computes else (),
+                              _trace_generator.spec(func, name) if computes else None)
     return known
 
 
-def _record(state, stream, func, op, written, args, kwargs, result, tensor_type):
+def _record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None):
     """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
     view): its inputs are what it read (``written``: the arguments it writes in place or
-    through ``out=``, results), its outputs what it returned."""
+    through ``out=``, results), its outputs what it returned; ``gen``: a random op's generator
+    and its state before the call (:mod:`bitexact._trace_generator`)."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return
     text = _trace_record.arguments(func, args, kwargs, tensor_type) if _trace_digest.SKETCH \
@@ -223,7 +229,7 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type)
     phase, module = state.tracker.where()
     hidden = () if scratch is None else [j for j, t in enumerate(ins) if t is scratch]
     ts.emit(state, stream, op, phase, module, ins, outs, args=text, call=call,
-            scratch_ins=hidden)
+            scratch_ins=hidden, gen=gen)
 
 
 def _scratch_arg(func, op, args, kwargs):

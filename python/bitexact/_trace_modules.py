@@ -86,6 +86,11 @@ class Tracker:
         with self._lock:
             return self._name(mod)
 
+    def named_modules(self):
+        """``(module, qualified name)`` of every module named so far."""
+        with self._lock:
+            return list(self._names.items())
+
     def _name(self, mod):
         name = self._names.get(mod)
         if name is None:

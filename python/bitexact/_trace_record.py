@@ -36,14 +36,19 @@ def _labels(labels):
     return '"' + '","'.join(labels) + '"' if labels else ""
 
 
-def line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="", sketches=()):
+def line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="", sketches=(),
+         gen=None):
     """The record's JSON line (``"v": 2``), newline-terminated; then, only when there are,
     ``"args"`` (the op's non-tensor arguments, :func:`arguments`), ``"sk"`` (a sketch of each
     result, ``src/trace/sketch.rs``: digits, ``e.-,|``, ``NaN`` and ``inf`` only, which JSON
-    writes as they are) and ``"thread"`` (a thread other than the one that started tracing).
+    writes as they are), ``"gen"`` (a random op's generator and its state before the call,
+    :mod:`bitexact._trace_generator`) and ``"thread"`` (a thread other than the one that
+    started tracing).
     ``sketches`` = ``"\1"``: the background writer's mark for the ``"sk"`` field
     (:data:`bitexact._trace_digest.SKETCH_MARK`), written as it is."""
     tail = ',"args":%s' % _quote(args) if args else ""
+    if gen:
+        tail += ',"gen":%s' % _quote(gen)
     if sketches == "\1":
         tail += sketches
     elif any(sketches):

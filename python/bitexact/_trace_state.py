@@ -196,14 +196,15 @@ def skipped(state, op):
 
 
 def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
-         args="", call=None, scratch_ins=()):
+         args="", call=None, scratch_ins=(), gen=None):
     """Writes one record of ``stream``: its occurrence number, the capture if it is the one
     asked for, the digests (``described_ins``: the inputs' already, hashed before the op ran;
     ``scratch_outs``: results recorded by dtype and shape only), the results' sketches and the
     op's non-tensor arguments (``args``, see :func:`bitexact._trace_record.arguments`).
     ``call``: ``(func, args, kwargs, written)`` of an ATen op call, saved with a capture so that
     ``diff-trace`` can replay it (:mod:`bitexact._replay`). ``scratch_ins``: positions of
-    inputs recorded by dtype and shape only (:data:`SCRATCH_ARGS`)."""
+    inputs recorded by dtype and shape only (:data:`SCRATCH_ARGS`). ``gen``: a random op's
+    generator and its state before the call (:mod:`bitexact._trace_generator`)."""
     thread = stream.label
     key = (module, phase, op)
     with state.lock:
@@ -239,7 +240,7 @@ def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratc
             sketches = ()
     line = _trace_record.line(step, state.rank, phase, module, op, occ,
                               _trace_record.source(state.skip_dirs), described_ins,
-                              described_outs, thread, args, sketches or ())
+                              described_outs, thread, args, sketches or (), gen)
     with state.lock:
         if writer is not None and waits:  # keep holds the staged bytes and host copies
             state.pending.append((line, later, slots, keep, waits))

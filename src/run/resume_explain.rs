@@ -243,6 +243,11 @@ pub(super) fn first_op(
     };
     let [a, b] = after(a, b, step);
     let mut d = crate::trace::first_divergence(&a, &b)?;
+    if d.generator.is_some() {
+        let restored = "not restored at resume (runs 0 and 1 agreed)";
+        d.explanation = (d.explanation).replace(crate::trace::SEEDED_DIFFERENTLY, restored);
+        return Some(d);
+    }
     let generator = state.iter().find(|s| s.contains("generator"));
     let why = match generator.filter(|_| random(&d.op)) {
         Some(g) => {

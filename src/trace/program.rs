@@ -91,6 +91,8 @@ struct Line {
     args: String,
     #[serde(default)]
     sk: Vec<String>,
+    #[serde(default)]
+    gen: String,
 }
 
 /// Ops that tracers before 2026-11-26 recorded and today's does not (`python/bitexact/_trace.py`,
@@ -145,6 +147,7 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
             source: parsed.src,
             args: parsed.args,
             sketches: parsed.sk,
+            generator: parsed.gen,
         });
     }
     Ok(out)

@@ -225,3 +225,32 @@ fn an_op_of_identical_inputs_under_a_varied_condition_is_not_called_nondetermini
     upstream.inputs_matched = false;
     assert_eq!(upstream.clone().under(vec![threads]), upstream);
 }
+
+#[test]
+fn a_random_op_is_judged_by_its_generator_state_before_the_call() {
+    let x = |out: &str, gen: &str| TraceEntry {
+        op: "aten::bernoulli_.float".into(),
+        phase: "forward".into(),
+        module: "Net.drop".into(),
+        inputs: vec!["a".into()],
+        output: out.into(),
+        generator: gen.into(),
+        ..Default::default()
+    };
+    let cpu = "torch's default CPU generator";
+    let (a, b) = (x("o1", &format!("{cpu}|aa")), x("o2", &format!("{cpu}|bb")));
+    let d = first_divergence(std::slice::from_ref(&a), &[b]).unwrap();
+    assert!(
+        d.explanation.ends_with(&format!(
+            "inputs identical, generator state differs before the call ({cpu}): seeded differently in the two runs"
+        )),
+        "{d:?}"
+    );
+    assert_eq!(d.generator.as_deref(), Some(cpu));
+    // The same state before the call and another output: the op itself.
+    let d = first_divergence(&[a], &[x("o2", &format!("{cpu}|aa"))]).unwrap();
+    assert!(d.explanation.ends_with(
+        "inputs and generator state identical, output differs: this op is nondeterministic"
+    ));
+    assert_eq!(d.generator, None);
+}
