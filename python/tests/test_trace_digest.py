@@ -141,11 +141,13 @@ def program():
 
 
 def _json_line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="",
-               sketches=()):
+               sketches=(), gen=None):
     record = {"v": 2, "step": step, "rank": rank, "phase": phase, "module": module, "op": op,
               "occ": occ, "src": src, "in": ins, "out": outs}
     if args:
         record["args"] = args
+    if gen:
+        record["gen"] = gen
     if any(sketches):
         record["sk"] = list(sketches)
     if thread:
@@ -232,6 +234,9 @@ def test_a_record_line_is_what_json_dumps_writes():
     assert _trace_record.line(*threaded) == _json_line(*threaded)
     noisy = threaded + ("eps=1e-05,dim=[-1]", ["1e0,1e0,0;1e0", ""])
     assert _trace_record.line(*noisy) == _json_line(*noisy)
+    drawn = noisy + ("Net.noise's torch.Generator|" + "c" * 16,)
+    assert _trace_record.line(*drawn) == _json_line(*drawn)
+    assert json.loads(_trace_record.line(*drawn))["gen"].startswith("Net.noise's")
 
 
 def test_source_is_relative_to_the_directory_the_trace_started_in(trace, tmp_path, monkeypatch):
