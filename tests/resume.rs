@@ -409,7 +409,7 @@ fn a_pytorch_resume_names_the_state_the_checkpoint_forgot() {
     assert!(
         text.starts_with("first divergence: step 4, rank 0, aten::")
             && text.ends_with(
-                "inputs identical, output differs: torch's CPU generator differs (not restored at resume)"
+                "inputs identical, generator state differs before the call (torch's default CPU generator): not restored at resume (runs 0 and 1 agreed)"
             ),
         "{text}"
     );
