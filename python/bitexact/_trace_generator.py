@@ -37,7 +37,7 @@ RANDOM = frozenset([
 
 # The generators the traced modules hold (:func:`_holders`), with the module count they were
 # looked for at.
-_who = {}
+_held = {}
 
 
 def spec(func, name):
@@ -104,9 +104,9 @@ def _holders(torch, tracker):
     """``[(label, generator)]``: the generators held as attributes of the traced modules,
     looked for again when more modules have been named."""
     named = tracker.named_modules()
-    if _who.get("count") != len(named):
+    if _held.get("count") != len(named):
         found = [("%s.%s's torch.Generator" % (mod_name, attr), v)
                  for mod, mod_name in named for attr, v in vars(mod).items()
                  if isinstance(v, torch.Generator)]
-        _who.update(count=len(named), found=found)
-    return _who["found"]
+        _held.update(count=len(named), found=found)
+    return _held["found"]

@@ -56,34 +56,22 @@ pub fn between((a, i): (&RunSettings, usize), (b, j): (&RunSettings, usize)) -> 
             });
         }
     };
+    let pair = |x: &dyn ToString, y: &dyn ToString| (x.to_string(), y.to_string());
     for v in a.varied.iter().chain(&b.varied).copied() {
         let (x, y) = match v {
-            Variation::Threads => (a.controls.threads, b.controls.threads),
-            Variation::Workers => (a.controls.workers, b.controls.workers),
-            Variation::Seed => {
-                push(v, a.controls.seed.to_string(), b.controls.seed.to_string());
-                continue;
-            }
-            Variation::Hashseed => (i + 1, j + 1),
-            Variation::Poison => {
-                push(v, poison(a.knobs.poison), poison(b.knobs.poison));
-                continue;
-            }
-            Variation::Batch => {
-                let pair = match (a.knobs.batch, b.knobs.batch) {
-                    (Some(x), Some(y)) => (x.to_string(), y.to_string()),
-                    _ => (size(a.knobs.batch_split), size(b.knobs.batch_split)),
-                };
-                push(v, pair.0, pair.1);
-                continue;
-            }
-            Variation::WorldSize => {
-                push(v, size(a.knobs.world_size), size(b.knobs.world_size));
-                continue;
-            }
+            Variation::Threads => pair(&a.controls.threads, &b.controls.threads),
+            Variation::Workers => pair(&a.controls.workers, &b.controls.workers),
+            Variation::Seed => pair(&a.controls.seed, &b.controls.seed),
+            Variation::Hashseed => pair(&(i + 1), &(j + 1)),
+            Variation::Poison => (poison(a.knobs.poison), poison(b.knobs.poison)),
+            Variation::Batch => match (a.knobs.batch, b.knobs.batch) {
+                (Some(x), Some(y)) => pair(&x, &y),
+                _ => (size(a.knobs.batch_split), size(b.knobs.batch_split)),
+            },
+            Variation::WorldSize => (size(a.knobs.world_size), size(b.knobs.world_size)),
             Variation::Process | Variation::Order | Variation::Resume => continue,
         };
-        push(v, x.to_string(), y.to_string());
+        push(v, x, y);
     }
     out
 }
