@@ -69,39 +69,13 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
     let (ta, tb) = (load(a).map_err(bad)?, load(b).map_err(bad)?);
     let (pa, pb) = (Side::read(a).map_err(bad)?, Side::read(b).map_err(bad)?);
     let platforms = record::compare(&pa, &pb, ["A", "B"]);
-    // Conditions varied between two runs of one `bitexact run --keep`, from their records;
-    // any other difference is the platform's.
-    let varied = match (&pa.record, &pb.record) {
-        (Some(x), Some(y)) => crate::vary::differ::from_records(x, y),
-        _ => Vec::new(),
-    };
-    let other_platform =
-        (platforms.differences.iter()).any(|l| !crate::vary::differ::explains(&varied, l));
-    let mut d = trace::first_divergence(&ta, &tb);
-    if let Some(d) = d.as_mut().filter(|_| other_platform) {
-        d.explanation = across_platforms(&d.explanation);
-    }
-    let mut d = d.map(|d| d.under(varied));
+    let mut d = first_divergence(&ta, &tb, [&pa, &pb], &platforms);
     let origin = d.as_ref().and_then(|d| origin_identity(&ta, d));
     let replay = d
         .as_ref()
         .and_then(|_| replay_for([a, b], &ta, origin.as_deref()));
-    // A replayed receiver is judged by its own step ([`noise::judge_with`]).
-    if let (Some(d), Some(Replayed::Done(r, index))) = (d.as_mut(), &replay) {
-        if d.noise.is_some() {
-            let own = OwnStep {
-                index: *index,
-                beyond: r
-                    .outputs
-                    .iter()
-                    .flat_map(|o| &o.sides)
-                    .any(|s| !s.within_noise),
-                verdict: r.verdict.clone(),
-            };
-            let mut j = noise::judge_with(&ta, &tb, Some(&own));
-            j.growth.clear();
-            d.noise = Some(j);
-        }
+    if let (Some(d), Some(replay)) = (d.as_mut(), &replay) {
+        judge_replayed(d, replay, &ta, &tb);
     }
     let within = d.as_ref().is_some_and(|d| {
         let j = d.noise.as_ref();
@@ -215,6 +189,51 @@ fn replay_for(
             Err(why) => Replayed::Not(format!("{why} ({} captured in both)", ta[index].op)),
         },
     )
+}
+
+/// A replayed receiver is judged by its own step ([`noise::judge_with`]): the noise answer
+/// of `d` again, with the float64 replay of the op it names.
+fn judge_replayed(
+    d: &mut trace::Divergence,
+    replay: &Replayed,
+    ta: &[trace::TraceEntry],
+    tb: &[trace::TraceEntry],
+) {
+    let Replayed::Done(r, index) = replay else {
+        return;
+    };
+    if d.noise.is_some() {
+        let own = OwnStep {
+            index: *index,
+            beyond: (r.outputs.iter().flat_map(|o| &o.sides)).any(|s| !s.within_noise),
+            verdict: r.verdict.clone(),
+        };
+        let mut j = noise::judge_with(ta, tb, Some(&own));
+        j.growth.clear();
+        d.noise = Some(j);
+    }
+}
+
+/// The first divergence of two kept runs' traces, in words that name what differed: the
+/// conditions varied between two runs of one `bitexact run --keep`, read from their records
+/// ([`crate::vary::differ::from_records`]), and any other difference as the platform's.
+fn first_divergence(
+    ta: &[trace::TraceEntry],
+    tb: &[trace::TraceEntry],
+    [pa, pb]: [&Side; 2],
+    platforms: &record::Comparison,
+) -> Option<trace::Divergence> {
+    let varied = match (&pa.record, &pb.record) {
+        (Some(x), Some(y)) => crate::vary::differ::from_records(x, y),
+        _ => Vec::new(),
+    };
+    let other_platform =
+        (platforms.differences.iter()).any(|l| !crate::vary::differ::explains(&varied, l));
+    let mut d = trace::first_divergence(ta, tb)?;
+    if other_platform {
+        d.explanation = across_platforms(&d.explanation);
+    }
+    Some(d.under(varied))
 }
 
 /// A divergence's explanation for two runs on different platforms: what it calls
