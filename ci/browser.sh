@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the HTML report test (tests/html_report.rs): Debian's `chromium`,
+# Headless Chromium for the HTML report test (tests/it/html_report.rs): Debian's `chromium`,
 # installed with apt-get when it is missing and we may (root, or passwordless sudo). Never
 # fails: without a browser it says "skipped: …" and the test says SKIPPED with the reason.
 set -uo pipefail

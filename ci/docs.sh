@@ -4,7 +4,7 @@
 # into a temporary directory and removed. mkdocs-material is installed into the CI venv by
 # ci/python.sh (run before this, by ci/test.sh); its python is read from
 # ~/.cache/bitexact/python-path. The generated reference pages are checked for staleness by
-# `cargo test --test docs_reference`, not here.
+# `cargo test --test it docs_reference::`, not here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="$(cat "$HOME/.cache/bitexact/python-path" 2>/dev/null || echo python3)"

@@ -17,11 +17,11 @@ if [ "${1:-}" = pack ]; then
     set -e
     rm -rf .gpu && mkdir .gpu
     cargo build --release --bin bitexact
-    test_bin=$(cargo test --release --test cuda --no-run --message-format=json 2>/dev/null \
+    test_bin=$(cargo test --release --test it --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "cuda" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "it" and m.get("executable"):
         print(m["executable"])')
     cp target/release/bitexact .gpu/bitexact
     cp "$test_bin" .gpu/cuda-test
@@ -57,7 +57,7 @@ mkdir -p "$(dirname "$built")" && cp .gpu/bitexact "$built"
 chmod +x .gpu/bitexact .gpu/cuda-test
 
 if [ "${1:-}" != tracer ]; then
-step 300 "cargo test --test cuda" .gpu/cuda-test --nocapture --test-threads=1
+step 300 "cargo test --test it cuda::" .gpu/cuda-test cuda:: --nocapture --test-threads=1
 step 240 "report --backend all" .gpu/bitexact report --backend all
 step 240 "report --backend all (json)" .gpu/bitexact report --backend all --format json --out "$OUT/report-all.json"
 step 240 "report --backend cuda --deterministic off --runs 8" \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles every kernels/*.cu to PTX with NVRTC, without a GPU (tests/kernels_ptx.rs).
+# Compiles every kernels/*.cu to PTX with NVRTC, without a GPU (tests/it/kernels_ptx.rs).
 # Installs NVRTC from its pip wheel (nvidia-cuda-nvrtc-cu12, ~217 MB) into a venv under
 # ${BITEXACT_NVRTC_VENV:-~/.cache/bitexact/nvrtc-venv} once, then runs the test with
 # BITEXACT_REQUIRE_NVRTC=1 so a kernel that does not compile fails CI.
@@ -35,4 +35,4 @@ else
     export BITEXACT_REQUIRE_NVRTC=1
 fi
 echo "ci/ptx.sh: BITEXACT_NVRTC=${BITEXACT_NVRTC:-<none>}"
-cargo test --test kernels_ptx -- --nocapture
+cargo test --test it kernels_ptx:: -- --nocapture

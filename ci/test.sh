@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # The README's test command: every test, Python and Rust, on a machine without a GPU.
-# 1. ci/python.sh: the venv under ~/.cache/bitexact/ (numpy, safetensors, pytest, maturin,
-#    torch when it installs), the package built from this checkout and installed, and pytest
-#    over python/tests.
-# 2. `cargo test`: unit, integration, snapshot and example tests. Its `bitexact run` and
-#    Python-package tests use that venv (~/.cache/bitexact/python-path).
-# 3. `cargo test -p bitexact-python`: the bindings crate's unit tests (the trace writer's copy
-#    pool); its Python-facing behaviour is tested by pytest in step 1.
-# With CI=true nothing is written: a snapshot mismatch fails with the case, the tensors and
-# what differs in the platform fingerprint.
-# Every Rust test that skipped (a missing tool, or a premise that does not hold on this
-# machine's kernels) appends its line to $BITEXACT_SKIP_LOG; the summary at the end lists them,
-# as pytest's -rs does for the Python tests. Each part's time is printed.
+# 1. `cargo test --no-run` compiles the Rust tests in the background while
+# 2. ci/python.sh makes the venv under ~/.cache/bitexact/ (numpy, safetensors, pytest,
+#    maturin, torch when it installs), builds this checkout's package (a release build, which
+#    does not wait on the debug one) and installs it, and runs pytest over python/tests.
+# 3. `cargo test`: the unit tests, the integration tests (one binary, tests/it/, plus
+#    tests/counted/ for the tests that measure heap memory and tests/architecture.rs), the
+#    example's tests and the doctests. Its `bitexact run` and Python-package tests use that venv
+#    (~/.cache/bitexact/python-path).
+# 4. `cargo test -p bitexact-python`: the bindings crate's unit tests (the trace writer's copy
+#    pool); its Python-facing behaviour is tested by pytest in step 2.
+# With CI=true nothing is written (a snapshot mismatch fails with the case, the tensors and
+# what differs in the platform fingerprint), and a test whose tool is missing (torch,
+# Chromium, g++, torchrun) fails instead of skipping: BITEXACT_REQUIRE_TOOLS=1.
+# Every Rust test that skipped (a missing tool outside CI, or a premise that does not hold on
+# this machine's kernels) appends its line to $BITEXACT_SKIP_LOG; the summary at the end lists
+# them, as pytest's -rs does for the Python tests. Each part's time is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BITEXACT_SKIP_LOG="$(mktemp)"
 export BITEXACT_SKIP_LOG
+if [ "${CI:-}" = true ]; then export BITEXACT_REQUIRE_TOOLS=1; fi
+build_log="$(mktemp)"
+builder=""
 summary() {
+    # The background build is its own process group (setsid): stopped with its rustc children.
+    if [ -n "$builder" ]; then kill -- "-$builder" 2>/dev/null || true; fi
     local n
     n=$(sort -u "$BITEXACT_SKIP_LOG" | grep -c . || true)
     echo "ci/test.sh: $n Rust test(s) skipped"
     sort -u "$BITEXACT_SKIP_LOG" | sed 's/^bitexact: /  /'
-    rm -f "$BITEXACT_SKIP_LOG"
+    rm -f "$BITEXACT_SKIP_LOG" "$build_log"
 }
 trap summary EXIT
 timed() {
@@ -29,6 +38,18 @@ timed() {
     "$@"
     echo "ci/test.sh: \`$*\` took $((SECONDS - t0)) s"
 }
+t0=$SECONDS
+setsid cargo test --no-run >"$build_log" 2>&1 &
+builder=$!
 timed bash ci/python.sh
+status=0
+wait "$builder" || status=$?
+builder=""
+if [ "$status" -ne 0 ]; then
+    cat "$build_log"
+    echo "ci/test.sh: \`cargo test --no-run\` failed" >&2
+    exit "$status"
+fi
+echo "ci/test.sh: \`cargo test --no-run\` done $((SECONDS - t0)) s after it started (beside ci/python.sh)"
 timed cargo test
 timed cargo test -p bitexact-python

@@ -2,11 +2,11 @@
 //! variable and metadata file name that Rust and Python share, the trace levels, and the
 //! fields of an op-trace record. The Python package reads the same names from
 //! `python/bitexact/_protocol.py`, which is generated from this module (`python_module`) and
-//! checked for drift by `tests/protocol.rs` (a name changed on one side only fails it, and so
+//! checked for drift by `tests/it/protocol.rs` (a name changed on one side only fails it, and so
 //! does a `BITEXACT_*` or `.bitexact-*` literal in either language that is not listed here).
 //!
 //! To add a name: a constant in the `names!` list below (its doc comment is its doc in both
-//! languages), then `BITEXACT_WRITE_PROTOCOL=1 cargo test --test protocol` to regenerate the
+//! languages), then `BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::` to regenerate the
 //! Python file.
 
 /// One shared name: the constant's name (the same in Rust and Python), its value, and what it
@@ -176,8 +176,8 @@ pub fn python_module() -> String {
     let mut s = String::from(
         "\"\"\"The names bitexact (Rust) and this package share: environment variables, \
          metadata file\nnames, trace levels and trace record fields. GENERATED from \
-         src/protocol.rs\n(BITEXACT_WRITE_PROTOCOL=1 cargo test --test protocol); do not edit: \
-         tests/protocol.rs\nfails on drift.\"\"\"\n\n",
+         src/protocol.rs\n(BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::); do not edit: \
+         tests/it/protocol.rs\nfails on drift.\"\"\"\n\n",
     );
     for n in NAMES {
         s.push_str(&format!(

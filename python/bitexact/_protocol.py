@@ -1,6 +1,6 @@
 """The names bitexact (Rust) and this package share: environment variables, metadata file
 names, trace levels and trace record fields. GENERATED from src/protocol.rs
-(BITEXACT_WRITE_PROTOCOL=1 cargo test --test protocol); do not edit: tests/protocol.rs
+(BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::); do not edit: tests/it/protocol.rs
 fails on drift."""
 
 OUT_ENV = "BITEXACT_OUT"  # The directory a run writes its outputs into (fresh and empty each run).

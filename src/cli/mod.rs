@@ -76,7 +76,7 @@ where
 }
 
 /// The command line's definition as clap sees it (every command, flag and help text), for
-/// tools that describe it: `tests/docs_reference.rs` generates `docs/reference/cli.md` from it.
+/// tools that describe it: `tests/it/docs_reference.rs` generates `docs/reference/cli.md` from it.
 /// Nothing on the command line's own path calls it.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()

@@ -48,8 +48,20 @@ pub(super) fn unread_controls(
     (names, Some(note))
 }
 
-/// This process's peak resident set size (`getrusage(RUSAGE_SELF)`), bytes.
+/// This process's peak resident set size, bytes: `VmHWM` of `/proc/self/status`, the high-water
+/// mark of this process's own address space. `getrusage(RUSAGE_SELF)` is the fallback where
+/// there is no `/proc`: Linux folds into its `ru_maxrss` the peak of the process that exec'd
+/// bitexact, so under a large parent (a test binary, a pytest process with torch loaded) it
+/// reports the parent's memory, not bitexact's.
 pub(super) fn own_peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok();
+    let hwm = status.as_deref().and_then(|s| {
+        let kb = s.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+        kb.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
+    });
+    if let Some(kb) = hwm {
+        return Some(kb * 1024);
+    }
     // SAFETY: an all-zero rusage is valid for getrusage to fill in.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the local we pass.

@@ -2,11 +2,11 @@
 //! body), written and read by bitexact itself.
 //!
 //! [`Snapshot::file_text`] writes exactly the bytes insta writes for a file snapshot (in
-//! `tests/snapshot_files.rs`, insta re-saves our files and the bytes do not change), so
+//! `tests/it/snapshot_files.rs`, insta re-saves our files and the bytes do not change), so
 //! `cargo insta review` works on them. [`Snapshot::from_bytes`] reads that format strictly:
 //! every digest must be 64 lowercase hex digits and tensor names unique; an error gives the
 //! line and quotes at most [`MAX_QUOTE`] bytes of the offending input. It never panics, on
-//! any input (a proptest in `tests/snapshot_files.rs` checks this).
+//! any input (a proptest in `tests/it/snapshot_files.rs` checks this).
 
 use super::naming::controls_suffix;
 use super::yaml;

@@ -1,5 +1,5 @@
 // A tiny host emulation of the CUDA execution model, just enough to run kernels/*.cu on the CPU
-// in tests without a GPU (tests/kernels_host.rs): every thread of a block is an OS thread,
+// in tests without a GPU (tests/it/kernels_host.rs): every thread of a block is an OS thread,
 // blocks run one after another, `__syncthreads` is a std::barrier, `__shared__` variables are
 // function statics (shared by the block that is running), atomicAdd is a compare-and-swap.
 // Compiled with -ffp-contract=off, the host counterpart of NVRTC's --fmad=false.

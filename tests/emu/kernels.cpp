@@ -1,4 +1,4 @@
-// Host-emulation extras, compiled after cuda_host.hpp and every kernels/*.cu: tests/kernels_host.rs
+// Host-emulation extras, compiled after cuda_host.hpp and every kernels/*.cu: tests/it/kernels_host.rs
 // generates the translation unit that includes them all, from the library's list of kernel files.
 #include "cuda_host.hpp"
 #include "../../kernels/philox.cuh"

@@ -1,5 +1,5 @@
 //! Launch geometry of every kernel (grid and block dimensions), as pure functions so the host
-//! emulation test (`tests/kernels_host.rs`) launches the kernels exactly as the CUDA ops do.
+//! emulation test (`tests/it/kernels_host.rs`) launches the kernels exactly as the CUDA ops do.
 
 /// `(x, y, z)` dimensions.
 pub type Dims = (u32, u32, u32);
