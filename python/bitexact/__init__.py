@@ -20,7 +20,7 @@ This module is what a training script calls:
   of a torch.distributed run (``torchrun``) writes under ``$BITEXACT_OUT/rank<RANK>/``;
 * :func:`write_platform` -- ``.bitexact-platform.json`` (python/numpy/torch/CUDA versions);
 * :func:`record` -- ``bitexact.record(**tensors)``: what a ``@pytest.mark.bitexact`` test
-  compares between its runs (the pytest plugin, ``_pytest_plugin``: the ``bitexact`` fixture
+  compares between its runs (the pytest plugin, ``_pytest.plugin``: the ``bitexact`` fixture
   with ``check`` and ``assert_snapshot``, and ``--bitexact-update``);
 * :func:`active` -- whether the script runs under bitexact;
 * :func:`digest` / :func:`digests` -- bitexact's canonical digest of a numpy array, torch tensor
@@ -38,14 +38,14 @@ No dependency is required: numpy and torch are used when present.
 This file only re-exports; each concern has its module: seeding in ``_seed``, what a script
 writes (``dump``, ``step``, the platform file) in ``_outputs``, the run's controls in
 ``_controls``, digests in ``_digest``, distributed ranks in ``_dist``, the op tracer in
-``_trace`` and its ``_trace_*`` helpers.
+the ``_trace`` subpackage, the pytest plugin in the ``_pytest`` subpackage.
 """
 
 from . import _protocol
 from ._controls import controls, threads, workers
 from ._digest import cuda_status, digest, digests
 from ._outputs import active, dump, out_dir, platform_info, step, write_platform
-from ._pytest_leaves import record
+from ._pytest.leaves import record
 from ._seed import (
     dataloader_kwargs,
     pool_initializer,
