@@ -46,7 +46,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import bitexact._trace as tracer
-import bitexact._trace_digest as _trace_digest
+import bitexact._trace.digest as _trace_digest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDS, WARMUP = 5, 2

@@ -79,7 +79,7 @@ def main():
     k = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import pytest_check as m  # `work` by an importable name, as a test module's function is
-    from bitexact._pytest_check import check
+    from bitexact._pytest.check import check
 
     out = {"runs": k, "reps": reps}
     out["by_hand"], out["isolated"] = best_pair(

@@ -1,4 +1,4 @@
-"""The state record's cost (issue 44: ``bitexact run --vary resume`` records, at every
+"""The state record's cost (``bitexact run --vary resume`` records, at every
 optimizer step, the digests of the state a bit-exact resume needs; goal ≤ 5 % of a step): one
 training iteration of the nanoGPT-sized GPT of ``benches/nanogpt.py`` (AdamW over two groups,
 gradient clipping), without and with the recorder (:mod:`bitexact._resume_state`), interleaved

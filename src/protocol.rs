@@ -1,13 +1,16 @@
 //! The contract between bitexact and the programs it runs, in one place: every environment
-//! variable and metadata file name that Rust and Python share, the trace levels, and the
-//! fields of an op-trace record. The Python package reads the same names from
-//! `python/bitexact/_protocol.py`, which is generated from this module (`python_module`) and
-//! checked for drift by `tests/it/protocol.rs` (a name changed on one side only fails it, and so
-//! does a `BITEXACT_*` or `.bitexact-*` literal in either language that is not listed here).
+//! variable and metadata file name that Rust and Python share, the trace levels, the fields of
+//! an op-trace record, the positions a tensor's sketch samples and the dtype table. The Python
+//! package reads the same names from `python/bitexact/_protocol.py`, which is generated from
+//! this module (`python_module`) and checked for drift by `tests/it/protocol.rs` (a name changed
+//! on one side only fails it, and so does a `BITEXACT_*` or `.bitexact-*` literal in either
+//! language that is not listed here).
 //!
 //! To add a name: a constant in the `names!` list below (its doc comment is its doc in both
 //! languages), then `BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::` to regenerate the
 //! Python file.
+
+use crate::tensor::DType;
 
 /// One shared name: the constant's name (the same in Rust and Python), its value, and what it
 /// means (the docs of both languages and the generated reference).
@@ -162,22 +165,48 @@ impl std::fmt::Display for TraceLevel {
     }
 }
 
-/// The fields of one op-trace record, in the order the tracer writes them.
-pub const TRACE_RECORD_FIELDS: [&str; 10] = [
-    "v", "step", "rank", "phase", "module", "op", "occ", "src", "in", "out",
+/// The fields of one op-trace record, in the order the tracer writes them. A record carries
+/// no occurrence number: the reader counts a record's occurrence among the records of its
+/// stream with the same step, phase, module and op (`trace::streams::identities`).
+pub const TRACE_RECORD_FIELDS: [&str; 9] = [
+    "v", "step", "rank", "phase", "module", "op", "src", "in", "out",
 ];
 
-/// The trace record format version the tracer writes (`"v"`).
-pub const TRACE_RECORD_VERSION: u32 = 2;
+/// The trace record format version the tracer writes (`"v"`). Version 2 records also carry
+/// `"occ"`, which the reader ignores (it counts occurrences itself), so they are still read.
+pub const TRACE_RECORD_VERSION: u32 = 3;
 
-/// The text of `python/bitexact/_protocol.py`: every [`NAMES`] constant, the trace levels and
-/// the record fields, as Python constants.
+/// How many elements a float64 sketch of a traced tensor samples (fewer for a smaller tensor:
+/// all of them); see `trace::sketch`.
+pub const SKETCH_SAMPLES: usize = 8;
+
+/// The positions a sketch samples in a tensor of `n` elements: the middles of
+/// [`SKETCH_SAMPLES`] equal parts (every element when `n` ≤ [`SKETCH_SAMPLES`]). The Python
+/// package's `_protocol.sketch_positions` is [`SKETCH_POSITIONS_PY`], the same expression.
+pub fn sketch_positions(n: usize) -> impl Iterator<Item = usize> {
+    let k = n.min(SKETCH_SAMPLES);
+    (0..k).map(move |j| ((2 * j + 1) * n) / (2 * k))
+}
+
+/// [`sketch_positions`] in Python, as `_protocol.py` holds it (`tests/it/protocol.rs` runs it
+/// against the Rust function).
+pub const SKETCH_POSITIONS_PY: &str = "\
+def sketch_positions(n):
+    \"\"\"The positions a sketch samples in a tensor of ``n`` elements: the middles of
+    SKETCH_SAMPLES equal parts (every element when ``n`` <= SKETCH_SAMPLES).\"\"\"
+    k = min(n, SKETCH_SAMPLES)
+    return [((2 * j + 1) * n) // (2 * k) for j in range(k)]
+";
+
+/// The text of `python/bitexact/_protocol.py`: every [`NAMES`] constant, the trace levels, the
+/// record fields, the sketch's sample positions and the dtype table, as Python.
 pub fn python_module() -> String {
     let mut s = String::from(
         "\"\"\"The names bitexact (Rust) and this package share: environment variables, \
-         metadata file\nnames, trace levels and trace record fields. GENERATED from \
-         src/protocol.rs\n(BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::); do not edit: \
-         tests/it/protocol.rs\nfails on drift.\"\"\"\n\n",
+         metadata file\nnames, trace levels, trace record fields, the sketch's sample positions \
+         and the dtypes.\nGENERATED from src/protocol.rs \
+         (BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::); do not\nedit: \
+         tests/it/protocol.rs fails on drift.\"\"\"\n\n",
     );
     for n in NAMES {
         s.push_str(&format!(
@@ -206,6 +235,32 @@ pub fn python_module() -> String {
     s.push_str(&format!(
         "TRACE_RECORD_VERSION = {TRACE_RECORD_VERSION}  # the record's \"v\"\n"
     ));
+    s.push_str(&format!(
+        "SKETCH_SAMPLES = {SKETCH_SAMPLES}  # how many elements a sketch samples, at most\n"
+    ));
+    s.push_str(&python_dtypes());
+    s.push_str("\n\n");
+    s.push_str(SKETCH_POSITIONS_PY);
+    s
+}
+
+/// `DTYPES`, the dtype table of `_protocol.py`: one tuple per [`DType`], in tag order.
+fn python_dtypes() -> String {
+    let mut s = String::from(
+        "# Every bitexact dtype, in digest-tag order: (name, safetensors name, bytes per element, \
+         torch name,\n# floating point)\nDTYPES = (\n",
+    );
+    for d in DType::ALL {
+        let float = if d.is_float() { "True" } else { "False" };
+        s.push_str(&format!(
+            "    ({:?}, {:?}, {}, {:?}, {float}),\n",
+            d.name(),
+            d.safetensors_name(),
+            d.size(),
+            d.torch_name()
+        ));
+    }
+    s.push_str(")\n");
     s
 }
 

@@ -84,6 +84,48 @@ impl DType {
         )
     }
 
+    /// The safetensors file format's name (`F32`, `BF16`, `F8_E4M3`, ...).
+    pub fn safetensors_name(self) -> &'static str {
+        match self {
+            DType::F8E4M3 => "F8_E4M3",
+            DType::F8E5M2 => "F8_E5M2",
+            DType::F32 => "F32",
+            DType::F64 => "F64",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::I32 => "I32",
+            DType::I64 => "I64",
+            DType::U8 => "U8",
+            DType::U32 => "U32",
+            DType::Bool => "BOOL",
+            DType::I8 => "I8",
+            DType::I16 => "I16",
+            DType::U16 => "U16",
+            DType::U64 => "U64",
+        }
+    }
+
+    /// PyTorch's name (`torch.<name>`: `float32`, `bfloat16`, `float8_e4m3fn`, ...).
+    pub fn torch_name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U32 => "uint32",
+            DType::Bool => "bool",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::U16 => "uint16",
+            DType::U64 => "uint64",
+            DType::F8E4M3 => "float8_e4m3fn",
+            DType::F8E5M2 => "float8_e5m2",
+        }
+    }
+
     /// Lower-case name as used in reports (`f32`, `bf16`, ...).
     pub fn name(self) -> &'static str {
         match self {

@@ -127,7 +127,7 @@ pub struct TraceEntry {
     pub sketches: Vec<String>,
     /// A random op's generator and its state before the call, `who|digest` (`torch's default
     /// CPU generator|1ccf17250133dec5`; empty for other ops and older records):
-    /// `python/bitexact/_trace_generator.py`.
+    /// `python/bitexact/_trace/generator.py`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub generator: String,
 }

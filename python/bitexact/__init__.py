@@ -20,7 +20,7 @@ This module is what a training script calls:
   of a torch.distributed run (``torchrun``) writes under ``$BITEXACT_OUT/rank<RANK>/``;
 * :func:`write_platform` -- ``.bitexact-platform.json`` (python/numpy/torch/CUDA versions);
 * :func:`record` -- ``bitexact.record(**tensors)``: what a ``@pytest.mark.bitexact`` test
-  compares between its runs (the pytest plugin, ``_pytest_plugin``: the ``bitexact`` fixture
+  compares between its runs (the pytest plugin, ``_pytest.plugin``: the ``bitexact`` fixture
   with ``check`` and ``assert_snapshot``, and ``--bitexact-update``);
 * :func:`active` -- whether the script runs under bitexact;
 * :func:`digest` / :func:`digests` -- bitexact's canonical digest of a numpy array, torch tensor
@@ -38,14 +38,14 @@ No dependency is required: numpy and torch are used when present.
 This file only re-exports; each concern has its module: seeding in ``_seed``, what a script
 writes (``dump``, ``step``, the platform file) in ``_outputs``, the run's controls in
 ``_controls``, digests in ``_digest``, distributed ranks in ``_dist``, the op tracer in
-``_trace`` and its ``_trace_*`` helpers.
+the ``_trace`` subpackage, the pytest plugin in the ``_pytest`` subpackage.
 """
 
 from . import _protocol
 from ._controls import controls, threads, workers
 from ._digest import cuda_status, digest, digests
 from ._outputs import active, dump, out_dir, platform_info, step, write_platform
-from ._pytest_leaves import record
+from ._pytest.leaves import record
 from ._seed import (
     dataloader_kwargs,
     pool_initializer,
@@ -54,7 +54,39 @@ from ._seed import (
     worker_seed,
 )
 
-__version__ = "0.1.0"
+# The distribution this package is installed from (the PyPI name; the import name is bitexact).
+_DISTRIBUTION = "bitexact-harness"
+# What ``__version__`` is for a copy that was not installed (a source checkout on PYTHONPATH).
+_UNKNOWN_VERSION = "0+unknown"
+
+
+def __getattr__(name):
+    """``bitexact.__version__``: the version of the installed distribution this very copy of
+    the package came from (``importlib.metadata``, read once, at first use: the metadata is not
+    read by a program that never asks). A copy that was not installed (a source checkout on
+    ``PYTHONPATH``, even where another copy is installed) has none: :data:`_UNKNOWN_VERSION`, a
+    PEP 440 version that sorts below every release and says it is unknown."""
+    if name != "__version__":
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    version = _installed_version()
+    globals()["__version__"] = version
+    return version
+
+
+def _installed_version():
+    """The version of :data:`_DISTRIBUTION` when its files hold this ``__init__.py``, else
+    :data:`_UNKNOWN_VERSION`."""
+    import os
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return _UNKNOWN_VERSION
+    here = os.path.realpath(__file__)
+    if os.path.realpath(str(dist.locate_file(os.path.join("bitexact", "__init__.py")))) != here:
+        return _UNKNOWN_VERSION
+    return dist.version
 
 __all__ = [
     "active",

@@ -30,7 +30,7 @@ What is hashed, and how it crosses over:
 import gc
 import sys
 
-from . import _safetensors
+from . import _protocol, _safetensors
 
 try:
     from . import _native
@@ -40,12 +40,8 @@ except ImportError as _e:  # a source checkout on PYTHONPATH, or a pure-Python c
 else:
     _native_error = None
 
-# safetensors dtype name (what dump() writes) -> bitexact dtype name.
-_ST_TO_NAME = {
-    "BOOL": "bool", "U8": "u8", "I8": "i8", "U16": "u16", "I16": "i16", "U32": "u32",
-    "I32": "i32", "U64": "u64", "I64": "i64", "F16": "f16", "BF16": "bf16", "F32": "f32",
-    "F64": "f64", "F8_E4M3": "f8e4m3", "F8_E5M2": "f8e5m2",
-}
+# safetensors dtype name (what dump() writes) -> bitexact dtype name (``_protocol.DTYPES``).
+_ST_TO_NAME = {st: name for name, st, _, _, _ in _protocol.DTYPES}
 _NAMES = set(_ST_TO_NAME.values())
 _NAME_SIZE = {name: _safetensors.ITEMSIZE[st] for st, name in _ST_TO_NAME.items()}
 _TORCH_COMPLEX = {"complex64": "f32", "complex128": "f64"}
@@ -178,7 +174,7 @@ _strided = []  # [torch.strided], once torch is imported
 def plain_name(t):
     """The bitexact dtype name of a dense tensor that is neither complex nor a lazy conjugate
     or negative view (the bytes in memory are its values), else None: what the op tracer
-    hashes by address (:mod:`bitexact._trace_digest`, :mod:`bitexact._trace_device`). Raises
+    hashes by address (:mod:`bitexact._trace.digest`, :mod:`bitexact._trace.device`). Raises
     TypeError for a dtype bitexact does not hash."""
     name, is_complex = _torch_dtypes.get(t.dtype) or _torch_dtype(t.dtype)
     if not _strided:

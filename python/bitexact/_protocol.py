@@ -1,7 +1,7 @@
 """The names bitexact (Rust) and this package share: environment variables, metadata file
-names, trace levels and trace record fields. GENERATED from src/protocol.rs
-(BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::); do not edit: tests/it/protocol.rs
-fails on drift."""
+names, trace levels, trace record fields, the sketch's sample positions and the dtypes.
+GENERATED from src/protocol.rs (BITEXACT_WRITE_PROTOCOL=1 cargo test --test it protocol::); do not
+edit: tests/it/protocol.rs fails on drift."""
 
 OUT_ENV = "BITEXACT_OUT"  # The directory a run writes its outputs into (fresh and empty each run).
 RUN_ENV = "BITEXACT_RUN"  # The run's index, 0..K-1.
@@ -42,5 +42,32 @@ INJECT_DIR = ".bitexact-inject"  # Beside `$BITEXACT_OUT`: the injected `sitecus
 TRACER_RECORDS_FILE = "records.jsonl"  # In [`INJECT_DIR`]: one JSON line per Python process that tried to trace or seed.
 METADATA_PREFIX = ".bitexact-"  # Every metadata file under `$BITEXACT_OUT` starts with this and is never compared.
 TRACE_LEVELS = ("ops", "modules",)  # what --trace accepts, in order of detail
-TRACE_RECORD_FIELDS = ("v", "step", "rank", "phase", "module", "op", "occ", "src", "in", "out")  # one op-trace record's fields, in order
-TRACE_RECORD_VERSION = 2  # the record's "v"
+TRACE_RECORD_FIELDS = ("v", "step", "rank", "phase", "module", "op", "src", "in", "out")  # one op-trace record's fields, in order
+TRACE_RECORD_VERSION = 3  # the record's "v"
+SKETCH_SAMPLES = 8  # how many elements a sketch samples, at most
+# Every bitexact dtype, in digest-tag order: (name, safetensors name, bytes per element, torch name,
+# floating point)
+DTYPES = (
+    ("f32", "F32", 4, "float32", True),
+    ("f64", "F64", 8, "float64", True),
+    ("f16", "F16", 2, "float16", True),
+    ("bf16", "BF16", 2, "bfloat16", True),
+    ("i32", "I32", 4, "int32", False),
+    ("i64", "I64", 8, "int64", False),
+    ("u8", "U8", 1, "uint8", False),
+    ("u32", "U32", 4, "uint32", False),
+    ("bool", "BOOL", 1, "bool", False),
+    ("i8", "I8", 1, "int8", False),
+    ("i16", "I16", 2, "int16", False),
+    ("u16", "U16", 2, "uint16", False),
+    ("u64", "U64", 8, "uint64", False),
+    ("f8e4m3", "F8_E4M3", 1, "float8_e4m3fn", True),
+    ("f8e5m2", "F8_E5M2", 1, "float8_e5m2", True),
+)
+
+
+def sketch_positions(n):
+    """The positions a sketch samples in a tensor of ``n`` elements: the middles of
+    SKETCH_SAMPLES equal parts (every element when ``n`` <= SKETCH_SAMPLES)."""
+    k = min(n, SKETCH_SAMPLES)
+    return [((2 * j + 1) * n) // (2 * k) for j in range(k)]

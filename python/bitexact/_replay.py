@@ -1,11 +1,11 @@
-"""fp64 replay of one captured op call (``bitexact diff-trace``, issue 32 item 4).
+"""fp64 replay of one captured op call (``bitexact diff-trace``).
 
 ``bitexact run --trace ops --capture OP_IDENTITY`` makes the tracer save that op call's tensors
 to ``.bitexact-capture.safetensors`` (``in0…``, ``out0…``) with, as safetensors metadata,
 ``op`` (``aten.mean.default``), ``identity`` (the JSON identity) and ``call``: the call's
 arguments as JSON, a tensor as ``{"T": i}`` (``in<i>``), a float as ``{"f": repr}``, a dtype
 as ``{"dtype": name}``, a device ``{"device": …}``, a layout or memory format ``{"torch":
-name}``, a tensor the op writes in place ``{"W": name}`` (``_trace_state.call_spec``).
+name}``, a tensor the op writes in place ``{"W": name}`` (``bitexact._trace.state.call_spec``).
 
 This script replays each side's call in float64 (floating inputs cast to float64, floating
 dtype arguments made float64, on the CPU) with ``torch.ops.<ns>.<op>.<overload>`` and measures

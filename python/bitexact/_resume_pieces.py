@@ -14,13 +14,14 @@ becomes a piece's digest and value, and how objects are named.
 import hashlib
 import weakref
 
-from . import _digest, _trace_digest
+from . import _digest
+from ._trace import digest as _trace_digest
 
 HEX = 32
 
 
 class Whole:
-    """The op tracer's digest settings for :func:`_trace_digest.describe`: every tensor hashed
+    """The op tracer's digest settings for :func:`bitexact._trace.digest.describe`: every tensor hashed
     whole, whatever its size."""
 
     max_bytes = 1 << 62

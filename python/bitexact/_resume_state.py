@@ -62,8 +62,8 @@ step's record light: bitexact compares the light pieces and says so. ``STATE_STE
 (``A..B``, ``A..`` or ``N``; ``0..`` for every step) names the full steps instead.
 
 On the nanoGPT step of ``benches/resume_state.py`` (CPU, one thread, 11 ms) the recorder adds
-4.0-4.5 % (a light record is 0.18 ms of it), a full record at every step 14-15 % (with SHA-256
-it was 20 %; most of it is the Python that walks 139 pieces).
+4.0-4.5 % (a light record is 0.18 ms of it), a full record at every step 14-15 % (most of it
+the Python that walks 139 pieces; hashing them with SHA-256 would make it 20 %).
 
 **Finding the state.** Optimizers, LR schedulers, GradScalers and DataLoaders are registered as
 they are made (their ``__init__`` wrapped once, at install, weak references only); the root

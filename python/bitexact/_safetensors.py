@@ -18,15 +18,13 @@ import json
 import struct
 import sys
 
+from . import _protocol
+
 __all__ = ["encode", "serialize", "parse"]
 
-# Element sizes of the safetensors dtype names this module writes.
-ITEMSIZE = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
-    "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
-    "U32": 4, "I32": 4, "F32": 4,
-    "U64": 8, "I64": 8, "F64": 8,
-}
+# Element sizes of the safetensors dtype names this module writes: bitexact's dtypes
+# (``_protocol.DTYPES``, from ``src/protocol.rs``).
+ITEMSIZE = {st: size for _, st, size, _, _ in _protocol.DTYPES}
 
 # numpy (kind, itemsize) -> safetensors dtype.
 _NUMPY_KINDS = {
@@ -39,15 +37,8 @@ _NUMPY_KINDS = {
 _NUMPY_NAMES = {"bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
 
 # torch dtype name (str(dtype) without "torch.") -> (safetensors dtype, same-size int view).
-_TORCH = {
-    "bool": ("BOOL", "uint8"),
-    "uint8": ("U8", "uint8"), "int8": ("I8", "uint8"),
-    "float8_e4m3fn": ("F8_E4M3", "uint8"), "float8_e5m2": ("F8_E5M2", "uint8"),
-    "int16": ("I16", "int16"), "uint16": ("U16", "int16"),
-    "float16": ("F16", "int16"), "bfloat16": ("BF16", "int16"),
-    "int32": ("I32", "int32"), "uint32": ("U32", "int32"), "float32": ("F32", "int32"),
-    "int64": ("I64", "int64"), "uint64": ("U64", "int64"), "float64": ("F64", "int64"),
-}
+_INT_VIEW = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+_TORCH = {torch: (st, _INT_VIEW[size]) for _, st, size, torch, _ in _protocol.DTYPES}
 
 
 def _byteswap(data, itemsize):

@@ -57,8 +57,36 @@ def _fail(flag, reason):
 
 
 def _version(init):
-    """The ``__version__`` in the file ``init`` (a package's ``__init__.py`` or a module), read
-    without importing it."""
+    """The version of the bitexact whose file is ``init`` (a package's ``__init__.py`` or a
+    module), found without importing it: its distribution's metadata when it was installed
+    (:func:`_installed_version`), else a ``__version__ = "..."`` line in the file (a copy that
+    spells its version out); None when neither says."""
+    return _installed_version(init) or _literal_version(init)
+
+
+def _installed_version(init):
+    """The version in the metadata of the ``bitexact-harness`` distribution installed beside
+    the package of ``init`` (the ``*.dist-info`` in the directory that holds the package), or
+    None (not installed: a source checkout; no ``importlib.metadata``)."""
+    try:
+        from importlib import metadata
+    except ImportError:
+        return None
+    path = os.path.realpath(init)
+    if os.path.basename(path) == "__init__.py":
+        path = os.path.dirname(path)
+    try:
+        for dist in metadata.distributions(path=[os.path.dirname(path)]):
+            name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+            if name == "bitexact-harness":
+                return dist.version
+    except Exception:  # a broken *.dist-info: fall back to the file
+        return None
+    return None
+
+
+def _literal_version(init):
+    """The ``__version__ = "..."`` in the file ``init``, read without importing it."""
     try:
         with open(init, encoding="utf-8") as f:
             for line in f:

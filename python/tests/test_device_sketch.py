@@ -1,4 +1,4 @@
-"""Sketches of tensors hashed on their device (bitexact._trace_device.device_sketch: float64
+"""Sketches of tensors hashed on their device (bitexact._trace.device.device_sketch: float64
 torch ops where the tensor lives, one copy to the host): the same sketch as the host's native
 one for the same values (the norm to its last bits), and records of device tensors carry them,
 from the program's thread and from the background writer alike. Without a GPU here, the torch
@@ -14,7 +14,8 @@ from bitexact import _digest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
-from bitexact import _trace_device, _trace_digest  # noqa: E402
+from bitexact._trace import device as _trace_device  # noqa: E402
+from bitexact._trace import digest as _trace_digest  # noqa: E402
 from conftest import traced  # noqa: E402
 
 
@@ -195,7 +196,7 @@ def test_records_wait_for_their_staged_copies_and_keep_their_order(tmp_path, mon
     waited for, so a record written before the wait would show in the trace. With only 2-D
     tensors "on the device", a waiting record's host tensors change before it is written
     (unless copied when the op ran)."""
-    from bitexact import _trace_state
+    from bitexact._trace import state as _trace_state
 
     monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
     host = traced(tmp_path / "host.jsonl", mutating)

@@ -52,8 +52,10 @@ def test_installed_python_files_are_this_checkout():
     installed = os.path.dirname(os.path.abspath(bitexact.__file__))
     if os.path.samefile(installed, SRC):
         pytest.skip("imported from the source tree")
-    for name in sorted(os.listdir(SRC)):
-        if name.endswith(".py"):
+    for where, dirs, files in os.walk(SRC):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in sorted(f for f in files if f.endswith(".py")):
+            name = os.path.relpath(os.path.join(where, name), SRC)
             with open(os.path.join(SRC, name), "rb") as a, open(os.path.join(installed, name), "rb") as b:
                 assert a.read() == b.read(), "installed %s differs from python/bitexact/%s: reinstall" % (name, name)
 

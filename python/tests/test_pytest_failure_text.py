@@ -1,4 +1,4 @@
-"""What a failed ``bitexact.check`` or ``@pytest.mark.bitexact`` test prints (issue 45): a
+"""What a failed ``bitexact.check`` or ``@pytest.mark.bitexact`` test prints: a
 short summary as the failure message (the verdict line first, the first divergence with its
 counts and ULPs, the blame), built from the JSON report, and ``bitexact run``'s whole report as
 a report section of the test, with the test in place of the worker's command line. Inner runs
@@ -7,7 +7,8 @@ checked on hand-made report entries, without processes."""
 
 import pytest
 
-from bitexact import _pytest_check, _pytest_summary
+from bitexact._pytest import check as _pytest_check
+from bitexact._pytest import summary as _pytest_summary
 
 # Imported here so that in-process inner runs (pytester restores sys.modules after each) find
 # it loaded: numpy's extension cannot be loaded twice in one process.
@@ -76,14 +77,14 @@ def test_forward(bitexact):
     assert lines[1].endswith(" ULP"), text
     assert lines[-1] == ("(the whole report of `bitexact run` on test_model.py::test_forward "
                          "is the section below)"), text
-    for internal in ("_pytest_worker", ".pkl", "env:", "BITEXACT_OUT", "command:"):
+    for internal in ("_pytest.worker", ".pkl", "env:", "BITEXACT_OUT", "command:"):
         assert internal not in text, (internal, text)
     # The whole report: a section of its own, first, with the test as its command.
     assert [t for t, _ in report.sections][:1] == [SECTION], report.sections
     full = dict(report.sections)[SECTION]
     assert "    command: forward, called by test_model.py::test_forward, in a fresh " \
            "interpreter each run\n" in full, full
-    assert "_pytest_worker" not in full and ".pkl" not in full, full
+    assert "_pytest.worker" not in full and ".pkl" not in full, full
     assert "    env: BITEXACT_BENCHMARK=0" in full, full
     assert "first divergence: forward.safetensors:out.weight (every earlier output " \
            "identical)" in full, full
@@ -227,7 +228,7 @@ def test_numbers_read_as_in_the_report(x, text):
 
 
 def test_only_the_command_line_is_replaced():
-    text = ("case  backend\nt.py::t  cpu\n    command: python -m bitexact._pytest_worker call "
+    text = ("case  backend\nt.py::t  cpu\n    command: python -m bitexact._pytest.worker call "
             "/tmp/x.pkl\n    env: A=1\n    command: not this one\n")
     assert _pytest_summary.show_command(text, "fn, called by t.py::t") == (
         "case  backend\nt.py::t  cpu\n    command: fn, called by t.py::t\n    env: A=1\n"

@@ -1,4 +1,4 @@
-"""The pytest plugin (``bitexact._pytest_plugin``), tested with pytest's ``pytester``: the
+"""The pytest plugin (``bitexact._pytest.plugin``), tested with pytest's ``pytester``: the
 plugin is active in the inner runs through the entry point of the installed wheel, as users
 get it. Inner test files use tiny arrays and few processes; the one torch test (threads
 blame) starts eight interpreters that import torch (two check its premise)."""
@@ -115,7 +115,7 @@ def test_vary_threads_blames_threads_on_a_thread_dependent_torch_reduction(pytes
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("varying threads needs 2 cores")
     # Whether the BLAS splits this sum by thread count is the CPU's kernels' business: checked,
-    # not assumed (issue 48).
+    # not assumed.
     if _dot_bits(1) == _dot_bits(2):
         pytest.skip("premise does not hold on this machine: torch.dot gives identical bits at "
                     "1 vs 2 threads on this CPU: nothing to blame")

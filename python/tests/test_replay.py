@@ -1,5 +1,5 @@
-"""fp64 replay of a captured op call (bitexact._replay, issue 32 item 4): the tracer's capture
-(bitexact._trace_state.save) stores the call's arguments, and the replay rebuilds the call in
+"""fp64 replay of a captured op call (bitexact._replay): the tracer's capture
+(bitexact._trace.state.save) stores the call's arguments, and the replay rebuilds the call in
 float64 and measures each side's output against it, in ULPs of the output's dtype."""
 
 import json
@@ -8,7 +8,8 @@ import types
 import pytest
 
 torch = pytest.importorskip("torch")
-from bitexact import _replay, _trace_state  # noqa: E402
+from bitexact import _replay  # noqa: E402
+from bitexact._trace import state as _trace_state  # noqa: E402
 
 IDENTITY = [0, "", 0, "forward", "M.fc", "aten::sum.dim_IntList", 0]
 

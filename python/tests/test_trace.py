@@ -1,6 +1,7 @@
 """The op tracer (bitexact._trace, what `bitexact run --trace ops` injects): records, modules,
 phases, steps, cost controls, and what it leaves out."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from bitexact import _digest  # noqa: E402
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
 import bitexact  # noqa: E402
-from bitexact import _trace  # noqa: E402
+from bitexact import _protocol, _safetensors, _trace  # noqa: E402,F401
 
 
 class Net(torch.nn.Module):
@@ -45,10 +46,12 @@ def test_records_ops_with_module_phase_step_and_line(trace):
     train()
     _trace.stop()
     rs = records(trace)
-    assert {r["v"] for r in rs} == {2}
+    assert {r["v"] for r in rs} == {_protocol.TRACE_RECORD_VERSION}
+    assert [list(r)[:len(_protocol.TRACE_RECORD_FIELDS)] for r in rs] == [
+        list(_protocol.TRACE_RECORD_FIELDS)] * len(rs)
     addmm = [r for r in rs if r["op"] == "aten::addmm" and r["phase"] == "forward"]
-    assert [(r["step"], r["module"], r["occ"]) for r in addmm] == [
-        (0, "Net.fc1", 0), (0, "Net.fc2", 0), (1, "Net.fc1", 0), (1, "Net.fc2", 0)]
+    assert [(r["step"], r["module"]) for r in addmm] == [
+        (0, "Net.fc1"), (0, "Net.fc2"), (1, "Net.fc1"), (1, "Net.fc2")]
     line = [i for i, t in enumerate(open(__file__), 1) if "self.fc1(x)" in t][0]
     assert addmm[0]["src"].endswith("test_trace.py:%d" % line)  # self.fc1(x) in Net.forward
     assert addmm[0]["in"][0].startswith("f32[8]:") and addmm[0]["out"][0].startswith("f32[3,8]:")
@@ -82,28 +85,37 @@ def test_a_reshape_that_is_not_a_view_is_not_recorded(trace):
     assert add["out"] == ["f32[2,3,5]:" + bitexact.digest(z)[:32]]
 
 
-def test_occurrences_count_within_a_step_and_only_the_current_steps_are_kept(trace):
-    """Each record's ``occ`` counts its (step, phase, module, op) in its thread. After the
-    first optimizer step the tracer keeps the current step's counts only (every step's stayed
-    in memory: a leak over a long run)."""
+def test_a_capture_saves_the_op_of_its_occurrence(trace):
+    """``$BITEXACT_TRACE_CAPTURE`` names one op by [rank, thread, step, phase, module, op,
+    occurrence]: the occurrence counts that op's earlier records of the same identity, in the
+    order they are written (as ``diff-trace`` counts them from the trace), so the third
+    ``mul`` of step 1 is saved, with its inputs and result, and no other."""
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([w], lr=0.1)
     _trace.start(trace)
-    for _ in range(40):
-        w.detach() * 2
-        w.detach() * 2
+    # What install_from_env sets from $BITEXACT_TRACE_CAPTURE.
+    _trace._state.capture = [0, "", 1, "forward", "", "aten::mul.Tensor", 2]
+    for _ in range(3):
+        for k in (2.0, 3.0, 4.0, 5.0):
+            w.detach() * torch.full((3,), k)
         opt.step()  # no gradient: the step is counted, nothing computed
-    counts = {k: dict(v) for k, v in _trace._state.main.counts.items()}
     _trace.stop()
-    assert counts == {39: {("", "forward", "aten::mul.Tensor"): 2}}
-    muls = [(r["step"], r["occ"]) for r in records(trace) if r["op"] == "aten::mul.Tensor"]
-    assert muls == [(s, k) for s in range(40) for k in (0, 1)]
+    with open(os.path.join(os.path.dirname(trace), _protocol.CAPTURE_FILE), "rb") as f:
+        header, tensors = _safetensors.parse(f.read())
+    assert json.loads(header["__metadata__"]["identity"])[2:] == [
+        1, "forward", "", "aten::mul.Tensor", 2]
+    assert sorted(tensors) == ["in0", "in1", "out0"]
+    assert torch.frombuffer(bytearray(tensors["out0"][2]), dtype=torch.float32).tolist() == [
+        4.0] * 3
+    muls = [r["step"] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
+    assert muls == [s for s in range(3) for _ in range(4)]
 
 
 def test_a_step_number_that_comes_back_goes_on_counting(trace):
     """``bitexact.step(i)`` on each micro-batch before the first optimizer step (gradient
-    accumulation) brings a step number back once the optimizer counts steps: its records go on
-    from the occurrences it had, so no two records share an identity (a capture names one)."""
+    accumulation) brings a step number back once the optimizer counts steps: its records
+    follow the ones it had, and their occurrences (counted by the trace's reader, from the
+    order) go on from there."""
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([w], lr=0.1)
     x = torch.ones(3)
@@ -116,12 +128,9 @@ def test_a_step_number_that_comes_back_goes_on_counting(trace):
         _trace.on_helper_step(i)  # what bitexact.step(i) tells the tracer
     _trace.stop()
     rs = records(trace)
-    ids = [(r["step"], r["phase"], r["module"], r["op"], r["occ"]) for r in rs]
-    assert len(set(ids)) == len(ids)
-    muls = [(r["step"], r["occ"]) for r in rs
-            if r["op"] == "aten::mul.Tensor" and r["phase"] == "forward"]
+    muls = [r["step"] for r in rs if r["op"] == "aten::mul.Tensor" and r["phase"] == "forward"]
     # Helper steps 0, 1, 2; then the first optimizer step makes it step 1 again.
-    assert muls == [(0, 0), (1, 0), (2, 0), (1, 1), (1, 2), (1, 3)]
+    assert muls == [0, 1, 2, 1, 1, 1]
 
 
 def test_same_program_same_trace_and_a_changed_value_shows(tmp_path):

@@ -1,7 +1,7 @@
 """Row-sliced trace labels ($BITEXACT_TRACE_ROWS, the larger-batch run of ``bitexact run --vary
 batch``): a row-wise op's slice digests equal the batch-1 run's per-request digests, a
 batch-variant matmul's do not, and the labels are made alike on every path of
-:func:`bitexact._trace_digest.describe`."""
+:func:`bitexact._trace.digest.describe`."""
 
 import types
 
@@ -13,7 +13,8 @@ from bitexact import _digest  # noqa: E402
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
 import bitexact  # noqa: E402
-from bitexact import _trace, _trace_digest  # noqa: E402
+from bitexact import _trace  # noqa: E402
+from bitexact._trace import digest as _trace_digest  # noqa: E402
 from conftest import records  # noqa: E402
 
 OPS = ("aten::native_layer_norm", "aten::mul.Tensor", "aten::mm")

@@ -1,4 +1,4 @@
-"""Which tensors of a collective are this rank's inputs in an op trace (bitexact._trace_c10d):
+"""Which tensors of a collective are this rank's inputs in an op trace (bitexact._trace.c10d):
 receive buffers (all_gather's output list, a non-root broadcast, recv) never are, whatever the
 op; checked against the installed torch's op schemas, and on a traced 1-process gloo group."""
 
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-from bitexact import _trace_c10d  # noqa: E402
+from bitexact._trace import c10d as _trace_c10d  # noqa: E402
 
 
 class Group:

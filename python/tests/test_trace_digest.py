@@ -1,5 +1,5 @@
-"""The op tracer's fast digests (bitexact._trace_digest, the native trace_digests cache) and
-record lines (bitexact._trace_record): a tensor changed between two ops, by any means, is hashed
+"""The op tracer's fast digests (bitexact._trace.digest, the native trace_digests cache) and
+record lines (bitexact._trace.record): a tensor changed between two ops, by any means, is hashed
 again; traces with the cache, without it, hashed on the program's thread or the background
 writer's, and through the general path with json.dumps records (what the tracer wrote before)
 are byte for byte the same."""
@@ -16,7 +16,9 @@ from bitexact import _digest  # noqa: E402
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
 import bitexact  # noqa: E402
-from bitexact import _trace, _trace_digest, _trace_record  # noqa: E402
+from bitexact import _trace  # noqa: E402
+from bitexact._trace import digest as _trace_digest  # noqa: E402
+from bitexact._trace import record as _trace_record  # noqa: E402
 
 
 from conftest import records, trace, traced  # noqa: E402,F401  (the shared trace fixture)
@@ -140,10 +142,10 @@ def program():
         model(x)
 
 
-def _json_line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="",
+def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args="",
                sketches=(), gen=None):
-    record = {"v": 2, "step": step, "rank": rank, "phase": phase, "module": module, "op": op,
-              "occ": occ, "src": src, "in": ins, "out": outs}
+    record = {"v": 3, "step": step, "rank": rank, "phase": phase, "module": module, "op": op,
+              "src": src, "in": ins, "out": outs}
     if args:
         record["args"] = args
     if gen:
@@ -226,7 +228,7 @@ def test_the_all_host_lane_writes_what_sorting_each_tensor_writes(tmp_path, monk
 
 
 def test_a_record_line_is_what_json_dumps_writes():
-    args = (3, 1, "forward", 'Net."odd" name\\é\n', "aten::add.Tensor", 2, "ü.py:7",
+    args = (3, 1, "forward", 'Net."odd" name\\é\n', "aten::add.Tensor", "ü.py:7",
             ["f32[2,3]:" + "a" * 32, "i64[]:-"], [])
     assert _trace_record.line(*args) == _json_line(*args)
     assert json.loads(_trace_record.line(*args))["module"] == args[3]
@@ -282,7 +284,7 @@ def test_an_ops_arguments_text_for_each_kind_of_value():
     subclasses, and every other kind of value is as documented."""
     import enum
 
-    from bitexact import _trace_record
+    from bitexact._trace import record as _trace_record
 
     class Small(enum.IntEnum):
         ONE = 1

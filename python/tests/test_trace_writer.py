@@ -1,4 +1,4 @@
-"""The op tracer's background writer (the native TraceWriter, bitexact._trace_digest.background):
+"""The op tracer's background writer (the native TraceWriter, bitexact._trace.digest.background):
 traces byte for byte those of the synchronous path (sketches included), digests of the bytes an
 op saw even when the program changes them right after, every record written at exit and at
 ``os._exit``, forked children left alone, malformed records refused."""
@@ -15,7 +15,8 @@ from bitexact import _digest  # noqa: E402
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
 import bitexact  # noqa: E402
-from bitexact import _trace, _trace_digest  # noqa: E402
+from bitexact import _trace  # noqa: E402
+from bitexact._trace import digest as _trace_digest  # noqa: E402
 from conftest import records, traced  # noqa: E402
 
 
@@ -88,7 +89,7 @@ def test_a_record_needs_a_hole_per_tensor(tmp_path):
 
 
 EXIT = """
-import atexit, os, sys, torch, bitexact._trace as t, bitexact._trace_digest as d
+import atexit, os, sys, torch, bitexact._trace as t, bitexact._trace.digest as d
 d.BACKGROUND = True
 t.start(sys.argv[1])
 atexit.register(t.stop)
@@ -142,7 +143,7 @@ def test_the_native_writer_does_nothing_in_a_forked_child(tmp_path):
 
 
 DRAIN = """
-import os, sys, torch, bitexact._trace as t, bitexact._trace_digest as d
+import os, sys, torch, bitexact._trace as t, bitexact._trace.digest as d
 d.BACKGROUND = True
 t.start(sys.argv[1])
 x = torch.ones(1 << 18)

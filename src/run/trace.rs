@@ -78,7 +78,7 @@ impl TraceOptions {
         Ok(())
     }
 
-    /// The variables the tracer reads (`python/bitexact/_trace.py`).
+    /// The variables the tracer reads (`python/bitexact/_trace/__init__.py`).
     pub fn env(&self) -> BTreeMap<String, String> {
         let mut env = BTreeMap::from([
             (

@@ -50,9 +50,9 @@ pub fn own_package() -> Result<Option<PathBuf>> {
         return Ok(None);
     };
     let dir = std::path::absolute(PathBuf::from(dir))?;
-    if !dir.join("__init__.py").is_file() || !dir.join("_trace.py").is_file() {
+    if !dir.join("__init__.py").is_file() || !dir.join("_trace").join("__init__.py").is_file() {
         bail!(
-            "${PYTHON_PACKAGE_ENV} {}: not a bitexact Python package directory (no __init__.py and _trace.py)",
+            "${PYTHON_PACKAGE_ENV} {}: not a bitexact Python package directory (no __init__.py and _trace/__init__.py)",
             dir.display()
         );
     }

@@ -3,7 +3,7 @@
 //! result for some request differs between the two while its inputs for that request matched.
 //!
 //! Request r is in call `r / b` of a run at batch size b, at row `r % b`. The larger-batch run
-//! traces with `$BITEXACT_TRACE_ROWS` = n (`python/bitexact/_trace_digest.py`): a tensor whose
+//! traces with `$BITEXACT_TRACE_ROWS` = n (`python/bitexact/_trace/digest.py`): a tensor whose
 //! first dimension is a multiple of n is labelled by the digests of its n row slices,
 //! `f32[8,512]/8:<d1>,...,<d8>` ([`Label`], [`parse_label`]), and slice s of its call q holds
 //! requests `q*B + s*A ..`, which the smaller-batch run made in its call `q*n + s`, whole

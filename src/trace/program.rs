@@ -1,10 +1,10 @@
 //! Op traces of programs: the Python tracer's stream (`bitexact run --trace ops`; see
-//! `python/bitexact/_trace.py`), one JSON object a line in
+//! `python/bitexact/_trace/__init__.py`), one JSON object a line in
 //! `$BITEXACT_OUT/.bitexact-trace-rank<R>.jsonl`, read into [`TraceEntry`] records:
 //!
 //! ```text
-//! {"v": 2, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1", "op": "aten::addmm",
-//!  "occ": 3, "src": "train.py:42", "in": ["f32[64,10]:<digest>"], "out": ["f32[64,10]:<digest>"]}
+//! {"v": 3, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1", "op": "aten::addmm",
+//!  "src": "train.py:42", "in": ["f32[64,10]:<digest>"], "out": ["f32[64,10]:<digest>"]}
 //! ```
 //!
 //! A record of a thread other than the one that started tracing also has `"thread":
@@ -20,7 +20,9 @@
 //! multiple of n is labelled by its n row slices' digests instead,
 //! `dtype[shape]/n:<d1>,...,<dn>` ([`super::batch`] parses and aligns them).
 //!
-//! Version 2 of the trace schema (version 1 is the built-in cases' trace file).
+//! Version 3 of the trace schema (version 1 is the built-in cases' trace file). Version 2
+//! records also carry `"occ"`, the tracer's occurrence number: they are read, and the number
+//! ignored (a record's occurrence is counted here, from the order of the records).
 
 use super::TraceEntry;
 use anyhow::{anyhow, bail, Context, Result};
@@ -28,8 +30,11 @@ use serde::Deserialize;
 use std::io::BufRead;
 use std::path::Path;
 
-/// The schema version of a program trace line.
-pub const VERSION: u32 = 2;
+/// The schema version of a program trace line, as the tracer writes it.
+pub use crate::protocol::TRACE_RECORD_VERSION as VERSION;
+
+/// The oldest schema version read: version 2 records also carry `"occ"`, which is ignored.
+const OLDEST_VERSION: u32 = 2;
 
 /// Most records read from one trace (a bound on memory; the rest is reported as cut).
 pub const MAX_RECORDS: usize = 20_000_000;
@@ -81,8 +86,10 @@ struct Line {
     phase: String,
     module: String,
     op: String,
-    #[allow(dead_code)] // the localizer recomputes occurrences from the order
-    occ: u64,
+    /// Version 2's occurrence number, ignored: occurrences are counted from the order of the
+    /// records ([`super::streams::identities`]), the one place they are computed.
+    #[serde(default, rename = "occ")]
+    _occ: serde::de::IgnoredAny,
     src: String,
     #[serde(rename = "in")]
     inputs: Vec<String>,
@@ -95,7 +102,7 @@ struct Line {
     gen: String,
 }
 
-/// Ops that tracers before 2026-11-26 recorded and today's does not (`python/bitexact/_trace.py`,
+/// Ops that tracers before 2026-11-26 recorded and today's does not (`python/bitexact/_trace/__init__.py`,
 /// `_SAME_BYTES`): records of them in an older trace are dropped when it is read, so it lines
 /// up with a newer one instead of showing diverging control flow. `aten::_unsafe_view` returns
 /// its input's bytes under another shape: no new data, like a view.
@@ -120,9 +127,9 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
             Err(_) if lines.peek().is_none() => break, // cut short by the end of the run
             Err(e) => return Err(anyhow!("{} line {n}: {e}", path.display())),
         };
-        if parsed.v != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&parsed.v) {
             bail!(
-                "{} line {n}: trace version {} (this build reads {VERSION})",
+                "{} line {n}: trace version {} (this build reads {OLDEST_VERSION} to {VERSION})",
                 path.display(),
                 parsed.v
             );
@@ -234,11 +241,14 @@ mod tests {
         std::fs::write(&p, format!("{{\"v\":2}}\n{LINE}\n")).unwrap();
         let e = read_dir(dir.path()).unwrap_err().to_string();
         assert!(e.contains("line 1"), "{e}");
-        std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":3"))).unwrap();
+        let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");
+        std::fs::write(&p, format!("{LINE}\n{v3}\n")).unwrap();
+        assert_eq!(read_dir(dir.path()).unwrap().unwrap().len(), 2);
+        std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":4"))).unwrap();
         assert!(read_dir(dir.path())
             .unwrap_err()
             .to_string()
-            .contains("trace version 3"));
+            .contains("trace version 4"));
     }
 
     #[test]

@@ -19,8 +19,8 @@
 use crate::tensor::DType;
 use std::fmt::Write as _;
 
-/// How many elements a sketch samples (fewer for a smaller tensor: all of them).
-pub const SAMPLES: usize = 8;
+/// How many elements a sketch samples, at most (one number for Rust and Python).
+pub use crate::protocol::SKETCH_SAMPLES as SAMPLES;
 
 /// A float64 sketch of one tensor (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
@@ -38,12 +38,8 @@ pub struct Sketch {
     pub narrow: bool,
 }
 
-/// The sampled positions of a tensor of `n` elements: the middles of [`SAMPLES`] equal parts
-/// (every element when `n` ≤ [`SAMPLES`]).
-pub fn positions(n: usize) -> impl Iterator<Item = usize> {
-    let k = n.min(SAMPLES);
-    (0..k).map(move |j| ((2 * j + 1) * n) / (2 * k))
-}
+/// The positions a sketch samples (one rule for Rust and Python).
+pub use crate::protocol::sketch_positions as positions;
 
 /// One element of `dtype` from its little-endian bytes, as f64 (`None` for a non-float dtype).
 fn reader(dtype: DType) -> Option<fn(&[u8]) -> f64> {

@@ -1,6 +1,6 @@
 //! The streams of a trace: a program's threads each make their own stream of records (the
 //! tracer's `thread` field, empty for the thread that started tracing; see
-//! `python/bitexact/_trace_threads.py`), one rank's records hold them interleaved as the threads
+//! `python/bitexact/_trace/threads.py`), one rank's records hold them interleaved as the threads
 //! happened to run, and that interleaving varies from run to run. So the thread is part of the
 //! identity records are aligned by ([`Key`]), occurrence numbers count within a thread, the
 //! digest of a whole trace hashes the streams one after the other ([`canonical`]), and a run

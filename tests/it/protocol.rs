@@ -146,3 +146,40 @@ fn planted_drift_is_caught() {
     let test_only = "#[cfg(test)]\nmod t { const X: &str = \"BITEXACT_SEED\"; }";
     assert!(rust_problems(&[("src/x.rs".into(), test_only.into())]).is_empty());
 }
+
+/// `_protocol.sketch_positions` (Python, generated from `SKETCH_POSITIONS_PY`) gives the
+/// positions `protocol::sketch_positions` gives, for every tensor size up to 200 elements and
+/// a few large ones.
+#[test]
+fn the_python_sketch_positions_are_the_rust_ones() {
+    use bitexact::protocol::{sketch_positions, SKETCH_POSITIONS_PY, SKETCH_SAMPLES};
+    let sizes: Vec<usize> = (0..=200).chain([1 << 20, 1_000_003, 7 << 30]).collect();
+    let program = format!(
+        "SKETCH_SAMPLES = {SKETCH_SAMPLES}\n{SKETCH_POSITIONS_PY}\n\
+         print([sketch_positions(n) for n in {sizes:?}])\n"
+    );
+    let python = std::env::var("BITEXACT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let Ok(out) = std::process::Command::new(&python)
+        .args(["-c", &program])
+        .output()
+    else {
+        bitexact::check::skip_notice(
+            "the_python_sketch_positions_are_the_rust_ones",
+            &format!("no Python ({python})"),
+        );
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Vec<Vec<usize>> = sizes
+        .iter()
+        .map(|&n| sketch_positions(n).collect())
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{want:?}")
+    );
+}

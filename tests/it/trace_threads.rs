@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn python(test: &str) -> Option<String> {
-    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace_threads"]);
+    let py = common::python_with(&["torch", "bitexact._native", "bitexact._trace.threads"]);
     if py.is_none() {
         common::tool_missing(
             test,

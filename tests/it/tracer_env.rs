@@ -200,6 +200,19 @@ fn a_program_with_another_bitexact_version_is_told_and_one_of_the_same_keeps_its
     assert!(which.contains("site-packages/bitexact/"), "{which}");
 }
 
+/// Copies the `.py` files of the package `from`, its subpackages' too, to `to`.
+fn copy_python_files(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() && p.join("__init__.py").is_file() {
+            copy_python_files(&p, &to.join(p.file_name().unwrap()));
+        } else if p.extension().is_some_and(|x| x == "py") {
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
 /// Whether `case`'s runs recorded op traces with op calls in them.
 fn traced(case: &serde_json::Value) -> bool {
     let notes = case["notes"].to_string();
@@ -238,14 +251,8 @@ fn when_the_tracer_cannot_start_the_run_fails_and_says_why() {
         "import bitexact, os; print(os.path.dirname(bitexact.__file__))",
     );
     let broken = dir.path().join("broken/bitexact");
-    std::fs::create_dir_all(&broken).unwrap();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/bitexact");
-    for e in std::fs::read_dir(source).unwrap() {
-        let e = e.unwrap();
-        if e.path().extension().is_some_and(|x| x == "py") {
-            std::fs::copy(e.path(), broken.join(e.file_name())).unwrap();
-        }
-    }
+    copy_python_files(&source, &broken);
     std::fs::write(broken.join("_native.abi3.so"), b"not an ELF file").unwrap();
     let package = [("BITEXACT_PYTHON_PACKAGE", broken.to_str().unwrap())];
     let (code, case, _) = run(&[me], &[&py], &package);

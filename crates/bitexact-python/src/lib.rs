@@ -159,7 +159,7 @@ impl Host {
         if self.span == 0 {
             &[]
         } else {
-            // SAFETY: the caller (the package's `_digest.py`, `_trace_digest.py`) passes the
+            // SAFETY: the caller (the package's `_digest.py`, `_trace/digest.py`) passes the
             // address of a host buffer holding `span` bytes (a contiguous tensor's, or all a
             // view's strides reach) that it keeps alive for the whole call and that nothing
             // writes meanwhile (documented on `digest_ptr`).

@@ -1,4 +1,4 @@
-//! What the pytest plugin (`python/bitexact/_pytest_*.py`) needs from the library, so that its
+//! What the pytest plugin (`python/bitexact/_pytest/`) needs from the library, so that its
 //! checks say what `bitexact run` and `cargo test` say, from the same code:
 //! - [`run_report`]: `bitexact run` returning its report rendered both as text (the failing
 //!   test's message) and as JSON (the result object), for the driver process of

@@ -1,5 +1,5 @@
 //! [`trace_digests`]: the digests of one op's host tensors for the op tracer
-//! (`python/bitexact/_trace_digest.py`), one call per op, each already labelled as a trace
+//! (`python/bitexact/_trace/digest.py`), one call per op, each already labelled as a trace
 //! record shows it (`f32[2,3]:<first 32 hex digits>`), with a cache of digests that is checked
 //! against the bytes.
 //!

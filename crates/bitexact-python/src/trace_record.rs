@@ -123,7 +123,7 @@ pub(crate) fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketc
 }
 
 /// `,"sk":["<sketch>",…]` of the results (`""` for one without a sketch), as
-/// `python/bitexact/_trace_record.py` writes it; nothing when no result has one.
+/// `python/bitexact/_trace/record.py` writes it; nothing when no result has one.
 fn push_sketches(line: &mut String, sketches: &[Shown], hashed: &[&Hashed]) {
     fn text<'a>(k: &'a Shown, hashed: &[&'a Hashed]) -> &'a str {
         match k {

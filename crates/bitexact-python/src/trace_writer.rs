@@ -1,4 +1,4 @@
-//! [`TraceWriter`]: the op tracer's trace file (`python/bitexact/_trace_state.py`), written by a
+//! [`TraceWriter`]: the op tracer's trace file (`python/bitexact/_trace/state.py`), written by a
 //! background thread that also computes the SHA-256 digests (and float64 sketches) the
 //! program's thread would otherwise wait for.
 //!
@@ -18,7 +18,7 @@
 //! Memory is bounded: past [`QUEUED_BYTES`] copied bytes waiting to be hashed, a tensor is
 //! hashed on the caller's thread; hashed copies' buffers are kept for reuse
 //! ([`super::copy_pool`]). The tracer uses the writer only where torch's threads leave a core
-//! free (`bitexact._trace_digest.background()`): where they take every core, the writer's thread
+//! free (`bitexact._trace.digest.background()`): where they take every core, the writer's thread
 //! competes with them and a traced step got slower. Records are queued without waking the
 //! writer's thread, which looks for them every [`POLL`] and writes (and flushes) each batch it
 //! finds. [`TraceWriter::close`] (the tracer's `stop()`: at interpreter exit through `atexit`,

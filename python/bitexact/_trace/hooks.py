@@ -1,13 +1,13 @@
 """Hooks of the op tracer (:mod:`bitexact._trace`) besides its dispatch mode: the module and
 gradient hooks of ``--trace modules``, and what keeps a DataLoader's own work out of a trace.
 The state and record writing they share with the dispatch mode are in
-:mod:`bitexact._trace_state`."""
+:mod:`bitexact._trace.state`."""
 
 import os
 import weakref
 
-from . import _trace_compile
-from . import _trace_state as ts
+from . import compiled
+from . import state as ts
 
 
 def module_hooks(state, torch):
@@ -22,8 +22,8 @@ def module_hooks(state, torch):
 
     def after_forward(mod, args, output):
         # Compile-safe: silent while TorchDynamo traces it into a compiled module's graph, and
-        # in a compiled call (recorded as one, see _trace_compile).
-        if torch.compiler.is_compiling() or _trace_compile.silent(mod):
+        # in a compiled call (recorded as one, see compiled).
+        if torch.compiler.is_compiling() or compiled.silent(mod):
             return
         stream = ts.stream_of(state)
         if stream is None or not ts.mine(state) or not ts.in_steps(state, stream):
@@ -37,7 +37,8 @@ def module_hooks(state, torch):
             state.param_names.setdefault(id(p), pname)
         ins = ts.collect_tensors(args, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
-        ts.emit(state, stream, "module output", state.tracker.forward_phase(), name, ins, outs)
+        ts.emit(state, stream, ts.Record("module output", state.tracker.forward_phase(), name,
+                                         ins, outs))
 
     def before_step(opt, _args, _kwargs):
         if torch.compiler.is_compiling():
@@ -49,21 +50,11 @@ def module_hooks(state, torch):
             for i, p in enumerate(group["params"]):
                 if p.grad is not None:
                     name = state.param_names.get(id(p), "param%d" % i)
-                    ts.emit(state, stream, "parameter grad", "backward", name, [p.detach()],
-                            [p.grad])
+                    ts.emit(state, stream, ts.Record("parameter grad", "backward", name,
+                                                     [p.detach()], [p.grad]))
 
     return [nn_module.register_module_forward_hook(after_forward),
             optimizer.register_optimizer_step_pre_hook(before_step)]
-
-
-class _Restore:
-    """A hook handle that puts back an attribute replaced by the tracer."""
-
-    def __init__(self, owner, name, original):
-        self.owner, self.name, self.original = owner, name, original
-
-    def remove(self):
-        setattr(self.owner, self.name, self.original)
 
 
 def pause_loading():
@@ -72,7 +63,7 @@ def pause_loading():
     runs in them, untraced, so tracing it here would make the op stream depend on the worker
     count. The batch is hashed where the program first uses it, either way. The pin-memory
     thread a DataLoader with workers starts while it is iterated is, for the same reason, not
-    traced (:mod:`bitexact._trace_threads`: threads started while paused are not). Returns
+    traced (:mod:`bitexact._trace.threads`: threads started while paused are not). Returns
     handles that put the originals back."""
     from torch.utils.data import dataloader
 
@@ -86,7 +77,7 @@ def pause_loading():
                 return _original(self)
 
         setattr(cls, name, wrapper)
-        handles.append(_Restore(cls, name, original))
+        handles.append(ts.Restore(cls, name, original))
     return handles
 
 
@@ -105,4 +96,4 @@ def drain_on_exit(state, stop):
         _original(status)
 
     os._exit = _exit
-    return _Restore(os, "_exit", original)
+    return ts.Restore(os, "_exit", original)

@@ -2,11 +2,11 @@
 
 ``check(fn, *args, runs=2, vary=(), isolate=True, trace=False, timeout=None, fail=True,
 **kwargs)`` calls ``fn(*args, **kwargs)`` ``runs`` times and compares every leaf of what it
-returns (see :func:`bitexact._pytest_worker.leaves`) by bitexact's canonical digest.
+returns (see :func:`bitexact._pytest.worker.leaves`) by bitexact's canonical digest.
 
 * ``isolate=True`` (the default): every call in a fresh interpreter. The check *is*
   ``bitexact run`` (:func:`run_program`), with a command that calls ``fn`` once
-  (``python -m bitexact._pytest_worker call``): the same environment contract, variations
+  (``python -m bitexact._pytest.worker call``): the same environment contract, variations
   (``vary=("threads", "seed", "hashseed", "poison", "workers")`` or ``"all"``) and blame, op
   tracer (``trace=True``: the first diverging op), per-run ``timeout`` (seconds), explanation
   and report text as the command line. ``fn`` must be picklable (a module-level function).
@@ -31,7 +31,7 @@ differing outputs, the error of a run that failed, the blame when there is one, 
 naming the test whose report follows. The section, rather than a report shown only under
 ``-vv``, because a nondeterministic failure may not come back when the test runs again: what
 the runs found is shown the first time. In that report the worker's command line (an
-interpreter, ``-m bitexact._pytest_worker`` and a temporary pickle, gone by then) is replaced
+interpreter, ``-m bitexact._pytest.worker`` and a temporary pickle, gone by then) is replaced
 by the function and the test that called it. A check called outside the ``bitexact`` fixture
 (no test to attach a section to) puts the whole report below the summary instead.
 """
@@ -45,10 +45,10 @@ import shutil
 import sys
 import tempfile
 
-from . import _digest
-from ._pytest_leaves import leaves
-from ._pytest_summary import show_command, summary
-from ._pytest_worker import file_stem, payload
+from .. import _digest
+from .leaves import leaves
+from .summary import show_command, summary
+from .worker import file_stem, payload
 
 # Variations a check may ask for (`bitexact run --vary` for programs, without the ones whose
 # command must take a placeholder).
@@ -167,7 +167,7 @@ def _pdeathsig():
 def run_program(command, name, runs, vary=(), trace=False, timeout=None, env=None, shown=None):
     """Runs ``command`` ``runs`` times through ``bitexact run`` in a driver process; returns
     ``(exit code, text report, the case's JSON entry)``; ``shown`` replaces the command in the
-    text report's ``command:`` line (:func:`bitexact._pytest_summary.show_command`). ``ValueError`` on a usage error. On
+    text report's ``command:`` line (:func:`bitexact._pytest.summary.show_command`). ``ValueError`` on a usage error. On
     any interruption (Ctrl-C, a pytest timeout) the driver is stopped, and with it every run,
     before the exception goes on."""
     argv = ["bitexact", "run", "--runs", str(runs), "--no-config", "--name", name]
@@ -220,9 +220,10 @@ def _stop(proc):
 SECTION = "bitexact run's report"
 
 
-def judge_program(what, text, case, runs, fail, name=None, section=None, strip=""):
-    """Skips the test, or fails it as the case's verdict says (unless ``fail`` is false);
-    returns ``(verdict, the failure text)``. The failure text is :func:`summary`; the whole
+def apply_verdict(what, text, case, runs, fail, name=None, section=None, strip=""):
+    """Applies the verdict of ``bitexact run`` (``case["verdict"]``, which Rust's judge
+    assigned) to the pytest test: skips it, or fails it unless the verdict is
+    ``deterministic`` (and ``fail`` is true); returns ``(verdict, the failure text)``. The failure text is :func:`summary`; the whole
     report ``text`` goes to ``section(title, text)`` (the test's report section, shown below
     the failure) when there is one, else below the summary."""
     verdict = case["verdict"]
@@ -258,12 +259,12 @@ def _check_isolated(fn, args, kwargs, runs, vary, trace, timeout, fail, name, se
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         code, text, case = run_program(
-            [sys.executable, "-m", "bitexact._pytest_worker", "call", path], name, runs,
+            [sys.executable, "-m", "bitexact._pytest.worker", "call", path], name, runs,
             vary, trace, timeout, shown=shown)
     finally:
         os.unlink(path)
     prefix = pickle.loads(blob)["stem"] + ".safetensors:"
-    verdict, short = judge_program(what, text, case, runs, fail, name, section, prefix)
+    verdict, short = apply_verdict(what, text, case, runs, fail, name, section, prefix)
     digests = {k[len(prefix):] if k.startswith(prefix) else k: v
                for k, v in case.get("digests", {}).items()}
     return CheckResult(verdict, runs, digests, short, report=case, report_text=text)

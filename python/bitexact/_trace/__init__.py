@@ -9,8 +9,8 @@ that never imports bitexact is traced. Every ATen op call the process makes (a
 of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 :mod:`bitexact._dist`)::
 
-    {"v": 2, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
-     "op": "aten::addmm", "occ": 3, "src": "train.py:42",
+    {"v": 3, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
+     "op": "aten::addmm", "src": "train.py:42",
      "in": ["f32[64,10]:<digest>", ...], "out": ["f32[64,10]:<digest>"]}
 
 - ``step``: optimizer steps completed so far (``torch.optim`` step hooks), or, for a script
@@ -18,14 +18,16 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 - ``thread``: only in records of a thread the program started (``"thread": "ema_loop#0"``):
   every thread started through ``threading`` after tracing started is traced as its own
   stream, with a label stable across runs and a step of its own
-  (:mod:`bitexact._trace_threads`).
+  (:mod:`bitexact._trace.threads`).
 - ``phase``: ``forward``, ``backward``, or ``recompute``: a module forward run again while a
   backward runs (activation checkpointing).
 - ``module``: the innermost module running, by fully qualified name from the root's class
-  name (:mod:`bitexact._trace_modules`: a stack per thread from forward hooks, a stack per
+  name (:mod:`bitexact._trace.modules`: a stack per thread from forward hooks, a stack per
   backward from gradient hooks).
-- ``occ``: the call's number among calls of the same op in the same step, rank, thread, module
-  and phase: what aligns two runs' streams (identity, not position).
+- no occurrence number: the trace's reader counts a record's occurrence among the records of
+  the same op in the same step, rank, thread, module and phase, from their order (what
+  aligns two runs' streams: identity, not position; ``src/trace/streams.rs``). A capture
+  (``$BITEXACT_TRACE_CAPTURE``) is found by the same count (:mod:`bitexact._trace.state`).
 - cost controls: ``$BITEXACT_TRACE_STEPS`` (``A..B`` inclusive, ``A..``) records only those
   steps, ``$BITEXACT_TRACE_SKIP`` (comma-separated globs such as ``aten::copy_*``) leaves ops
   out (``--trace-steps``, ``--trace-skip``, ``--trace-max-bytes``).
@@ -33,9 +35,9 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 - ``in``: the tensors the op reads; a tensor it writes (in-place ``self``, ``out=``) is a result
   only, since it is hashed after the op.
 - digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
-  result, from the native module, one call per op (:mod:`bitexact._trace_digest`: a tensor
+  result, from the native module, one call per op (:mod:`bitexact._trace.digest`: a tensor
   whose bytes are unchanged since it was last hashed, checked by an XXH3-128 of them, reuses
-  its digest; records are made by :mod:`bitexact._trace_record` and, where torch leaves a core
+  its digest; records are made by :mod:`bitexact._trace.record` and, where torch leaves a core
   free or the machine has an NVIDIA GPU, written by a native writer that hashes on a background
   thread: the program does not wait for SHA-256; :func:`stop` (atexit, ``os._exit``) waits
   for the queued records, and a process killed by a signal loses them); a tensor over
@@ -44,8 +46,8 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   that differs between identical runs).
   ``sk``: a float64 sketch of each result (norm, largest magnitude, non-finite count, eight
   fixed elements; ``src/trace/sketch.rs``), made with its digest (a device tensor's on its
-  device, :func:`bitexact._trace_device.device_sketch`); ``args``: the op's
-  non-tensor arguments (``eps=1e-05``, see :func:`bitexact._trace_record.arguments`). Both
+  device, :func:`bitexact._trace.device.device_sketch`); ``args``: the op's
+  non-tensor arguments (``eps=1e-05``, see :func:`bitexact._trace.record.arguments`). Both
   are what ``bitexact diff-trace`` judges noise with (``src/trace/noise.rs``). With
   ``$BITEXACT_TRACE_ROWS`` = n > 1 (the larger-batch run of ``--vary batch``), a tensor whose
   first dimension is a multiple of n is labelled ``dtype[shape]/n:<d1>,...,<dn>`` by its n row
@@ -54,7 +56,7 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 A module or function compiled with ``torch.compile`` runs compiled (TorchDynamo skips every
 frame while a dispatch mode is on the stack; the tracer takes its mode off around each compiled
 call), and each call is one record, op ``compiled <name>``, forward and backward: see
-:mod:`bitexact._trace_compile`.
+:mod:`bitexact._trace.compiled`.
 
 View and alias ops (``is_view``, and ``aten::_unsafe_view``: a reshape that is not marked as a
 view) carry no new data and are skipped, and so are allocations of
@@ -78,7 +80,7 @@ root, a ``recv`` buffer and a barrier's placeholder hold whatever bytes were the
 (uninitialized memory); hashed as inputs, they would make identical runs differ "already at
 the inputs" there. Which arguments a collective reads is read from its schema by argument name
 (an unknown collective: every tensor argument not named as an output buffer), see
-:mod:`bitexact._trace_c10d`.
+:mod:`bitexact._trace.c10d`.
 """
 
 import atexit
@@ -87,10 +89,10 @@ import os
 import sys
 import warnings
 
-from . import _protocol, _trace_c10d
-from . import _trace_compile, _trace_digest, _trace_generator, _trace_record
-from . import _trace_state as ts
-from ._trace_state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
+from .. import _protocol
+from . import c10d, compiled, digest, generator, record
+from . import state as ts
+from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
 # The names bitexact run sets for the tracer (src/protocol.rs, generated into _protocol).
 ENV = _protocol.TRACE_ENV
@@ -99,10 +101,10 @@ MAX_BYTES_ENV = _protocol.TRACE_MAX_BYTES_ENV
 STEPS_ENV = _protocol.TRACE_STEPS_ENV  # "A..B" (inclusive) or "A.."
 SKIP_ENV = _protocol.TRACE_SKIP_ENV  # comma-separated op-name globs
 # [rank, thread, step, phase, module, op, occurrence] (JSON) of one op whose tensors are saved to
-# _trace_state.CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
+# state.CAPTURE_FILE (in0.., out0..): bitexact's re-run to explain a localized divergence.
 CAPTURE_ENV = _protocol.TRACE_CAPTURE_ENV
 # n > 1: label each tensor whose first dimension is a multiple of n by its n row slices' digests
-# (the larger-batch run of `bitexact run --vary batch`, n = B/A; see _trace_digest.describe).
+# (the larger-batch run of `bitexact run --vary batch`, n = B/A; see digest.describe).
 ROWS_ENV = _protocol.TRACE_ROWS_ENV
 FILE_PREFIX = _protocol.TRACE_FILE_PREFIX
 
@@ -140,7 +142,7 @@ def _make_mode(stream):
             @classmethod
             def ignore_compile_internals(cls):
                 # TorchDynamo compiles under this mode (it skips frames under other modes), and
-                # what runs inside a compiled region is not recorded (see _trace_compile).
+                # what runs inside a compiled region is not recorded (see compiled).
                 return True
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -151,12 +153,12 @@ def _make_mode(stream):
                 kind = known[1]
                 state = _state
                 if kind is _SKIPPED or state is None or not ts.mine(state) \
-                        or _trace_compile.running():
+                        or compiled.running():
                     return func(*args, **kwargs)
                 if kind is _COLLECTIVE:
-                    return _trace_c10d.record(state, self.stream, func, args, kwargs,
+                    return c10d.record(state, self.stream, func, args, kwargs,
                                               torch.Tensor)
-                gen = known[3] and _trace_generator.before(torch, known[3], args, kwargs,
+                gen = known[3] and generator.before(torch, known[3], args, kwargs,
                                                            state.tracker)
                 result = func(*args, **kwargs)
                 _record(state, self.stream, func, kind, known[2], args, kwargs, result,
@@ -191,12 +193,12 @@ _COLLECTIVE, _SKIPPED = object(), object()
 
 def _op(func):
     """``(func, kind, written, generator)``, remembered: how the mode treats ``func`` (a
-    collective (:mod:`bitexact._trace_c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or
+    collective (:mod:`bitexact._trace.c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or
     not a computation: :data:`_NOT_COMPUTATION`), or recorded under its name), the arguments it
     writes (:func:`_written_args`) and where it takes its generator, for a random op
-    (:func:`bitexact._trace_generator.spec`)."""
+    (:func:`bitexact._trace.generator.spec`)."""
     name = func.name()
-    if func.namespace in _trace_c10d.NAMESPACES:
+    if func.namespace in c10d.NAMESPACES:
         kind = _COLLECTIVE
     elif func.is_view or name in _SAME_BYTES or name.startswith(_NOT_COMPUTATION):
         kind = _SKIPPED
@@ -206,7 +208,7 @@ def _op(func):
         _ops.clear()
     computes = kind is not _SKIPPED and kind is not _COLLECTIVE
     known = _ops[id(func)] = (func, kind, _written_args(func) if computes else (),
-                              _trace_generator.spec(func, name) if computes else None)
+                              generator.spec(func, name) if computes else None)
     return known
 
 
@@ -214,12 +216,12 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
     """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
     view): its inputs are what it read (``written``: the arguments it writes in place or
     through ``out=``, results), its outputs what it returned; ``gen``: a random op's generator
-    and its state before the call (:mod:`bitexact._trace_generator`)."""
+    and its state before the call (:mod:`bitexact._trace.generator`)."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return
-    text = _trace_record.arguments(func, args, kwargs, tensor_type) if _trace_digest.SKETCH \
+    text = record.arguments(func, args, kwargs, tensor_type) if digest.SKETCH \
         else ""
-    call = (func, args, kwargs, written)  # for a capture's replay (_trace_state.save)
+    call = (func, args, kwargs, written)  # for a capture's replay (state.save)
     scratch = _scratch_arg(func, op, args, kwargs)
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         args = [a for i, a in enumerate(args) if i not in written]
@@ -228,13 +230,14 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
     outs = ts.collect_tensors(result, tensor_type, [])
     phase, module = state.tracker.where()
     hidden = () if scratch is None else [j for j, t in enumerate(ins) if t is scratch]
-    ts.emit(state, stream, op, phase, module, ins, outs, args=text, call=call,
-            scratch_ins=hidden, gen=gen)
+    ts.emit(state, stream, ts.Record(op, phase, module, ins, outs, args=text, call=call,
+                                     scratch_ins=hidden, gen=gen))
 
 
 def _scratch_arg(func, op, args, kwargs):
-    """The tensor argument of ``func`` that is scratch memory (:data:`_trace_state.SCRATCH_ARGS`:
-    an RNN workspace its backward reads), or None."""
+    """The tensor argument of ``func`` that is scratch memory
+    (:data:`bitexact._trace.state.SCRATCH_ARGS`: an RNN workspace its backward reads), or
+    None."""
     name = ts.SCRATCH_ARGS.get(op.partition(".")[0])
     if name is None:
         return None
@@ -263,7 +266,7 @@ class Unavailable(RuntimeError):
 def _check_can_trace():
     """Raises :class:`Unavailable` unless this Python can trace: it loads bitexact's native
     module (the digests) and imports torch."""
-    from . import _digest
+    from .. import _digest
 
     try:
         _digest.native()
@@ -292,7 +295,7 @@ def install_from_env():
     out = os.environ.get(_protocol.OUT_ENV)
     if _state is not None or level not in _protocol.TRACE_LEVELS or not out:
         return False
-    from . import _dist
+    from .. import _dist
 
     # The first process of each rank (not its DataLoader workers or tools; not torchrun's
     # agent, which computes nothing).
@@ -323,7 +326,7 @@ def install_from_env():
         _state.capture = json.loads(os.environ[CAPTURE_ENV])
     # The run's platform, recorded whether or not the script imports bitexact; once more at
     # exit, after tracing stops (atexit runs last-registered first), unless the script wrote it.
-    from . import _outputs
+    from .. import _outputs
 
     atexit.register(_outputs.record_platform, at_exit=True)
     atexit.register(stop)
@@ -346,8 +349,8 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     import torch
     import torch.optim.optimizer as optimizer
 
-    from . import _trace_hooks as _hooks
-    from . import _trace_modules, _trace_threads
+    from . import hooks as _hooks
+    from . import modules, threads
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
@@ -360,7 +363,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
-    state.tracker = _trace_modules.Tracker(torch)
+    state.tracker = modules.Tracker(torch)
     state.tracker.start(backward=level != "modules")
 
     def after_step(_optimizer, _args, _kwargs):
@@ -379,12 +382,12 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     else:
         mode = _make_mode(state.main)
         mode.__enter__()
-    hooks += _trace_threads.follow(state, _make_mode if mode is not None else None, torch_dir)
-    hooks.append(_trace_compile.install(state, _is_tracer, level))
+    hooks += threads.follow(state, _make_mode if mode is not None else None, torch_dir)
+    hooks.append(compiled.install(state, _is_tracer, level))
     if state.writer is not None:
         hooks.append(_hooks.drain_on_exit(state, stop))
     # torch.compile(module) warns that global module hooks (the tracer's) fire an extra time
-    # for its wrapper: they do nothing for it (_trace_compile.silent).
+    # for its wrapper: they do nothing for it (compiled.silent).
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "
                             "global hooks", category=UserWarning)
     _state = state

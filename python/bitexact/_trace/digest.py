@@ -3,9 +3,9 @@ them (``f32[2,3]:<first 32 hex digits of the canonical digest>``), with one nati
 
 Host tensors of bitexact's dtypes (the common case) take the fast path: their address, length,
 dtype and shape go to ``_native.trace_digests``, which hashes them together and formats the
-labels, with a cache of digests checked against the bytes (see ``src/python/trace.rs``): a
-tensor that an earlier op made or read and that is unchanged since (most of an op's inputs)
-costs an XXH3-128 of its bytes instead of a SHA-256. Whether a digest is reused depends on the
+labels, with a cache of digests checked against the bytes (see
+``crates/bitexact-python/src/trace.rs``): a tensor that an earlier op made or read and that is
+unchanged since (most of an op's inputs) costs an XXH3-128 of its bytes instead of a SHA-256. Whether a digest is reused depends on the
 bytes only, never on PyTorch's version counter, tensor identity or the ops the tracer saw, so a
 write that those miss (through ``.data``, a view, numpy sharing the memory, an extension's raw
 pointer) is hashed again. :data:`CACHE` turns the cache off (the tests compare traces with and
@@ -13,14 +13,14 @@ without it).
 
 Where a core is free (:func:`background`), the tracer's records are written by the native
 ``TraceWriter`` (``crates/bitexact-python/src/trace_writer.rs``): :func:`describe` (given
-``later``) leaves a NUL byte (:data:`HOLE`) for each fast-path label and collects the tensors,
+``rec.later``) leaves a NUL byte (:data:`HOLE`) for each fast-path label and collects the tensors,
 which the writer looks up in the same cache, copies when they must be hashed, and hashes (and
 sketches) on a background thread, filling in the labels and the ``"sk"`` field
 (:data:`SKETCH_MARK`) and writing the records in order: the same bytes, without the program's
 thread waiting for SHA-256.
 
 CUDA tensors of at most ``STAGE_MAX`` bytes are first staged to the host, all of an op's in
-one copy, and then take the host's fast path (:mod:`bitexact._trace_device`).
+one copy, and then take the host's fast path (:mod:`bitexact._trace.device`).
 
 Everything else takes the general path of :mod:`bitexact._digest` (larger device tensors:
 hashed on the GPU; complex, conjugate and negative views, sparse tensors), and a tensor that
@@ -34,8 +34,9 @@ each slice compares with the smaller-batch run's whole result for the same reque
 (``src/trace/batch.rs``).
 """
 
-from . import _digest, _trace_device
-from ._digest import plain_name as _plain
+from .. import _digest
+from . import device
+from .._digest import plain_name as _plain
 
 DIGEST_HEX = 32
 
@@ -72,7 +73,7 @@ def background():
         return BACKGROUND
     import os
 
-    from . import _protocol
+    from .. import _protocol
 
     forced = os.environ.get(_protocol.TRACE_BACKGROUND_ENV, "")
     if forced in ("0", "1"):
@@ -254,7 +255,7 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
     return out, sliced, fast, places, owners, slow, hosts, on_device
 
 
-def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None, waits=None):
+def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
     """``["f32[2,3]:<digest>", ...]`` for the tensors (``scratch``: positions recorded by dtype
     and shape only), hashed together by the native module.
 
@@ -270,14 +271,16 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     that held those requests. A host tensor's slices are parts of its buffer, hashed (and
     cached) like any tensor in the op's one native call.
 
-    With ``later`` (a list; not with row slices), a fast-path tensor's label is :data:`HOLE`:
-    its ``(ptr, nbytes, dtype, shape)`` is appended to ``later`` (for ``TraceWriter.write``)
-    and the tensor that owns the bytes to ``keep``; the sketches are then, for each tensor from
-    ``sketch_from`` on, its index in ``later``, or -1, or its text (a device tensor's, see
-    :func:`bitexact._trace_device.device_sketch`; None without :data:`SKETCH`). Then staged
-    device tensors (:func:`bitexact._trace_device.staged`) may still be on their way to the
-    host: ``(events, nbytes)`` pairs in ``waits`` (a list) say what to wait for before
-    ``TraceWriter.write`` reads them."""
+    With ``rec`` (the :class:`bitexact._trace.state.Record` being written) whose ``later`` is a
+    list (the native writer's; not with row slices), a fast-path tensor's label is
+    :data:`HOLE`: its ``(ptr, nbytes, dtype, shape)`` is appended to ``rec.later`` (for
+    ``TraceWriter.write``) and the tensor that owns the bytes to ``rec.keep``; the sketches are
+    then, for each tensor from ``sketch_from`` on, its index in ``rec.later``, or -1, or its
+    text (a device tensor's, see :func:`bitexact._trace.device.device_sketch`; None without
+    :data:`SKETCH`). Then staged device tensors (:func:`bitexact._trace.device.staged`) may
+    still be on their way to the host: ``(events, nbytes)`` pairs in ``rec.waits`` say what to
+    wait for before ``TraceWriter.write`` reads them."""
+    later = rec.later if rec is not None else None
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
     n = len(tensors)
@@ -286,8 +289,8 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
         out, sliced, places, owners, slow, hosts, on_device = (
             [None] * n, {}, _identity(n), tensors, (), (), ())
     else:
-        deferred = waits if later is not None and rows == 1 else None
-        given, tensors = tensors, _trace_device.staged(tensors, scratch, state.max_bytes,
+        deferred = rec.waits if later is not None and rows == 1 else None
+        given, tensors = tensors, device.staged(tensors, scratch, state.max_bytes,
                                                       deferred)
         # Staged copies on their way: the record waits for them, and the host tensors it names
         # may change before then (an in-place op, `.data` swapped by `module.cuda()`): copied.
@@ -299,7 +302,7 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
     if later is not None and rows == 1:  # the TraceWriter hashes them: holes, and where
         base = len(later)
         later += fast
-        keep += owners
+        rec.keep += owners
         if not SKETCH:
             sketches = None
         if len(places) == n:  # all of them, in order (_identity)
@@ -315,7 +318,7 @@ def describe(tensors, state, scratch=(), sketch_from=None, later=None, keep=None
         fast = ()
     if on_device and rows == 1:
         for i in on_device:
-            sketches[i - sketch_from] = _trace_device.device_sketch(tensors[i])
+            sketches[i - sketch_from] = device.device_sketch(tensors[i])
     if fast and sketches is not None and SKETCH and rows == 1:
         labels, made = nat.trace_digests(fast, CACHE, [i >= sketch_from for i, _ in places])
         for (i, _), text in zip(places, made):

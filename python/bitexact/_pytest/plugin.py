@@ -5,8 +5,8 @@ It gives:
 
 * the ``bitexact`` fixture (:class:`Bitexact`): ``bitexact.check(fn, *args, runs=2, vary=(),
   isolate=True, trace=False, timeout=None, fail=True, **kwargs)`` (see
-  :mod:`bitexact._pytest_check`), ``bitexact.assert_snapshot(name=None, **tensors)`` (see
-  :mod:`bitexact._pytest_snapshot`) and ``bitexact.record(**tensors)``;
+  :mod:`bitexact._pytest.check`), ``bitexact.assert_snapshot(name=None, **tensors)`` (see
+  :mod:`bitexact._pytest.snapshot`) and ``bitexact.record(**tensors)``;
 * the option ``--bitexact-update``: write missing or changed snapshots as ``.snap`` and pass;
 * the marker ``@pytest.mark.bitexact(runs=2, vary=(), trace=False, timeout=None)``: the whole
   test function runs ``runs`` times, each in a fresh ``pytest`` process started by
@@ -22,7 +22,7 @@ blame), and ``bitexact run``'s whole report, with the test in place of the worke
 line, is a report section of the test (``bitexact run's report``) that pytest prints below the
 message, as it prints captured output (``--show-capture=no`` hides it; pytest-xdist carries
 it). A section rather than ``-vv``: a nondeterministic failure may not come back on a rerun, so
-the whole report is there the first time. See :func:`bitexact._pytest_check.summary`.
+the whole report is there the first time. See :func:`bitexact._pytest.check.summary`.
 
 Everything fails through pytest (``pytest.fail``/``pytest.skip``), so ``--junitxml``,
 ``-x``, ``-k`` and pytest-xdist (each worker starts its own runs) work as for any test.
@@ -34,10 +34,10 @@ import weakref
 
 import pytest
 
-from ._pytest_check import check as _check
-from ._pytest_check import judge_program, run_program, validate
-from ._pytest_snapshot import Snapshots
-from ._pytest_leaves import WORKER_ENV, record
+from .check import check as _check
+from .check import apply_verdict, run_program, validate
+from .snapshot import Snapshots
+from .leaves import WORKER_ENV, record
 
 # Report sections waiting for a test's call report: {item: [(title, text), ...]}.
 _sections = weakref.WeakKeyDictionary()
@@ -74,7 +74,7 @@ class Bitexact:
               fail=True, **kwargs):
         """Calls ``fn(*args, **kwargs)`` ``runs`` times, each in a fresh process
         (``isolate=True``) or in this one, and fails the test with the explanation when what
-        it returns differs; returns a :class:`bitexact._pytest_check.CheckResult`."""
+        it returns differs; returns a :class:`bitexact._pytest.check.CheckResult`."""
         __tracebackhide__ = True
         return _check(fn, args, kwargs, runs=runs, vary=vary, isolate=isolate, trace=trace,
                       timeout=timeout, fail=fail, name=self._node.nodeid,
@@ -155,7 +155,7 @@ def pytest_pyfunc_call(pyfuncitem):
     shown = "%s, alone in a fresh pytest process each run" % pyfuncitem.nodeid
     code, text, case = run_program(_marker_command(pyfuncitem), pyfuncitem.nodeid, runs, vary,
                                    trace, timeout, env={WORKER_ENV: "1"}, shown=shown)
-    judge_program(pyfuncitem.name, text, case, runs, fail=True, name=pyfuncitem.nodeid,
+    apply_verdict(pyfuncitem.name, text, case, runs, fail=True, name=pyfuncitem.nodeid,
                   section=lambda title, report: add_section(pyfuncitem, title, report))
     return True
 

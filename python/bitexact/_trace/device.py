@@ -1,4 +1,4 @@
-"""Device tensors in op traces (:mod:`bitexact._trace_digest`): staged to the host, or
+"""Device tensors in op traces (:mod:`bitexact._trace.digest`): staged to the host, or
 sketched on their device.
 
 CUDA tensors of at most :data:`STAGE_MAX` bytes are staged (:func:`staged`): all of an op's are
@@ -12,8 +12,8 @@ spent 0.6 ms per record hashing and sketching each device tensor by itself
 
 import sys
 
-from . import _digest
-from ._digest import plain_name as _plain
+from .. import _digest, _protocol
+from .._digest import plain_name as _plain
 
 # The largest device tensor staged to the host to be hashed there; larger ones are hashed on
 # the device, where SHA-256 runs faster than the copy would.
@@ -89,7 +89,8 @@ def _ready(devices, waits, nbytes):
         waits.append((events, nbytes))
 
 
-_FLOATS = ("f32", "f64", "f16", "bf16", "f8e4m3", "f8e5m2")
+# bitexact's floating-point dtypes, the ones with a sketch (``_protocol.DTYPES``).
+_FLOATS = frozenset(name for name, _, _, _, is_float in _protocol.DTYPES if is_float)
 
 
 def device_sketch(t):
@@ -109,14 +110,12 @@ def device_sketch(t):
         return ""
     x = t.detach().reshape(-1)
     n = x.numel()
-    k = min(n, 8)
     f = x.to(torch.float64)
     finite = torch.isfinite(f)
     zero = torch.zeros((), dtype=torch.float64, device=f.device)
     kept = torch.where(finite, f, zero)
     parts = [kept.square().sum().sqrt(), kept.abs().amax() if n else zero,
              (~finite).sum().to(torch.float64)]
-    at = torch.tensor([((2 * j + 1) * n) // (2 * k) for j in range(k)], dtype=torch.long,
-                      device=f.device)
+    at = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long, device=f.device)
     host = torch.cat([torch.stack(parts), f.index_select(0, at)]).cpu().tolist()
     return _digest.native().sketch_text(name, host[0], host[1], int(host[2]), host[3:])

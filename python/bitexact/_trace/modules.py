@@ -1,11 +1,11 @@
 """Which module an op of the op tracer (:mod:`bitexact._trace`) belongs to, and in which phase:
 bitexact's own module tracker, in place of ``torch.utils.module_tracker.ModuleTracker``.
 
-ModuleTracker keeps the modules running as an unordered set and the tracer picked the deepest
-name; under non-reentrant ``torch.utils.checkpoint`` the set holds both the module whose
-backward runs and the modules recomputed for it, so a recomputed ``addmm`` of
-``blocks.3.fc`` was recorded under ``blocks.3.drop (backward)``; and one set shared by every
-thread would make an op's module depend on what another thread was doing at that moment.
+ModuleTracker keeps the modules running as an unordered set, from which a tracer can only
+pick the deepest name; under non-reentrant ``torch.utils.checkpoint`` the set holds both the
+module whose backward runs and the modules recomputed for it, so a recomputed ``addmm`` of
+``blocks.3.fc`` would be recorded under ``blocks.3.drop (backward)``; and one set shared by
+every thread would make an op's module depend on what another thread did at that moment.
 This tracker keeps real stacks instead:
 
 - **forward**: one stack per thread, pushed by a global forward pre-hook and popped by a
@@ -16,7 +16,7 @@ This tracker keeps real stacks instead:
   whichever thread runs it (the backward of CPU ops runs in the thread that called it, that of
   CUDA ops in autograd's device threads): a module is pushed when the gradients of its forward
   outputs are ready and removed when those of its inputs are (a multi-gradient hook as in
-  ModuleTracker, but one that does not keep the graph alive: :mod:`_trace_grad_hooks`); the
+  ModuleTracker, but one that does not keep the graph alive: :mod:`bitexact._trace.grad_hooks`); the
   stack is dropped when the graph task ends. An op's module is the most recently entered one
   still there (modules entered together, through one gradient, in nesting order: ``Net``,
   ``Net.blocks.1``, then ``Net.blocks.1.drop`` on top) (a module whose inputs need no
@@ -39,7 +39,7 @@ tracker is stopped.
 import threading
 import weakref
 
-from . import _trace_compile, _trace_grad_hooks
+from . import compiled, grad_hooks
 
 FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"
 
@@ -59,7 +59,7 @@ class Tracker:
         self._handles = []
         self._on = False
         self._follow_backward = True
-        self._grads = _trace_grad_hooks.GradHooks(torch)
+        self._grads = grad_hooks.GradHooks(torch)
 
     def start(self, backward=True):
         """Installs the global forward hooks; with ``backward`` also the gradient hooks that
@@ -126,9 +126,9 @@ class Tracker:
         return FORWARD if self._torch._C._current_graph_task_id() == -1 else RECOMPUTE
 
     def _pre(self, mod, args):
-        # Compile-safe (see _trace_compile): nothing while TorchDynamo traces this hook into a
+        # Compile-safe (see compiled): nothing while TorchDynamo traces this hook into a
         # graph, nor inside a compiled call or for torch.compile's wrapper module.
-        if self._torch.compiler.is_compiling() or _trace_compile.silent(mod):
+        if self._torch.compiler.is_compiling() or compiled.silent(mod):
             return
         name = self.name(mod)
         recomputed = self._torch._C._current_graph_task_id() != -1
@@ -141,7 +141,7 @@ class Tracker:
         self._on_grads(args, self._leave(name))
 
     def _post(self, mod, args, output):
-        if self._torch.compiler.is_compiling() or _trace_compile.silent(mod):
+        if self._torch.compiler.is_compiling() or compiled.silent(mod):
             return
         name = self.name(mod)
         stack = self._stack()
@@ -174,7 +174,7 @@ class Tracker:
             # with every step.
             tensors[0].register_hook(lambda _grad: fn(None))
         elif tensors:
-            self._grads.on(tensors, fn)  # register_multi_grad_hook leaks (_trace_grad_hooks)
+            self._grads.on(tensors, fn)  # register_multi_grad_hook leaks (grad_hooks)
 
     def _enter(self, name):
         def entered(_grads):

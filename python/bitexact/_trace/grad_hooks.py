@@ -1,5 +1,5 @@
-"""Backward hooks on several tensors at once for the module tracker (:mod:`_trace_modules`),
-without the leak of ``torch.autograd.graph.register_multi_grad_hook``.
+"""Backward hooks on several tensors at once for the module tracker
+(:mod:`bitexact._trace.modules`), without the leak of ``torch.autograd.graph.register_multi_grad_hook``.
 
 ``register_multi_grad_hook(tensors, fn)`` (mode ``"all"``) closes its per-tensor hooks over
 the tensors' autograd nodes, to ask the engine at the first gradient how many of them the

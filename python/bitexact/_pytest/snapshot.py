@@ -24,8 +24,8 @@ import json
 import shlex
 import sys
 
-from . import _digest, _outputs
-from ._pytest_leaves import leaves
+from .. import _digest, _outputs
+from .leaves import leaves
 
 
 def default_name(nodeid):

@@ -1,13 +1,14 @@
 """The op tracer's per-process state and how it writes a record: what :mod:`bitexact._trace`
-(the dispatch mode, collectives, starting and stopping) and :mod:`bitexact._trace_hooks` (the
+(the dispatch mode, collectives, starting and stopping) and :mod:`bitexact._trace.hooks` (the
 module and gradient hooks, DataLoader pausing) share. Both import this module; it imports
 neither, so the tracer's modules form no import cycle."""
 
 import os
 import threading
 
-from . import _protocol, _trace_digest, _trace_record
-from ._trace_digest import describe  # noqa: F401  (the collectives describe their inputs)
+from .. import _protocol
+from . import digest, record
+from .digest import describe  # noqa: F401  (the collectives describe their inputs)
 
 # [rank, thread, step, phase, module, op, occurrence] of the op whose tensors are saved here
 # (in0.., out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
@@ -15,9 +16,10 @@ CAPTURE_FILE = _protocol.CAPTURE_FILE
 
 class Depth(threading.local):
     """A per-thread nesting depth (of :class:`paused` blocks here, of compiled calls in
-    :mod:`bitexact._trace_compile`), 0 until the thread first enters one: a class attribute,
+    :mod:`bitexact._trace.compiled`), 0 until the thread first enters one: a class attribute,
     so the check on every op is an attribute read, not ``getattr`` with a default (which
-    raised and caught an ``AttributeError`` each time in a thread that never entered one)."""
+    would raise and catch an ``AttributeError`` each time in a thread that never entered
+    one)."""
 
     depth = 0
 
@@ -35,8 +37,21 @@ class paused:
         _paused.depth -= 1
 
 
+class Restore:
+    """A hook handle that puts back an attribute the tracer replaced (``owner.name``), then
+    calls ``then`` (when given) to forget what the replacement used."""
+
+    def __init__(self, owner, name, original, then=None):
+        self.owner, self.name, self.original, self.then = owner, name, original, then
+
+    def remove(self):
+        setattr(self.owner, self.name, self.original)
+        if self.then is not None:
+            self.then()
+
+
 class Stream:
-    """One thread's op stream (:mod:`bitexact._trace_threads`): its label (``""`` for the
+    """One thread's op stream (:mod:`bitexact._trace.threads`): its label (``""`` for the
     thread that started tracing) and its step: the step of the thread that started it, when it
     started, plus the optimizer steps it made itself (or, without an optimizer, the index after
     its last ``bitexact.step(i)``)."""
@@ -46,13 +61,6 @@ class Stream:
         self.first_step = step
         self.step = step
         self.optimizer_steps = 0
-        # Occurrence numbers: step -> {(module, phase, op): how many so far}. Once the stream
-        # made an optimizer step its step only goes up, so a new step lets go of the others
-        # (before, every step's counts stayed in memory: about 60 entries a nanoGPT step).
-        # Before that, ``bitexact.step(i)`` may bring a step number back (micro-batches of
-        # gradient accumulation before the first optimizer step): all are kept, and a step
-        # that comes back goes on counting where it was.
-        self.counts = {}
 
 
 class State:
@@ -60,22 +68,22 @@ class State:
     (``rows``)."""
 
     def __init__(self, path, rank, max_bytes, steps, skip, rows=1):
-        # The native writer (_trace_digest.background()) hashes and writes on its own thread,
+        # The native writer (digest.background()) hashes and writes on its own thread,
         # flushing each batch it finds (every millisecond at most); stop() (atexit, and
         # os._exit, see _trace) drains it; a process killed by a signal loses the records still
         # queued. Else line-buffered: each record reaches the file as it is made, so the trace
         # of a run bitexact stops early (or that crashes) holds every op made before.
         self.writer = self.file = None
-        if _trace_digest.background():
-            from . import _digest
+        if digest.background():
+            from .. import _digest
 
-            self.writer = _digest.native().TraceWriter(path, _trace_digest.SKETCH)
+            self.writer = _digest.native().TraceWriter(path, digest.SKETCH)
         else:
             self.file = open(path, "w", buffering=1)
         self.lock = threading.Lock()
         self.rank = rank
         self.max_bytes = max_bytes
-        self.rows = rows  # n > 1: tensors labelled by n row slices (_trace_digest.describe)
+        self.rows = rows  # n > 1: tensors labelled by n row slices (digest.describe)
         self.pid = os.getpid()
         # The thread that started tracing. The resumed launch of `--vary resume` numbers its
         # steps from the optimizer steps taken before its checkpoint, as the uninterrupted
@@ -89,7 +97,10 @@ class State:
         self.first_step, self.last_step = steps
         self.skip_globs = tuple(skip)
         self.skipped_ops = {}  # op name -> whether --trace-skip matches it
-        self.capture = None  # identity list of the op to save, until saved
+        # The identity of the op to save (``$BITEXACT_TRACE_CAPTURE``: [rank, thread, step,
+        # phase, module, op, occurrence]), until saved, and how many records with its
+        # identity but an earlier occurrence were written (see _is_capture).
+        self.capture, self.capture_seen = None, 0
         self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
         self.out_dir = os.path.dirname(path)
         # Records whose staged device tensors may still be on their way to the host (their
@@ -104,7 +115,7 @@ class State:
             for events, _ in waits:
                 for event in events:
                     event.synchronize()
-            self.writer.write(line, later, _trace_digest.CACHE, slots)
+            self.writer.write(line, later, digest.CACHE, slots)
         self.pending, self.pending_bytes = [], 0
 
     def close(self):
@@ -195,62 +206,91 @@ def skipped(state, op):
     return skip
 
 
-def emit(state, stream, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
-         args="", call=None, scratch_ins=(), gen=None):
-    """Writes one record of ``stream``: its occurrence number, the capture if it is the one
-    asked for, the digests (``described_ins``: the inputs' already, hashed before the op ran;
-    ``scratch_outs``: results recorded by dtype and shape only), the results' sketches and the
-    op's non-tensor arguments (``args``, see :func:`bitexact._trace_record.arguments`).
-    ``call``: ``(func, args, kwargs, written)`` of an ATen op call, saved with a capture so that
-    ``diff-trace`` can replay it (:mod:`bitexact._replay`). ``scratch_ins``: positions of
-    inputs recorded by dtype and shape only (:data:`SCRATCH_ARGS`). ``gen``: a random op's
-    generator and its state before the call (:mod:`bitexact._trace_generator`)."""
-    thread = stream.label
-    key = (module, phase, op)
-    with state.lock:
-        step = stream.step
-        counts = stream.counts.get(step)
-        if counts is None:
-            if stream.optimizer_steps:  # no earlier step comes back (see Stream)
-                stream.counts.clear()
-            counts = stream.counts[step] = {}
-        occ = counts.get(key, 0)
-        counts[key] = occ + 1
-    if state.capture is not None and state.capture == [
-            state.rank, thread, step, phase, module, op, occ]:
-        identity, state.capture = state.capture, None
-        save(state, ins, outs, identity, call)
+class Record:
+    """One op on its way to the trace, as :func:`emit` writes it. The caller gives the op
+    (``op``: its name; ``phase``, ``module``), its tensors (``ins``, ``outs``) and where they
+    apply: ``described_ins`` (the inputs' labels, hashed before the op ran), ``scratch_outs``
+    and ``scratch_ins`` (positions recorded by dtype and shape only, :data:`SCRATCH_ARGS`),
+    ``args`` (the op's non-tensor arguments, :func:`bitexact._trace.record.arguments`),
+    ``call`` (``(func, args, kwargs, written)`` of an ATen op call, saved with a capture so that
+    ``diff-trace`` can replay it, :mod:`bitexact._replay`) and ``gen`` (a random op's generator
+    and its state before the call, :mod:`bitexact._trace.generator`).
+
+    With the native writer, :func:`bitexact._trace.digest.describe` fills in what the writer
+    needs: ``later`` (the fast-path tensors it hashes on its thread), ``keep`` (the tensors
+    that own their bytes, kept alive until then) and ``waits`` (staged device copies to wait
+    for); None without it."""
+
+    __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
+                 "scratch_ins", "args", "call", "gen", "later", "keep", "waits")
+
+    def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
+                 args="", call=None, scratch_ins=(), gen=None):
+        self.op, self.phase, self.module, self.ins, self.outs = op, phase, module, ins, outs
+        self.described_ins, self.scratch_outs, self.scratch_ins = (described_ins, scratch_outs,
+                                                                   scratch_ins)
+        self.args, self.call, self.gen = args, call, gen
+        self.later = self.keep = self.waits = None
+
+
+def _is_capture(state, identity, thread, step, rec):
+    """Whether ``rec`` is the op ``$BITEXACT_TRACE_CAPTURE`` asks for (``identity``): the
+    record of its rank, thread, step, phase, module and op that comes after as many such
+    records as its occurrence number says. Only the asked-for identity is counted: a record's
+    occurrence number is not written, the trace's reader counts it from the order of the
+    records (``src/trace/streams.rs``), as this does."""
+    if identity[:6] != [state.rank, thread, step, rec.phase, rec.module, rec.op]:
+        return False
+    if state.capture_seen < identity[6]:
+        state.capture_seen += 1
+        return False
+    return True
+
+
+def emit(state, stream, rec):
+    """Writes the :class:`Record` ``rec`` of ``stream``: the capture if it is the one asked
+    for, the digests (``rec.described_ins``, or the inputs hashed now; results listed by
+    ``rec.scratch_outs`` recorded by dtype and shape only), the results' sketches and the
+    op's non-tensor arguments."""
+    thread, step = stream.label, stream.step
+    identity = state.capture
+    if identity is not None and _is_capture(state, identity, thread, step, rec):
+        state.capture = None
+        save(state, rec.ins, rec.outs, identity, rec.call)
+    ins, outs, op = rec.ins, rec.outs, rec.op
     scratch = _SCRATCH_RESULTS.get(op.partition(".")[0], ())
-    if scratch_outs:
-        scratch = set(scratch) | set(scratch_outs)
+    if rec.scratch_outs:
+        scratch = set(scratch) | set(rec.scratch_outs)
     writer = state.writer
-    later, keep, waits = ([], [], []) if writer is not None else (None, None, None)
+    if writer is not None:
+        rec.later, rec.keep, rec.waits = [], [], []
+    described_ins, scratch_ins = rec.described_ins, rec.scratch_ins
     if described_ins is None:
         n = len(ins)
         hidden = {n + i for i in scratch} | set(scratch_ins) if scratch or scratch_ins else ()
-        described, sketches = describe(ins + outs, state, hidden, n, later, keep, waits)
+        described, sketches = describe(ins + outs, state, hidden, n, rec)
         described_ins, described_outs = described[:n], described[n:]
     else:
-        described_outs, sketches = describe(outs, state, scratch, 0, later, keep, waits)
+        described_outs, sketches = describe(outs, state, scratch, 0, rec)
     slots = None
     if writer is not None and state.rows == 1 and sketches:  # indices in later, -1, or text
         if sketches.count(-1) + sketches.count("") < len(sketches):  # any sketch to make
-            slots, sketches = sketches, _trace_digest.SKETCH_MARK
+            slots, sketches = sketches, digest.SKETCH_MARK
         else:
             sketches = ()
-    line = _trace_record.line(step, state.rank, phase, module, op, occ,
-                              _trace_record.source(state.skip_dirs), described_ins,
-                              described_outs, thread, args, sketches or (), gen)
+    line = record.line(step, state.rank, rec.phase, rec.module, op,
+                       record.source(state.skip_dirs), described_ins, described_outs, thread,
+                       rec.args, sketches or (), rec.gen)
     with state.lock:
-        if writer is not None and waits:  # keep holds the staged bytes and host copies
-            state.pending.append((line, later, slots, keep, waits))
-            state.pending_bytes += sum(n for _, n in waits)
+        if writer is not None and rec.waits:  # keep holds the staged bytes and host copies
+            state.pending.append((line, rec.later, slots, rec.keep, rec.waits))
+            state.pending_bytes += sum(n for _, n in rec.waits)
             if len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES:
                 state.flush()
         elif writer is not None:  # keep holds the tensors until their bytes are read
             if state.pending:  # written in order, before this record's tensors can change
                 state.flush()
-            writer.write(line, later, _trace_digest.CACHE, slots)
+            writer.write(line, rec.later, digest.CACHE, slots)
         elif not state.file.closed:
             state.file.write(line)
 
@@ -282,7 +322,7 @@ def save(state, ins, outs, identity=None, call=None):
     identity and, for an ATen call, its arguments as metadata (:func:`call_spec`)."""
     import json
 
-    from . import _safetensors
+    from .. import _safetensors
 
     import sys
 

@@ -44,7 +44,7 @@ TorchDynamo fail (``AssertionError: ... already tracked for mutation``).
 import contextlib
 import functools
 
-from . import _trace_state as ts
+from . import state as ts
 
 _local = ts.Depth()  # compiled calls running on this thread
 _active = None  # (state, is_tracer, level) while tracing
@@ -81,23 +81,17 @@ def running():
     return node is not None and _TAG in node.metadata
 
 
-class _Restore:
-    """The handle of :func:`install`: removing it puts back ``OptimizeContext.__call__`` and
-    forgets the tracer's state (no compiled call is traced after the tracer stops)."""
-
-    def __init__(self, owner, name, original):
-        self.owner, self.name, self.original = owner, name, original
-
-    def remove(self):
-        global _active
-        _active = None
-        setattr(self.owner, self.name, self.original)
+def _forget():
+    """Forgets the tracer's state: no compiled call is traced after the tracer stops."""
+    global _active
+    _active = None
 
 
 def install(state, is_tracer, level):
     """Wraps every callable ``torch.compile`` makes from now on (:func:`_wrap`); ``is_tracer``
     tells the tracer's dispatch modes (one per traced thread) from others. Returns a handle
-    whose ``remove`` stops it (callables already made then run as without tracing)."""
+    whose ``remove`` puts back ``OptimizeContext.__call__`` and stops it (callables already made
+    then run as without tracing)."""
     global _active, _current_node
     import torch
     from torch._dynamo import eval_frame
@@ -117,7 +111,7 @@ def install(state, is_tracer, level):
 
     cls.__call__ = functools.wraps(original)(__call__)
     _active = (state, is_tracer, level)
-    return _Restore(cls, "__call__", original)
+    return ts.Restore(cls, "__call__", original, then=_forget)
 
 
 def _target(fn):
@@ -188,7 +182,7 @@ def _wrap(compiled, fn):
         if record:
             with ts.paused():
                 outs = ts.collect_tensors(result, torch.Tensor, [])
-                ts.emit(state, stream, op, "forward", module, ins, outs, described_ins=described)
+                ts.emit(state, stream, ts.Record(op, "forward", module, ins, outs, described))
         return result
 
     return compiled_call
@@ -243,7 +237,7 @@ def _record_runs(node, state, created_in, module, op):
             stream, ins, described = got.pop()
             with ts.paused():
                 outs = ts.collect_tensors(grad_inputs, torch.Tensor, [])
-                ts.emit(state, stream, op, "backward", module, ins, outs, described_ins=described)
+                ts.emit(state, stream, ts.Record(op, "backward", module, ins, outs, described))
 
     node.register_prehook(pre)
     node.register_hook(post)

@@ -4,7 +4,7 @@ made cheaply: the tracer makes one per op, hundreds per training step.
 - :func:`line` writes exactly what ``json.dumps(record, separators=(",", ":"))`` writes for the
   record's fields in their order, without building the dict: the strings that repeat (phase,
   module, op, source) are encoded once each and remembered; the tensor labels are made of
-  ASCII letters, digits and ``[],:-_./`` only (see :mod:`bitexact._trace_digest`), which JSON
+  ASCII letters, digits and ``[],:-_./`` only (see :mod:`bitexact._trace.digest`), which JSON
   writes as they are.
 - :func:`source` walks the stack to the innermost frame in the program's own code; whether a
   file is the program's own, and how it is shown, is worked out once per file name (and
@@ -14,6 +14,8 @@ made cheaply: the tracer makes one per op, hundreds per training step.
 import json
 import os
 import sys
+
+from .. import _protocol
 
 # Memo sizes: past this many entries a memo starts over (a program that makes code or module
 # names without end keeps this bounded).
@@ -36,16 +38,22 @@ def _labels(labels):
     return '"' + '","'.join(labels) + '"' if labels else ""
 
 
-def line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="", sketches=(),
+# A record's fields up to its outputs, with its version (see ``src/protocol.rs``).
+_LINE = ('{"v":%d,' % _protocol.TRACE_RECORD_VERSION
+         + '"step":%d,"rank":%d,"phase":%s,"module":%s,"op":%s,"src":%s,"in":[%s],"out":[%s]%s')
+
+
+def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sketches=(),
          gen=None):
-    """The record's JSON line (``"v": 2``), newline-terminated; then, only when there are,
+    """The record's JSON line (fields: ``_protocol.TRACE_RECORD_FIELDS``), newline-terminated;
+    then, only when there are,
     ``"args"`` (the op's non-tensor arguments, :func:`arguments`), ``"sk"`` (a sketch of each
     result, ``src/trace/sketch.rs``: digits, ``e.-,|``, ``NaN`` and ``inf`` only, which JSON
     writes as they are), ``"gen"`` (a random op's generator and its state before the call,
-    :mod:`bitexact._trace_generator`) and ``"thread"`` (a thread other than the one that
+    :mod:`bitexact._trace.generator`) and ``"thread"`` (a thread other than the one that
     started tracing).
     ``sketches`` = ``"\1"``: the background writer's mark for the ``"sk"`` field
-    (:data:`bitexact._trace_digest.SKETCH_MARK`), written as it is."""
+    (:data:`bitexact._trace.digest.SKETCH_MARK`), written as it is."""
     tail = ',"args":%s' % _quote(args) if args else ""
     if gen:
         tail += ',"gen":%s' % _quote(gen)
@@ -54,9 +62,8 @@ def line(step, rank, phase, module, op, occ, src, ins, outs, thread="", args="",
     elif any(sketches):
         tail += ',"sk":[%s]' % _labels(sketches)
     tail += ',"thread":%s}\n' % _quote(thread) if thread else "}\n"
-    return '{"v":2,"step":%d,"rank":%d,"phase":%s,"module":%s,"op":%s,"occ":%d,"src":%s,' \
-           '"in":[%s],"out":[%s]%s' % (step, rank, _quote(phase), _quote(module), _quote(op),
-                                      occ, _quote(src), _labels(ins), _labels(outs), tail)
+    return _LINE % (step, rank, _quote(phase), _quote(module), _quote(op), _quote(src),
+                    _labels(ins), _labels(outs), tail)
 
 
 # id(op overload) -> (the overload, its schema's argument names): by id, since an OpOverload's

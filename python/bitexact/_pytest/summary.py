@@ -1,4 +1,4 @@
-"""The short text of a failed check or marked test (:mod:`bitexact._pytest_check`), read from
+"""The short text of a failed check or marked test (:mod:`bitexact._pytest.check`), read from
 the case's entry of ``bitexact run``'s JSON report: the verdict, the first divergence with its
 counts and ULPs, a failed run's message and the blame; and the report's ``command:`` line
 made to name the test instead of the worker that ran it."""

@@ -30,7 +30,7 @@ different inputs") where nothing differed. The inputs are read from the op's sch
 The results are what the op returns, hashed after waiting for its ``Work``.
 """
 
-from . import _trace_state as ts
+from . import state as ts
 
 # Namespaces of torch.distributed's collectives (``dist.all_reduce``, DDP's gradient buckets:
 # ``c10d::allreduce_``; functional collectives: ``_c10d_functional::all_reduce``).
@@ -128,5 +128,5 @@ def record(state, stream, func, args, kwargs, tensor_type):
     outs = ts.collect_tensors(result, tensor_type, [])
     scratch = range(len(outs)) if func.namespace == "_c10d_functional" else ()
     phase, module = state.tracker.where()
-    ts.emit(state, stream, op, phase, module, ins, outs, before, scratch)
+    ts.emit(state, stream, ts.Record(op, phase, module, ins, outs, before, scratch))
     return result

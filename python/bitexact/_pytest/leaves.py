@@ -9,12 +9,12 @@
   a training loop's steps are compared in order and the first differing step is named.
   Outside such a run it does nothing (as :func:`bitexact.dump`).
 
-Used by the pytest plugin (``_pytest_*``) and re-exported as ``bitexact.record``.
+Used by the pytest plugin (the other modules of ``bitexact._pytest``) and re-exported as ``bitexact.record``.
 """
 
 import sys
 
-from . import _outputs, _protocol
+from .. import _outputs, _protocol
 
 # What `check` accepts as leaves, named in errors.
 ACCEPTED = ("torch tensors, numpy arrays, Python numbers (bool, int, float), and dicts, lists "

@@ -3,7 +3,7 @@ thread-local, so without this the ops of a thread the program starts (an EMA or 
 thread) were not traced at all.
 
 Every thread started through ``threading.Thread.start`` by a traced thread, after tracing
-started, is traced as its **own stream** (:class:`bitexact._trace_state.Stream`): the tracer
+started, is traced as its **own stream** (:class:`bitexact._trace.state.Stream`): the tracer
 enters a dispatch mode of its own in the thread before its ``run`` and leaves it after. Each
 record of a stream carries the stream's label in its ``thread`` field (absent for the thread
 that started tracing, the main stream), and the label is part of the identity two runs'
@@ -25,7 +25,7 @@ thread's records do not move between steps with the main thread's progress.
 
 Not traced: threads started while the tracer is paused (bitexact's own work, and a
 DataLoader's: its pin-memory thread is started when it is iterated, see
-:func:`bitexact._trace_hooks.pause_loading`; with workers that thread exists, without them it
+:func:`bitexact._trace.hooks.pause_loading`; with workers that thread exists, without them it
 does not, so tracing it would make the stream depend on the worker count), threads whose code
 is torch's own (their ``target``, or the ``run`` of their class, lives in torch's directory),
 threads started by a thread that is not traced, and threads that existed before tracing
@@ -36,8 +36,7 @@ is up to the pool: tasks with ops should be compared through one thread, or thei
 import re
 import threading
 
-from . import _trace_state as ts
-from ._trace_hooks import _Restore
+from . import state as ts
 
 _DEFAULT_NAME = re.compile(r"Thread-\d+(?: \((.*)\))?$")
 
@@ -79,7 +78,7 @@ def follow(state, make_mode, torch_dir):
         return original(thread)
 
     threading.Thread.start = start
-    return [_Restore(threading.Thread, "start", original)]
+    return [ts.Restore(threading.Thread, "start", original)]
 
 
 def _traced(state, stream, run, make_mode):

@@ -1,4 +1,4 @@
-"""One run of an isolated check (``python -m bitexact._pytest_worker call PAYLOAD``).
+"""One run of an isolated check (``python -m bitexact._pytest.worker call PAYLOAD``).
 
 A run of ``bitexact.check(fn, ..., isolate=True)`` is a fresh interpreter (as
 multiprocessing's spawn makes) that restores the test process's ``sys.path``, unpickles ``fn``
@@ -6,7 +6,7 @@ and its arguments, calls it once and writes its leaves as ``$BITEXACT_OUT/<fn na
 ``bitexact run`` starts it K times with the environment contract (seed, threads,
 ``PYTHONHASHSEED``, ``MALLOC_PERTURB_`` ...), so variations mean what they mean there.
 
-``bitexact run`` itself runs in a driver process started by ``_pytest_check.run_program``.
+``bitexact run`` itself runs in a driver process started by ``check.run_program``.
 """
 
 import importlib
@@ -15,8 +15,8 @@ import os
 import pickle
 import sys
 
-from . import _outputs
-from ._pytest_leaves import leaves
+from .. import _outputs
+from .leaves import leaves
 
 
 def file_stem(fn):
@@ -83,7 +83,7 @@ def main(argv):
                 return 1
             raise
         return 0
-    sys.stderr.write("usage: python -m bitexact._pytest_worker call PAYLOAD\n")
+    sys.stderr.write("usage: python -m bitexact._pytest.worker call PAYLOAD\n")
     return 2
 
 
