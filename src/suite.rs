@@ -13,9 +13,9 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::cross::CrossDevice;
 use crate::harness::{self, diagnose, ChildRunner, Options, Planner, RunStart};
 use crate::isolate;
+use crate::outcome::CrossDevice;
 use crate::outcome::{CaseReport, Report};
 use crate::platform::Platform;
 use crate::run::{Program, ProgramSource};

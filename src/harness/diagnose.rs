@@ -4,11 +4,11 @@
 //! variation). Each adds evidence; none assigns a verdict.
 
 use super::executor::Pass;
-use super::failure::FailureKind;
 use super::in_process::CaseSource;
 use super::planner::Planner;
 use super::source::{Collected, RunSource, Runs};
 use crate::case::Case;
+use crate::outcome::FailureKind;
 use crate::outcome::{CaseReport, Verdict};
 
 use crate::diff::{self, TensorDiff};
@@ -82,7 +82,7 @@ fn explain_loaded(a: &Collected, b: &Collected, n: &str, runs: [usize; 2]) -> Te
         (Ok(x), Ok(y)) => diff::explain(n, runs, &x, &y),
         (Err(e), _) | (_, Err(e)) => {
             let mut d = diff::missing(n, runs, true);
-            d.note = Some(super::failure::cap(format!(
+            d.note = Some(crate::outcome::failure::cap(format!(
                 "digests differ; not explained element by element: {e:#}"
             )));
             d

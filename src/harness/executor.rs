@@ -6,11 +6,11 @@
 //! while run `i + 1` is made, one collection at a time, so memory stays bounded by one run's
 //! outputs whatever K is. The pass stops at the first run that fails.
 
-use super::failure::Failure;
 use super::source::{Collected, RunMeta, RunSource};
 use crate::controls::Controls;
 use crate::digest::Digest;
 use crate::memory;
+use crate::outcome::Failure;
 use crate::vary::{RunSettings, Variation};
 use std::collections::BTreeSet;
 use std::time::Instant;

@@ -2,13 +2,13 @@
 //! [`Ctx`], panics caught, heap measured), or, per run when the settings ask for a fresh
 //! process (`--vary process`), in a child started by a [`ChildRunner`] the caller supplies.
 
-use super::failure::{Failure, FailureKind};
 use super::source::Runs;
 use super::source::{Collected, RunMeta, RunSource, Started};
 use super::Options;
 use crate::backend::Backend;
 use crate::case::{Case, Ctx};
 use crate::memory;
+use crate::outcome::{Failure, FailureKind};
 use crate::outputs::Outputs;
 use crate::trace::{first_divergence, Divergence, TraceEntry};
 use crate::vary::{RunSettings, Variation};

@@ -7,27 +7,22 @@
 //! - `in_process`: cases as a run source (`CaseSource`);
 //! - `planner`: the one owner of every run an assessment makes (`Planner`);
 //! - `executor`: a pass of K runs of any source and their evidence;
-//! - `diagnose`: explanation, first differing output, blame and the order pass;
-//! - `failure`: why a run failed, typed.
+//! - `diagnose`: explanation, first differing output, blame and the order pass.
 //!
 //! What it finds goes into a [`CaseReport`] ([`crate::outcome`]), judged once its evidence is
 //! complete.
 
 pub mod diagnose;
 pub mod executor;
-pub mod failure;
 pub mod in_process;
 pub mod planner;
-pub mod program;
 pub mod source;
 
 pub use executor::RunStart;
-pub use failure::{Failure, FailureKind};
 pub use in_process::{
     call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
 };
 pub use planner::Planner;
-pub use program::{Ignored, ProgramInfo, ProgramRun, StepMemory, WorldSize};
 pub use source::{Collected, Loader, RunMeta, RunSource, Runs, Started};
 
 use crate::backend::Backend;

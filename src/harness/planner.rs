@@ -6,11 +6,11 @@
 //! a progress display and the JSON account for the same runs.
 
 use super::executor::{self, Pass, RunStart};
-use super::failure::Failure;
 use super::source::{Collected, RunSource, Runs};
 use super::Options;
 use crate::controls::Controls;
 use crate::outcome::case::PassCount;
+use crate::outcome::Failure;
 use crate::vary::{RunSettings, Variation};
 
 /// Makes every run of one subject's assessment, under one set of controls and options.

@@ -13,12 +13,10 @@
 //! A new way to make runs (say, a remote runner) is one new file implementing [`RunSource`],
 //! plus one line where its subject is handed to the suite (`crate::suite::Subject`).
 
-use super::failure::Failure;
-use super::program::{Ignored, ProgramRun, StepMemory};
 use super::Options;
 use crate::backend::Backend;
 use crate::digest::Digest;
-use crate::outcome::CaseReport;
+use crate::outcome::{CaseReport, Failure, Ignored, ProgramRun, StepMemory};
 use crate::outputs::Outputs;
 use crate::tensor::Tensor;
 use crate::trace::{Divergence, TraceEntry};
@@ -63,7 +61,7 @@ pub struct Collected {
     /// Memory after each step, as a program's helper recorded it.
     pub steps: Vec<StepMemory>,
     /// A program's state records, in the order written (`--vary resume`).
-    pub state: Vec<crate::harness::program::StateRecord>,
+    pub state: Vec<crate::outcome::program::StateRecord>,
     /// What a program reported about its platform (`.bitexact-platform.json`).
     pub platform: Option<serde_json::Value>,
     /// What a program's ignore rules left out of this run.

@@ -13,7 +13,8 @@
 //!   error (torchrun's log lines and its own traceback left out).
 
 use super::Program;
-use crate::harness::{Collected, RunSource, Runs, WorldSize};
+use crate::harness::{Collected, RunSource, Runs};
+use crate::outcome::WorldSize;
 use crate::trace::program::OPS_NAME;
 use std::collections::BTreeSet;
 use std::ffi::OsString;

@@ -30,9 +30,9 @@
 use super::checkpoint::{Completed, Matcher};
 use super::source::ProgramSource;
 use super::{collect, Program};
-use crate::harness::program::ResumeCheck;
-use crate::harness::{diagnose, Collected, Failure, Runs};
-use crate::outcome::CaseReport;
+use crate::harness::{diagnose, Collected, Runs};
+use crate::outcome::program::ResumeCheck;
+use crate::outcome::{CaseReport, Failure};
 use std::ffi::OsString;
 
 /// Where the resume arguments go in the command (else they are appended).

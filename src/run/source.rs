@@ -7,10 +7,8 @@ use super::baseline::{Baseline, Publisher, Reuse};
 use super::files::{self, Remover, RunFiles, Scratch};
 use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
-use crate::harness::{
-    Collected, Failure, FailureKind, ProgramRun, RunMeta, RunSource, Runs, Started,
-};
-use crate::outcome::CaseReport;
+use crate::harness::{Collected, RunMeta, RunSource, Runs, Started};
+use crate::outcome::{CaseReport, Failure, FailureKind, ProgramRun};
 use crate::trace::Divergence;
 use crate::vary::{Launch, RunSettings, Variation};
 use anyhow::{Context, Result};

@@ -25,7 +25,7 @@
 //! its outputs alone. A program that runs several Pythons (torchrun's agent, DataLoader
 //! workers, a helper script) is fine as long as one traces: each rank's first process does.
 
-use crate::harness::{Failure, FailureKind};
+use crate::outcome::{Failure, FailureKind};
 use crate::protocol::{PYTHON_PACKAGE_ENV, TRACER_RECORDS_FILE};
 use anyhow::{bail, Result};
 use serde::Deserialize;
