@@ -114,10 +114,7 @@ impl Snapshot {
         // platform class within or beyond noise (super::noise).
         if let Some(p) = &report.program {
             for (name, sketch) in &p.sketches {
-                info.push((
-                    format!("{}{name}", super::noise::SKETCH_PREFIX),
-                    sketch.clone(),
-                ));
+                info.push((format!("{SKETCH_PREFIX}{name}"), sketch.clone()));
             }
         }
         Ok(Snapshot {

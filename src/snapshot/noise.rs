@@ -23,7 +23,7 @@
 //! `bitexact diff-trace`; any other output without a sketch leaves the comparison not judged
 //! (the snapshot is then missing, as before).
 
-use super::format::Snapshot;
+use super::format::{Snapshot, SKETCH_PREFIX};
 use super::naming::path;
 use crate::controls::Controls;
 use crate::tensor_files::natural_cmp;
@@ -31,8 +31,6 @@ use crate::trace::noise::threshold;
 use crate::trace::sketch::{dtype_of_label, shape_of_label, Sketch};
 use anyhow::Result;
 use std::path::Path;
-
-pub use super::format::SKETCH_PREFIX;
 
 /// How a snapshot of another platform class compares.
 #[derive(Clone, Debug, PartialEq)]
