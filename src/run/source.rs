@@ -326,10 +326,11 @@ impl RunSource for ProgramSource<'_> {
             ))
         });
         // A run whose Python could not trace (or seed) fails too, before another run is made.
-        let notes = match super::tracer::verdict(self.program, &records, ended.stopped, failed) {
-            Ok(notes) => notes,
-            Err(f) => return Started::failed(meta, f),
-        };
+        let notes =
+            match super::tracer::notes_or_failure(self.program, &records, ended.stopped, failed) {
+                Ok(notes) => notes,
+                Err(f) => return Started::failed(meta, f),
+            };
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
         // Runs at other batch sizes make other op calls: their op streams are compared request
