@@ -1,7 +1,7 @@
 //! The harness: one path for every kind of subject. A `RunSource` makes runs (a case in
-//! this process or a child, an external program); `assess` makes K of them under the same
+//! this process or a child, an external program); `gather` makes K of them under the same
 //! controls, digests every output, compares the runs bit for bit, explains, localizes and
-//! blames any difference, and hands the evidence to the one judge.
+//! blames any difference: the evidence the one judge then weighs.
 //!
 //! - `source`: the `RunSource` trait and what a run yields;
 //! - `in_process`: cases as a run source (`CaseSource`);
@@ -116,11 +116,6 @@ impl Options {
             isolated: false,
         }
     }
-}
-
-/// Assesses any run source: K runs, explanation, localization, blame, then the one judge.
-pub fn assess(source: &dyn RunSource, controls: &Controls, opts: &Options) -> CaseReport {
-    gather(source, controls, opts, &mut |_| {}).judge()
 }
 
 /// The evidence about `source`, not yet judged, telling `progress` of every run before it is
