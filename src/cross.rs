@@ -14,7 +14,7 @@
 use crate::backend::Backend;
 use crate::case::{Case, Outputs};
 use crate::diff;
-use crate::harness::{CaseSource, Runs};
+use crate::harness::{CaseSource, RunStart, Runs};
 use crate::outcome::cross::{CrossDevice, CrossTensor, CrossVerdict};
 use crate::outcome::{CaseReport, Verdict};
 use std::collections::BTreeSet;
@@ -133,7 +133,11 @@ pub fn compare(
             backend,
             children: None,
         };
-        let told = ("cross-device: cpu and cuda", k, 2);
+        let told = RunStart {
+            purpose: "cross-device: cpu and cuda",
+            index: k,
+            of: 2,
+        };
         let c = planner
             .one(&source, &settings, 0, told)
             .map_err(|f| f.message)?;

@@ -18,12 +18,12 @@ pub mod in_process;
 pub mod planner;
 pub mod source;
 
-pub use executor::RunStart;
+pub use executor::PassRuns;
 pub use in_process::{
     call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
 };
 pub use planner::Planner;
-pub use source::{Collected, Loader, RunMeta, RunSource, Runs, Started};
+pub use source::{Collected, Loader, RunMeta, RunSource, RunStart, Runs, Started};
 
 use crate::backend::Backend;
 use crate::case::Case;
@@ -146,7 +146,11 @@ fn evidence(source: &dyn RunSource, planner: &mut Planner) -> CaseReport {
         report.evidence.skipped = Some(reason);
         return report;
     }
-    let p = planner.pass(source, &opts.vary, (opts.runs, opts.trace), "main");
+    let runs = PassRuns {
+        count: opts.runs,
+        traced: opts.trace,
+    };
+    let p = planner.pass(source, &opts.vary, runs, "main");
     report.runs = p.run_digests.len();
     report.run_digests = p.run_digests.iter().map(|d| d.hex()).collect();
     report.distinct_digests = p.distinct();

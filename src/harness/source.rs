@@ -148,6 +148,18 @@ impl Started {
     }
 }
 
+/// A run about to be made, for progress reports: its index in its pass and why the pass is
+/// made (`main`, `blame: control`, `blame: threads`, ...).
+#[derive(Clone, Copy, Debug)]
+pub struct RunStart<'a> {
+    /// Index of the run in its pass.
+    pub index: usize,
+    /// Runs in the pass.
+    pub of: usize,
+    /// Why the pass is made.
+    pub purpose: &'a str,
+}
+
 /// What a source may ask of the planner ([`super::Planner`]) while it localizes or describes
 /// a difference: the harness options, the settings of a main-pass run, and more runs, each
 /// told to progress and counted in the report.
@@ -156,14 +168,14 @@ pub trait Runs {
     fn opts(&self) -> &Options;
     /// The settings of run `index` of the main pass, traced when `trace` is set.
     fn settings(&self, index: usize, trace: bool) -> RunSettings;
-    /// One run of `source`, as its run `index` under `settings`, told as run `k` of `of` made
-    /// for `purpose`: its outputs collected, or why it failed.
+    /// One run of `source`, as its run `index` under `settings`, told to progress as `told`
+    /// (run k of n made for a purpose): its outputs collected, or why it failed.
     fn one(
         &mut self,
         source: &dyn RunSource,
         settings: &RunSettings,
         index: usize,
-        told: (&str, usize, usize),
+        told: RunStart,
     ) -> Result<Collected, Failure>;
 }
 
