@@ -268,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reason_comes_before_the_programs_failure_and_a_stopped_run_is_not_judged() {
+    fn a_reason_comes_before_the_programs_failure_and_a_stopped_run_is_not_checked() {
         let mut p = super::super::Program::new(vec!["python".into()]);
         p.trace = Some(super::super::trace::TraceOptions::default());
         let exited = || {

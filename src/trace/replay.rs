@@ -310,7 +310,7 @@ mod tests {
     }
 
     #[test]
-    fn the_closer_side_is_named_and_noise_judged_by_the_ops_threshold() {
+    fn the_closer_side_is_named_and_noise_classified_by_the_ops_threshold() {
         let r = classify_replay(answer((1.0, 6e-8), (2.0, 1.2e-7)), &record());
         assert_eq!(r.verdict, "both within noise; A is closer");
         assert!(
