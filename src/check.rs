@@ -48,9 +48,9 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::harness::{Failure, FailureKind};
 use crate::isolate::{self, ChildConfig, Launcher};
 use crate::outcome::{CaseReport, Verdict};
+use crate::outcome::{Failure, FailureKind};
 use crate::suite::{self, Subject, SuiteConfig};
 use crate::vary::{Kind, Variation};
 use std::io::Write;

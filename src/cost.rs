@@ -7,24 +7,8 @@ use crate::case::{Case, Ctx};
 use crate::controls::Controls;
 use crate::harness::{call_case, pool};
 use crate::ops;
+use crate::outcome::CostRow;
 use anyhow::{anyhow, Result};
-use serde::Serialize;
-
-/// One op's cost of determinism on one backend.
-#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
-#[non_exhaustive]
-pub struct CostRow {
-    /// Op family.
-    pub op: String,
-    /// Backend measured.
-    pub backend: Backend,
-    /// Fastest deterministic implementation and its best time in seconds.
-    pub deterministic: (String, f64),
-    /// Fastest nondeterministic implementation and its best time in seconds.
-    pub nondeterministic: (String, f64),
-    /// `deterministic time / nondeterministic time`.
-    pub ratio: f64,
-}
 
 /// Best time of `op` (seconds inside the op only) over `reps` runs of `case` with `algo` forced.
 fn time_algo(

@@ -28,9 +28,9 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::harness::{self, CaseRun, ChildRunner, Failure, FailureKind, Options};
+use crate::harness::{self, CaseRun, ChildRunner, Options};
 pub use crate::harness::{ChildConfig, Launcher};
-use crate::outcome::CaseReport;
+use crate::outcome::{CaseReport, Failure, FailureKind};
 use crate::process::{contain, kill_group, register, signal_name};
 use crate::tensor_io;
 use crate::trace::TraceEntry;

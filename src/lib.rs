@@ -114,8 +114,7 @@ pub use diff::{Positions, TensorDiff};
 pub use digest::Digest;
 /// The `half` crate, for building f16 / bf16 tensors with [`Tensor::from_slice`].
 pub use half;
-pub use harness::{Failure, FailureKind};
-pub use outcome::{CaseReport, Judged, Report, Verdict};
+pub use outcome::{CaseReport, Failure, FailureKind, Judged, Report, Verdict};
 pub use outputs::Outputs;
 pub use report::Format;
 pub use snapshot::{review as review_snapshots, Review};

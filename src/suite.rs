@@ -13,9 +13,9 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::cross::CrossDevice;
 use crate::harness::{self, diagnose, ChildRunner, Options, Planner, RunStart};
 use crate::isolate;
+use crate::outcome::CrossDevice;
 use crate::outcome::{CaseReport, Report};
 use crate::platform::Platform;
 use crate::run::{Program, ProgramSource};
@@ -131,7 +131,7 @@ pub fn default_backends() -> Vec<Backend> {
 /// The evidence about one case on one backend: from a child process with `--isolate`, else
 /// gathered here (with fresh-process runs through the isolate protocol when children can be
 /// started).
-fn gather_case(
+fn gather_in_child_or_here(
     case: &dyn Case,
     backend: Backend,
     controls: &Controls,
@@ -183,7 +183,9 @@ pub fn run(
             });
             let mut progress = |run: RunStart| on_event(Event::Run { name: &name, run });
             let r = match subject {
-                Subject::Case(case) => gather_case(*case, backend, controls, opts, &mut progress),
+                Subject::Case(case) => {
+                    gather_in_child_or_here(*case, backend, controls, opts, &mut progress)
+                }
                 Subject::Program(p) => {
                     let source = ProgramSource::new(p)?;
                     harness::gather(&source, controls, opts, &mut progress)

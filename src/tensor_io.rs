@@ -9,7 +9,7 @@
 //! before anything is allocated, ranks are at most [`MAX_RANK`], element counts are computed
 //! with overflow checks, and duplicate names or trailing bytes are errors.
 
-use crate::case::Outputs;
+use crate::outputs::Outputs;
 use crate::tensor::{DType, Tensor};
 use anyhow::{bail, Context, Result};
 

@@ -204,9 +204,9 @@ pub struct Divergence {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub growth: Vec<noise::StepGrowth>,
     /// Program traces: whether the traces differ within rounding noise, and the first record
-    /// beyond it ([`noise::judge`]).
+    /// beyond it ([`noise::classify_noise`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub noise: Option<noise::Judgement>,
+    pub noise: Option<noise::NoiseClassification>,
     /// The conditions varied between the two runs when the op whose inputs were identical gave
     /// another output ([`Divergence::under`]): the variation, not nondeterminism, changed it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -294,11 +294,11 @@ impl Divergence {
 /// by [`first_divergence_in`].
 ///
 /// Program traces (records with a phase) also get the noise judgement and the growth series
-/// ([`noise::judge`]).
+/// ([`noise::classify_noise`]).
 pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
     let mut d = ranks::localize(a, b)?;
     if a.iter().chain(b).any(|e| !e.phase.is_empty()) {
-        let mut j = noise::judge(a, b);
+        let mut j = noise::classify_noise(a, b);
         d.growth = std::mem::take(&mut j.growth);
         d.noise = Some(j);
     }

@@ -1,8 +1,14 @@
 //! Keeps the house (docs/architecture.md): reads the library's sources under `src/`
 //! and fails, naming the files, on
 //! - an import cycle between source files (`use crate::…`, `use super::…` and inline
-//!   `crate::…` paths, resolved through `pub use` re-exports to the file that defines the item);
-//! - an arrow that points back up the layers ([`LAYERS`]: data flows one way);
+//!   `crate::…`/`super::…` paths, resolved through `pub use` re-exports to the file that
+//!   defines the item, and to each file not a facade whose re-export they went through);
+//! - an import cycle between modules (a top-level `src/<name>` folder or file), each path
+//!   counted for the module it names, facades' `pub use` re-exports included: a circle between
+//!   files of two modules can hide behind re-exports, one between the modules cannot
+//!   ([`ALLOWED_MODULE_CYCLES`] names the exceptions, with their reasons);
+//! - an arrow that points back up the layers ([`LAYERS`]: data flows one way), between files
+//!   or between modules;
 //! - a source file over [`MAX_LINES`] lines;
 //! - `fs::rename` outside the one atomic-write helper (`src/atomic.rs`);
 //! - a verdict assigned outside the judge (`src/outcome/judge.rs`);
@@ -16,7 +22,8 @@
 //! library.
 //! `planted_cycle_is_caught` proves the checks can fail: it copies `src/` to a scratch
 //! directory, plants a cycle, an over-long file, a rename and a verdict assignment, and
-//! asserts that each is reported.
+//! asserts that each is reported; `planted_cycles_through_reexports_are_caught` plants
+//! circles that only a `pub use` closes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -49,15 +56,13 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cleanup",
             "quote",
             "protocol",
-            "process",
+            "scratch",
         ],
     ),
     ("backend", &["backend", "platform", "vary", "trace"]),
     ("cases", &["case", "ops", "train", "cases"]),
-    (
-        "harness",
-        &["outcome", "harness", "isolate", "run", "cross", "cost"],
-    ),
+    ("outcome", &["outcome"]),
+    ("harness", &["harness", "isolate", "run", "cross", "cost"]),
     ("snapshots", &["snapshot"]),
     ("suite", &["suite", "check"]),
     ("report", &["report"]),
@@ -219,9 +224,31 @@ fn uses(code: &str) -> Vec<(bool, String)> {
     out
 }
 
+/// `code` without its `use` statements (what [`uses`] reads), for the paths written inline.
+fn without_uses(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("use ") {
+        let before = &rest[..i];
+        let at_start = before
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_whitespace() || c == ';' || c == '{' || c == '}');
+        let Some(end) = rest[i..].find(';').filter(|_| at_start) else {
+            out.push_str(&rest[..i + 4]);
+            rest = &rest[i + 4..];
+            continue;
+        };
+        out.push_str(before);
+        rest = &rest[i + end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Makes `path` (as written in `module`) absolute from the crate root, or None for
 /// external crates and std.
-fn absolute(module: &str, is_mod_rs: bool, path: &str) -> Option<Vec<String>> {
+fn absolute(module: &str, path: &str) -> Option<Vec<String>> {
     let mut segs: Vec<&str> = path.split("::").collect();
     let mut base: Vec<String> = if module.is_empty() {
         Vec::new()
@@ -245,133 +272,217 @@ fn absolute(module: &str, is_mod_rs: bool, path: &str) -> Option<Vec<String>> {
         }
         _ => return None,
     }
-    let _ = is_mod_rs;
     base.extend(segs.iter().map(|s| s.to_string()));
     Some(base)
 }
 
-/// The import graph: file → files it uses, with `pub use` re-exports resolved to the file
-/// that defines the item.
+/// The crate's modules by path, and what each `pub use` re-exports.
+struct Crate<'a> {
+    /// Module path (`harness::planner`) → its file.
+    modules: BTreeMap<&'a str, &'a Source>,
+    /// (module, item) → the absolute path a `pub use` in that module re-exports it from.
+    reexports: BTreeMap<(String, String), Vec<String>>,
+}
+
+impl<'a> Crate<'a> {
+    fn new(sources: &'a [Source]) -> Crate<'a> {
+        let modules: BTreeMap<&str, &Source> =
+            sources.iter().map(|s| (s.module.as_str(), s)).collect();
+        let mut reexports = BTreeMap::new();
+        for s in sources {
+            for (is_pub, p) in uses(&s.code) {
+                let child = |p: &str| {
+                    let first = p.split("::").next().unwrap();
+                    let path = match s.module.as_str() {
+                        "" => first.to_string(),
+                        m => format!("{m}::{first}"),
+                    };
+                    modules.contains_key(path.as_str())
+                };
+                let rel = if ["crate::", "super::", "self::"]
+                    .iter()
+                    .any(|k| p.starts_with(k))
+                {
+                    p.clone()
+                } else if child(&p) {
+                    format!("self::{p}")
+                } else {
+                    continue;
+                };
+                if let (true, Some(abs)) = (is_pub, absolute(&s.module, &rel)) {
+                    if let Some(item) = abs.last() {
+                        reexports.insert((s.module.clone(), item.clone()), abs.clone());
+                    }
+                }
+            }
+        }
+        Crate { modules, reexports }
+    }
+
+    /// The module that defines what the absolute path `abs` names, and the modules whose
+    /// `pub use` the path went through to reach it (None for what is not in the crate).
+    fn resolve(&self, abs: &[String]) -> Option<(String, Vec<String>)> {
+        let mut path = abs.to_vec();
+        let mut through = Vec::new();
+        for _ in 0..8 {
+            let mut k = path.len();
+            while k > 0 && !self.modules.contains_key(path[..k].join("::").as_str()) {
+                k -= 1;
+            }
+            let m = path[..k].join("::");
+            if k == 0 && !self.modules.contains_key("") {
+                return None;
+            }
+            let Some(item) = path.get(k) else {
+                return Some((m, through));
+            };
+            match self.reexports.get(&(m.clone(), item.clone())) {
+                Some(target) if target[..] != path[..k + 1] => {
+                    let mut next = target.clone();
+                    next.extend(path[k + 1..].iter().cloned());
+                    path = next;
+                    through.push(m);
+                }
+                _ => return Some((m, through)),
+            }
+        }
+        None
+    }
+
+    /// Every `crate::`/`super::` path `s` names: its `use` paths (a facade's `pub use`
+    /// re-exports too when `facades`), its inline paths, and `alias::item` for each
+    /// module it imports by name (`use crate::backend::cuda;` then `cuda::launch(…)`).
+    fn named_paths(&self, s: &Source, facades: bool) -> Vec<String> {
+        let mut paths: Vec<String> = uses(&s.code)
+            .into_iter()
+            .filter(|(is_pub, _)| facades || !(*is_pub && is_facade(&s.rel)))
+            .map(|(_, p)| p)
+            .collect();
+        let code = &without_uses(&s.code);
+        paths.extend(inline_paths(code, "crate::"));
+        paths.extend(inline_paths(code, "super::"));
+        let aliases: Vec<(String, String)> = paths
+            .iter()
+            .filter_map(|p| {
+                let abs = absolute(&s.module, p)?;
+                let named = self.modules.contains_key(abs.join("::").as_str());
+                Some((abs.last()?.clone(), p.clone())).filter(|_| named)
+            })
+            .collect();
+        for (alias, path) in aliases {
+            paths.extend(alias_uses(code, &alias).map(|item| format!("{path}::{item}")));
+        }
+        paths.retain(|p| p.starts_with("crate::") || p.starts_with("super::"));
+        paths
+    }
+}
+
+/// The paths written inline in `code` that start with `start` (`crate::a::b::c(…)`), up to
+/// the last name (not a `use` tree's `{`).
+fn inline_paths<'c>(code: &'c str, start: &'c str) -> impl Iterator<Item = String> + 'c {
+    let mut i = 0;
+    std::iter::from_fn(move || loop {
+        let at = i + code[i..].find(start)?;
+        let end = code[at..]
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .map_or(code.len(), |e| at + e);
+        i = end;
+        let before = code[..at].chars().last();
+        let path = code[at..end].trim_end_matches(':');
+        let last = path.rsplit("::").next().unwrap_or("");
+        if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            && !["crate", "super", "self"].contains(&last)
+        {
+            return Some(path.to_string());
+        }
+    })
+}
+
+/// The items `code` reaches as `alias::item`.
+fn alias_uses<'c>(code: &'c str, alias: &str) -> impl Iterator<Item = &'c str> + 'c {
+    let pat = format!("{alias}::");
+    let mut i = 0;
+    std::iter::from_fn(move || loop {
+        let start = i + code[i..].find(&pat)?;
+        let from = start + pat.len();
+        let end = code[from..]
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(code.len(), |e| from + e);
+        i = end.max(start + 1);
+        let before = code[..start].chars().last();
+        if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            return Some(&code[from..end]);
+        }
+    })
+}
+
+/// Whether `rel` is a facade: a `mod.rs` or `lib.rs`, whose `pub use` lines are the face of
+/// its module, not needs of its own.
+fn is_facade(rel: &str) -> bool {
+    rel.ends_with("mod.rs") || rel == "lib.rs"
+}
+
+/// The import graph between files: file → files it uses. A path re-exported by `pub use` is
+/// an arrow to the file that defines the item, and to every file that is not a facade whose
+/// `pub use` it went through (`noise::PREFIX` re-exported by `noise.rs` from `format.rs` is an
+/// arrow to both).
 fn graph(sources: &[Source]) -> BTreeMap<String, BTreeSet<String>> {
-    let modules: BTreeMap<&str, &Source> = sources.iter().map(|s| (s.module.as_str(), s)).collect();
-    // (module, item) → the module a `pub use` re-exports it from.
-    let mut reexports: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let krate = Crate::new(sources);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for s in sources {
-        let is_mod = s.rel.ends_with("mod.rs") || s.rel == "lib.rs";
-        for (is_pub, p) in uses(&s.code) {
-            let rel = if p.starts_with("crate::")
-                || p.starts_with("super::")
-                || p.starts_with("self::")
-            {
-                p.clone()
-            } else if modules.contains_key(
-                format!(
-                    "{}{}",
-                    if s.module.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{}::", s.module)
-                    },
-                    p.split("::").next().unwrap()
-                )
-                .as_str(),
-            ) {
-                format!("self::{p}")
-            } else {
+        let edges = g.entry(s.rel.clone()).or_default();
+        for p in krate.named_paths(s, false) {
+            let Some(abs) = absolute(&s.module, &p) else {
                 continue;
             };
-            if let (true, Some(abs)) = (is_pub, absolute(&s.module, is_mod, &rel)) {
-                if let Some(item) = abs.last() {
-                    reexports.insert((s.module.clone(), item.clone()), abs.clone());
+            let Some((m, through)) = krate.resolve(&abs) else {
+                continue;
+            };
+            let leaves = through
+                .iter()
+                .map(|t| &krate.modules[t.as_str()].rel)
+                .filter(|rel| !is_facade(rel));
+            let defining = (!m.is_empty()).then(|| &krate.modules[m.as_str()].rel);
+            for rel in leaves.chain(defining) {
+                if *rel != s.rel {
+                    edges.insert(rel.clone());
                 }
             }
         }
     }
-    // Resolves an absolute path to the file that defines what it names.
-    let resolve = |abs: &[String]| -> Option<String> {
-        let mut path = abs.to_vec();
-        for _ in 0..8 {
-            let mut k = path.len();
-            while k > 0 && !modules.contains_key(path[..k].join("::").as_str()) {
-                k -= 1;
-            }
-            let m = path[..k].join("::");
-            if k == 0 && !modules.contains_key("") {
-                return None;
-            }
-            match path.get(k) {
-                Some(item) => match reexports.get(&(m.clone(), item.clone())) {
-                    Some(target) if target[..] != path[..k + 1] => {
-                        let mut next = target.clone();
-                        next.extend(path[k + 1..].iter().cloned());
-                        path = next;
-                    }
-                    _ => return Some(m),
-                },
-                None => return Some(m),
-            }
-        }
-        None
-    };
+    g
+}
+
+/// The top-level module (`src/<name>` folder or file) of a module path; `` for the root.
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap_or("")
+}
+
+/// The import graph between top-level modules: module → modules it names, as written, facades'
+/// `pub use` re-exports included (a module that re-exports another's item uses it). Paths to
+/// the root's re-exports (`crate::Result`) count for the module that defines the item.
+fn module_graph(sources: &[Source]) -> BTreeMap<String, BTreeSet<String>> {
+    let krate = Crate::new(sources);
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for s in sources {
-        let is_mod = s.rel.ends_with("mod.rs") || s.rel == "lib.rs";
-        let mut paths: Vec<String> = uses(&s.code)
-            .into_iter()
-            .filter(|(is_pub, _)| !(*is_pub && is_mod)) // a facade's re-exports are not its needs
-            .map(|(_, p)| p)
-            .collect();
-        // Inline paths: `crate::a::b::c(...)`.
-        let code = &s.code;
-        let mut i = 0;
-        while let Some(j) = code[i..].find("crate::") {
-            let start = i + j;
-            let end = code[start..]
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .map_or(code.len(), |e| start + e);
-            paths.push(code[start..end].trim_end_matches(':').to_string());
-            i = end;
+        let from = top(&s.module);
+        if from.is_empty() {
+            continue; // lib.rs: declares and re-exports every module
         }
-        // Modules imported by name (`use crate::backend::cuda;` then `cuda::launch(…)`): each
-        // `alias::item` use resolves through that module to the file defining the item.
-        let mut aliases: Vec<(String, String)> = Vec::new();
-        for p in &paths {
-            if let Some(abs) = absolute(&s.module, is_mod, p) {
-                if modules.contains_key(abs.join("::").as_str()) {
-                    if let Some(last) = abs.last() {
-                        aliases.push((last.clone(), p.clone()));
-                    }
-                }
-            }
-        }
-        for (alias, path) in aliases {
-            let pat = format!("{alias}::");
-            let mut i = 0;
-            while let Some(j) = code[i..].find(&pat) {
-                let start = i + j;
-                let before = code[..start].chars().last();
-                let end = code[start + pat.len()..]
-                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .map_or(code.len(), |e| start + pat.len() + e);
-                if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                    paths.push(format!("{path}::{}", &code[start + pat.len()..end]));
-                }
-                i = end.max(start + 1);
-            }
-        }
-        let edges = g.entry(s.rel.clone()).or_default();
-        for p in paths {
-            if !(p.starts_with("crate::") || p.starts_with("super::")) {
-                continue;
-            }
-            let Some(abs) = absolute(&s.module, is_mod, &p) else {
+        let edges = g.entry(from.to_string()).or_default();
+        for p in krate.named_paths(s, true) {
+            let Some(abs) = absolute(&s.module, &p) else {
                 continue;
             };
-            if let Some(m) = resolve(&abs) {
-                let target = modules[m.as_str()];
-                if target.rel != s.rel && !m.is_empty() {
-                    edges.insert(target.rel.clone());
-                }
+            let to = match abs.first() {
+                Some(first) if krate.modules.contains_key(first.as_str()) => first.clone(),
+                _ => match krate.resolve(&abs) {
+                    Some((m, _)) => top(&m).to_string(),
+                    None => continue,
+                },
+            };
+            if !to.is_empty() && to != from {
+                edges.insert(to);
             }
         }
     }
@@ -439,38 +550,73 @@ fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     t.out
 }
 
-fn layer(rel: &str) -> usize {
-    let m = module_of(rel);
-    let top = m.split("::").next().unwrap_or("");
+/// The layer of a top-level module (the root's, last, for one [`LAYERS`] does not name).
+fn layer_of(top: &str) -> usize {
     LAYERS
         .iter()
         .position(|(_, mods)| mods.contains(&top))
         .unwrap_or(LAYERS.len() - 1)
 }
 
+fn layer(rel: &str) -> usize {
+    layer_of(top(&module_of(rel)))
+}
+
+/// Module cycles allowed, each with the reason it is allowed. None is: every cycle between
+/// top-level modules fails.
+const ALLOWED_MODULE_CYCLES: &[(&[&str], &str)] = &[];
+
+/// Cycles between top-level modules, not counting those in [`ALLOWED_MODULE_CYCLES`].
+fn module_cycles(sources: &[Source]) -> Vec<Vec<String>> {
+    cycles(&module_graph(sources))
+        .into_iter()
+        .filter(|c| !ALLOWED_MODULE_CYCLES.iter().any(|(a, _)| c == a))
+        .collect()
+}
+
+/// Arrows up the layers, one line each: between files, then between top-level modules.
+fn arrows_up(sources: &[Source]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (from, tos) in &graph(sources) {
+        for to in tos.iter().filter(|to| layer(to) > layer(from)) {
+            out.push(format!(
+                "arrow up the layers: {from} ({}) uses {to} ({})",
+                LAYERS[layer(from)].0,
+                LAYERS[layer(to)].0
+            ));
+        }
+    }
+    for (from, tos) in &module_graph(sources) {
+        for to in tos.iter().filter(|to| layer_of(to) > layer_of(from)) {
+            out.push(format!(
+                "arrow up the layers: module {from} ({}) uses module {to} ({})",
+                LAYERS[layer_of(from)].0,
+                LAYERS[layer_of(to)].0
+            ));
+        }
+    }
+    out
+}
+
 /// Everything wrong with the house under `src`, one line each.
 fn problems(src: &Path) -> Vec<String> {
     let sources = read_sources(src);
-    let g = graph(&sources);
     let mut out = Vec::new();
-    for c in cycles(&g) {
+    for c in cycles(&graph(&sources)) {
         out.push(format!(
             "import cycle between {} files: {}",
             c.len(),
             c.join(" ")
         ));
     }
-    for (from, tos) in &g {
-        for to in tos {
-            if layer(to) > layer(from) {
-                out.push(format!(
-                    "arrow up the layers: {from} ({}) uses {to} ({})",
-                    LAYERS[layer(from)].0,
-                    LAYERS[layer(to)].0
-                ));
-            }
-        }
+    for c in module_cycles(&sources) {
+        out.push(format!(
+            "import cycle between {} modules: {}",
+            c.len(),
+            c.join(" ")
+        ));
     }
+    out.extend(arrows_up(&sources));
     for s in &sources {
         if s.lines > MAX_LINES {
             out.push(format!(
@@ -500,17 +646,26 @@ fn figures() {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     let sources = read_sources(&src);
     let g = graph(&sources);
-    let cycles = cycles(&g);
-    let sizes: Vec<usize> = cycles.iter().map(Vec::len).collect();
-    println!("files: {}", sources.len());
-    println!("import cycles: {} (files in each: {sizes:?})", cycles.len());
-    for c in &cycles {
+    let edges: usize = g.values().map(BTreeSet::len).sum();
+    println!("files: {} (import arrows: {edges})", sources.len());
+    let file_cycles = cycles(&g);
+    let sizes: Vec<usize> = file_cycles.iter().map(Vec::len).collect();
+    println!(
+        "import cycles between files: {} (files in each: {sizes:?})",
+        file_cycles.len()
+    );
+    for c in &file_cycles {
         println!("  {}", c.join(" "));
     }
-    let up: Vec<String> = problems(&src)
-        .into_iter()
-        .filter(|p| p.starts_with("arrow up"))
-        .collect();
+    let mg = module_graph(&sources);
+    let edges: usize = mg.values().map(BTreeSet::len).sum();
+    println!("modules: {} (import arrows: {edges})", mg.len());
+    let module_cycles = cycles(&mg);
+    println!("import cycles between modules: {}", module_cycles.len());
+    for c in &module_cycles {
+        println!("  {}", c.join(" "));
+    }
+    let up = arrows_up(&sources);
     println!("arrows up the layers: {}", up.len());
     for p in &up {
         println!("  {p}");
@@ -551,10 +706,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn planted_cycle_is_caught() {
-    let scratch = tempfile::tempdir().unwrap();
-    let src = scratch.path().join("src");
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &src);
-    assert!(problems(&src).is_empty());
+    let (_scratch, src, _) = scratch_src();
     // digest → report, while report (through the harness) already uses digest.
     let digest = src.join("digest.rs");
     let text = std::fs::read_to_string(&digest).unwrap();
@@ -593,6 +745,87 @@ fn planted_cycle_is_caught() {
     );
     assert!(
         p.contains("diff.rs assigns a verdict outside the judge"),
+        "{p}"
+    );
+}
+
+/// A copy of this crate's `src/` in a scratch directory, and the problems it has before
+/// anything is planted.
+fn scratch_src() -> (tempfile::TempDir, PathBuf, Vec<String>) {
+    let scratch = tempfile::tempdir().unwrap();
+    let src = scratch.path().join("src");
+    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &src);
+    let before = problems(&src);
+    (scratch, src, before)
+}
+
+/// Puts `line` at the top of the file `rel` under `src`.
+fn plant(src: &Path, rel: &str, line: &str) {
+    let file = src.join(rel);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, format!("{line}\n{text}")).unwrap();
+}
+
+/// The problems of `src` not among `before`, one a line.
+fn new_problems(src: &Path, before: &[String]) -> String {
+    let p = problems(src);
+    let new: Vec<String> = p.into_iter().filter(|p| !before.contains(p)).collect();
+    new.join("\n")
+}
+
+/// Circles that run through a `pub use`, which a graph of files resolved to the defining file
+/// cannot see: a module taking an item of a module that reaches it through its facade's
+/// re-exports, a facade re-exporting another module's item (circles of modules), and a file
+/// reading its own item back through a sibling that re-exports it (a circle of files).
+#[test]
+fn planted_cycles_through_reexports_are_caught() {
+    // outcome/mod.rs → cost.rs → harness, which reaches outcome/case.rs only through
+    // outcome/mod.rs's `pub use`: no circle of files, one of modules, and an arrow up.
+    let (_scratch, src, before) = scratch_src();
+    plant(
+        &src,
+        "outcome/mod.rs",
+        "use crate::cost::cost_of_determinism;",
+    );
+    let p = new_problems(&src, &before);
+    assert!(
+        p.contains("import cycle between 3 modules: cost harness outcome"),
+        "{p}"
+    );
+    assert!(
+        p.contains("arrow up the layers: outcome/mod.rs (outcome) uses cost.rs (harness)"),
+        "{p}"
+    );
+    assert!(!p.contains("files:"), "{p}");
+    // The same arrow as a facade's re-export: not even an arrow between files.
+    let (_scratch, src, before) = scratch_src();
+    plant(
+        &src,
+        "outcome/mod.rs",
+        "pub use super::cost::cost_of_determinism;",
+    );
+    let p = new_problems(&src, &before);
+    assert!(
+        p.contains("import cycle between 3 modules: cost harness outcome"),
+        "{p}"
+    );
+    assert!(
+        !p.contains("files:") && !p.contains("outcome/mod.rs"),
+        "{p}"
+    );
+    // format.rs's own constant read back through compare.rs's re-export, while compare.rs
+    // uses format.rs.
+    let (_scratch, src, before) = scratch_src();
+    plant(
+        &src,
+        "snapshot/compare.rs",
+        "pub use super::format::SKETCH_PREFIX;",
+    );
+    let read_back = "fn planted() -> &'static str { super::compare::SKETCH_PREFIX }";
+    plant(&src, "snapshot/format.rs", read_back);
+    let p = new_problems(&src, &before);
+    assert!(
+        p.contains("import cycle between 2 files: snapshot/compare.rs snapshot/format.rs"),
         "{p}"
     );
 }

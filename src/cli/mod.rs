@@ -24,7 +24,7 @@ use crate::harness::Launcher;
 use anyhow::Result;
 use args::{Cli, Command};
 use clap::Parser;
-use settings::{ListSettings, ReportSettings, RunSettings, SnapshotSettings};
+use settings::{ListSettings, ProgramSettings, ReportSettings, SnapshotSettings};
 use std::ffi::OsString;
 use std::io::Write;
 
@@ -112,7 +112,7 @@ where
     if let Err(e) = crate::process::install_signal_handlers() {
         eprintln!("warning: no signal handlers (children may outlive a stopped bitexact): {e}");
     }
-    let result = RunSettings::resolve(*a).and_then(|s| {
+    let result = ProgramSettings::resolve(*a).and_then(|s| {
         crate::suite::run(
             &[crate::suite::Subject::Program(&s.program)],
             &s.config,
@@ -142,7 +142,7 @@ fn dispatch(command: Command, me: Launcher) -> Result<u8> {
         Command::DiffTrace { a, b, format } => {
             commands::diff_trace::diff_trace(&a, &b, format == "json")
         }
-        Command::Run(a) => commands::run::run(RunSettings::resolve(*a)?),
+        Command::Run(a) => commands::run::run(ProgramSettings::resolve(*a)?),
         Command::Child => crate::isolate::child_main(&crate::cases::find).map(|_| 0),
     }
 }

@@ -3,12 +3,12 @@
 //! subject, and find cases whose result depends on what ran before them (the `order`
 //! variation). Each adds evidence; none assigns a verdict.
 
-use super::executor::Pass;
-use super::failure::FailureKind;
+use super::executor::{Pass, PassRuns};
 use super::in_process::CaseSource;
 use super::planner::Planner;
-use super::source::{Collected, RunSource, Runs};
+use super::source::{Collected, RunSource, RunStart, Runs};
 use crate::case::Case;
+use crate::outcome::FailureKind;
 use crate::outcome::{CaseReport, Verdict};
 
 use crate::diff::{self, TensorDiff};
@@ -82,7 +82,7 @@ fn explain_loaded(a: &Collected, b: &Collected, n: &str, runs: [usize; 2]) -> Te
         (Ok(x), Ok(y)) => diff::explain(n, runs, &x, &y),
         (Err(e), _) | (_, Err(e)) => {
             let mut d = diff::missing(n, runs, true);
-            d.note = Some(super::failure::cap(format!(
+            d.note = Some(crate::outcome::failure::cap(format!(
                 "digests differ; not explained element by element: {e:#}"
             )));
             d
@@ -226,7 +226,11 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
     let mut control_failed = false;
     let mut diverges = |vary: &[Variation], purpose: String| {
         let name = purpose.trim_start_matches("blame: ").to_string();
-        let mut p = planner.pass(source, vary, (opts.runs, false), &purpose);
+        let runs = PassRuns {
+            count: opts.runs,
+            traced: false,
+        };
+        let mut p = planner.pass(source, vary, runs, &purpose);
         passes.push((purpose.clone(), p.metas.len()));
         let timed_out = p.failure.as_ref().map(|f| f.kind) == Some(FailureKind::Timeout);
         if p.failed_before_differing() && !timed_out {
@@ -238,7 +242,7 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
             let why = why(&p).unwrap_or_default();
             evidence.push(format!("{name}: {why} (the pass was made again)"));
             let again = format!("{purpose} again");
-            p = planner.pass(source, vary, (opts.runs, false), &again);
+            p = planner.pass(source, vary, runs, &again);
             passes.push((again, p.metas.len()));
         }
         if let Some(why) = why(&p) {
@@ -297,7 +301,12 @@ pub fn order_check(case: &dyn Case, r: &mut CaseReport, planner: &mut dyn Runs) 
         backend: r.backend,
         children: None,
     };
-    let Ok(out) = planner.one(&source, &settings, 0, ("order: reverse", 0, 1)) else {
+    let told = RunStart {
+        purpose: "order: reverse",
+        index: 0,
+        of: 1,
+    };
+    let Ok(out) = planner.one(&source, &settings, 0, told) else {
         return;
     };
     let now: BTreeMap<String, String> = out

@@ -6,11 +6,11 @@
 //! while run `i + 1` is made, one collection at a time, so memory stays bounded by one run's
 //! outputs whatever K is. The pass stops at the first run that fails.
 
-use super::failure::Failure;
-use super::source::{Collected, RunMeta, RunSource};
+use super::source::{Collected, RunMeta, RunSource, RunStart};
 use crate::controls::Controls;
 use crate::digest::Digest;
 use crate::memory;
+use crate::outcome::Failure;
 use crate::vary::{RunSettings, Variation};
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -90,25 +90,22 @@ impl Pass {
     }
 }
 
-/// A run about to be made, for progress reports: its index in its pass and why the pass is
-/// made (`main`, `blame: control`, `blame: threads`, ...).
-#[derive(Clone, Copy, Debug)]
-pub struct RunStart<'a> {
-    /// Index of the run in its pass.
-    pub index: usize,
-    /// Runs in the pass.
-    pub of: usize,
-    /// Why the pass is made.
-    pub purpose: &'a str,
+/// The runs of a pass: how many (at least 2 are made), and whether they are traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassRuns {
+    /// How many runs.
+    pub count: usize,
+    /// Whether each records an op trace.
+    pub traced: bool,
 }
 
-/// Makes `runs` runs (at least 2) of `source` under `controls` with `vary` applied, tracing
-/// when `trace` is set; `progress` hears of each run before it is made.
+/// Makes the `runs` of a pass of `source` under `controls` with `vary` applied; `progress`
+/// hears of each run before it is made.
 pub fn pass(
     source: &dyn RunSource,
     controls: &Controls,
     vary: &[Variation],
-    (runs, trace): (usize, bool),
+    runs: PassRuns,
     purpose: &str,
     progress: &mut dyn FnMut(RunStart),
 ) -> Pass {
@@ -132,14 +129,15 @@ pub fn pass(
         }
     };
     let mut collecting: Option<(usize, super::source::Pending)> = None;
-    for i in 0..runs.max(2) {
+    let count = runs.count.max(2);
+    for i in 0..count {
         if i > 0 {
             retained(&mut p);
         }
-        let settings = RunSettings::for_run(controls, vary, i, trace);
+        let settings = RunSettings::for_run(controls, vary, i, runs.traced);
         progress(RunStart {
             index: i,
-            of: runs.max(2),
+            of: count,
             purpose,
         });
         let started = source.start(i, &settings);

@@ -2,13 +2,12 @@
 //! [`Ctx`], panics caught, heap measured), or, per run when the settings ask for a fresh
 //! process (`--vary process`), in a child started by a [`ChildRunner`] the caller supplies.
 
-use super::failure::{Failure, FailureKind};
-use super::source::Runs;
-use super::source::{Collected, RunMeta, RunSource, Started};
+use super::source::{Collected, RunMeta, RunSource, RunStart, Runs, Started};
 use super::Options;
 use crate::backend::Backend;
 use crate::case::{Case, Ctx};
 use crate::memory;
+use crate::outcome::{Failure, FailureKind};
 use crate::outputs::Outputs;
 use crate::trace::{first_divergence, Divergence, TraceEntry};
 use crate::vary::{RunSettings, Variation};
@@ -243,7 +242,11 @@ impl CaseSource<'_> {
         let mut traces: Vec<(usize, Vec<TraceEntry>)> = Vec::new();
         for i in 0..LOCALIZE_RUNS {
             let side = i % 2;
-            let told = ("localize: traced re-run", i, LOCALIZE_RUNS);
+            let told = RunStart {
+                purpose: "localize: traced re-run",
+                index: i,
+                of: LOCALIZE_RUNS,
+            };
             let t = planner
                 .one(self, &settings[side], [0, j][side], told)
                 .ok()?

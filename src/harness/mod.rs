@@ -1,34 +1,29 @@
 //! The harness: one path for every kind of subject. A `RunSource` makes runs (a case in
-//! this process or a child, an external program); `assess` makes K of them under the same
+//! this process or a child, an external program); `gather` makes K of them under the same
 //! controls, digests every output, compares the runs bit for bit, explains, localizes and
-//! blames any difference, and hands the evidence to the one judge.
+//! blames any difference: the evidence the one judge then weighs.
 //!
 //! - `source`: the `RunSource` trait and what a run yields;
 //! - `in_process`: cases as a run source (`CaseSource`);
 //! - `planner`: the one owner of every run an assessment makes (`Planner`);
 //! - `executor`: a pass of K runs of any source and their evidence;
-//! - `diagnose`: explanation, first differing output, blame and the order pass;
-//! - `failure`: why a run failed, typed.
+//! - `diagnose`: explanation, first differing output, blame and the order pass.
 //!
 //! What it finds goes into a [`CaseReport`] ([`crate::outcome`]), judged once its evidence is
 //! complete.
 
 pub mod diagnose;
 pub mod executor;
-pub mod failure;
 pub mod in_process;
 pub mod planner;
-pub mod program;
 pub mod source;
 
-pub use executor::RunStart;
-pub use failure::{Failure, FailureKind};
+pub use executor::PassRuns;
 pub use in_process::{
     call_case, panic_message, pool, run_in_process, CaseRun, CaseSource, ChildRunner,
 };
 pub use planner::Planner;
-pub use program::{Ignored, ProgramInfo, ProgramRun, StepMemory, WorldSize};
-pub use source::{Collected, Loader, RunMeta, RunSource, Runs, Started};
+pub use source::{Collected, Loader, RunMeta, RunSource, RunStart, Runs, Started};
 
 use crate::backend::Backend;
 use crate::case::Case;
@@ -123,11 +118,6 @@ impl Options {
     }
 }
 
-/// Assesses any run source: K runs, explanation, localization, blame, then the one judge.
-pub fn assess(source: &dyn RunSource, controls: &Controls, opts: &Options) -> CaseReport {
-    gather(source, controls, opts, &mut |_| {}).judge()
-}
-
 /// The evidence about `source`, not yet judged, telling `progress` of every run before it is
 /// made: the main pass, blame's passes, localization and capture re-runs, and any run the
 /// source needs to describe itself, all through one [`Planner`]. The suite adds what only it
@@ -156,7 +146,11 @@ fn evidence(source: &dyn RunSource, planner: &mut Planner) -> CaseReport {
         report.evidence.skipped = Some(reason);
         return report;
     }
-    let p = planner.pass(source, &opts.vary, (opts.runs, opts.trace), "main");
+    let runs = PassRuns {
+        count: opts.runs,
+        traced: opts.trace,
+    };
+    let p = planner.pass(source, &opts.vary, runs, "main");
     report.runs = p.run_digests.len();
     report.run_digests = p.run_digests.iter().map(|d| d.hex()).collect();
     report.distinct_digests = p.distinct();

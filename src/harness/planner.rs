@@ -5,12 +5,12 @@
 //! through the executor ([`super::executor`]) and counts it in the report ([`PassCount`]), so
 //! a progress display and the JSON account for the same runs.
 
-use super::executor::{self, Pass, RunStart};
-use super::failure::Failure;
-use super::source::{Collected, RunSource, Runs};
+use super::executor::{self, Pass, PassRuns};
+use super::source::{Collected, RunSource, RunStart, Runs};
 use super::Options;
 use crate::controls::Controls;
 use crate::outcome::case::PassCount;
+use crate::outcome::Failure;
 use crate::vary::{RunSettings, Variation};
 
 /// Makes every run of one subject's assessment, under one set of controls and options.
@@ -49,23 +49,15 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// A pass of `runs` runs (at least 2) of `source` with `vary` applied, tracing when
-    /// `trace` is set (see [`executor`]).
+    /// A pass of `runs` of `source` with `vary` applied (see [`executor`]).
     pub fn pass(
         &mut self,
         source: &dyn RunSource,
         vary: &[Variation],
-        (runs, trace): (usize, bool),
+        runs: PassRuns,
         purpose: &str,
     ) -> Pass {
-        let p = executor::pass(
-            source,
-            self.controls,
-            vary,
-            (runs, trace),
-            purpose,
-            self.progress,
-        );
+        let p = executor::pass(source, self.controls, vary, runs, purpose, self.progress);
         // One run made (and told) per meta, failed ones included.
         self.count(purpose, p.metas.len());
         p
@@ -91,14 +83,10 @@ impl Runs for Planner<'_> {
         source: &dyn RunSource,
         settings: &RunSettings,
         index: usize,
-        (purpose, k, of): (&str, usize, usize),
+        told: RunStart,
     ) -> Result<Collected, Failure> {
-        (self.progress)(RunStart {
-            index: k,
-            of,
-            purpose,
-        });
-        self.count(purpose, 1);
+        (self.progress)(told);
+        self.count(told.purpose, 1);
         source
             .start(index, settings)
             .outputs

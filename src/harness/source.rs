@@ -13,12 +13,10 @@
 //! A new way to make runs (say, a remote runner) is one new file implementing [`RunSource`],
 //! plus one line where its subject is handed to the suite (`crate::suite::Subject`).
 
-use super::failure::Failure;
-use super::program::{Ignored, ProgramRun, StepMemory};
 use super::Options;
 use crate::backend::Backend;
 use crate::digest::Digest;
-use crate::outcome::CaseReport;
+use crate::outcome::{CaseReport, Failure, Ignored, ProgramRun, StepMemory};
 use crate::outputs::Outputs;
 use crate::tensor::Tensor;
 use crate::trace::{Divergence, TraceEntry};
@@ -63,7 +61,7 @@ pub struct Collected {
     /// Memory after each step, as a program's helper recorded it.
     pub steps: Vec<StepMemory>,
     /// A program's state records, in the order written (`--vary resume`).
-    pub state: Vec<crate::harness::program::StateRecord>,
+    pub state: Vec<crate::outcome::program::StateRecord>,
     /// What a program reported about its platform (`.bitexact-platform.json`).
     pub platform: Option<serde_json::Value>,
     /// What a program's ignore rules left out of this run.
@@ -150,6 +148,18 @@ impl Started {
     }
 }
 
+/// A run about to be made, for progress reports: its index in its pass and why the pass is
+/// made (`main`, `blame: control`, `blame: threads`, ...).
+#[derive(Clone, Copy, Debug)]
+pub struct RunStart<'a> {
+    /// Index of the run in its pass.
+    pub index: usize,
+    /// Runs in the pass.
+    pub of: usize,
+    /// Why the pass is made.
+    pub purpose: &'a str,
+}
+
 /// What a source may ask of the planner ([`super::Planner`]) while it localizes or describes
 /// a difference: the harness options, the settings of a main-pass run, and more runs, each
 /// told to progress and counted in the report.
@@ -158,14 +168,14 @@ pub trait Runs {
     fn opts(&self) -> &Options;
     /// The settings of run `index` of the main pass, traced when `trace` is set.
     fn settings(&self, index: usize, trace: bool) -> RunSettings;
-    /// One run of `source`, as its run `index` under `settings`, told as run `k` of `of` made
-    /// for `purpose`: its outputs collected, or why it failed.
+    /// One run of `source`, as its run `index` under `settings`, told to progress as `told`
+    /// (run k of n made for a purpose): its outputs collected, or why it failed.
     fn one(
         &mut self,
         source: &dyn RunSource,
         settings: &RunSettings,
         index: usize,
-        told: (&str, usize, usize),
+        told: RunStart,
     ) -> Result<Collected, Failure>;
 }
 

@@ -2,11 +2,11 @@
 //! [`Evidence`]. Only [`super::judge()`] turns evidence into a verdict; everything else adds
 //! evidence, and [`CaseReport::judge`] is called once, when the evidence is complete.
 
+use super::failure::Failure;
+use super::program::ProgramInfo;
 use super::verdict::{Judged, SnapshotStatus, Verdict};
 use crate::backend::Backend;
 use crate::diff::TensorDiff;
-use crate::harness::failure::Failure;
-use crate::harness::program::ProgramInfo;
 use crate::trace::{Divergence, TraceEntry};
 use crate::vary::{Blame, Variation};
 use serde::{Deserialize, Serialize};

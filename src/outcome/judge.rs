@@ -97,8 +97,8 @@ pub fn judge(r: &CaseReport) -> (Verdict, Option<String>) {
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::harness::failure::Failure;
     use crate::outcome::Summary;
+    use crate::outcome::{Failure, FailureKind};
 
     fn report(distinct: usize) -> CaseReport {
         let mut r = CaseReport::new("t", Backend::Cpu);
@@ -112,8 +112,7 @@ mod tests {
         assert_eq!(report(1).judge().verdict, Verdict::Deterministic);
         assert_eq!(report(2).judge().verdict, Verdict::Nondeterministic);
         let mut r = report(2);
-        r.evidence.failure =
-            Some(Failure::new(crate::harness::FailureKind::Error, "boom").in_run(1));
+        r.evidence.failure = Some(Failure::new(FailureKind::Error, "boom").in_run(1));
         assert_eq!(judge(&r), (Verdict::Error, Some("run 1: boom".to_string())));
         r.evidence.skipped = Some("no GPU".into());
         assert_eq!(judge(&r).0, Verdict::Skipped);

@@ -5,19 +5,32 @@
 //!
 //! - [`case`]: [`CaseReport`], [`Evidence`], [`PassCount`];
 //! - [`verdict`]: [`Verdict`], [`Judged`], [`SnapshotStatus`];
-//! - [`judge`](mod@judge): the judge.
+//! - [`judge`](mod@judge): the judge;
+//! - [`failure`]: [`Failure`], [`FailureKind`];
+//! - [`program`]: [`ProgramInfo`] and what it holds;
+//! - [`cost`]: [`CostRow`]; [`cross`]: [`CrossDevice`].
+//!
+//! It is data only: what fills it ([`crate::harness`], [`crate::cost`], [`crate::cross`],
+//! [`crate::run`]) imports it, never the other way round.
 
 pub mod case;
+pub mod cost;
+pub mod cross;
+pub mod failure;
 pub mod judge;
+pub mod program;
 pub mod verdict;
 
 pub use case::{CaseReport, Evidence, PassCount};
+pub use cost::CostRow;
+pub use cross::{CrossDevice, CrossTensor, CrossVerdict};
+pub use failure::{Failure, FailureKind};
 pub use judge::judge;
+pub use program::{Ignored, ProgramInfo, ProgramRun, StepMemory, WorldSize};
 pub use verdict::{Judged, SnapshotStatus, Verdict};
 
 use crate::backend::Backend;
 use crate::controls::Controls;
-use crate::cost::CostRow;
 use crate::platform::Platform;
 use crate::trace::{CaseTraces, TraceFile};
 use crate::vary::Variation;
@@ -123,7 +136,7 @@ pub struct Report {
     pub summary: Summary,
     /// CPU-vs-CUDA comparison per case (`--backend all`; see [`crate::cross`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cross_device: Vec<crate::cross::CrossDevice>,
+    pub cross_device: Vec<CrossDevice>,
 }
 
 impl Report {

@@ -8,7 +8,7 @@ pub mod junit;
 pub mod markdown;
 pub mod text;
 
-use crate::cost::CostRow;
+use crate::outcome::CostRow;
 use crate::outcome::Report;
 use crate::outcome::{CaseReport, SnapshotStatus, Summary, Verdict};
 

@@ -6,7 +6,7 @@
 
 use super::baseline::{Reuse, BASELINE_MIN_BYTES};
 use crate::digest::Digest;
-use crate::harness::StepMemory;
+use crate::outcome::StepMemory;
 use crate::tensor::Tensor;
 use crate::tensor_files::{self, natural_cmp};
 use anyhow::{anyhow, Result};
@@ -37,7 +37,7 @@ pub struct RunOutputs {
     /// `.bitexact-memory.jsonl`, in step order.
     pub steps: Vec<StepMemory>,
     /// `.bitexact-state-rank<R>.jsonl` (`--vary resume`), every rank's, in the order written.
-    pub state: Vec<crate::harness::program::StateRecord>,
+    pub state: Vec<crate::outcome::program::StateRecord>,
     /// The controls the program read through the helper (`.bitexact-controls.jsonl`), or
     /// `None` when it recorded none (it does not use the helper's control readers).
     pub controls_read: Option<BTreeSet<String>>,

@@ -13,7 +13,8 @@
 //!   error (torchrun's log lines and its own traceback left out).
 
 use super::Program;
-use crate::harness::{Collected, RunSource, Runs, WorldSize};
+use crate::harness::{Collected, RunSource, RunStart, Runs};
+use crate::outcome::WorldSize;
 use crate::trace::program::OPS_NAME;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -128,7 +129,12 @@ pub(super) fn check_world_size(
         sizes: [n, 1],
         ..WorldSize::default()
     };
-    let other = match planner.one(source, &settings, 0, ("world size: 1 process", 0, 1)) {
+    let told = RunStart {
+        purpose: "world size: 1 process",
+        index: 0,
+        of: 1,
+    };
+    let other = match planner.one(source, &settings, 0, told) {
         Ok(c) => c,
         Err(f) => {
             w.summary = format!(

@@ -41,7 +41,7 @@ pub(super) fn private_dir() -> Result<Scratch> {
         .mode(0o700)
         .create(&dir)
         .with_context(|| format!("creating {}", dir.display()))?;
-    Ok(Scratch(dir, false))
+    Ok(Scratch::new(dir, false))
 }
 
 /// Makes the file a run's standard output goes to, beside its directory `dest`.
@@ -126,12 +126,25 @@ pub(super) fn move_out(out: &Path, to: &Path) -> Result<PathBuf> {
     })
 }
 
-/// A directory removed on drop (unless kept).
-pub(super) struct Scratch(pub(super) PathBuf, pub(super) bool);
+/// A directory (or file) removed on drop, unless kept.
+pub(super) struct Scratch {
+    /// What is removed.
+    pub(super) path: PathBuf,
+    /// Whether it is kept instead (`--keep`).
+    pub(super) keep: bool,
+}
+
+impl Scratch {
+    /// `path`, removed on drop unless `keep`.
+    pub(super) fn new(path: PathBuf, keep: bool) -> Scratch {
+        Scratch { path, keep }
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if !self.1 && std::fs::remove_dir_all(&self.0).is_err() {
-            let _ = std::fs::remove_file(&self.0);
+        if !self.keep && std::fs::remove_dir_all(&self.path).is_err() {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }

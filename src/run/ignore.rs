@@ -10,7 +10,7 @@
 //! The report says what each rule ignored in run 0 ([`Ignored`]).
 
 use crate::digest::Digest;
-pub use crate::harness::Ignored;
+pub use crate::outcome::Ignored;
 use anyhow::{anyhow, Context, Result};
 use regex::bytes::Regex;
 use std::io::{BufRead, BufWriter, Write};

@@ -2,8 +2,8 @@
 //! its environment, how each run ended) and the varied controls it never read.
 
 use super::Program;
-use crate::harness::{Collected, ProgramInfo, ProgramRun, RunMeta, Runs};
-use crate::outcome::CaseReport;
+use crate::harness::{Collected, RunMeta, Runs};
+use crate::outcome::{CaseReport, ProgramInfo, ProgramRun};
 use crate::vary::Variation;
 use std::collections::BTreeMap;
 

@@ -5,7 +5,8 @@
 use super::checkpoint::{self, Completed};
 use super::resume::Spec;
 use super::{spawn, Program};
-use crate::harness::{Collected, Failure, FailureKind, RunMeta, Started};
+use crate::harness::{Collected, RunMeta, Started};
+use crate::outcome::{Failure, FailureKind};
 use crate::vary::RunSettings;
 use std::collections::BTreeMap;
 use std::path::Path;

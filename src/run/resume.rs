@@ -30,9 +30,9 @@
 use super::checkpoint::{Completed, Matcher};
 use super::source::ProgramSource;
 use super::{collect, Program};
-use crate::harness::program::ResumeCheck;
-use crate::harness::{diagnose, Collected, Failure, Runs};
-use crate::outcome::CaseReport;
+use crate::harness::{diagnose, Collected, RunStart, Runs};
+use crate::outcome::program::ResumeCheck;
+use crate::outcome::{CaseReport, Failure};
 use std::ffi::OsString;
 
 /// Where the resume arguments go in the command (else they are appended).
@@ -128,12 +128,17 @@ pub(super) fn check(
         report.evidence.failure = Some(f.in_run(index));
         None
     };
-    if let Err(f) = planner.one(source, &settings, index, (&killed, 0, 2)) {
+    let told = |purpose, index| RunStart {
+        purpose,
+        index,
+        of: 2,
+    };
+    if let Err(f) = planner.one(source, &settings, index, told(&killed, 0)) {
         return failed(report, f);
     }
     let killed = source.killed_launch()?;
     settings.knobs.resume = Some(crate::vary::Launch::Resumed);
-    let mut resumed = match planner.one(source, &settings, index, ("resume: resumed launch", 1, 2))
+    let mut resumed = match planner.one(source, &settings, index, told("resume: resumed launch", 1))
     {
         Ok(c) => c,
         Err(mut f) => {

@@ -3,8 +3,8 @@
 //! run compared at the resumed launch's first optimizer step, piece by piece; and, with op
 //! traces, the first op after the resume that differs, in words a user can act on.
 
-use crate::harness::program::{ResumeCheck, StatePiece, StateRecord};
 use crate::harness::Collected;
+use crate::outcome::program::{ResumeCheck, StatePiece, StateRecord};
 use crate::trace::TraceEntry;
 
 /// Compares the state records at the first step after the checkpoint (`step`); fills

@@ -7,10 +7,8 @@ use super::baseline::{Baseline, Publisher, Reuse};
 use super::files::{self, Remover, RunFiles, Scratch};
 use super::{collect, env_for, spawn, watch, Program};
 use crate::backend::Backend;
-use crate::harness::{
-    Collected, Failure, FailureKind, ProgramRun, RunMeta, RunSource, Runs, Started,
-};
-use crate::outcome::CaseReport;
+use crate::harness::{Collected, RunMeta, RunSource, Runs, Started};
+use crate::outcome::{CaseReport, Failure, FailureKind, ProgramRun};
 use crate::trace::Divergence;
 use crate::vary::{Launch, RunSettings, Variation};
 use anyhow::{Context, Result};
@@ -67,13 +65,13 @@ impl<'a> ProgramSource<'a> {
         let root = match &program.keep {
             Some(k) => {
                 std::fs::create_dir_all(k).with_context(|| format!("creating {}", k.display()))?;
-                Scratch(std::path::absolute(k)?, true)
+                Scratch::new(std::path::absolute(k)?, true)
             }
             None => files::private_dir()?,
         };
-        let on_signal = (!root.1).then(|| crate::cleanup::register_dir(&root.0));
+        let on_signal = (!root.keep).then(|| crate::cleanup::register_dir(&root.path));
         if program.injects() {
-            super::trace::write_inject_dir(&root.0)?;
+            super::trace::write_inject_dir(&root.path)?;
         }
         Ok(ProgramSource {
             program,
@@ -131,7 +129,7 @@ impl<'a> ProgramSource<'a> {
 
     /// The `$BITEXACT_OUT` of every run.
     pub fn out_path(&self) -> PathBuf {
-        self.root.0.join("out")
+        self.root.path.join("out")
     }
 
     /// What the killed launch of `--vary resume` left, once it was killed after its checkpoint.
@@ -177,7 +175,7 @@ impl<'a> ProgramSource<'a> {
             1 => (format!("run-{index}"), self.program.keep.is_some()),
             p => (format!(".pass{p}-run-{index}"), false),
         };
-        Ok((files::reserve_dir(&self.root.0, &name)?, keep))
+        Ok((files::reserve_dir(&self.root.path, &name)?, keep))
     }
 }
 
@@ -207,12 +205,12 @@ impl RunSource for ProgramSource<'_> {
             Err(e) => return harness_failure(e),
         };
         let (baseline, publisher) = self.baseline(index, &dest);
-        let mut owned = vec![Scratch(dest.clone(), keep)];
+        let mut owned = vec![Scratch::new(dest.clone(), keep)];
         let stdout = match self.program.stdout.then(|| files::stdout_file(&dest)) {
             Some(Err(e)) => return harness_failure(e),
             made => made.and_then(Result::ok),
         };
-        owned.extend(stdout.clone().map(|p| Scratch(p, keep)));
+        owned.extend(stdout.clone().map(|p| Scratch::new(p, keep)));
         let out = self.out_path();
         let mut env = env_for(self.program, settings, index, &out);
         let capture = self
@@ -267,7 +265,7 @@ impl RunSource for ProgramSource<'_> {
         };
         let moved = match replaced {
             None => files::move_out(&out, &dest).map(|to| {
-                let promised = self.root.0.join(format!("run-{index}"));
+                let promised = self.root.path.join(format!("run-{index}"));
                 if let Some(n) = files::kept_elsewhere(index, &to, &promised).filter(|_| keep) {
                     self.moved_elsewhere
                         .lock()
@@ -279,7 +277,7 @@ impl RunSource for ProgramSource<'_> {
             Some(_) => Ok(None),
         };
         if let Ok(Some(to)) = &moved {
-            owned.push(Scratch(to.clone(), keep));
+            owned.push(Scratch::new(to.clone(), keep));
             dest = to.clone();
         }
         if index == 0 {
@@ -328,10 +326,11 @@ impl RunSource for ProgramSource<'_> {
             ))
         });
         // A run whose Python could not trace (or seed) fails too, before another run is made.
-        let notes = match super::tracer::verdict(self.program, &records, ended.stopped, failed) {
-            Ok(notes) => notes,
-            Err(f) => return Started::failed(meta, f),
-        };
+        let notes =
+            match super::tracer::notes_or_failure(self.program, &records, ended.stopped, failed) {
+                Ok(notes) => notes,
+                Err(f) => return Started::failed(meta, f),
+            };
         let rules = self.program.ignore.clone();
         let trace_ops = self.program.trace.is_some();
         // Runs at other batch sizes make other op calls: their op streams are compared request
@@ -353,7 +352,7 @@ impl RunSource for ProgramSource<'_> {
                     let mut masked = raw.clone().into_os_string();
                     masked.push(".masked");
                     let masked = PathBuf::from(masked);
-                    owned.push(Scratch(masked.clone(), keep));
+                    owned.push(Scratch::new(masked.clone(), keep));
                     ignored = rules.mask_stdout(&raw, &masked).map_err(unreadable)?;
                     Some(masked)
                 }

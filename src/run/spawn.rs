@@ -4,7 +4,7 @@
 //! the peak resident set size from `wait4`.
 
 use crate::cleanup;
-use crate::harness::{Failure, FailureKind};
+use crate::outcome::{Failure, FailureKind};
 use crate::process;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;

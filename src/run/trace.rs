@@ -11,7 +11,7 @@
 //! The script's own seeding is left alone. Which `bitexact` package the program's Python
 //! imports, and what happens when it cannot trace (the run fails, saying why): [`super::tracer`].
 
-use crate::harness::{diagnose, Collected, RunSource, Runs};
+use crate::harness::{diagnose, Collected, RunSource, RunStart, Runs};
 use crate::protocol::TraceLevel;
 use crate::trace::{Divergence, TraceEntry};
 use anyhow::{bail, Context, Result};
@@ -233,7 +233,12 @@ pub(super) fn explain_captured(
     let purpose = format!("capture: runs 0 and {j}");
     for (k, index) in [0, j].into_iter().enumerate() {
         let settings = planner.settings(index, false);
-        runs.push(planner.one(source, &settings, index, (&purpose, k, 2)));
+        let told = RunStart {
+            purpose: &purpose,
+            index: k,
+            of: 2,
+        };
+        runs.push(planner.one(source, &settings, index, told));
     }
     *capture.key.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let (a, b) = match (&runs[0], &runs[1]) {

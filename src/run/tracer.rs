@@ -25,7 +25,7 @@
 //! its outputs alone. A program that runs several Pythons (torchrun's agent, DataLoader
 //! workers, a helper script) is fine as long as one traces: each rank's first process does.
 
-use crate::harness::{Failure, FailureKind};
+use crate::outcome::{Failure, FailureKind};
 use crate::protocol::{PYTHON_PACKAGE_ENV, TRACER_RECORDS_FILE};
 use anyhow::{bail, Result};
 use serde::Deserialize;
@@ -114,7 +114,7 @@ pub fn read(inject: &Path) -> Vec<Record> {
 /// reason a process gave for not tracing (or seeding) comes first (it explains the program's
 /// failure too: no torch), then the program's failure, then no process tracing at all. A run
 /// `stopped` early is judged on its outputs. `Ok`: the report's notes.
-pub fn verdict(
+pub fn notes_or_failure(
     program: &super::Program,
     records: &[Record],
     stopped: bool,
@@ -125,7 +125,10 @@ pub fn verdict(
     }
     let level = program.trace.as_ref().map(|t| t.level.name());
     let own = own_package().is_ok_and(|p| p.is_some());
-    match (judge(records, level, program.seed_everything, own), failed) {
+    match (
+        check_starts(records, level, program.seed_everything, own),
+        failed,
+    ) {
         (Err(f), _) if records.iter().any(|r| r.event == "failed") => Err(f),
         (_, Some(f)) | (Err(f), None) => Err(f),
         (Ok(notes), None) => Ok(notes),
@@ -144,7 +147,7 @@ pub fn parse(text: &str) -> Vec<Record> {
 /// some process, else the failure. `trace` is the `--trace` level asked for, `seed` whether
 /// `--seed-everything` was, `own` whether bitexact gave the program its own package (without
 /// one, a Python that cannot import bitexact is told how to get it).
-pub fn judge(
+pub fn check_starts(
     records: &[Record],
     trace: Option<&str>,
     seed: bool,
@@ -217,31 +220,31 @@ mod tests {
 
     #[test]
     fn no_record_names_the_missing_python() {
-        let f = judge(&[], Some("ops"), false, true).unwrap_err();
+        let f = check_starts(&[], Some("ops"), false, true).unwrap_err();
         assert_eq!(f.kind, FailureKind::TraceUnavailable);
         assert!(f
             .message
             .starts_with("--trace ops: no Python process started it"));
-        let f = judge(&[], None, true, true).unwrap_err();
+        let f = check_starts(&[], None, true, true).unwrap_err();
         assert!(
             f.message.starts_with("--seed-everything: "),
             "{}",
             f.message
         );
-        assert_eq!(judge(&[], None, false, true), Ok(vec![]));
+        assert_eq!(check_starts(&[], None, false, true), Ok(vec![]));
     }
 
     #[test]
     fn a_failure_names_the_interpreter_unless_another_process_traced() {
         let failed = rec("failed", Some("has no torch (No module named 'torch')"));
-        let f = judge(std::slice::from_ref(&failed), Some("ops"), false, true).unwrap_err();
+        let f = check_starts(std::slice::from_ref(&failed), Some("ops"), false, true).unwrap_err();
         assert_eq!(
             f.message,
             "--trace ops: /usr/bin/python3 has no torch (No module named 'torch')"
         );
         // A helper Python without torch beside a rank that traced: fine.
         assert_eq!(
-            judge(
+            check_starts(
                 &[failed.clone(), rec("tracing", None)],
                 Some("ops"),
                 false,
@@ -250,7 +253,7 @@ mod tests {
             Ok(vec![])
         );
         // Tracing alone does not satisfy --seed-everything.
-        assert!(judge(&[rec("tracing", None)], Some("ops"), true, true).is_err());
+        assert!(check_starts(&[rec("tracing", None)], Some("ops"), true, true).is_err());
     }
 
     #[test]
@@ -258,14 +261,14 @@ mod tests {
         let reason =
             "cannot import bitexact's tracer (ModuleNotFoundError: No module named 'bitexact')";
         let failed = rec("failed", Some(reason));
-        let f = judge(std::slice::from_ref(&failed), Some("ops"), false, false).unwrap_err();
+        let f = check_starts(std::slice::from_ref(&failed), Some("ops"), false, false).unwrap_err();
         assert!(f.message.contains(PYTHON_PACKAGE_ENV), "{}", f.message);
-        let f = judge(&[failed], Some("ops"), false, true).unwrap_err();
+        let f = check_starts(&[failed], Some("ops"), false, true).unwrap_err();
         assert!(!f.message.contains(PYTHON_PACKAGE_ENV), "{}", f.message);
     }
 
     #[test]
-    fn a_reason_comes_before_the_programs_failure_and_a_stopped_run_is_not_judged() {
+    fn a_reason_comes_before_the_programs_failure_and_a_stopped_run_is_not_checked() {
         let mut p = super::super::Program::new(vec!["python".into()]);
         p.trace = Some(super::super::trace::TraceOptions::default());
         let exited = || {
@@ -277,24 +280,24 @@ mod tests {
         let failed = [rec("failed", Some("has no torch"))];
         let kind = |r: Result<Vec<String>, Failure>| r.unwrap_err().kind;
         assert_eq!(
-            kind(verdict(&p, &failed, false, exited())),
+            kind(notes_or_failure(&p, &failed, false, exited())),
             FailureKind::TraceUnavailable
         );
         assert_eq!(
-            kind(verdict(&p, &[], false, exited())),
+            kind(notes_or_failure(&p, &[], false, exited())),
             FailureKind::ExitStatus
         );
         assert_eq!(
-            kind(verdict(&p, &[], false, None)),
+            kind(notes_or_failure(&p, &[], false, None)),
             FailureKind::TraceUnavailable
         );
-        assert_eq!(verdict(&p, &[], true, None), Ok(vec![]));
+        assert_eq!(notes_or_failure(&p, &[], true, None), Ok(vec![]));
         assert_eq!(
-            kind(verdict(&p, &[], true, exited())),
+            kind(notes_or_failure(&p, &[], true, exited())),
             FailureKind::ExitStatus
         );
         assert_eq!(
-            verdict(&p, &[rec("tracing", None)], false, None),
+            notes_or_failure(&p, &[rec("tracing", None)], false, None),
             Ok(vec![])
         );
     }
@@ -304,7 +307,7 @@ mod tests {
         let mut r = rec("tracing", None);
         r.bitexact = Some("0.0.1".into());
         r.package = Some("/venv/site-packages/bitexact".into());
-        let notes = judge(&[r.clone(), r], Some("ops"), false, true).unwrap();
+        let notes = check_starts(&[r.clone(), r], Some("ops"), false, true).unwrap();
         assert_eq!(notes.len(), 1);
         assert!(notes[0].contains("bitexact 0.0.1 (/venv/site-packages/bitexact)"));
     }

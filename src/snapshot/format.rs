@@ -26,7 +26,7 @@ pub use crate::quote::{excerpt, MAX_QUOTE};
 
 /// The `info` key prefix of an output's sketch in a program's snapshot (`sketch.<output
 /// name>`: `f32[64,64]|<sketch>`, see [`crate::trace::sketch`]); never compared, read by
-/// [`super::noise`] to judge a snapshot of another platform class.
+/// [`super::noise`] to classify a snapshot of another platform class.
 pub const SKETCH_PREFIX: &str = "sketch.";
 
 /// The digests of one case (what is compared) and the metadata it was recorded with.
@@ -110,14 +110,11 @@ impl Snapshot {
                 info.push((format!("program.{k}"), text));
             }
         }
-        // Its outputs' sketches, when made (`--snapshots`): what judges a snapshot of another
+        // Its outputs' sketches, when made (`--snapshots`): what classifies a snapshot of another
         // platform class within or beyond noise (super::noise).
         if let Some(p) = &report.program {
             for (name, sketch) in &p.sketches {
-                info.push((
-                    format!("{}{name}", super::noise::SKETCH_PREFIX),
-                    sketch.clone(),
-                ));
+                info.push((format!("{SKETCH_PREFIX}{name}"), sketch.clone()));
             }
         }
         Ok(Snapshot {

@@ -23,7 +23,7 @@
 //! `bitexact diff-trace`; any other output without a sketch leaves the comparison not judged
 //! (the snapshot is then missing, as before).
 
-use super::format::Snapshot;
+use super::format::{Snapshot, SKETCH_PREFIX};
 use super::naming::path;
 use crate::controls::Controls;
 use crate::tensor_files::natural_cmp;
@@ -31,8 +31,6 @@ use crate::trace::noise::threshold;
 use crate::trace::sketch::{dtype_of_label, shape_of_label, Sketch};
 use anyhow::Result;
 use std::path::Path;
-
-pub use super::format::SKETCH_PREFIX;
 
 /// How a snapshot of another platform class compares.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,8 +81,9 @@ fn stored(s: &Snapshot, name: &str) -> Option<(String, Sketch)> {
     Some((head.to_string(), Sketch::parse(sketch)?))
 }
 
-/// Judges `new` against `old`, a snapshot of another platform class (see the module docs).
-pub fn judge(old: &Snapshot, new: &Snapshot) -> CrossClass {
+/// Classifies how `new` differs from `old`, a snapshot of another platform class: within
+/// noise, beyond it or not judged (see the module docs).
+pub fn classify_cross_class(old: &Snapshot, new: &Snapshot) -> CrossClass {
     let mut names: Vec<&String> = old.tensors.keys().chain(new.tensors.keys()).collect();
     names.sort_by(|a, b| natural_cmp(a, b));
     names.dedup();
@@ -166,23 +165,23 @@ mod tests {
         let next = f32::from_bits(2f32.to_bits() + 1);
         let a = snap(&[("w", &[1.0, 2.0]), ("z", &[5.0])], &[("i", "a")]);
         let b = snap(&[("w", &[1.0, next]), ("z", &[5.0])], &[("i", "a")]);
-        match judge(&a, &b) {
+        match classify_cross_class(&a, &b) {
             CrossClass::Within(why) => assert!(why.starts_with("1 outputs differ"), "{why}"),
             other => panic!("{other:?}"),
         }
         let c = snap(&[("w", &[1.0, 2.02]), ("z", &[5.0])], &[("i", "a")]);
-        match judge(&a, &c) {
+        match classify_cross_class(&a, &c) {
             CrossClass::Over(why) => assert!(why.starts_with("first at w: relative"), "{why}"),
             other => panic!("{other:?}"),
         }
         let d = snap(&[("w", &[1.0, 2.0]), ("z", &[5.0])], &[("i", "b")]);
         assert_eq!(
-            judge(&a, &d),
+            classify_cross_class(&a, &d),
             CrossClass::NotJudged("no sketch of i".into())
         );
         let e = snap(&[("w", &[1.0, 2.0])], &[("i", "a")]);
         assert_eq!(
-            judge(&a, &e),
+            classify_cross_class(&a, &e),
             CrossClass::Beyond("first at z: in one snapshot only".into())
         );
     }

@@ -7,7 +7,7 @@
 //! the outputs (amplified noise or a change: the outputs cannot tell), or beyond noise
 //! ([`super::noise`]). The verdict is left to the judge.
 
-use super::noise::{judge, other_classes, CrossClass};
+use super::noise::{classify_cross_class, other_classes, CrossClass};
 use super::{compare, write_pending, Comparison, Snapshot, MATCHES};
 use crate::controls::Controls;
 use crate::outcome::{CaseReport, SnapshotStatus, Verdict};
@@ -87,7 +87,7 @@ fn across_classes(
         "the snapshot of platform class {other} ({})",
         file.display()
     );
-    Ok(match judge(&old, &new) {
+    Ok(match classify_cross_class(&old, &new) {
         CrossClass::Within(why) => Some((
             SnapshotStatus::PlatformDifference,
             format!("platform-difference (within noise) from {against}: {why}{platforms}"),

@@ -172,8 +172,10 @@ fn same(large: &Option<Label>, small: &Option<Label>, s: Option<usize>) -> Optio
     }
 }
 
-/// What comparing one large-run record (for slice `s`) with its small-run counterpart found.
-enum Verdict {
+/// Whether one large-run record (for slice `s`) is invariant to the batch against its
+/// small-run counterpart: the same, varying because its inputs already vary, or where the
+/// variance starts.
+enum Invariance {
     /// Nothing comparable differs.
     Same,
     /// These inputs already differ.
@@ -182,14 +184,15 @@ enum Verdict {
     Origin,
 }
 
-fn verdict(x: &Parsed, y: &TraceEntry, s: Option<usize>) -> Verdict {
+/// How the large-run record `x` (slice `s`) compares with its small-run counterpart `y`.
+fn invariance(x: &Parsed, y: &TraceEntry, s: Option<usize>) -> Invariance {
     let y = Parsed::of(y);
     if x.ins.len() == y.ins.len() {
         let differ: Vec<usize> = (0..x.ins.len())
             .filter(|&i| same(&x.ins[i], &y.ins[i], s) == Some(false))
             .collect();
         if !differ.is_empty() {
-            return Verdict::Received(differ);
+            return Invariance::Received(differ);
         }
     }
     // In a batch call a result that is not sliced does not scale with the batch (a reduction
@@ -200,9 +203,9 @@ fn verdict(x: &Parsed, y: &TraceEntry, s: Option<usize>) -> Verdict {
         && (0..x.outs.len())
             .any(|i| whole_ok(&x.outs[i]) && same(&x.outs[i], &y.outs[i], s) == Some(false))
     {
-        return Verdict::Origin;
+        return Invariance::Origin;
     }
-    Verdict::Same
+    Invariance::Same
 }
 
 /// How many records of each key `trace` has.
@@ -262,10 +265,12 @@ pub fn first_variant(
         if cl[&key] == cs.get(&key).copied().unwrap_or(0) {
             // Called as often in both runs: does not depend on the batch.
             if let Some(&t) = index.get(&(key, j)) {
-                match verdict(p, &small[t], None) {
-                    Verdict::Same => {}
-                    Verdict::Received(which) => return Some(received(x, &at, &which, None, sizes)),
-                    Verdict::Origin => return Some(origin(x, &at, None, sizes)),
+                match invariance(p, &small[t], None) {
+                    Invariance::Same => {}
+                    Invariance::Received(which) => {
+                        return Some(received(x, &at, &which, None, sizes))
+                    }
+                    Invariance::Origin => return Some(origin(x, &at, None, sizes)),
                 }
             }
             continue;
@@ -280,12 +285,12 @@ pub fn first_variant(
                 continue;
             };
             let request = q * b + s * a;
-            match verdict(p, &small[t], Some(s)) {
-                Verdict::Same => {}
-                Verdict::Received(which) => {
+            match invariance(p, &small[t], Some(s)) {
+                Invariance::Same => {}
+                Invariance::Received(which) => {
                     return Some(received(x, &at, &which, Some(request), sizes))
                 }
-                Verdict::Origin => return Some(origin(x, &at, Some(request), sizes)),
+                Invariance::Origin => return Some(origin(x, &at, Some(request), sizes)),
             }
         }
     }

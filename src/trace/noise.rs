@@ -1,8 +1,8 @@
 //! Noise or not: whether two program traces that differ (two machines, two library versions,
 //! two thread counts) differ by the rounding noise of a different summation order, honestly
 //! amplified downstream, or by something else (a changed argument, a bug, a numerical
-//! regression), judged from the two records alone ([`judge`]), or with an fp64 replay of one
-//! op ([`judge_with`]).
+//! regression), classified from the two records alone ([`classify_noise`]), or with an fp64
+//! replay of one op ([`classify_noise_with`]).
 //!
 //! Each record of a program trace keeps, beside each result's exact digest, a float64 sketch
 //! of it (norm, largest magnitude, non-finite count, [`super::sketch::SAMPLES`] fixed elements:
@@ -45,8 +45,8 @@
 //! amplified receiver, else the record of the largest difference: [`text::answer`]). A record
 //! without sketches (an older trace, a device tensor, a tensor too large to hash) is counted as
 //! not judged. Records with no counterpart (another op decomposition in another version) are
-//! left out of the judgement. [`growth`](Judgement::growth) gives, per step, the records, how
-//! many differ, and the largest relative difference and ULP distance among them.
+//! left out of the classification. [`growth`](NoiseClassification::growth) gives, per step, the
+//! records, how many differ, and the largest relative difference and ULP distance among them.
 
 use super::sketch::{self, Sketch};
 use super::TraceEntry;
@@ -76,9 +76,9 @@ pub struct StepGrowth {
     pub max_ulp: Option<u64>,
 }
 
-/// How one differing record was judged.
+/// Where one differing record stands: within noise, amplified, beyond noise or not judged.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Verdict {
+pub struct RecordNoise {
     /// Where: `step 0, rank 0, aten::mm (call 3 of aten::mm) in module Net.fc1 (backward), t.py:9`.
     pub at: String,
     /// `within-noise`, `amplified` (a receiver past its allowance only because its inputs
@@ -92,18 +92,18 @@ pub struct Verdict {
     pub why: String,
 }
 
-/// The judgement of two traces (see the module docs).
+/// How two traces differ: within rounding noise or beyond it (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Judgement {
+pub struct NoiseClassification {
     /// `within-noise` (every differing record judged is within noise or amplified),
     /// `beyond-noise`, or `not-judged` (no differing record could be judged: no sketches).
     pub classification: String,
     /// The first record where the traces differ and their inputs matched, judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<Verdict>,
+    pub origin: Option<RecordNoise>,
     /// The answer: the first record beyond noise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_beyond_noise: Option<Verdict>,
+    pub first_beyond_noise: Option<RecordNoise>,
     /// The largest relative difference of any record (over the records up to the first beyond
     /// noise when there is one, then every record).
     pub largest_rel: Option<f64>,
@@ -124,14 +124,15 @@ pub struct Judgement {
     pub amplified: usize,
     /// The amplified receiver of the largest relative difference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub largest_amplified: Option<Verdict>,
+    pub largest_amplified: Option<RecordNoise>,
     /// Per step: records, differing records, largest relative difference and ULP distance.
     #[serde(skip)]
     pub growth: Vec<StepGrowth>,
 }
 
 /// An fp64 replay of one record's op on each side's own captured inputs
-/// ([`super::replay`]), for [`judge_with`]: whether that op's own step is beyond noise.
+/// ([`super::replay`]), for [`classify_noise_with`]: whether that op's own step is beyond
+/// noise.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OwnStep {
     /// The record's position in the first trace.
@@ -202,20 +203,24 @@ fn input_difference(seen: &Seen, x: &TraceEntry, y: &TraceEntry) -> Option<f64> 
         .reduce(f64::max)
 }
 
-/// Judges two program traces (see the module docs): the records are aligned as
+/// Classifies how two program traces differ (see the module docs): the records are aligned as
 /// [`super::first_divergence`] aligns them.
-pub fn judge(a: &[TraceEntry], b: &[TraceEntry]) -> Judgement {
-    judge_with(a, b, None)
+pub fn classify_noise(a: &[TraceEntry], b: &[TraceEntry]) -> NoiseClassification {
+    classify_noise_with(a, b, None)
 }
 
-/// [`judge`], with the fp64 replay `own` of one record: a receiver whose own step is beyond
-/// noise is beyond noise (an origin is judged by its difference whatever the replay says).
-pub fn judge_with(a: &[TraceEntry], b: &[TraceEntry], own: Option<&OwnStep>) -> Judgement {
+/// [`classify_noise`], with the fp64 replay `own` of one record: a receiver whose own step is
+/// beyond noise is beyond noise (an origin is judged by its difference whatever the replay says).
+pub fn classify_noise_with(
+    a: &[TraceEntry],
+    b: &[TraceEntry],
+    own: Option<&OwnStep>,
+) -> NoiseClassification {
     let (ia, ib) = (super::identities(a), super::identities(b));
     let index: HashMap<_, usize> = (b.iter().zip(&ib).enumerate())
         .map(|(j, (e, &n))| ((e.key(), n), j))
         .collect();
-    let mut j = Judgement::default();
+    let mut j = NoiseClassification::default();
     let mut steps: std::collections::BTreeMap<u64, StepGrowth> = Default::default();
     let mut seen: Seen = Default::default();
     let mut so_far = 0f64;
@@ -262,7 +267,7 @@ pub fn judge_with(a: &[TraceEntry], b: &[TraceEntry], own: Option<&OwnStep>) -> 
         if j.first_beyond_noise.is_none() {
             let grown = input_difference(&seen, x, y).unwrap_or(0.0).max(so_far);
             let mine = own.filter(|o| o.index == pos);
-            let v = verdict(x, y, n, rel, (discrete, unknown), grown, mine);
+            let v = record_noise(x, y, n, rel, (discrete, unknown), grown, mine);
             let origin = x.inputs == y.inputs;
             if let Some(r) = rel.filter(|_| origin && !in_place(&x.op)) {
                 j.largest_origin_rel = Some(j.largest_origin_rel.map_or(r, |m| m.max(r)));
@@ -298,10 +303,10 @@ pub fn judge_with(a: &[TraceEntry], b: &[TraceEntry], own: Option<&OwnStep>) -> 
     j
 }
 
-/// The verdict on one differing record `x` (occurrence `n`) against its counterpart `y`:
+/// Where one differing record `x` (occurrence `n`) stands against its counterpart `y`:
 /// `rel` its relative difference, `(discrete, unknown)` whether an integer result differs and
 /// whether a result has no sketch, `grown` the growth so far, `own` its fp64 replay.
-fn verdict(
+fn record_noise(
     x: &TraceEntry,
     y: &TraceEntry,
     n: usize,
@@ -309,7 +314,7 @@ fn verdict(
     (discrete, unknown): (bool, bool),
     grown: f64,
     own: Option<&OwnStep>,
-) -> Verdict {
+) -> RecordNoise {
     let outs: Vec<&str> = x.output.split(';').collect();
     let float_out = outs
         .iter()
@@ -324,7 +329,7 @@ fn verdict(
             sketch::epsilon(d).unwrap_or(0.0)
         )
     };
-    let mk = |judgement: &str, allowed: Option<f64>, why: String| Verdict {
+    let mk = |judgement: &str, allowed: Option<f64>, why: String| RecordNoise {
         at: x.describe(n + 1),
         judgement: judgement.into(),
         rel,

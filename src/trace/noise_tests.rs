@@ -54,7 +54,7 @@ const LATER: [f32; 4] = [20.0, 20.0, 20.0, 20.0];
 #[test]
 fn a_few_ulps_at_the_origin_and_after_is_within_noise_with_its_growth() {
     let later = [20.0, 20.0, up(20.0, 3), 20.0];
-    let j = judge(&trace(0, LATER, ""), &trace(2, later, ""));
+    let j = classify_noise(&trace(0, LATER, ""), &trace(2, later, ""));
     assert_eq!(j.classification, "within-noise", "{j:#?}");
     let origin = j.origin.as_ref().unwrap();
     assert!(origin.at.contains("aten::sum"), "{origin:?}");
@@ -89,7 +89,7 @@ fn a_few_ulps_at_the_origin_and_after_is_within_noise_with_its_growth() {
         "{line}"
     );
     // Where the largest difference is at an origin, nothing grew.
-    let j = judge(&trace(0, LATER, ""), &trace(2, LATER, ""));
+    let j = classify_noise(&trace(0, LATER, ""), &trace(2, LATER, ""));
     let line = answer(&j, 4);
     assert!(
         line.ends_with("; it grew no further: largest relative difference 1.9e-7 at step 0, rank 0, aten::sum (call 1 of aten::sum) in module Net (forward), t.py:1; 1 op call differs"),
@@ -99,7 +99,7 @@ fn a_few_ulps_at_the_origin_and_after_is_within_noise_with_its_growth() {
 
 #[test]
 fn a_changed_argument_at_identical_inputs_is_beyond_noise_and_named() {
-    let j = judge(
+    let j = classify_noise(
         &trace(0, LATER, "eps=1e-05,dim=[0, 1]"),
         &trace(1, LATER, "eps=0.001,dim=[0, 1]"),
     );
@@ -115,7 +115,7 @@ fn a_changed_argument_at_identical_inputs_is_beyond_noise_and_named() {
 #[test]
 fn an_origin_past_its_threshold_is_still_beyond_noise() {
     // 1 % at an op of identical inputs.
-    let j = judge(&trace(0, LATER, ""), &trace(1 << 17, LATER, ""));
+    let j = classify_noise(&trace(0, LATER, ""), &trace(1 << 17, LATER, ""));
     assert_eq!(j.classification, "beyond-noise");
     let v = j.first_beyond_noise.as_ref().expect("beyond");
     assert!(
@@ -136,7 +136,7 @@ fn jump(args: &str) -> (Vec<TraceEntry>, Vec<TraceEntry>) {
 #[test]
 fn a_receiver_past_its_allowance_with_matching_arguments_is_amplified_not_beyond_noise() {
     let (a, b) = jump("");
-    let j = judge(&a, &b);
+    let j = classify_noise(&a, &b);
     assert_eq!(j.classification, "within-noise", "{j:#?}");
     assert_eq!(j.first_beyond_noise, None, "{j:#?}");
     assert_eq!(j.origin.as_ref().unwrap().judgement, "within-noise");
@@ -177,7 +177,7 @@ fn a_receiver_past_its_allowance_with_matching_arguments_is_amplified_not_beyond
 #[test]
 fn a_receiver_past_its_allowance_with_different_arguments_is_still_beyond_noise() {
     let (a, b) = jump("other=1.1");
-    let j = judge(&a, &b);
+    let j = classify_noise(&a, &b);
     assert_eq!(j.classification, "beyond-noise", "{j:#?}");
     let v = j.first_beyond_noise.as_ref().expect("beyond");
     assert!(v.at.contains("aten::mul"), "{v:?}");
@@ -203,7 +203,7 @@ fn a_replayed_receiver_is_beyond_noise_only_when_its_own_step_is() {
         beyond,
         verdict: verdict.into(),
     };
-    let j = judge_with(
+    let j = classify_noise_with(
         &a,
         &b,
         Some(&own(true, "B is beyond noise, A within: A is closer")),
@@ -218,7 +218,7 @@ fn a_replayed_receiver_is_beyond_noise_only_when_its_own_step_is() {
         "{}",
         v.why
     );
-    let j = judge_with(&a, &b, Some(&own(false, "both within noise; A is closer")));
+    let j = classify_noise_with(&a, &b, Some(&own(false, "both within noise; A is closer")));
     let v = j.largest_amplified.as_ref().expect("amplified");
     assert!(
         v.why.ends_with(
@@ -229,7 +229,7 @@ fn a_replayed_receiver_is_beyond_noise_only_when_its_own_step_is() {
         v.why
     );
     // A replay of another record, or of an origin, changes nothing.
-    let j = judge_with(
+    let j = classify_noise_with(
         &a,
         &b,
         Some(&OwnStep {
@@ -250,7 +250,7 @@ fn an_in_place_receiver_past_its_allowance_is_amplified() {
         t[2].op = "aten::mul_.Tensor".into();
         t[2].inputs = vec![label(&[1.0, 1.0, 1.0, 1.0])];
     }
-    let j = judge(&a, &b);
+    let j = classify_noise(&a, &b);
     let v = j.largest_amplified.as_ref().expect("amplified");
     assert!(
         v.why
@@ -267,7 +267,7 @@ fn records_without_sketches_are_not_judged() {
         t.iter_mut().for_each(|e| e.sketches.clear());
         t
     };
-    let j = judge(&strip(trace(0, LATER, "")), &strip(trace(2, LATER, "")));
+    let j = classify_noise(&strip(trace(0, LATER, "")), &strip(trace(2, LATER, "")));
     assert_eq!(
         (j.classification.as_str(), j.not_judged, j.largest_rel),
         ("not-judged", 1, None)
@@ -277,7 +277,7 @@ fn records_without_sketches_are_not_judged() {
     let mut b = trace(0, LATER, "");
     a[1].output = "i64[4]:aa".into();
     b[1].output = "i64[4]:bb".into();
-    let j = judge(&a, &b);
+    let j = classify_noise(&a, &b);
     assert!(j.first_beyond_noise.unwrap().why.contains("integer result"));
 }
 

@@ -20,10 +20,10 @@
 //! capture no longer holds, an argument that cannot be rebuilt) is said in one line.
 //!
 //! A replay of a receiver (an op whose inputs already differ, each side replayed on its own
-//! inputs) judges its own step: `diff-trace` calls that receiver beyond noise when a side is
+//! inputs) weighs its own step: `diff-trace` calls that receiver beyond noise when a side is
 //! beyond noise here, and otherwise leaves it within noise or amplified, never beyond
-//! ([`noise::judge_with`]). The measure is over the result's scale, so a reduction that
-//! cancels to nearly zero is beyond noise here by its own rounding.
+//! ([`noise::classify_noise_with`]). The measure is over the result's scale, so a reduction
+//! that cancels to nearly zero is beyond noise here by its own rounding.
 
 use super::{noise, sketch, TraceEntry};
 use serde::{Deserialize, Serialize};
@@ -185,11 +185,11 @@ pub fn replay(captures: [&Path; 2], record: &TraceEntry) -> Result<Replay, Strin
     if let Some(e) = answer.error {
         return Err(e);
     }
-    Ok(judge(answer, record))
+    Ok(classify_replay(answer, record))
 }
 
-/// Judges the script's answer against the noise threshold of `record`'s op.
-fn judge(answer: Answer, record: &TraceEntry) -> Replay {
+/// Classifies the script's answer against the noise threshold of `record`'s op.
+fn classify_replay(answer: Answer, record: &TraceEntry) -> Replay {
     let labels: Vec<&str> = record.output.split(';').collect();
     let k = noise::reduction_length(&record.inputs, &labels);
     let mut outputs = answer.outputs;
@@ -310,8 +310,8 @@ mod tests {
     }
 
     #[test]
-    fn the_closer_side_is_named_and_noise_judged_by_the_ops_threshold() {
-        let r = judge(answer((1.0, 6e-8), (2.0, 1.2e-7)), &record());
+    fn the_closer_side_is_named_and_noise_classified_by_the_ops_threshold() {
+        let r = classify_replay(answer((1.0, 6e-8), (2.0, 1.2e-7)), &record());
         assert_eq!(r.verdict, "both within noise; A is closer");
         assert!(
             r.line.starts_with("fp64 replay of aten.mean.default (torch 2.15.0, 1 output element): A: 1 ULP from the fp64 result, B: 2 ULP: both within noise"),
@@ -321,9 +321,9 @@ mod tests {
         // τ for f32 over K = 131072 terms: 8 · ε · √K.
         let t = r.outputs[0].threshold.unwrap();
         assert!((t - 8.0 * f32::EPSILON as f64 * 131072f64.sqrt()).abs() < 1e-12);
-        let r = judge(answer((3.0, 1e-7), (9e5, 0.2)), &record());
+        let r = classify_replay(answer((3.0, 1e-7), (9e5, 0.2)), &record());
         assert_eq!(r.verdict, "B is beyond noise, A within: A is closer");
-        let r = judge(answer((4.0, 1e-7), (4.0, 1e-7)), &record());
+        let r = classify_replay(answer((4.0, 1e-7), (4.0, 1e-7)), &record());
         assert_eq!(r.verdict, "both within noise; equally close");
     }
 
@@ -334,7 +334,7 @@ mod tests {
             differing: Some(3),
             ..SideError::default()
         };
-        let r = judge(a, &record());
+        let r = classify_replay(a, &record());
         assert_eq!(r.verdict, "B is beyond noise, A within: A is closer");
         assert!(r.line.contains("3 integer elements differ"), "{}", r.line);
     }

@@ -1,16 +1,19 @@
-//! The Python package's house (`python/bitexact/`): no import cycle between its modules, no
-//! module over [`super::MAX_LINES`] lines, and every module opens with a docstring saying what
-//! it holds (`_sitecustomize.py` excepted: it is written out as a `sitecustomize.py` of its own
-//! and opens with a comment saying the same).
+//! The Python package's house (`python/bitexact/` and its subpackages, `_trace/`…): no import
+//! cycle between its modules, no module over [`super::MAX_LINES`] lines, and every module
+//! opens with a docstring saying what it holds (`_sitecustomize.py` excepted: it is written
+//! out as a `sitecustomize.py` of its own and opens with a comment saying the same).
 //!
 //! Every import counts, at the top of a module or inside a function (a lazy import is still
 //! an arrow; it only moves the cycle from import time to call time): `from . import a, b`,
-//! `from .a import x`, `from bitexact import a`, `from bitexact.a import x`,
-//! `import bitexact.a` (parenthesized and `as` forms too). A name imported from the package
-//! that is not one of its modules is an attribute of `__init__.py`: an arrow to it. A
-//! submodule's implicit import of its parent package is not an arrow (Python imports the
-//! parent first, whoever asks), and neither is `sys.modules.get("bitexact.x")`: a lookup that
-//! imports nothing. Strings and comments are skipped.
+//! `from .a import x`, `from .. import a`, `from .._trace import state`,
+//! `from bitexact import a`, `from bitexact._trace.state import x`,
+//! `import bitexact._trace.state` (parenthesized and `as` forms too). A name imported from a
+//! package that is not one of its modules is an attribute of its `__init__.py`: an arrow to
+//! it. Importing a module of a subpackage runs that subpackage's `__init__.py` first: an
+//! arrow to it too, except from inside that subpackage. A module's implicit import of its own
+//! packages is not an arrow (Python imports them first, whoever asks), and neither is
+//! `sys.modules.get("bitexact.x")`: a lookup that imports nothing. Strings and comments are
+//! skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -57,10 +60,8 @@ fn code_of(text: &str) -> String {
     out
 }
 
-/// The package modules `code` imports (`__init__` for the package itself), given the
-/// package's module names.
-fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
-    // Statements: join parenthesized continuations and backslash continuations.
+/// The statements of `code`, parenthesized and backslash continuations joined.
+fn statements(code: &str) -> Vec<String> {
     let mut statements = Vec::new();
     let mut current = String::new();
     let mut depth = 0i32;
@@ -75,8 +76,90 @@ fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
             depth = 0;
         }
     }
+    statements
+}
+
+/// `a.b` from `a` and `b`, either of which may be empty (the package itself).
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a}.{b}"),
+    }
+}
+
+/// The package's modules, by dotted name under the package: `_cli`, `_trace.state`, and for
+/// an `__init__.py` its package's name (`_trace`; `__init__` for the package itself).
+#[derive(Default)]
+struct Modules {
+    /// Every module's name.
+    all: BTreeSet<String>,
+    /// The subpackages' names (`_trace`), each also a module: its `__init__.py`.
+    packages: BTreeSet<String>,
+}
+
+impl Modules {
+    /// The package a module's relative imports start from: a subpackage's `__init__.py` is
+    /// in that subpackage, any other module in its parent (`` for the package itself).
+    fn package_of(&self, module: &str) -> String {
+        if module == "__init__" {
+            String::new()
+        } else if self.packages.contains(module) {
+            module.to_string()
+        } else {
+            module.rsplit_once('.').map_or("", |(p, _)| p).to_string()
+        }
+    }
+
+    /// The module that holds the attributes of `target` (a package's `__init__`).
+    fn init_of(target: &str) -> String {
+        if target.is_empty() {
+            "__init__".into()
+        } else {
+            target.to_string()
+        }
+    }
+
+    /// What `from <from> import …` names, as a dotted name under the package (`` for the
+    /// package itself), as written in `module`; None for another package or above this one.
+    fn named_by_from(&self, from: &str, module: &str) -> Option<String> {
+        let rest = from.trim_start_matches('.');
+        let level = from.len() - rest.len();
+        if level == 0 {
+            return if from == PACKAGE {
+                Some(String::new())
+            } else {
+                from.strip_prefix(&format!("{PACKAGE}."))
+                    .map(str::to_string)
+            };
+        }
+        let mut base = self.package_of(module);
+        for _ in 1..level {
+            if base.is_empty() {
+                return None; // above the package
+            }
+            base = base.rsplit_once('.').map_or("", |(p, _)| p).to_string();
+        }
+        Some(join(&base, rest))
+    }
+
+    /// The modules importing `target` runs for `module`: each subpackage on the way that is
+    /// not one of `module`'s own (Python imports those first, whoever asks), and `target`.
+    fn imported(&self, target: &str, module: &str) -> Vec<String> {
+        let own = |pkg: &str| module == pkg || module.starts_with(&format!("{pkg}."));
+        let parts: Vec<&str> = target.split('.').collect();
+        (1..=parts.len())
+            .map(|k| parts[..k].join("."))
+            .filter(|m| self.all.contains(m) && !own(m))
+            .filter(|m| *m == target || self.packages.contains(m))
+            .collect()
+    }
+}
+
+/// The package modules `code` (the text of `module`) imports (`__init__` for the package
+/// itself).
+fn imports(code: &str, module: &str, modules: &Modules) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    let module = |name: &str| modules.contains(name).then(|| name.to_string());
     let names = |list: &str| -> Vec<String> {
         list.trim_matches(|c: char| c == '(' || c == ')' || c.is_whitespace())
             .split(',')
@@ -84,26 +167,21 @@ fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
             .map(str::to_string)
             .collect()
     };
-    for s in statements {
+    for s in statements(code) {
         let words: Vec<&str> = s.split_whitespace().collect();
         match words.as_slice() {
             ["from", from, "import", ..] => {
-                let list = &s[s.find(" import ").unwrap() + 8..];
-                let sub = if *from == "." || *from == PACKAGE {
-                    None
-                } else if let Some(m) = from.strip_prefix('.') {
-                    Some(m)
-                } else if let Some(m) = from.strip_prefix(&format!("{PACKAGE}.")) {
-                    Some(m)
-                } else {
+                let Some(target) = modules.named_by_from(from, module) else {
                     continue; // another package
                 };
-                match sub {
-                    Some(m) => out.extend(module(m.split('.').next().unwrap_or(m))),
-                    None => {
-                        for n in names(list) {
-                            out.insert(module(&n).unwrap_or_else(|| "__init__".into()));
-                        }
+                out.extend(modules.imported(&target, module));
+                let list = &s[s.find(" import ").unwrap() + 8..];
+                for n in names(list) {
+                    let sub = join(&target, &n);
+                    if modules.all.contains(&sub) {
+                        out.extend(modules.imported(&sub, module));
+                    } else {
+                        out.insert(Modules::init_of(&target)); // an attribute
                     }
                 }
             }
@@ -112,7 +190,7 @@ fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
                     if n == PACKAGE {
                         out.insert("__init__".into());
                     } else if let Some(m) = n.strip_prefix(&format!("{PACKAGE}.")) {
-                        out.extend(module(m.split('.').next().unwrap_or(m)));
+                        out.extend(modules.imported(m, module));
                     }
                 }
             }
@@ -120,6 +198,36 @@ fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
         }
     }
     out
+}
+
+/// The `.py` files under `package` (subpackages too, `__pycache__` not), by path relative to
+/// it (`_trace/state.py`), sorted.
+fn python_files(package: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![package.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() && p.file_name().is_some_and(|n| n != "__pycache__") {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "py") {
+                let rel = p.strip_prefix(package).unwrap().to_string_lossy();
+                out.push(rel.replace('\\', "/"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The module a file under the package is (`_trace/state.py` → `_trace.state`,
+/// `_trace/__init__.py` → `_trace`, `__init__.py` → `__init__`).
+fn module_of_file(rel: &str) -> String {
+    let stem = rel.trim_end_matches(".py");
+    match stem.strip_suffix("/__init__") {
+        Some(pkg) => pkg.replace('/', "."),
+        None => stem.replace('/', "."),
+    }
 }
 
 /// The native module maturin builds into the package (`module-name = "bitexact._native"` in
@@ -133,28 +241,29 @@ fn native_module(package: &Path) -> Option<String> {
     Some(name.strip_prefix(&format!("{PACKAGE}."))?.to_string())
 }
 
-/// The package's import graph: `module.py` → the package's modules it imports (not the native
-/// one, a leaf).
+/// The package's import graph: `module.py` (`_trace/state.py`) → the package's modules it
+/// imports (not the native one, a leaf).
 fn graph(package: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut texts = BTreeMap::new();
-    for e in std::fs::read_dir(package).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "py") {
-            let stem = p.file_stem().unwrap().to_string_lossy().to_string();
-            texts.insert(stem, std::fs::read_to_string(&p).unwrap());
+    let mut files = BTreeMap::new(); // module → (file, text)
+    let mut modules = Modules::default();
+    for rel in python_files(package) {
+        let module = module_of_file(&rel);
+        if rel.ends_with("/__init__.py") {
+            modules.packages.insert(module.clone());
         }
+        let text = std::fs::read_to_string(package.join(&rel)).unwrap();
+        files.insert(module, (rel, text));
     }
-    let mut modules: BTreeSet<String> = texts.keys().cloned().collect();
-    modules.extend(native_module(package));
+    modules.all = files.keys().cloned().collect();
+    modules.all.extend(native_module(package));
     let mut g = BTreeMap::new();
-    for (stem, text) in &texts {
-        let mut to = imports(&code_of(text), &modules);
-        to.remove(stem);
-        to.retain(|m| texts.contains_key(m));
-        g.insert(
-            format!("{stem}.py"),
-            to.into_iter().map(|m| format!("{m}.py")).collect(),
-        );
+    for (module, (rel, text)) in &files {
+        let to = imports(&code_of(text), module, &modules);
+        let to = to
+            .iter()
+            .filter(|m| *m != module)
+            .filter_map(|m| files.get(m).map(|(rel, _)| rel.clone()));
+        g.insert(rel.clone(), to.collect());
     }
     g
 }
@@ -166,15 +275,8 @@ const NO_DOCSTRING: &[&str] = &["_sitecustomize.py"];
 /// Modules of `package` over [`super::MAX_LINES`] lines or not opening with a docstring.
 fn shape_problems(package: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(package)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "py"))
-        .collect();
-    paths.sort();
-    for p in paths {
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        let text = std::fs::read_to_string(&p).unwrap();
+    for name in python_files(package) {
+        let text = std::fs::read_to_string(package.join(&name)).unwrap();
         let lines = text.lines().count();
         if lines > super::MAX_LINES {
             out.push(format!(
@@ -226,24 +328,126 @@ fn the_python_package_is_kept() {
     );
 }
 
+/// A [`Modules`] of these names; those ending in `/` are subpackages (named without it).
+fn modules_of(names: &[&str]) -> Modules {
+    let mut m = Modules::default();
+    for n in names {
+        if let Some(pkg) = n.strip_suffix('/') {
+            m.packages.insert(pkg.to_string());
+        }
+        m.all.insert(n.trim_end_matches('/').to_string());
+    }
+    m
+}
+
 #[test]
 fn every_import_form_is_an_arrow_and_strings_are_not() {
-    let modules: BTreeSet<String> = ["__init__", "a", "b", "c", "d", "e", "f"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let modules = modules_of(&["__init__", "a", "b", "c", "d", "e", "f", "g"]);
     let code = code_of(
         "\"\"\"from . import f\"\"\"\nimport os, bitexact.a as x\n\
          from .b import y  # from . import f\n\
          def g():\n    from . import (c,\n        d as dd)\n    from bitexact import e, seed\n\
-         s = 'import bitexact.f'\nt = sys.modules.get(\"bitexact.f\")\nfrom numpy import f\n",
+         s = 'import bitexact.f'\nt = sys.modules.get(\"bitexact.f\")\nfrom numpy import f\n\
+         from .. import g\n",
     );
-    let got: Vec<String> = imports(&code, &modules).into_iter().collect();
+    let got: Vec<String> = imports(&code, "h", &modules).into_iter().collect();
     assert_eq!(got, ["__init__", "a", "b", "c", "d", "e"]);
 }
 
-/// The cycle the tracer had (issue 28): `_trace` imported `_trace_hooks` inside `start()`,
-/// and `_trace_hooks` imported `_trace` at the top.
+/// Imports into, out of and between subpackages (`_trace/`, `_pytest/`): relative at any
+/// level, absolute, and of a subpackage's attributes (its `__init__.py`). A module does not
+/// import its own subpackage (Python imports it first); one outside it does.
+#[test]
+fn imports_resolve_through_subpackages() {
+    let modules = modules_of(&[
+        "__init__",
+        "_cli",
+        "_outputs",
+        "_trace/",
+        "_trace.state",
+        "_trace.digest",
+        "_pytest/",
+        "_pytest.check",
+    ]);
+    let got = |module: &str, code: &str| -> Vec<String> {
+        imports(&code_of(code), module, &modules)
+            .into_iter()
+            .collect()
+    };
+    let state = "from . import digest\nfrom .digest import x\nfrom .. import _outputs\n\
+                 from .._pytest import check\nimport bitexact._pytest.check\n\
+                 from bitexact._trace import digest\nfrom ... import above\n";
+    assert_eq!(
+        got("_trace.state", state),
+        ["_outputs", "_pytest", "_pytest.check", "_trace.digest"]
+    );
+    assert_eq!(
+        got(
+            "_trace.state",
+            "from . import start\nfrom .._trace import stop\n"
+        ),
+        ["_trace"]
+    );
+    assert_eq!(
+        got("_trace", "from .state import run\nfrom . import digest\n"),
+        ["_trace.digest", "_trace.state"]
+    );
+    let cli = "from ._trace import start\nimport bitexact._trace.state\n\
+               from ._pytest.check import judge\nfrom bitexact._trace.digest import d\n";
+    assert_eq!(
+        got("_cli", cli),
+        [
+            "_pytest",
+            "_pytest.check",
+            "_trace",
+            "_trace.digest",
+            "_trace.state"
+        ]
+    );
+}
+
+/// Writes the modules `files` (relative path, code) as a package under `dir`, each opening
+/// with a docstring.
+fn write_package(dir: &Path, files: &[(&str, &str)]) {
+    for (rel, code) in files {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("\"\"\"{rel}.\"\"\"\n{code}")).unwrap();
+    }
+}
+
+/// Cycles through subpackages fail: across the package boundary, and through a subpackage's
+/// `__init__.py`.
+#[test]
+fn a_cycle_through_subpackages_is_caught() {
+    let scratch = tempfile::tempdir().unwrap();
+    let package = scratch.path().join(PACKAGE);
+    write_package(
+        &package,
+        &[
+            ("__init__.py", ""),
+            ("_cli.py", "from ._trace import start\n"),
+            ("_outputs.py", "from bitexact._pytest.check import f\n"),
+            ("_trace/__init__.py", "from .state import start\n"),
+            ("_trace/state.py", "from .. import _seed\n"),
+            ("_seed.py", "def seed():\n    from ._trace import state\n"),
+            ("_pytest/__init__.py", ""),
+            ("_pytest/check.py", "from .._outputs import write\n"),
+        ],
+    );
+    let p = problems(&package).join("\n");
+    assert!(
+        p.contains("Python import cycle between 2 modules: _outputs.py _pytest/check.py"),
+        "{p}"
+    );
+    assert!(
+        p.contains("cycle between 3 modules: _seed.py _trace/__init__.py _trace/state.py"),
+        "{p}"
+    );
+    assert!(!p.contains("_cli.py") && !p.contains("docstring"), "{p}");
+}
+
+/// A module imports one that imports it: an arrow of the real package, planted back.
 #[test]
 fn a_planted_python_cycle_is_caught() {
     let scratch = tempfile::tempdir().unwrap();
@@ -255,13 +459,23 @@ fn a_planted_python_cycle_is_caught() {
     )
     .unwrap();
     assert!(problems(&copy).is_empty());
-    let hooks = copy.join("_trace_hooks.py");
-    let text = std::fs::read_to_string(&hooks).unwrap();
-    std::fs::write(&hooks, format!("from . import _trace\n{text}")).unwrap();
+    let g = graph(&copy);
+    let (from, to) = g
+        .iter()
+        .find_map(|(from, tos)| Some((from.clone(), tos.iter().next()?.clone())))
+        .expect("the package has an import arrow");
+    let name = match module_of_file(&from) {
+        m if m == "__init__" => PACKAGE.to_string(),
+        m => format!("{PACKAGE}.{m}"),
+    };
+    let back = format!("\ndef planted():\n    import {name}\n");
+    let file = copy.join(&to);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text + &back).unwrap();
     let p = problems(&copy).join("\n");
     assert!(
-        p.contains("Python import cycle between") && p.contains("_trace.py _trace_hooks.py"),
-        "{p}"
+        p.contains("Python import cycle between") && p.contains(&from) && p.contains(&to),
+        "{from} → {to}: {p}"
     );
 }
 

@@ -5,8 +5,8 @@
 
 use bitexact::backend::cuda::{ops as gpu_ops, Gpu};
 use bitexact::backend::Backend;
-use bitexact::cross::CrossVerdict;
 use bitexact::harness::assess_case;
+use bitexact::outcome::CrossVerdict;
 use bitexact::outcome::Verdict;
 use bitexact::rng::Stream;
 use bitexact::suite::{self, SuiteConfig};

@@ -2,9 +2,9 @@
 //! the same judge, typed failures in the evidence, and the same progress bar on a terminal.
 
 use crate::common;
-use bitexact::harness::FailureKind;
 use bitexact::run::Program;
 use bitexact::suite::{self, Event, Subject, SuiteConfig};
+use bitexact::FailureKind;
 use bitexact::{Backend, CaseReport, Controls, Verdict};
 use std::ffi::OsString;
 use std::time::Duration;

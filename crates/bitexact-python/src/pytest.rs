@@ -11,7 +11,7 @@
 
 use crate::Host;
 use bitexact::digest::{self, Digest};
-use bitexact::harness::ProgramInfo;
+use bitexact::outcome::ProgramInfo;
 use bitexact::{Backend, CaseReport, Controls, Format, Tensor};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

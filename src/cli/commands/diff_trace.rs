@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 /// line on what differs between the two runs' platforms ([`record::compare`]: each kept run
 /// directory's `.bitexact-record.json` and `.bitexact-platform.json`); when they differ, an op
 /// of identical inputs whose output differs gives different results on the two platforms
-/// rather than being called nondeterministic. Program traces are then judged for noise
-/// ([`trace::noise::judge`], or [`trace::noise::judge_with`] the fp64 replay of a captured
-/// receiver): the first record beyond noise is the answer; when every differing record is
+/// rather than being called nondeterministic. Program traces are then classified for noise
+/// ([`trace::noise::classify_noise`], or [`trace::noise::classify_noise_with`] with the fp64
+/// replay of a captured receiver): the first record beyond noise is the answer; when every differing record is
 /// within noise or amplified (a receiver that grew only because its inputs already differed)
 /// *and the platforms differ*, the exit code is 0 (the differences start within noise: what a
 /// changed machine or library is expected to do); on one platform any difference is
@@ -75,7 +75,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
         .as_ref()
         .and_then(|_| replay_for([a, b], &ta, origin.as_deref()));
     if let (Some(d), Some(replay)) = (d.as_mut(), &replay) {
-        judge_replayed(d, replay, &ta, &tb);
+        classify_replayed(d, replay, &ta, &tb);
     }
     let within = d.as_ref().is_some_and(|d| {
         let j = d.noise.as_ref();
@@ -191,9 +191,9 @@ fn replay_for(
     )
 }
 
-/// A replayed receiver is judged by its own step ([`noise::judge_with`]): the noise answer
-/// of `d` again, with the float64 replay of the op it names.
-fn judge_replayed(
+/// A replayed receiver is classified by its own step ([`noise::classify_noise_with`]): the
+/// noise answer of `d` again, with the float64 replay of the op it names.
+fn classify_replayed(
     d: &mut trace::Divergence,
     replay: &Replayed,
     ta: &[trace::TraceEntry],
@@ -208,7 +208,7 @@ fn judge_replayed(
             beyond: (r.outputs.iter().flat_map(|o| &o.sides)).any(|s| !s.within_noise),
             verdict: r.verdict.clone(),
         };
-        let mut j = noise::judge_with(ta, tb, Some(&own));
+        let mut j = noise::classify_noise_with(ta, tb, Some(&own));
         j.growth.clear();
         d.noise = Some(j);
     }

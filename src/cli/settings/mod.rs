@@ -10,7 +10,7 @@ mod run;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use run::RunSettings;
+pub(crate) use run::ProgramSettings;
 
 use super::args::{
     BackendArg, BackendArgs, ControlArgs, FilterArgs, MemoryArgs, OutputArgs, ReportArgs,

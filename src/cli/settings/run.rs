@@ -15,8 +15,9 @@ use crate::suite::SuiteConfig;
 use crate::vary::{Kind, Spec, Variation};
 use anyhow::Result;
 
-/// `run`: the program, the suite settings to check it under, and where the report goes.
-pub(crate) struct RunSettings {
+/// Program mode's settings (`bitexact run`): the program, the suite settings to check it
+/// under, and where the report goes.
+pub(crate) struct ProgramSettings {
     /// The program and how to run and compare it.
     pub(crate) program: Program,
     /// Controls, runs, variations, snapshots (CPU only).
@@ -25,7 +26,7 @@ pub(crate) struct RunSettings {
     pub(crate) output: Output,
 }
 
-impl RunSettings {
+impl ProgramSettings {
     /// `run`'s flags over the project file (`--config FILE`, none with `--no-config`, else the
     /// nearest one from the current directory up) over the defaults, with the environment's
     /// controls; the program must be startable.
@@ -81,7 +82,7 @@ impl RunSettings {
         config.options.vary = spec.variations;
         config.snapshots = args.snapshots;
         let output = outputs(args.output, None, config.snapshots.as_deref())?;
-        Ok(RunSettings {
+        Ok(ProgramSettings {
             program,
             config,
             output,

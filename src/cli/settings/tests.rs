@@ -1,7 +1,7 @@
 //! Resolution from parsed flags (and a project file) to settings, without running anything.
 //! Every control is given as a flag, so the environment's `BITEXACT_*` variables do not count.
 
-use super::{ReportSettings, RunSettings, SnapshotSettings};
+use super::{ProgramSettings, ReportSettings, SnapshotSettings};
 use crate::backend::Backend;
 use crate::cli::args::{Cli, Command};
 use crate::cli::usage::is_usage;
@@ -30,12 +30,12 @@ fn parse(args: &[&str]) -> Command {
     Cli::try_parse_from(argv).unwrap().command
 }
 
-fn run(args: &[&str]) -> anyhow::Result<RunSettings> {
+fn run(args: &[&str]) -> anyhow::Result<ProgramSettings> {
     let mut all = vec!["run"];
     all.extend(args);
     all.extend(["--", "true"]);
     match parse(&all) {
-        Command::Run(a) => RunSettings::resolve(*a),
+        Command::Run(a) => ProgramSettings::resolve(*a),
         _ => unreachable!(),
     }
 }

@@ -1,11 +1,11 @@
-//! The words of a noise judgement ([`super::judge`]), as `bitexact diff-trace` prints them:
-//! the origin's verdict, the answer, and the growth per step.
+//! The words of a noise classification ([`super::classify_noise`]), as `bitexact diff-trace`
+//! prints them: where the origin stands, the answer, and the growth per step.
 
-use super::{Judgement, StepGrowth};
+use super::{NoiseClassification, StepGrowth};
 
-/// The text of a noise judgement: the origin's verdict (unless it is the answer), then the
-/// answer ([`answer`]).
-pub fn lines(j: &Judgement, growth: &[StepGrowth]) -> Vec<String> {
+/// The text of a noise classification: where the origin stands (unless it is the answer), then
+/// the answer ([`answer`]).
+pub fn lines(j: &NoiseClassification, growth: &[StepGrowth]) -> Vec<String> {
     let mut out = Vec::new();
     let beyond = j.first_beyond_noise.as_ref();
     if let Some(o) = j
@@ -23,12 +23,12 @@ pub fn lines(j: &Judgement, growth: &[StepGrowth]) -> Vec<String> {
     out
 }
 
-/// The answer of a judgement whose records with a counterpart number `compared`: the first
+/// The answer of a classification whose records with a counterpart number `compared`: the first
 /// record beyond noise; else, when every difference starts at an origin within noise, how far
 /// it grew and through which op (the largest amplified receiver, else the record of the
 /// largest difference): `within noise: every difference starts at ops within rounding noise
 /// (first: …); it grew to 7.5e-3 through … (amplified, not a change)`.
-pub fn answer(j: &Judgement, compared: usize) -> String {
+pub fn answer(j: &NoiseClassification, compared: usize) -> String {
     if j.differing == 0 {
         return format!(
             "no noise to judge: every one of the {compared} op calls with a counterpart in both \
