@@ -7,7 +7,7 @@ use super::killed::Resumable;
 use super::resume::Spec;
 use super::{collect, Program};
 use crate::harness::program::ResumeCheck;
-use crate::harness::{diagnose, Collected, Failure, Runs};
+use crate::harness::{explain, Collected, Failure, Runs};
 use crate::outcome::CaseReport;
 
 /// The resume run after the main pass agreed: the killed launch, the resumed launch, and the
@@ -113,7 +113,7 @@ fn compare(
         resumed_with: spec.args.clone(),
         ..ResumeCheck::default()
     };
-    let both = diagnose::union(&first.digests, &resumed.digests);
+    let both = explain::union(&first.digests, &resumed.digests);
     let partial = resumed.partial; // stopped early: what it had not written is no difference
     for (name, x, y) in
         both.filter(|(n, _, y)| !(partial_only.contains(n) || partial && y.is_none()))
@@ -130,10 +130,10 @@ fn compare(
     }
     report.notes.extend(state);
     if !check.differing.is_empty() {
-        report.diff = diagnose::explain(first, 0, resumed, index);
+        report.diff = explain::explain(first, 0, resumed, index);
         let steps = ckpt.steps as u64;
         report.divergence = super::resume_explain::first_op(first, resumed, steps, &check.state)
-            .or_else(|| diagnose::first_output_divergence(first, resumed));
+            .or_else(|| explain::first_output_divergence(first, resumed));
         report.evidence.resume_mismatch = Some(check.summary.clone());
     }
     check.differing.truncate(8);
