@@ -8,7 +8,7 @@
 //! as `python -c`, so no bitexact package is needed where it runs): the interpreter is
 //! `$BITEXACT_PYTHON` ([`crate::protocol::PYTHON_ENV`]), else the program's own (recorded in the
 //! capture, if it still exists), else `python3` on `PATH`. It answers
-//! with one JSON object ([`Answer`]); this module judges it.
+//! with one JSON object (`Answer`); this module judges it.
 //!
 //! **The rule.** A side's error on a floating-point output is its largest absolute difference
 //! from the float64 result over the result's scale (its largest finite magnitude): the same
