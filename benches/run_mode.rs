@@ -9,7 +9,7 @@
 //!   with run 0's: `same_bytes`), per run;
 //! - bitexact's own peak RSS (the `harness_peak_rss_bytes` it reports) vs the largest output.
 //!
-//! Targets (DESIGN.md): digest ≥ 0.9 × cores × one thread and ≥ 1.8 × hashlib; overhead ≤ 5 %;
+//! Targets: digest ≥ 0.9 × cores × one thread and ≥ 1.8 × hashlib; overhead ≤ 5 %;
 //! peak RSS ≤ 1.5 × largest file + 100 MB. `BITEXACT_BENCH_MB` sets the size (default 1024);
 //! `BITEXACT_PYTHON` the interpreter (default python3). Never run in tests.
 

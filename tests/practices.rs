@@ -1,4 +1,4 @@
-//! The PyTorch practices as cases (issue 13), through the library: each practice's case is
+//! The PyTorch practices as cases, through the library: each practice's case is
 //! deterministic and proves its claim (bit-exact and within its memory figures), and each
 //! planted wrong way is caught with a message naming what is wrong.
 //!

@@ -1,4 +1,4 @@
-//! Resume ≡ uninterrupted (`bitexact run --vary resume --resume-with ARGS -- CMD`, issue 44):
+//! Resume ≡ uninterrupted (`bitexact run --vary resume --resume-with ARGS -- CMD`):
 //! a program killed (SIGKILL) right after its Nth checkpoint and relaunched with ARGS in the
 //! same `$BITEXACT_OUT` must end exactly as runs 0 and 1, which ran uninterrupted.
 //!

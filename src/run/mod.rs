@@ -2,7 +2,7 @@
 //! its run source: each run gets a fresh empty `$BITEXACT_OUT` and the environment contract
 //! below; the files it writes there are digested with the library's canonical digests. The
 //! suite and the harness do the rest exactly as for a built-in case: K runs, explanation,
-//! blame, the one judge (`crate::harness::judge`), snapshots and reports.
+//! blame, the one judge ([`crate::outcome::judge()`]), snapshots and reports.
 //!
 //! **Environment of each run** (`env_for`): `BITEXACT_OUT` (absolute, fresh, empty),
 //! `BITEXACT_RUN` (0..K-1), `BITEXACT_SEED`, `BITEXACT_DETERMINISTIC` / `BITEXACT_BENCHMARK`

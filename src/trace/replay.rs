@@ -1,4 +1,4 @@
-//! fp64 replay of a captured op (issue 32, item 4): when both sides' kept run directories hold
+//! fp64 replay of a captured op: when both sides' kept run directories hold
 //! a capture of the same op call (`bitexact run --trace ops --capture OP_IDENTITY`, or
 //! localization's capture re-run), `diff-trace` replays the call in float64 on each side's
 //! captured inputs and says which side's output is closer to the float64 result, by how many
