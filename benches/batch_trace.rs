@@ -1,4 +1,4 @@
-//! The cost of a traced batch check (issue 31): `bitexact run --vary batch --trace ops` runs a
+//! The cost of a traced batch check: `bitexact run --vary batch --trace ops` runs a
 //! program at batch size 1 and at 8, traced; the larger-batch run records row slices so each
 //! op's result can be compared request by request. Side by side in one Python process
 //! (`benches/batch_trace.py`, modes interleaved in rounds) on `examples/python/batch_invariance.py`:

@@ -4,7 +4,7 @@
 //! - the program alone, and the moment it completes step 2's file (from its own clock);
 //! - `bitexact run --runs 2` (stops run 1 at its first divergence) and `--keep-going`.
 //!
-//! Goal (issue 21): time to verdict ≤ program + time to step 2 + 0.5 s, and its ratio to
+//! Goal: time to verdict ≤ program + time to step 2 + 0.5 s, and its ratio to
 //! `--keep-going`. `BITEXACT_BENCH_STEPS` / `BITEXACT_BENCH_GAP` change the shape (default
 //! 20 and 0.5). Never run in tests.
 

@@ -1,12 +1,12 @@
-//! Op tracing cost (issues 19 and 29): side by side in one Python process
+//! Op tracing cost: side by side in one Python process
 //! (`benches/op_trace.py`, modes interleaved in rounds), for a training step of a small
 //! transformer classifier and a training and an eval iteration of a nanoGPT-sized GPT
 //! (`benches/nanogpt.py`): untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
 //! tracer pays); bitexact's `--trace modules` and `--trace ops` (hashed on the background
 //! writer's thread where torch leaves a core free, and `_sync`: on the program's thread; and
-//! without the noise fields: each result's float64 sketch and the op's arguments, issue 32);
+//! without the noise fields: each result's float64 sketch and the op's arguments);
 //! PyTorch's DebugMode with
-//! `log_tensor_hashes(hash_fn="hash_tensor")` (outputs only, and with inputs). Goals (issue 29,
+//! `log_tensor_hashes(hash_fn="hash_tensor")` (outputs only, and with inputs). Goals (a
 //! nanoGPT training step): `--trace ops` ≤ 4× untraced, `--trace modules` ≤ 1.5×, both ≤
 //! DebugMode + hash_tensor. Ratios, never asserted.
 //!

@@ -1,5 +1,5 @@
 //! The pytest plugin's `bitexact.check` against doing the same by hand, measured side by side
-//! in one run (issue 33's goals; ratios, never asserted):
+//! in one run (goals as ratios, never asserted):
 //! - `isolate=True` (`bitexact run` in a driver process, K fresh interpreters, canonical
 //!   digests, the report) against K `subprocess.run([python, "-c", …])` calls that pickle the
 //!   result back and a comparison in the parent: goal ≤ 1.1 × by hand + 100 ms;

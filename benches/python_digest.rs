@@ -1,5 +1,5 @@
 //! `bitexact.digest` from Python against the Rust digest and Python's hashlib, measured in one
-//! run (issue 18's targets; ratios, never asserted):
+//! run (targets as ratios, never asserted):
 //! - a 1 GiB torch CPU tensor: `bitexact.digest(t)` ≥ 0.9 × the Rust digest of the same bytes
 //!   (`digest_parts` here, in this process) and ≥ 1.8 × `hashlib.sha256(t.numpy().tobytes())`;
 //! - 100 000 tiny tensors in under 1 s, one call each and through `bitexact.digests`.

@@ -9,7 +9,7 @@
 //!   with run 0's: `same_bytes`), per run;
 //! - bitexact's own peak RSS (the `harness_peak_rss_bytes` it reports) vs the largest output.
 //!
-//! Targets (DESIGN.md): digest ≥ 0.9 × cores × one thread and ≥ 1.8 × hashlib; overhead ≤ 5 %;
+//! Targets: digest ≥ 0.9 × cores × one thread and ≥ 1.8 × hashlib; overhead ≤ 5 %;
 //! peak RSS ≤ 1.5 × largest file + 100 MB. `BITEXACT_BENCH_MB` sets the size (default 1024);
 //! `BITEXACT_PYTHON` the interpreter (default python3). Never run in tests.
 
@@ -47,10 +47,50 @@ fn timed(f: impl FnOnce()) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// `bitexact run` of the writer (2 runs of `mb` MiB), best of 3: seconds per run, and the
+/// largest peak RSS of bitexact itself.
+fn under_bitexact(py: &str, mb: usize) -> (f64, u64) {
+    let exe = env!("CARGO_BIN_EXE_bitexact");
+    let mut rss = 0u64;
+    let via = best(3, || {
+        let t = Instant::now();
+        let o = Command::new(exe)
+            .args([
+                "run", "--runs", "2", "--format", "json", "--", py, "-c", WRITER,
+            ])
+            .arg(mb.to_string())
+            .output()
+            .expect("bitexact run");
+        let secs = t.elapsed().as_secs_f64() / 2.0;
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
+        assert_eq!(v["cases"][0]["verdict"], "deterministic", "{v:#}");
+        rss = rss.max(
+            v["cases"][0]["program"]["harness_peak_rss_bytes"]
+                .as_u64()
+                .unwrap_or(0),
+        );
+        secs
+    });
+    (via, rss)
+}
+
+/// Seconds Python's `hashlib.sha256(f.read())` takes over the file at `path`.
+fn hashlib_seconds(py: &str, path: &Path) -> f64 {
+    let code = "import hashlib, sys, time\nt = time.perf_counter()\nwith open(sys.argv[1], 'rb') as f:\n    hashlib.sha256(f.read()).hexdigest()\nprint(time.perf_counter() - t)";
+    let o = Command::new(py)
+        .args(["-c", code])
+        .arg(path)
+        .output()
+        .expect("python hashlib");
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .expect("seconds")
+}
+
 fn main() {
     let (cores, mb) = cores_and_mb();
     let py = std::env::var("BITEXACT_PYTHON").unwrap_or_else(|_| "python3".into());
-    let exe = env!("CARGO_BIN_EXE_bitexact");
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("direct");
     std::fs::create_dir_all(&out).unwrap();
@@ -76,26 +116,7 @@ fn main() {
     // bitexact run: per-run time beyond the program, and its own peak RSS. Measured before
     // this process reads the file into memory: a process started with posix_spawn (vfork)
     // inherits its parent's peak RSS in `ru_maxrss`, which would then be this bench's 1 GiB.
-    let mut rss = 0u64;
-    let via = best(3, || {
-        let t = Instant::now();
-        let o = Command::new(exe)
-            .args([
-                "run", "--runs", "2", "--format", "json", "--", &py, "-c", WRITER,
-            ])
-            .arg(mb.to_string())
-            .output()
-            .expect("bitexact run");
-        let secs = t.elapsed().as_secs_f64() / 2.0;
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
-        assert_eq!(v["cases"][0]["verdict"], "deterministic", "{v:#}");
-        rss = rss.max(
-            v["cases"][0]["program"]["harness_peak_rss_bytes"]
-                .as_u64()
-                .unwrap_or(0),
-        );
-        secs
-    });
+    let (via, rss) = under_bitexact(&py, mb);
 
     program(&out);
     let file = scan(&out).unwrap().remove(0);
@@ -121,18 +142,7 @@ fn main() {
     let compare = best(3, || {
         timed(|| assert!(same_bytes(&file.path, &copy).unwrap()))
     });
-    let hashlib_code = "import hashlib, sys, time\nt = time.perf_counter()\nwith open(sys.argv[1], 'rb') as f:\n    hashlib.sha256(f.read()).hexdigest()\nprint(time.perf_counter() - t)";
-    let hashlib = best(3, || {
-        let o = Command::new(&py)
-            .args(["-c", hashlib_code])
-            .arg(&file.path)
-            .output()
-            .expect("python hashlib");
-        String::from_utf8_lossy(&o.stdout)
-            .trim()
-            .parse()
-            .expect("seconds")
-    });
+    let hashlib = best(3, || hashlib_seconds(&py, &file.path));
 
     println!("bitexact run mode, {mb} MiB safetensors output, {cores} cores");
     println!("  one-thread sha2 (baseline)      {:6.2} GB/s", gb / one);

@@ -6,7 +6,7 @@
 //! 10.0 would be quadratic.
 
 mod common;
-use bitexact::harness::{diagnose, Collected, Loader};
+use bitexact::harness::{explain, Collected, Loader};
 use bitexact::run::collect;
 use bitexact::Tensor;
 use common::best;
@@ -77,9 +77,9 @@ fn measure(root: &Path, n: usize) -> (f64, f64) {
     many_tensors(&b, n, 2.0);
     let t_compare = best(3, || {
         let (x, y) = (collected(&a), collected(&b));
-        let d = diagnose::first_output_divergence(&x, &y).expect("the last tensor differs");
+        let d = explain::first_output_divergence(&x, &y).expect("the last tensor differs");
         assert_eq!(d.op, format!("step.safetensors:t{:06}", n - 1));
-        let diff = diagnose::explain(&x, 0, &y, 1);
+        let diff = explain::explain(&x, 0, &y, 1);
         assert_eq!(diff.len(), 1);
     });
     (t_files, t_compare)

@@ -29,7 +29,7 @@ pub struct TensorDiff {
     pub max_ulp: Option<u64>,
     /// Set when the tensors cannot be compared element-wise (dtype or shape differ, or missing).
     pub note: Option<String>,
-    /// Differing elements per ULP distance bucket ([`spread::ulp_bucket`]: index 0 holds
+    /// Differing elements per ULP distance bucket (`spread::ulp_bucket`: index 0 holds
     /// distance 0, index `k` distances in `[2^(k-1), 2^k)`), for float dtypes with differing
     /// elements; it ends at the largest distance's bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]

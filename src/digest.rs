@@ -120,7 +120,7 @@ pub const WINDOW_BYTES: usize = 64 * CHUNK_BYTES;
 /// [`digest_parts`] in windows of [`WINDOW_BYTES`], calling `release` with each window once it
 /// is hashed: for data mapped from a file, the caller drops the window's pages from this
 /// process (`madvise(MADV_DONTNEED)`), so hashing a file of any size keeps resident memory
-/// bounded by a window (a 50 GB sparse file no longer maps 16 GB into bitexact's RSS).
+/// bounded by a window (a 50 GB sparse file must not map 16 GB into bitexact's RSS).
 pub fn digest_parts_releasing(
     dtype: DType,
     shape: &[usize],

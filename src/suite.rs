@@ -13,7 +13,7 @@
 use crate::backend::Backend;
 use crate::case::Case;
 use crate::controls::Controls;
-use crate::harness::{self, diagnose, ChildRunner, Options, Planner, RunStart};
+use crate::harness::{self, order, ChildRunner, Options, Planner, RunStart};
 use crate::isolate;
 use crate::outcome::CrossDevice;
 use crate::outcome::{CaseReport, Report};
@@ -203,7 +203,7 @@ pub fn run(
             let name = case.name();
             let mut progress = |run: RunStart| on_event(Event::Run { name: &name, run });
             let mut planner = Planner::new(controls, opts, &mut progress);
-            diagnose::order_check(*case, r, &mut planner);
+            order::order_check(*case, r, &mut planner);
             r.passes.extend(planner.into_made());
         }
     }

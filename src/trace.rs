@@ -2,12 +2,13 @@
 //! differ can be compared op by op and the first op whose output differs while its inputs
 //! matched can be named (first-divergence localization).
 //!
-//! One record type ([`TraceEntry`]) and one localizer ([`first_divergence`]) serve built-in
+//! One record type ([`TraceEntry`](crate::trace::TraceEntry)) and one localizer
+//! ([`first_divergence`](crate::trace::first_divergence)) serve built-in
 //! cases (recorded by `Ctx::record`) and programs (`bitexact run --trace ops`: the Python
-//! tracer's `.bitexact-trace-rank<R>.jsonl`, read by [`program::read_jsonl`]). Records are
+//! tracer's `.bitexact-trace-rank<R>.jsonl`, read by [`program::read_jsonl`](crate::trace::program::read_jsonl)). Records are
 //! aligned by identity, not position: (rank, thread, step, phase, module, op, the call's number
 //! among calls of that op there), so one extra op does not misalign the rest, and how a
-//! program's threads interleave does not either ([`streams`]).
+//! program's threads interleave does not either ([`streams`](crate::trace::streams)).
 //!
 //! Trace digests are SHA-256 over the values' little-endian bytes (no header: the op and call
 //! index identify them). Traces are JSON-serialisable, so they can be saved with
@@ -274,7 +275,7 @@ pub use streams::{identity_json, parse_identity};
 impl Divergence {
     /// The explanation without its verdict, when it has one: `step 0, rank 0, aten::addmm
     /// (call 1 of aten::addmm) in module Sequential.4 (forward), train.py:40` out of
-    /// `first divergence: … — inputs identical, output differs: …` (as [`differing`] words
+    /// `first divergence: … — inputs identical, output differs: …` (as `differing` words
     /// it) or `first batch-variant op: … — inputs identical for request 0, …`
     /// ([`batch::first_variant`]); other explanations whole.
     pub fn place(&self) -> &str {
@@ -291,7 +292,7 @@ impl Divergence {
 /// Compares two traces and names the first divergence, if any. Traces of several ranks (a
 /// distributed run) are compared rank by rank and the origin rank is told apart from the
 /// ranks that received the difference ([`ranks::localize`]); one rank's stream is compared
-/// by [`first_divergence_in`].
+/// by `first_divergence_in`.
 ///
 /// Program traces (records with a phase) also get the noise judgement and the growth series
 /// ([`noise::classify_noise`]).

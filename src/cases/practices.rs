@@ -1,4 +1,4 @@
-//! PyTorch training practices as cases that prove them (issue 13), on the deeper MLP of
+//! PyTorch training practices as cases that prove them, on the deeper MLP of
 //! [`crate::train::deep`]:
 //!
 //! * `train/grad_checkpoint` — one step with gradient checkpointing (segments of

@@ -225,7 +225,7 @@ pub(crate) struct RunArgs {
     /// Case name in the report and snapshots (default `run/<program or script file name>`).
     #[arg(long)]
     pub(crate) name: Option<String>,
-    /// Keep each run's outputs under DIR/run-<i> (an empty or new directory).
+    /// Keep each run's outputs under `DIR/run-<i>` (an empty or new directory).
     #[arg(long, value_name = "DIR")]
     pub(crate) keep: Option<PathBuf>,
     /// Compare standard output too (first differing line shown).

@@ -20,7 +20,7 @@ pub const STRIP: usize = 128;
 pub struct Positions {
     /// The 2-D view (rows, columns) of the tensor the grid lies on.
     pub view: [usize; 2],
-    /// The grid (rows, columns): each side at most its view's and [`GRID_SIDE`] ([`STRIP`]
+    /// The grid (rows, columns): each side at most its view's and `GRID_SIDE` (`STRIP`
     /// columns for a 1-D tensor).
     pub grid: [usize; 2],
     /// Differing elements per grid cell, row-major (`grid[0] * grid[1]` counts).

@@ -7,14 +7,18 @@
 //! - `in_process`: cases as a run source (`CaseSource`);
 //! - `planner`: the one owner of every run an assessment makes (`Planner`);
 //! - `executor`: a pass of K runs of any source and their evidence;
-//! - `diagnose`: explanation, first differing output, blame and the order pass.
+//! - `explain`: a difference explained output by output, and the first differing output;
+//! - `blame`: which variation breaks a subject;
+//! - `order`: the order pass (results that depend on the cases run before).
 //!
 //! What it finds goes into a [`CaseReport`] ([`crate::outcome`]), judged once its evidence is
 //! complete.
 
-pub mod diagnose;
+pub mod blame;
 pub mod executor;
+pub mod explain;
 pub mod in_process;
+pub mod order;
 pub mod planner;
 pub mod source;
 
@@ -167,7 +171,7 @@ fn evidence(source: &dyn RunSource, planner: &mut Planner) -> CaseReport {
     match (&p.failure, &p.first, &p.differing) {
         (Some(f), _, _) => report.evidence.failure = Some(f.clone()),
         (None, Some(first), Some((j, other))) => {
-            report.diff = diagnose::explain(first, 0, other, *j);
+            report.diff = explain::explain(first, 0, other, *j);
             let varied = crate::vary::differ::between(
                 (&planner.settings(0, false), 0),
                 (&planner.settings(*j, false), *j),
@@ -176,7 +180,7 @@ fn evidence(source: &dyn RunSource, planner: &mut Planner) -> CaseReport {
                 .localize(first, other, *j, &p.metas, planner)
                 .map(|d| d.under(varied));
             if opts.blame && !opts.vary.is_empty() {
-                report.blame = Some(diagnose::blame(source, planner));
+                report.blame = Some(blame::blame(source, planner));
             }
         }
         _ => {}

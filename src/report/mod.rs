@@ -8,9 +8,9 @@ pub mod junit;
 pub mod markdown;
 pub mod text;
 
-use crate::outcome::CostRow;
 use crate::outcome::Report;
 use crate::outcome::{CaseReport, SnapshotStatus, Summary, Verdict};
+use crate::outcome::{CostRow, ProgramRun};
 
 /// A report output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,30 +206,7 @@ pub fn program_lines(c: &CaseReport) -> Vec<String> {
             .collect();
         out.push(format!("varied per run: {}", varied.join(" ")));
     }
-    let runs: Vec<String> = p
-        .runs
-        .iter()
-        .map(|r| {
-            let status = match (r.exit_status, r.signal) {
-                (Some(code), _) => format!("exit {code}"),
-                (None, Some(sig)) => format!("signal {sig}"),
-                _ => "?".into(),
-            };
-            let rss = r
-                .peak_rss_bytes
-                .map(crate::memory::human)
-                .unwrap_or("?".into());
-            let stopped = match &r.stopped_early {
-                Some(why) => format!(" ({why})"),
-                None => String::new(),
-            };
-            format!(
-                "#{} {status} {} {rss}{stopped}",
-                r.index,
-                text::seconds(r.seconds)
-            )
-        })
-        .collect();
+    let runs: Vec<String> = p.runs.iter().map(run_cell).collect();
     out.push(format!(
         "runs (status, time, peak RSS): {}",
         runs.join(" · ")
@@ -270,6 +247,29 @@ pub fn program_lines(c: &CaseReport) -> Vec<String> {
         out.push(format!("program platform: {}", fields.join(" ")));
     }
     out
+}
+
+/// One run of a program, as its report line lists it: `#1 exit 0 1.2s 300 MiB`, and why it
+/// was stopped early, if it was.
+fn run_cell(r: &ProgramRun) -> String {
+    let status = match (r.exit_status, r.signal) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "?".into(),
+    };
+    let rss = r
+        .peak_rss_bytes
+        .map(crate::memory::human)
+        .unwrap_or("?".into());
+    let stopped = match &r.stopped_early {
+        Some(why) => format!(" ({why})"),
+        None => String::new(),
+    };
+    format!(
+        "#{} {status} {} {rss}{stopped}",
+        r.index,
+        text::seconds(r.seconds)
+    )
 }
 
 /// One line saying what the verdict means for this case, e.g. `nondeterministic: 3 distinct

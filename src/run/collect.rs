@@ -2,7 +2,7 @@
 //! (tensor files parsed, other files as raw bytes, in natural order of names), its standard
 //! output when compared, and the Python helper's metadata (`.bitexact-platform.json`,
 //! `.bitexact-memory.jsonl`), and loading one output back to explain a difference (the
-//! harness compares and explains: [`crate::harness::diagnose`]).
+//! harness compares and explains: [`crate::harness::explain`]).
 
 use super::baseline::{Reuse, BASELINE_MIN_BYTES};
 use crate::digest::Digest;

@@ -146,7 +146,7 @@ pub(super) fn check_world_size(
     };
     let mut differing = Vec::new();
     let mut only_one = 0;
-    let both = crate::harness::diagnose::union(&first.digests, &other.digests);
+    let both = crate::harness::explain::union(&first.digests, &other.digests);
     for (name, ours, theirs) in both.filter(|(k, _, _)| *k != OPS_NAME) {
         match (ours, theirs) {
             (Some(x), Some(y)) => {

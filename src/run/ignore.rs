@@ -5,7 +5,7 @@
 //!   a file) is left out of the comparison.
 //! - **Standard output** by regular expression (`--stdout-ignore 'ms/batch.*'`): the matched
 //!   part of every line is replaced by `<ignored>` before the output is hashed and compared, so
-//!   a timing column no longer makes every run differ while the rest of the line still counts.
+//!   a timing column does not make every run differ while the rest of the line still counts.
 //!
 //! The report says what each rule ignored in run 0 ([`Ignored`]).
 

@@ -1,6 +1,7 @@
 //! What run mode reports about a program besides its outputs: [`program_info`] (the command,
 //! its environment, how each run ended) and the varied controls it never read.
 
+use super::killed::Resumable;
 use super::Program;
 use crate::harness::{Collected, RunMeta, Runs};
 use crate::outcome::{CaseReport, ProgramInfo, ProgramRun};
@@ -150,14 +151,14 @@ fn sketches(c: &Collected) -> BTreeMap<String, String> {
 /// controls, `moved` (kept runs' outputs that went elsewhere), and the runs of its own that
 /// `--vary resume` and `--vary world-size` make.
 pub(super) fn describe(
-    source: &super::ProgramSource,
+    source: &dyn Resumable,
     report: &mut CaseReport,
     metas: &[RunMeta],
     first: Option<&Collected>,
     planner: &mut dyn Runs,
     moved: Vec<String>,
 ) {
-    let program = source.program;
+    let program = source.program();
     let world_size = planner.opts().vary.contains(&Variation::WorldSize);
     if planner.opts().vary.contains(&Variation::Batch) {
         let [a, b] = [0, 1].map(|i| planner.settings(i, false).knobs.batch.unwrap_or(0));
@@ -184,7 +185,7 @@ pub(super) fn describe(
     info.unread_controls = unread;
     report.notes.extend(note);
     if let Some(c) = first {
-        info.resume = super::resume::check(source, program, c, planner, report);
+        info.resume = super::resume_check::check(source, program, c, planner, report);
     }
     if let (Some(c), true) = (first, world_size) {
         let w = super::distributed::check_world_size(source, program, c, planner);

@@ -4,12 +4,12 @@
 
 use super::checkpoint::{self, Completed};
 use super::resume::Spec;
-use super::{spawn, Program};
-use crate::harness::{Collected, RunMeta, Started};
+use super::{ended, spawn, Program};
+use crate::harness::{Collected, RunMeta, RunSource, Started};
 use crate::outcome::{Failure, FailureKind};
 use crate::vary::RunSettings;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
@@ -25,6 +25,17 @@ pub struct Killed {
     pub late: Vec<String>,
     /// A checkpoint this launch's kill found half-written (after [`LATE_RETRIES`] tries).
     pub unfinished: Option<String>,
+}
+
+/// A program's run source as the resume check needs it: besides its runs, the program, its
+/// `$BITEXACT_OUT` and what its killed launch left (implemented by `ProgramSource`).
+pub(super) trait Resumable: RunSource {
+    /// The program its runs run.
+    fn program(&self) -> &Program;
+    /// The `$BITEXACT_OUT` of every run.
+    fn out_path(&self) -> PathBuf;
+    /// What the killed launch of `--vary resume` left, once it was killed after its checkpoint.
+    fn killed_launch(&self) -> Option<Killed>;
 }
 
 /// How many times the killed launch is run again when its kill landed while the program was
@@ -146,7 +157,7 @@ fn no_checkpoint(
             spec.matcher.describe()
         ),
     );
-    if let Some(own) = spawn::failed(ended, program.timeout, program.memory_limit_mb.is_some()) {
+    if let Some(own) = ended::failed(ended, program.timeout, program.memory_limit_mb.is_some()) {
         f.message = format!(
             "the launch to be killed after a checkpoint failed first: {}",
             own.message

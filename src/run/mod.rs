@@ -2,7 +2,7 @@
 //! its run source: each run gets a fresh empty `$BITEXACT_OUT` and the environment contract
 //! below; the files it writes there are digested with the library's canonical digests. The
 //! suite and the harness do the rest exactly as for a built-in case: K runs, explanation,
-//! blame, the one judge (`crate::outcome::judge`), snapshots and reports.
+//! blame, the one judge ([`crate::outcome::judge()`]), snapshots and reports.
 //!
 //! **Environment of each run** (`env_for`): `BITEXACT_OUT` (absolute, fresh, empty),
 //! `BITEXACT_RUN` (0..K-1), `BITEXACT_SEED`, `BITEXACT_DETERMINISTIC` / `BITEXACT_BENCHMARK`
@@ -34,6 +34,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod collect;
 pub mod distributed;
+mod ended;
 mod files;
 pub mod ignore;
 mod info;
@@ -44,9 +45,11 @@ mod name;
 pub mod project;
 mod python_error;
 pub mod resume;
+mod resume_check;
 mod resume_explain;
 mod source;
 pub mod spawn;
+mod steps;
 pub mod trace;
 pub mod tracer;
 pub mod watch;

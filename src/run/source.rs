@@ -4,15 +4,16 @@
 //! until the harness drops them (then removed, unless `--keep`).
 
 use super::baseline::{Baseline, Publisher, Reuse};
-use super::files::{self, Remover, RunFiles, Scratch};
-use super::{collect, env_for, spawn, watch, Program};
+use super::files::{self, Remover, Scratch};
+use super::killed::{Killed, Resumable};
+use super::steps::{self, harness_failure, run_meta, Collecting, Prepared, Spawned};
+use super::{ended, env_for, spawn, watch, Program};
 use crate::backend::Backend;
 use crate::harness::{Collected, RunMeta, RunSource, Runs, Started};
-use crate::outcome::{CaseReport, Failure, FailureKind, ProgramRun};
+use crate::outcome::{CaseReport, Failure, FailureKind};
 use crate::trace::Divergence;
 use crate::vary::{Launch, RunSettings, Variation};
 use anyhow::{Context, Result};
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ pub struct ProgramSource<'a> {
     /// Where kept runs' outputs went when not under their promised name (`--keep`).
     moved_elsewhere: std::sync::Mutex<Vec<String>>,
     /// What the killed launch of `--vary resume` left for the resumed one.
-    killed: std::sync::Mutex<Option<super::killed::Killed>>,
+    killed: std::sync::Mutex<Option<Killed>>,
 }
 
 /// One program run at a time per process: after each run the subreaper sweep reaps whatever
@@ -127,19 +128,6 @@ impl<'a> ProgramSource<'a> {
         (Some(b), Some(p))
     }
 
-    /// The `$BITEXACT_OUT` of every run.
-    pub fn out_path(&self) -> PathBuf {
-        self.root.path.join("out")
-    }
-
-    /// What the killed launch of `--vary resume` left, once it was killed after its checkpoint.
-    pub(super) fn killed_launch(&self) -> Option<super::killed::Killed> {
-        self.killed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
     /// The killed launch of `--vary resume`'s run `index` ([`super::killed::start_killed`]),
     /// one program at a time like every run; what it left is kept for the resumed launch.
     fn start_killed(&self, index: usize, settings: &RunSettings) -> Started {
@@ -177,6 +165,144 @@ impl<'a> ProgramSource<'a> {
         };
         Ok((files::reserve_dir(&self.root.path, &name)?, keep))
     }
+
+    /// Step 1 of run `index`: its output directories, its standard output file, run 0's
+    /// baseline, and its environment (with the capture key of a localization re-run, and the
+    /// killed launch's steps for the `resumed` launch of `--vary resume`).
+    fn prepare_run(
+        &self,
+        index: usize,
+        settings: &RunSettings,
+        resumed: Option<&Killed>,
+    ) -> Result<Prepared> {
+        let (dest, keep) = self.prepare(index, resumed.is_some())?;
+        let (baseline, publisher) = self.baseline(index, &dest);
+        let mut owned = vec![Scratch::new(dest.clone(), keep)];
+        let stdout = match self.program.stdout {
+            true => Some(files::stdout_file(&dest)?),
+            false => None,
+        };
+        owned.extend(stdout.clone().map(|p| Scratch::new(p, keep)));
+        let mut env = env_for(self.program, settings, index, &self.out_path());
+        let capture = self
+            .capture
+            .key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let capturing = capture.is_some();
+        if let Some(key) = capture {
+            env.insert(crate::protocol::TRACE_CAPTURE_ENV.into(), key);
+        }
+        if let Some(k) = resumed {
+            let steps = k.checkpoint.steps.to_string();
+            env.insert(crate::protocol::RESUME_STEP_ENV.into(), steps);
+        }
+        Ok(Prepared {
+            dest,
+            keep,
+            owned,
+            stdout,
+            baseline,
+            publisher,
+            env,
+            capturing,
+        })
+    }
+
+    /// Step 2: spawns the program (one at a time) while its outputs are watched, and reads
+    /// what its tracer recorded.
+    fn spawn_run(
+        &self,
+        index: usize,
+        settings: &RunSettings,
+        run: &Prepared,
+        resumed: bool,
+    ) -> Spawned {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let batch = (settings.knobs.batch).unwrap_or(settings.controls.batch_pair[0]);
+        let world_size = settings.knobs.world_size;
+        let command = match resumed {
+            true => self.program.resumed_command(world_size, Some(batch)),
+            false => self.program.command_for(world_size, Some(batch)),
+        };
+        let (watcher, stop) = self.watcher(index, run.capturing);
+        let inject = super::trace::inject_dir(&self.out_path());
+        super::tracer::clear(&inject);
+        let ended = spawn::run(&spawn::Spawn {
+            command: &command,
+            env: &run.env,
+            stdout: run.stdout.as_deref(),
+            timeout: self.program.timeout,
+            memory_limit_mb: self.program.memory_limit_mb,
+            stop: Some(&stop),
+            pid: None,
+        });
+        let records = super::tracer::read(&inject);
+        drop(_one);
+        Spawned {
+            ended,
+            watched: watcher.map(watch::Watcher::finish).unwrap_or_default(),
+            records,
+        }
+    }
+
+    /// Step 3, once the run is over and its processes gone: its outputs move aside
+    /// ([`steps::move_aside`]; `--keep` notes where they went when not under their promised
+    /// name), and run 0's become the reference later runs are compared with while they run.
+    /// Says how the program replaced `$BITEXACT_OUT`, if it did.
+    fn move_outputs(
+        &self,
+        index: usize,
+        run: &mut Prepared,
+        watched: &watch::Watched,
+    ) -> Result<Option<&'static str>> {
+        let out = self.out_path();
+        let (replaced, moved) = steps::move_aside(&out, &run.dest);
+        if let Ok(Some(to)) = &moved {
+            let promised = self.root.path.join(format!("run-{index}"));
+            let elsewhere = files::kept_elsewhere(index, to, &promised);
+            if let Some(n) = elsewhere.filter(|_| run.keep) {
+                self.moved_elsewhere
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(n);
+            }
+            if *to != run.dest {
+                run.owned.push(Scratch::new(to.clone(), run.keep));
+                run.dest = to.clone();
+            }
+        }
+        if index == 0 {
+            // Run 0's files, completed once and left so, now lie in `dest` (a rename keeps
+            // their sizes and times); `out` is as the program left it when they were not moved.
+            let now = match (&moved, replaced) {
+                (Ok(_), None) => &run.dest,
+                _ => &out,
+            };
+            let reference = watch::Reference::new(watched, now, &run.dest, &self.program.ignore);
+            let reference = Arc::new(reference);
+            *self.reference.lock().unwrap_or_else(|e| e.into_inner()) = Some(reference);
+        }
+        moved.map(|_| replaced)
+    }
+}
+
+impl Resumable for ProgramSource<'_> {
+    fn program(&self) -> &Program {
+        self.program
+    }
+
+    fn out_path(&self) -> PathBuf {
+        self.root.path.join("out")
+    }
+
+    fn killed_launch(&self) -> Option<Killed> {
+        self.killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 impl RunSource for ProgramSource<'_> {
@@ -188,137 +314,31 @@ impl RunSource for ProgramSource<'_> {
         Backend::Cpu
     }
 
+    /// Run `index`: prepared, spawned, its outputs moved aside, then collected on a
+    /// background thread while the next run executes.
     fn start(&self, index: usize, settings: &RunSettings) -> Started {
-        let harness_failure = |e: anyhow::Error| {
-            Started::failed(
-                RunMeta::default(),
-                Failure::from_error(FailureKind::Harness, &e),
-            )
-        };
         let resumed = match settings.knobs.resume {
             Some(Launch::Killed) => return self.start_killed(index, settings),
             Some(Launch::Resumed) => self.killed_launch(),
             None => None,
         };
-        let (mut dest, keep) = match self.prepare(index, resumed.is_some()) {
-            Ok(d) => d,
+        let mut run = match self.prepare_run(index, settings, resumed.as_ref()) {
+            Ok(run) => run,
             Err(e) => return harness_failure(e),
         };
-        let (baseline, publisher) = self.baseline(index, &dest);
-        let mut owned = vec![Scratch::new(dest.clone(), keep)];
-        let stdout = match self.program.stdout.then(|| files::stdout_file(&dest)) {
-            Some(Err(e)) => return harness_failure(e),
-            made => made.and_then(Result::ok),
-        };
-        owned.extend(stdout.clone().map(|p| Scratch::new(p, keep)));
-        let out = self.out_path();
-        let mut env = env_for(self.program, settings, index, &out);
-        let capture = self
-            .capture
-            .key
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let capturing = capture.is_some();
-        if let Some(key) = capture {
-            env.insert(crate::protocol::TRACE_CAPTURE_ENV.into(), key);
-        }
-        if let Some(k) = &resumed {
-            let steps = k.checkpoint.steps.to_string();
-            env.insert(crate::protocol::RESUME_STEP_ENV.into(), steps);
-        }
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let batch = (settings.knobs.batch).unwrap_or(settings.controls.batch_pair[0]);
-        let command = match resumed {
-            Some(_) => self
-                .program
-                .resumed_command(settings.knobs.world_size, Some(batch)),
-            None => self
-                .program
-                .command_for(settings.knobs.world_size, Some(batch)),
-        };
-        let (watcher, stop) = self.watcher(index, capturing);
-        let inject = super::trace::inject_dir(&out);
-        super::tracer::clear(&inject);
-        let ended = spawn::run(&spawn::Spawn {
-            command: &command,
-            env: &env,
-            stdout: stdout.as_deref(),
-            timeout: self.program.timeout,
-            memory_limit_mb: self.program.memory_limit_mb,
-            stop: Some(&stop),
-            pid: None,
-        });
-        let records = super::tracer::read(&inject);
-        drop(_one);
-        let mut watched = watcher.map(watch::Watcher::finish).unwrap_or_default();
-        // The run is over and its processes gone: its outputs move aside, so the next run gets
-        // the same path, new and empty. What is at `out` now is checked, never followed: a
-        // program that replaced it with a symlink (to `/`) must not make bitexact read elsewhere.
-        let replaced = match std::fs::symlink_metadata(&out) {
-            Err(_) => Some("removed $BITEXACT_OUT"),
-            Ok(m) if !m.is_dir() => {
-                let _ = std::fs::remove_file(&out);
-                Some("replaced $BITEXACT_OUT with a symlink or a file (not followed)")
-            }
-            Ok(_) => None,
-        };
-        let moved = match replaced {
-            None => files::move_out(&out, &dest).map(|to| {
-                let promised = self.root.path.join(format!("run-{index}"));
-                if let Some(n) = files::kept_elsewhere(index, &to, &promised).filter(|_| keep) {
-                    self.moved_elsewhere
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(n);
-                }
-                (to != dest).then_some(to)
-            }),
-            Some(_) => Ok(None),
-        };
-        if let Ok(Some(to)) = &moved {
-            owned.push(Scratch::new(to.clone(), keep));
-            dest = to.clone();
-        }
-        if index == 0 {
-            // Run 0's files, completed once and left so, now lie in `dest` (a rename keeps
-            // their sizes and times); `out` is as the program left it when they were not moved.
-            let now = match (&moved, replaced) {
-                (Ok(_), None) => &dest,
-                _ => &out,
-            };
-            let reference = watch::Reference::new(&watched, now, &dest, &self.program.ignore);
-            let reference = Arc::new(reference);
-            *self.reference.lock().unwrap_or_else(|e| e.into_inner()) = Some(reference);
-        }
-        let ended = match (ended, moved) {
-            (Ok(e), Ok(_)) => e,
+        let spawned = self.spawn_run(index, settings, &run, resumed.is_some());
+        let mut watched = spawned.watched;
+        let moved = self.move_outputs(index, &mut run, &watched);
+        let (ended, replaced) = match (spawned.ended, moved) {
+            (Ok(e), Ok(replaced)) => (e, replaced),
             (Err(e), _) | (_, Err(e)) => return harness_failure(e),
         };
-        if let Err(e) = files::record_platform(&dest, keep, settings, &env) {
+        if let Err(e) = files::record_platform(&run.dest, run.keep, settings, &run.env) {
             return harness_failure(e);
         }
-        let run = ProgramRun {
-            index,
-            exit_status: ended.status.code(),
-            signal: ended.status.signal(),
-            seconds: ended.seconds,
-            peak_rss_bytes: ended.peak_rss_bytes,
-            stopped_early: watched.stopped.as_ref().filter(|_| ended.stopped).map(|w| {
-                format!(
-                    "stopped early at {:.2}s: {} differs from run 0's",
-                    w.at, w.name
-                )
-            }),
-        };
-        let meta = RunMeta {
-            seconds: ended.seconds,
-            peak_bytes: ended.peak_rss_bytes,
-            program: Some((run, env)),
-            ..RunMeta::default()
-        };
+        let meta = run_meta(index, &ended, &watched, std::mem::take(&mut run.env));
         let limited = self.program.memory_limit_mb.is_some();
-        let failed = spawn::failed(&ended, self.program.timeout, limited).or_else(|| {
+        let failed = ended::failed(&ended, self.program.timeout, limited).or_else(|| {
             let what = replaced?;
             Some(Failure::new(
                 FailureKind::UnreadableOutput,
@@ -326,87 +346,36 @@ impl RunSource for ProgramSource<'_> {
             ))
         });
         // A run whose Python could not trace (or seed) fails too, before another run is made.
+        let records = &spawned.records;
         let notes =
-            match super::tracer::notes_or_failure(self.program, &records, ended.stopped, failed) {
+            match super::tracer::notes_or_failure(self.program, records, ended.stopped, failed) {
                 Ok(notes) => notes,
                 Err(f) => return Started::failed(meta, f),
             };
-        let rules = self.program.ignore.clone();
-        let trace_ops = self.program.trace.is_some();
-        // Runs at other batch sizes make other op calls: their op streams are compared request
-        // by request when localizing, never as one output.
-        let ops_compared = !settings.varied.contains(&Variation::Batch);
-        let partial = ended.stopped;
         let reuse = Reuse {
             hashed: Reuse::last_hashes(std::mem::take(&mut watched.seen)),
             equal: watched.equal_to_run_0(),
-            baseline: baseline.filter(|_| publisher.is_none()),
+            baseline: run.baseline.filter(|_| run.publisher.is_none()),
         };
-        let remover = self.remover.clone();
-        let handle = std::thread::spawn(move || {
-            let unreadable =
-                |e: anyhow::Error| Failure::from_error(FailureKind::UnreadableOutput, &e);
-            let mut ignored = Vec::new();
-            let stdout = match stdout {
-                Some(raw) if rules.masks_stdout() => {
-                    let mut masked = raw.clone().into_os_string();
-                    masked.push(".masked");
-                    let masked = PathBuf::from(masked);
-                    owned.push(Scratch::new(masked.clone(), keep));
-                    ignored = rules.mask_stdout(&raw, &masked).map_err(unreadable)?;
-                    Some(masked)
-                }
-                other => other,
-            };
-            let compared = stdout.as_deref().filter(|_| !partial); // cut short if stopped
-            let mut c = collect::collect(&dest, compared, (trace_ops, partial), reuse)
-                .map_err(unreadable)?;
-            if let Some(p) = publisher {
-                p.publish(std::mem::take(&mut c.files));
-            }
-            let trace = c.trace.take();
-            if let Some(t) = trace.as_ref().filter(|_| ops_compared) {
-                let ops = crate::trace::program::OPS_NAME.to_string();
-                c.digests.push((ops, crate::trace::program::digest(t)));
-            }
-            let mut by_glob = rules.filter(&mut c.digests);
-            by_glob.append(&mut ignored);
-            if c.digests.is_empty() {
-                return Err(Failure::new(
-                    FailureKind::NothingToCompare,
-                    NOTHING_TO_COMPARE,
-                ));
-            }
-            Ok(Collected {
-                digests: c.digests,
-                loader: Box::new(RunFiles {
-                    owned,
-                    remover,
-                    out: dest,
-                    stdout,
-                    op_calls: trace.as_ref().map(Vec::len),
-                    stopped_early: partial,
-                }),
-                trace,
-                steps: c.steps,
-                state: c.state,
-                platform: c.platform,
-                ignored: by_glob,
-                controls_read: c.controls_read,
-                partial,
-                notes,
-            })
-        });
+        let collecting = Collecting {
+            rules: self.program.ignore.clone(),
+            trace_ops: self.program.trace.is_some(),
+            // Runs at other batch sizes make other op calls: their op streams are compared
+            // request by request when localizing, never as one output.
+            ops_compared: !settings.varied.contains(&Variation::Batch),
+            partial: ended.stopped,
+            reuse,
+            publisher: run.publisher,
+            notes,
+            owned: run.owned,
+            remover: self.remover.clone(),
+            dest: run.dest,
+            stdout: run.stdout,
+            keep: run.keep,
+        };
         Started {
             meta,
-            outputs: Ok(Box::new(move || {
-                handle.join().unwrap_or_else(|_| {
-                    Err(Failure::new(
-                        FailureKind::Harness,
-                        "hashing the outputs panicked",
-                    ))
-                })
-            })),
+            outputs: Ok(collecting.start()),
         }
     }
 
@@ -438,8 +407,3 @@ impl RunSource for ProgramSource<'_> {
             std::mem::take(&mut self.capture.diffs.lock().unwrap_or_else(|e| e.into_inner()));
     }
 }
-
-/// What a run that wrote nothing is told.
-const NOTHING_TO_COMPARE: &str = "wrote nothing to compare: write tensors into $BITEXACT_OUT (Python: `bitexact.dump(\"name\", x=tensor)` \
-     or `bitexact.step(i, ...)`; numpy: `np.save(os.path.join(os.environ[\"BITEXACT_OUT\"], \"x.npy\"), x)`), \
-     or pass --stdout to compare standard output";

@@ -4,7 +4,6 @@
 //! the peak resident set size from `wait4`.
 
 use crate::cleanup;
-use crate::outcome::{Failure, FailureKind};
 use crate::process;
 use anyhow::{anyhow, Context, Result};
 use std::collections::BTreeMap;
@@ -103,62 +102,84 @@ pub fn run(s: &Spawn) -> Result<Ended> {
     }
     process::contain(&mut cmd);
     if let Some(mb) = s.memory_limit_mb {
-        // SAFETY: setrlimit is async-signal-safe and touches only the struct built here.
-        unsafe {
-            cmd.pre_exec(move || {
-                let bytes = mb.saturating_mul(1 << 20) as libc::rlim_t;
-                let lim = libc::rlimit {
-                    rlim_cur: bytes,
-                    rlim_max: bytes,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        limit_memory(&mut cmd, mb);
     }
     process::halt_if_stopping(); // no new run once a stop began
     let t0 = Instant::now();
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", program.to_string_lossy()))?;
-    let mut pipe = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tail: Vec<u8> = Vec::new();
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = pipe.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            tail.extend_from_slice(&buf[..n]);
-            if tail.len() > 2 * STDERR_TAIL {
-                tail.drain(..tail.len() - STDERR_TAIL);
-            }
-        }
-        let text = String::from_utf8_lossy(&tail[tail.len().saturating_sub(STDERR_TAIL)..]);
-        let _ = tx.send(text.into_owned());
-    });
+    let rx = stderr_tail(child.stderr.take().expect("piped stderr"));
     let pid = child.id() as libc::pid_t;
     if let Some(p) = s.pid {
         p.store(pid, std::sync::atomic::Ordering::SeqCst);
     }
     // Killed with its group if bitexact gets SIGTERM, SIGINT or SIGHUP (see process::groups).
     let registered = process::register(pid);
+    let Waited {
+        status,
+        rusage,
+        timed_out,
+        stopped,
+    } = wait(pid, s, t0)?;
+    // Killed by the signal watcher: it is removing the run directories and exits at once; going
+    // on here (the next run) could make them again after it removed them.
+    process::halt_if_stopping();
+    let seconds = t0.elapsed().as_secs_f64();
+    // The program is gone; anything it left running goes too (no orphans): its group, its
+    // cgroup and every process carrying its marker.
+    // SAFETY: signals the process group the child led; it may already be empty.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    container.kill_all();
+    drop(registered);
+    kill_escaped();
+    // A process that escaped both (it holds stderr open) must not hang bitexact.
+    let stderr_tail = rx
+        .recv_timeout(Duration::from_secs(2))
+        .unwrap_or_else(|_| "(stderr still held open by a process outside the run's group)".into());
+    Ok(Ended {
+        status,
+        seconds,
+        peak_rss_bytes: rusage.map(|r| (r.ru_maxrss.max(0) as u64) * 1024),
+        stderr_tail,
+        timed_out,
+        stopped,
+    })
+}
+
+/// How the wait for a run's program ended ([`wait`]).
+struct Waited {
+    /// Its exit status.
+    status: ExitStatus,
+    /// Its resource usage (and that of the children it waited for).
+    rusage: Option<libc::rusage>,
+    /// Whether it was killed for exceeding the timeout.
+    timed_out: bool,
+    /// Whether it was killed because the watcher asked to stop it.
+    stopped: bool,
+}
+
+/// Waits for the program `pid`, started at `t0`, to exit: its process group is killed when
+/// the watcher asks to stop it ([`Spawn::stop`]) or its timeout passes.
+fn wait(pid: libc::pid_t, s: &Spawn, t0: Instant) -> Result<Waited> {
     let mut timed_out = false;
     let mut stopped = false;
     let mut nap = Duration::from_micros(200);
-    // Readable when the child exits: the wait below wakes at once instead of at its next nap.
+    // Readable when the child exits: the wait wakes at once instead of at its next nap.
     let exited = PidFd::open(pid);
-    let (status, rusage) = loop {
+    loop {
         let mut status = 0;
         // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: wait4 on our own child, with pointers to live locals.
         let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
         if r == pid {
-            break (ExitStatus::from_raw(status), Some(ru));
+            return Ok(Waited {
+                status: ExitStatus::from_raw(status),
+                rusage: Some(ru),
+                timed_out,
+                stopped,
+            });
         }
         if r < 0 {
             let e = std::io::Error::last_os_error();
@@ -183,31 +204,47 @@ pub fn run(s: &Spawn) -> Result<Ended> {
             None => std::thread::sleep(nap),
         }
         nap = (nap * 2).min(Duration::from_millis(10));
-    };
-    // Killed by the signal watcher: it is removing the run directories and exits at once; going
-    // on here (the next run) could make them again after it removed them.
-    process::halt_if_stopping();
-    drop(exited);
-    let seconds = t0.elapsed().as_secs_f64();
-    // The program is gone; anything it left running goes too (no orphans): its group, its
-    // cgroup and every process carrying its marker.
-    // SAFETY: as above; the group may already be empty.
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
-    container.kill_all();
-    drop(registered);
-    kill_escaped();
-    // A process that escaped both (it holds stderr open) must not hang bitexact.
-    let stderr_tail = rx
-        .recv_timeout(Duration::from_secs(2))
-        .unwrap_or_else(|_| "(stderr still held open by a process outside the run's group)".into());
-    Ok(Ended {
-        status,
-        seconds,
-        peak_rss_bytes: rusage.map(|r| (r.ru_maxrss.max(0) as u64) * 1024),
-        stderr_tail,
-        timed_out,
-        stopped,
-    })
+    }
+}
+
+/// Limits the address space of the program `cmd` starts to `mb` MiB (`RLIMIT_AS`).
+fn limit_memory(cmd: &mut Command, mb: u64) {
+    // SAFETY: setrlimit is async-signal-safe and touches only the struct built here.
+    unsafe {
+        cmd.pre_exec(move || {
+            let bytes = mb.saturating_mul(1 << 20) as libc::rlim_t;
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Reads the program's standard error on a thread of its own, keeping its last
+/// [`STDERR_TAIL`] bytes: they are sent when the pipe closes.
+fn stderr_tail(mut pipe: std::process::ChildStderr) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tail: Vec<u8> = Vec::new();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 2 * STDERR_TAIL {
+                tail.drain(..tail.len() - STDERR_TAIL);
+            }
+        }
+        let text = String::from_utf8_lossy(&tail[tail.len().saturating_sub(STDERR_TAIL)..]);
+        let _ = tx.send(text.into_owned());
+    });
+    rx
 }
 
 /// A pidfd (Linux 5.3+): readable once the process has exited.
@@ -257,162 +294,5 @@ fn kill_escaped() {
             libc::kill(-pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
-    }
-}
-
-/// Why a run failed, in words: exit status or signal, the Python exception that ended it (when
-/// it exited with status 1, Python's status for an uncaught exception, and its standard error
-/// ends with a traceback), and the last lines of standard error.
-pub fn failure(e: &Ended, timeout: Option<Duration>) -> Option<String> {
-    if e.timed_out {
-        return Some(format!(
-            "timed out after {:.1}s (--timeout {:.1}); its process group was killed",
-            e.seconds,
-            timeout.map_or(0.0, |t| t.as_secs_f64())
-        ));
-    }
-    if e.status.success() || e.stopped {
-        return None;
-    }
-    let what = match (e.status.code(), e.status.signal()) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (None, Some(s)) => format!("killed by signal {s} ({})", process::signal_name(s)),
-        _ => "failed".to_string(),
-    };
-    // `: ValueError: bad value`, for a process that exited with status 1 (`how`) after a
-    // traceback in `stderr`.
-    let raised = |how: &str, stderr: &str| {
-        how.ends_with("exited with status 1")
-            .then(|| super::python_error::exception(stderr))
-            .flatten()
-            .map(|x| format!(": {}", crate::quote::middle(&x, STDERR_LINE_MAX)))
-            .unwrap_or_default()
-    };
-    // A torch.distributed launch names its failed rank: said first, with that rank's lines.
-    if let Some((n, rank)) = super::distributed::failed_rank(&e.stderr_tail) {
-        let own = super::distributed::ranks_stderr(&e.stderr_tail, n);
-        let hint = super::distributed::hint(&rank, &own)
-            .map(|h| format!("; hint: {h}"))
-            .unwrap_or_default();
-        let exception = raised(&rank, &own);
-        let tail = last_lines(&own);
-        return Some(format!(
-            "{rank} (torchrun {what}){exception}{hint}; last lines of its stderr:\n      {tail}"
-        ));
-    }
-    let exception = raised(&what, &e.stderr_tail);
-    let tail = last_lines(&e.stderr_tail);
-    Some(if tail.is_empty() {
-        format!("{what} (nothing on stderr)")
-    } else {
-        format!("{what}{exception}; last lines of stderr:\n      {tail}")
-    })
-}
-
-/// The last 5 non-empty lines of `text`, indented for a report.
-fn last_lines(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    // Each cut in the middle (a long path it quotes keeps its start and end), so all five fit
-    // in a failure message and the error that ends a line is never lost.
-    let last = lines[lines.len().saturating_sub(5)..].iter();
-    let shown: Vec<_> = last
-        .map(|l| crate::quote::middle(l, STDERR_LINE_MAX))
-        .collect();
-    shown.join("\n      ")
-}
-
-/// The longest line of a program's standard error quoted whole in a failure message.
-const STDERR_LINE_MAX: usize = 360;
-
-/// The typed failure of a run that did not succeed: [`failure`]'s words, and its kind.
-pub fn failed(e: &Ended, timeout: Option<Duration>, memory_limited: bool) -> Option<Failure> {
-    let why = failure(e, timeout)?;
-    let kind = if e.timed_out {
-        FailureKind::Timeout
-    } else if e.status.signal() == Some(libc::SIGKILL) && memory_limited
-        || e.stderr_tail.contains("MemoryError")
-        || e.stderr_tail.contains("out of memory")
-    {
-        FailureKind::OutOfMemory
-    } else if e.status.signal().is_some() {
-        FailureKind::Signal
-    } else {
-        FailureKind::ExitStatus
-    };
-    Some(Failure::new(kind, why))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ended(code: i32, stderr: &str) -> Ended {
-        Ended {
-            status: ExitStatus::from_raw(code << 8),
-            seconds: 1.0,
-            peak_rss_bytes: None,
-            stderr_tail: stderr.into(),
-            timed_out: false,
-            stopped: false,
-        }
-    }
-
-    const RAISED: &str = "Traceback (most recent call last):
-  File \"/tmp/t.py\", line 6, in <module>
-    y = cm(x)
-AssertionError: UnspecializedNNModuleVariable(Sequential) is already tracked for mutation.
-
-from user code:
-
-Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace
-";
-
-    #[test]
-    fn a_python_exception_is_named_before_the_last_lines() {
-        let why = failure(&ended(1, RAISED), None).unwrap();
-        assert!(
-            why.starts_with(
-                "exited with status 1: AssertionError: UnspecializedNNModuleVariable(Sequential) \
-                 is already tracked for mutation.; last lines of stderr:\n      "
-            ),
-            "{why}"
-        );
-        assert!(why.ends_with("Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace"));
-        // Another status is not Python's for an uncaught exception: no name, the tail as before.
-        let why = failure(&ended(3, RAISED), None).unwrap();
-        assert!(
-            why.starts_with("exited with status 3; last lines of stderr:"),
-            "{why}"
-        );
-        let why = failure(&ended(1, "boom\n"), None).unwrap();
-        assert_eq!(
-            why,
-            "exited with status 1; last lines of stderr:\n      boom"
-        );
-    }
-
-    #[test]
-    fn a_failed_ranks_exception_is_named_from_its_own_lines() {
-        let stderr = "[rank0]: Traceback (most recent call last):
-[rank1]: Traceback (most recent call last):
-[rank0]:   File \"/tmp/f.py\", line 7, in <module>
-[rank1]:   File \"/tmp/f.py\", line 4, in <module>
-[rank1]:     raise RuntimeError(\"rank one broke\")
-[rank0]: torch.distributed.DistBackendError: peer closed
-[rank1]: RuntimeError: rank one broke
-E1124 21:40:07.452000 27424 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 27432) of binary: python
-Root Cause (first observed failure):
-[0]:
-  rank      : 1 (local_rank: 1)
-  exitcode  : 1 (pid: 27432)
-";
-        let why = failure(&ended(1, stderr), None).unwrap();
-        assert!(
-            why.starts_with(
-                "rank 1 (local_rank 1) exited with status 1 (torchrun exited with status 1): \
-                 RuntimeError: rank one broke; last lines of its stderr:"
-            ),
-            "{why}"
-        );
     }
 }

@@ -11,7 +11,7 @@
 //! The script's own seeding is left alone. Which `bitexact` package the program's Python
 //! imports, and what happens when it cannot trace (the run fails, saying why): [`super::tracer`].
 
-use crate::harness::{diagnose, Collected, RunSource, RunStart, Runs};
+use crate::harness::{explain, Collected, RunSource, RunStart, Runs};
 use crate::protocol::TraceLevel;
 use crate::trace::{Divergence, TraceEntry};
 use anyhow::{bail, Context, Result};
@@ -145,7 +145,7 @@ pub(super) fn localize(
     planner: &mut dyn Runs,
 ) -> Option<Divergence> {
     let (Some(a), Some(b)) = (&first.trace, &other.trace) else {
-        return diagnose::first_output_divergence(first, other);
+        return explain::first_output_divergence(first, other);
     };
     let sizes = [0, j].map(|i| planner.settings(i, false).knobs.batch);
     if let [Some(x), Some(y)] = sizes {
@@ -164,7 +164,7 @@ pub(super) fn localize(
         false => a,
     };
     let Some(mut d) = crate::trace::first_divergence(compared, b) else {
-        return diagnose::first_output_divergence(first, other).map(|mut d| {
+        return explain::first_output_divergence(first, other).map(|mut d| {
             d.explanation
                 .push_str(&outside_ops(compared.len(), other.partial));
             d
@@ -192,7 +192,7 @@ fn batch_variant(first: &Collected, other: &Collected, sizes: [usize; 2]) -> Opt
     if let Some(d) = crate::trace::batch::first_variant(small, large, hi / lo, [lo, hi]) {
         return Some(d);
     }
-    diagnose::first_output_divergence(first, other).map(|mut d| {
+    explain::first_output_divergence(first, other).map(|mut d| {
         d.explanation.push_str(&format!(
             "; every op call both runs made gave the same bits for every request both held \
              (batch {lo} vs {hi}): the difference arose outside the traced ops"

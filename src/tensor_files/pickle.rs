@@ -16,7 +16,11 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 mod node;
+mod opcode;
+mod ops;
 pub(crate) use node::{kind, Graph, Id, Node};
+use opcode::OpCode;
+use ops::{Counted, Key};
 
 /// Reads one pickle from the start of `data`: its graph and how many bytes it took.
 pub(crate) fn load(data: &[u8]) -> Result<(Graph<'_>, usize)> {
@@ -110,19 +114,6 @@ impl<'a> Machine<'a> {
             Err(_) => Node::Bytes(Cow::Borrowed(b)),
         }
     }
-    fn memo_get(&mut self, k: u64) -> Result<()> {
-        let id = *self
-            .memo
-            .get(&k)
-            .ok_or_else(|| anyhow!("pickle: memo key {k} was never stored"))?;
-        self.stack.push(id);
-        Ok(())
-    }
-    fn memo_put(&mut self, k: u64) -> Result<()> {
-        let top = self.top()?;
-        self.memo.insert(k, top);
-        Ok(())
-    }
     fn call(&mut self, callee: Id, args: Id) {
         self.push(Node::Call {
             callee,
@@ -149,239 +140,100 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    /// Runs the opcodes from the start of the data up to `STOP`: the id of the result.
     fn run(&mut self) -> Result<Id> {
         loop {
             let at = self.at;
-            let op = self
+            let byte = self
                 .take(1)
                 .map_err(|_| anyhow!("pickle: ends without STOP"))?[0];
-            match op {
-                b'.' => return self.pop(),
-                0x80 => {
-                    let v = self.uint(1)?;
-                    if v > 5 {
-                        bail!("pickle protocol {v} is not supported (0 to 5 are)");
-                    }
-                }
-                0x95 => {
-                    self.take(8)?;
-                }
-                b'(' => self.marks.push(self.stack.len()),
-                b'0' => {
-                    self.pop()?;
-                }
-                b'1' => {
-                    self.pop_mark()?;
-                }
-                b'2' => {
-                    let t = self.top()?;
-                    self.stack.push(t);
-                }
-                b'N' => self.push(Node::None),
-                0x88 => self.push(Node::Bool(true)),
-                0x89 => self.push(Node::Bool(false)),
-                b'J' => {
-                    let v = self.uint(4)? as u32 as i32;
-                    self.push(Node::Int(v.into()))
-                }
-                b'K' => {
-                    let v = self.uint(1)?;
-                    self.push(Node::Int(v as i64))
-                }
-                b'M' => {
-                    let v = self.uint(2)?;
-                    self.push(Node::Int(v as i64))
-                }
-                0x8a | 0x8b => {
-                    let n = if op == 0x8a {
-                        self.len(1)?
-                    } else {
-                        self.len(4)?
-                    };
-                    let b = self.take(n)?;
-                    self.push(small_int(b).map_or(Node::BigInt(b), Node::Int))
-                }
-                b'I' | b'L' => {
-                    let s = self.line()?.trim_end_matches('L');
-                    let n = match s {
-                        "00" => Node::Bool(false),
-                        "01" => Node::Bool(true),
-                        _ => Node::Int(s.parse().map_err(|_| {
-                            anyhow!("pickle: integer {} at offset {at}", crate::quote::excerpt(s))
-                        })?),
-                    };
-                    self.push(n)
-                }
-                b'G' => {
-                    let v = f64::from_bits(u64::from_be_bytes(self.take(8)?.try_into()?));
-                    self.push(Node::Float(v))
-                }
-                b'F' => {
-                    let s = self.line()?;
-                    let v = s.parse().map_err(|_| {
-                        anyhow!("pickle: float {} at offset {at}", crate::quote::excerpt(s))
-                    })?;
-                    self.push(Node::Float(v))
-                }
-                b'S' | b'V' => {
-                    let s = self.line()?;
-                    self.push(Node::Str(Cow::Borrowed(s)))
-                }
-                b'T' | b'U' | b'X' | 0x8c | 0x8d | b'B' | b'C' | 0x8e | 0x96 => {
-                    let n = match op {
-                        b'U' | 0x8c | b'C' => self.len(1)?,
-                        0x8d | 0x8e | 0x96 => self.len(8)?,
-                        _ => self.len(4)?,
-                    };
-                    let b = self.take(n)?;
-                    let node = match op {
-                        b'X' | 0x8c | 0x8d => Node::Str(Cow::Borrowed(
-                            std::str::from_utf8(b)
-                                .map_err(|_| anyhow!("pickle: string at offset {at} is not UTF-8"))?,
-                        )),
-                        b'T' | b'U' => Machine::str_node(b),
-                        _ => Node::Bytes(Cow::Borrowed(b)),
-                    };
-                    self.push(node)
-                }
-                b'}' => self.push(Node::Dict(Vec::new())),
-                b']' => self.push(Node::List(Vec::new())),
-                b')' => self.push(Node::Tuple(Vec::new())),
-                0x8f => self.push(Node::Set(Vec::new())),
-                b'd' => {
-                    let v = self.pop_mark()?;
-                    self.push(Node::Dict(pairs(v)?))
-                }
-                b'l' => {
-                    let v = self.pop_mark()?;
-                    self.push(Node::List(v))
-                }
-                b't' | 0x91 => {
-                    let v = self.pop_mark()?;
-                    self.push(if op == b't' {
-                        Node::Tuple(v)
-                    } else {
-                        Node::Set(v)
-                    })
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    let mut v = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        v.push(self.pop()?);
-                    }
-                    v.reverse();
-                    self.push(Node::Tuple(v))
-                }
-                b'a' => {
-                    let v = self.pop()?;
-                    self.add_elements(vec![v])?
-                }
-                b'e' | 0x90 => {
-                    let v = self.pop_mark()?;
-                    self.add_elements(v)?
-                }
-                b's' => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    self.add_items(vec![(k, v)])?
-                }
-                b'u' => {
-                    let v = self.pop_mark()?;
-                    self.add_items(pairs(v)?)?
-                }
-                b'g' => {
-                    let k = self.line()?.trim().parse().map_err(|_| anyhow!("pickle: GET key"))?;
-                    self.memo_get(k)?
-                }
-                b'h' | b'j' => {
-                    let k = self.uint(if op == b'h' { 1 } else { 4 })?;
-                    self.memo_get(k)?
-                }
-                b'p' => {
-                    let k = self.line()?.trim().parse().map_err(|_| anyhow!("pickle: PUT key"))?;
-                    self.memo_put(k)?
-                }
-                b'q' | b'r' => {
-                    let k = self.uint(if op == b'q' { 1 } else { 4 })?;
-                    self.memo_put(k)?
-                }
-                0x94 => {
-                    let k = self.memo.len() as u64;
-                    self.memo_put(k)?
-                }
-                b'c' => {
-                    let module = self.line()?.to_string();
-                    let name = self.line()?.to_string();
-                    self.push(Node::Global(module, name))
-                }
-                0x93 => {
-                    let name = self.pop()?;
-                    let module = self.pop()?;
-                    let text = |id: Id| match &self.nodes[id] {
-                        Node::Str(s) => Ok(s.to_string()),
-                        other => Err(anyhow!("pickle: STACK_GLOBAL of a {}", kind(other))),
-                    };
-                    let g = Node::Global(text(module)?, text(name)?);
-                    self.push(g)
-                }
-                b'R' | 0x81 => {
-                    let args = self.pop()?;
-                    let callee = self.pop()?;
-                    self.call(callee, args)
-                }
-                0x92 => {
-                    let kwargs = self.pop()?;
-                    let args = self.pop()?;
-                    let callee = self.pop()?;
-                    self.nodes.push(Node::Tuple(vec![args, kwargs]));
-                    let both = self.nodes.len() - 1;
-                    self.call(callee, both)
-                }
-                b'i' => {
-                    let module = self.line()?.to_string();
-                    let name = self.line()?.to_string();
-                    let args = self.pop_mark()?;
-                    self.nodes.push(Node::Global(module, name));
-                    let callee = self.nodes.len() - 1;
-                    self.nodes.push(Node::Tuple(args));
-                    let args = self.nodes.len() - 1;
-                    self.call(callee, args)
-                }
-                b'o' => {
-                    let mut v = self.pop_mark()?;
-                    if v.is_empty() {
-                        bail!("pickle: OBJ without a class at offset {at}");
-                    }
-                    let callee = v.remove(0);
-                    self.nodes.push(Node::Tuple(v));
-                    let args = self.nodes.len() - 1;
-                    self.call(callee, args)
-                }
-                b'b' => {
-                    let state = self.pop()?;
-                    let t = self.top()?;
-                    match &mut self.nodes[t] {
-                        Node::Call { state: s, .. } => *s = Some(state),
-                        other => bail!("pickle: BUILD on a {}", kind(other)),
-                    }
-                }
-                b'Q' => {
-                    let pid = self.pop()?;
-                    self.push(Node::Persistent(pid))
-                }
-                b'P' => {
-                    let s = self.line()?;
-                    self.nodes.push(Node::Str(Cow::Borrowed(s)));
-                    let pid = self.nodes.len() - 1;
-                    self.push(Node::Persistent(pid))
-                }
-                other => bail!(
-                    "pickle: opcode 0x{other:02x} at offset {at} is not supported (extension registry, out-of-band buffers or not an opcode)"
-                ),
+            let op = OpCode::try_from(byte).map_err(|e| unsupported(e.0, at))?;
+            if let Some(root) = self.step(op, at)? {
+                return Ok(root);
             }
         }
     }
+
+    /// Runs one opcode, read at offset `at`: the result once it is `STOP`.
+    fn step(&mut self, op: OpCode, at: usize) -> Result<Option<Id>> {
+        use OpCode as O;
+        match op {
+            O::Stop => return self.pop().map(Some),
+            O::Proto => self.proto()?,
+            O::Frame => {
+                self.take(8)?;
+            }
+            O::Mark => self.marks.push(self.stack.len()),
+            O::Pop => {
+                self.pop()?;
+            }
+            O::PopMark => {
+                self.pop_mark()?;
+            }
+            O::Dup => self.dup()?,
+            O::None => self.push(Node::None),
+            O::NewTrue | O::NewFalse => self.push(Node::Bool(op == O::NewTrue)),
+            O::BinInt => self.bin_int()?,
+            O::BinInt1 => self.bin_uint(1)?,
+            O::BinInt2 => self.bin_uint(2)?,
+            O::Long1 => self.long(1)?,
+            O::Long4 => self.long(4)?,
+            O::Int | O::Long => self.text_int(at)?,
+            O::BinFloat => self.bin_float()?,
+            O::Float => self.text_float(at)?,
+            O::String | O::Unicode => self.text_str()?,
+            O::BinString => self.counted(4, Counted::StrOrBytes, at)?,
+            O::ShortBinString => self.counted(1, Counted::StrOrBytes, at)?,
+            O::BinUnicode => self.counted(4, Counted::Utf8, at)?,
+            O::ShortBinUnicode => self.counted(1, Counted::Utf8, at)?,
+            O::BinUnicode8 => self.counted(8, Counted::Utf8, at)?,
+            O::BinBytes => self.counted(4, Counted::Bytes, at)?,
+            O::ShortBinBytes => self.counted(1, Counted::Bytes, at)?,
+            O::BinBytes8 | O::ByteArray8 => self.counted(8, Counted::Bytes, at)?,
+            O::EmptyDict => self.push(Node::Dict(Vec::new())),
+            O::EmptyList => self.push(Node::List(Vec::new())),
+            O::EmptyTuple => self.push(Node::Tuple(Vec::new())),
+            O::EmptySet => self.push(Node::Set(Vec::new())),
+            O::Dict => self.dict()?,
+            O::List => self.of_mark(Node::List)?,
+            O::Tuple => self.of_mark(Node::Tuple)?,
+            O::FrozenSet => self.of_mark(Node::Set)?,
+            O::Tuple1 => self.tuple_of(1)?,
+            O::Tuple2 => self.tuple_of(2)?,
+            O::Tuple3 => self.tuple_of(3)?,
+            O::Append => self.append()?,
+            O::Appends | O::AddItems => self.appends()?,
+            O::SetItem => self.set_item()?,
+            O::SetItems => self.set_items()?,
+            O::Get => self.memo_get(Key::Text("GET"))?,
+            O::BinGet => self.memo_get(Key::Bytes(1))?,
+            O::LongBinGet => self.memo_get(Key::Bytes(4))?,
+            O::Put => self.memo_put(Key::Text("PUT"))?,
+            O::BinPut => self.memo_put(Key::Bytes(1))?,
+            O::LongBinPut => self.memo_put(Key::Bytes(4))?,
+            O::Memoize => self.memo_put(Key::Next)?,
+            O::Global => self.global()?,
+            O::StackGlobal => self.stack_global()?,
+            O::Reduce | O::NewObj => self.reduce()?,
+            O::NewObjEx => self.new_obj_ex()?,
+            O::Inst => self.inst()?,
+            O::Obj => self.obj(at)?,
+            O::Build => self.build()?,
+            O::BinPersId => self.bin_pers_id()?,
+            O::PersId => self.pers_id()?,
+            O::Ext1 | O::Ext2 | O::Ext4 | O::NextBuffer | O::ReadonlyBuffer => {
+                return Err(unsupported(op as u8, at))
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The error for the opcode `byte` at offset `at`, which this reader does not run.
+fn unsupported(byte: u8, at: usize) -> anyhow::Error {
+    anyhow!(
+        "pickle: opcode 0x{byte:02x} at offset {at} is not supported (extension registry, out-of-band buffers or not an opcode)"
+    )
 }
 
 /// `[k0, v0, k1, v1, ...]` as pairs.

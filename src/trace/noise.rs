@@ -243,20 +243,7 @@ pub fn classify_noise_with(
         }
         g.differing += 1;
         j.differing += 1;
-        let (rx, ry) = (results(x), results(y));
-        let mut rel: Option<f64> = None;
-        let (mut discrete, mut unknown) = (rx.len() != ry.len(), false);
-        for ((lx, sx), (ly, sy)) in rx.iter().zip(&ry) {
-            match measure((lx, sx), (ly, sy)) {
-                Ok(Some((r, ulp))) => {
-                    rel = Some(rel.map_or(r, |m| m.max(r)));
-                    g.max_ulp = g.max_ulp.max(ulp);
-                }
-                Ok(None) => {}
-                Err(true) => discrete = true,
-                Err(false) => unknown = true,
-            }
-        }
+        let (rel, discrete, unknown) = difference(x, y, g);
         if let Some(r) = rel {
             g.max_rel = Some(g.max_rel.map_or(r, |m| m.max(r)));
             if j.largest_rel.is_none_or(|m| r > m) {
@@ -272,23 +259,7 @@ pub fn classify_noise_with(
             if let Some(r) = rel.filter(|_| origin && !in_place(&x.op)) {
                 j.largest_origin_rel = Some(j.largest_origin_rel.map_or(r, |m| m.max(r)));
             }
-            match v.judgement.as_str() {
-                "not-judged" => j.not_judged += 1,
-                "amplified" => {
-                    j.amplified += 1;
-                    let m = j.largest_amplified.as_ref().and_then(|v| v.rel);
-                    if m.is_none_or(|m| rel.is_some_and(|r| r > m)) {
-                        j.largest_amplified = Some(v.clone());
-                    }
-                }
-                _ => {}
-            }
-            if j.origin.is_none() && origin {
-                j.origin = Some(v.clone());
-            }
-            if v.judgement == "beyond-noise" {
-                j.first_beyond_noise = Some(v);
-            }
+            count(&mut j, v, origin);
             so_far = so_far.max(rel.unwrap_or(0.0));
         }
         remember(&mut seen, x, y);
@@ -303,7 +274,51 @@ pub fn classify_noise_with(
     j
 }
 
-/// Where one differing record `x` (occurrence `n`) stands against its counterpart `y`:
+/// How the results of a differing record `x` differ from its counterpart `y`'s: the largest
+/// relative difference among those measured, whether an integer result differs (or the
+/// results differ in number), and whether a result has no sketch. Their ULPs go into `g`.
+fn difference(x: &TraceEntry, y: &TraceEntry, g: &mut StepGrowth) -> (Option<f64>, bool, bool) {
+    let (rx, ry) = (results(x), results(y));
+    let mut rel: Option<f64> = None;
+    let (mut discrete, mut unknown) = (rx.len() != ry.len(), false);
+    for ((lx, sx), (ly, sy)) in rx.iter().zip(&ry) {
+        match measure((lx, sx), (ly, sy)) {
+            Ok(Some((r, ulp))) => {
+                rel = Some(rel.map_or(r, |m| m.max(r)));
+                g.max_ulp = g.max_ulp.max(ulp);
+            }
+            Ok(None) => {}
+            Err(true) => discrete = true,
+            Err(false) => unknown = true,
+        }
+    }
+    (rel, discrete, unknown)
+}
+
+/// Counts the verdict `v` on a record into `j` (an `origin` record reads the same inputs on
+/// both sides): records not judged, amplified ones (the largest kept), the first origin and
+/// the first record beyond noise.
+fn count(j: &mut NoiseClassification, v: RecordNoise, origin: bool) {
+    match v.judgement.as_str() {
+        "not-judged" => j.not_judged += 1,
+        "amplified" => {
+            j.amplified += 1;
+            let m = j.largest_amplified.as_ref().and_then(|v| v.rel);
+            if m.is_none_or(|m| v.rel.is_some_and(|r| r > m)) {
+                j.largest_amplified = Some(v.clone());
+            }
+        }
+        _ => {}
+    }
+    if j.origin.is_none() && origin {
+        j.origin = Some(v.clone());
+    }
+    if v.judgement == "beyond-noise" {
+        j.first_beyond_noise = Some(v);
+    }
+}
+
+/// The verdict on one differing record `x` (occurrence `n`) against its counterpart `y`:
 /// `rel` its relative difference, `(discrete, unknown)` whether an integer result differs and
 /// whether a result has no sketch, `grown` the growth so far, `own` its fp64 replay.
 fn record_noise(
@@ -364,15 +379,32 @@ fn record_noise(
         };
         return mk(judgement, Some(tau), why);
     }
+    let (judgement, allowed, why) = received(x, y, (r, tau), &rule(d, tau), grown, own);
+    mk(judgement, Some(allowed), why)
+}
+
+/// The verdict's words on a record `x` that receives a difference (its inputs differ from
+/// `y`'s, or it writes in place), `r` its relative difference, `tau` the threshold `rule`
+/// gives, `grown` the growth so far and `own` its fp64 replay: within the allowance for what
+/// it received, beyond noise (its own step, or its arguments), or amplified. Gives the
+/// judgement, the difference allowed, and why.
+fn received(
+    x: &TraceEntry,
+    y: &TraceEntry,
+    (r, tau): (f64, f64),
+    rule: &str,
+    grown: f64,
+    own: Option<&OwnStep>,
+) -> (&'static str, f64, String) {
+    let same_inputs = x.inputs == y.inputs;
     let allowed = tau.max(GROWTH_ALLOWANCE * grown);
     let receives = match same_inputs {
         true => "it writes in place (the value it overwrote is not in its record)",
         false => "its inputs already differ",
     };
     let why = format!(
-        "relative difference {r:.2e}; {receives}, growth so far {grown:.2e}, allowed max({}, \
-         {GROWTH_ALLOWANCE} × {grown:.2e}) = {allowed:.2e}",
-        rule(d, tau)
+        "relative difference {r:.2e}; {receives}, growth so far {grown:.2e}, allowed max({rule}, \
+         {GROWTH_ALLOWANCE} × {grown:.2e}) = {allowed:.2e}"
     );
     let replayed = own.map_or(String::new(), |o| {
         format!("; fp64 replay on each side's own inputs: {}", o.verdict)
@@ -402,7 +434,7 @@ fn record_noise(
             ),
         ),
     };
-    mk(judgement, Some(allowed), why)
+    (judgement, allowed, why)
 }
 
 /// Whether `op` writes a tensor in place (`aten::mul_.Tensor`, `aten::_foreach_add_.List`):

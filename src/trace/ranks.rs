@@ -91,7 +91,7 @@ impl RankFirst {
 }
 
 /// The first divergence between two runs' traces, rank by rank (see the module docs). A
-/// trace of one rank is compared as one stream, exactly as [`first_divergence_in`] does.
+/// trace of one rank is compared as one stream, exactly as `super::first_divergence_in` does.
 pub fn localize(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
     let (ra, rb) = (by_rank(a), by_rank(b));
     let mut ranks: Vec<u64> = ra.keys().chain(rb.keys()).copied().collect();

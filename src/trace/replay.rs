@@ -1,4 +1,4 @@
-//! fp64 replay of a captured op (issue 32, item 4): when both sides' kept run directories hold
+//! fp64 replay of a captured op: when both sides' kept run directories hold
 //! a capture of the same op call (`bitexact run --trace ops --capture OP_IDENTITY`, or
 //! localization's capture re-run), `diff-trace` replays the call in float64 on each side's
 //! captured inputs and says which side's output is closer to the float64 result, by how many
@@ -8,7 +8,7 @@
 //! as `python -c`, so no bitexact package is needed where it runs): the interpreter is
 //! `$BITEXACT_PYTHON` ([`crate::protocol::PYTHON_ENV`]), else the program's own (recorded in the
 //! capture, if it still exists), else `python3` on `PATH`. It answers
-//! with one JSON object ([`Answer`]); this module judges it.
+//! with one JSON object (`Answer`); this module judges it.
 //!
 //! **The rule.** A side's error on a floating-point output is its largest absolute difference
 //! from the float64 result over the result's scale (its largest finite magnitude): the same

@@ -66,6 +66,52 @@ fn act_bytes(a: &LayerAct) -> u64 {
     (4 * (a.input.len() + a.z.len()) + a.mask.len()) as u64
 }
 
+/// The failed attempt's activation buffers, taken out of `acts` and kept referenced: the
+/// PLANTED `hold_failed` keeps them alive while their reservations go.
+fn hold(acts: &mut [LayerAct]) -> Vec<(Vec<f32>, Vec<f32>, Vec<bool>)> {
+    acts.iter_mut()
+        .map(|a| {
+            let z = std::mem::take(&mut a.z);
+            (std::mem::take(&mut a.input), z, std::mem::take(&mut a.mask))
+        })
+        .collect()
+}
+
+/// The fallback: the rows of `full` in micro-batches of `micro` rows, in ascending order,
+/// their gradients accumulated into `grads` and their losses summed into `loss` (per sample,
+/// or, with the PLANTED `naive_accumulation`, as per-micro-batch sums).
+fn accumulate(
+    ctx: &mut Ctx,
+    model: &DeepMlp,
+    full: &Rows,
+    micro: usize,
+    fallback: Fallback,
+    (grads, loss): (&mut [Vec<f32>], &mut f32),
+) -> Result<()> {
+    let (x, y, batch) = (full.x, full.y, full.y.len());
+    let d = model.widths[0];
+    for r0 in (0..batch).step_by(micro) {
+        let r1 = (r0 + micro).min(batch);
+        let rows = Rows {
+            x: &x[r0 * d..r1 * d],
+            y: &y[r0..r1],
+            r0,
+            ..*full
+        };
+        if fallback.naive_accumulation {
+            // PLANTED: this micro-batch's gradient sum, then added to the total.
+            let mut g = model.zero_grads();
+            model.step_rows(ctx, &rows, Mode::Stored, &mut g, loss, &mut Vec::new())?;
+            for (t, m) in grads.iter_mut().zip(&g) {
+                t.iter_mut().zip(m).for_each(|(t, m)| *t += m);
+            }
+        } else {
+            model.step_rows(ctx, &rows, Mode::Stored, grads, loss, &mut Vec::new())?;
+        }
+    }
+    Ok(())
+}
+
 /// One step over `(x, y)` under a budget of `budget` bytes: the full batch first, and on an
 /// out-of-memory error the micro-batch fallback (behaving as `fallback` says). Errors other
 /// than running out of memory are returned.
@@ -78,7 +124,6 @@ pub fn budgeted_step(
     fallback: Fallback,
 ) -> Result<BudgetedStep> {
     let batch = y.len();
-    let d = model.widths[0];
     let full = Rows {
         x,
         y,
@@ -104,13 +149,8 @@ pub fn budgeted_step(
             };
             let failed_bytes: u64 = acts.iter().map(act_bytes).sum();
             // PLANTED (hold_failed): the buffers stay referenced while their reservations go.
-            let held: Vec<(Vec<f32>, Vec<f32>, Vec<bool>)> = if fallback.hold_failed {
-                acts.iter_mut()
-                    .map(|a| {
-                        let z = std::mem::take(&mut a.z);
-                        (std::mem::take(&mut a.input), z, std::mem::take(&mut a.mask))
-                    })
-                    .collect()
+            let held = if fallback.hold_failed {
+                hold(&mut acts)
             } else {
                 Vec::new()
             };
@@ -119,41 +159,8 @@ pub fn budgeted_step(
             loss = 0.0;
             let micro = micro_batch(model, batch, budget);
             let start = memory::current();
-            let (r, p) = memory::scoped_peak(|| -> Result<()> {
-                for r0 in (0..batch).step_by(micro) {
-                    let r1 = (r0 + micro).min(batch);
-                    let rows = Rows {
-                        x: &x[r0 * d..r1 * d],
-                        y: &y[r0..r1],
-                        r0,
-                        ..full
-                    };
-                    if fallback.naive_accumulation {
-                        // PLANTED: this micro-batch's gradient sum, then added to the total.
-                        let mut g = model.zero_grads();
-                        model.step_rows(
-                            ctx,
-                            &rows,
-                            Mode::Stored,
-                            &mut g,
-                            &mut loss,
-                            &mut Vec::new(),
-                        )?;
-                        for (t, m) in grads.iter_mut().zip(&g) {
-                            t.iter_mut().zip(m).for_each(|(t, m)| *t += m);
-                        }
-                    } else {
-                        model.step_rows(
-                            ctx,
-                            &rows,
-                            Mode::Stored,
-                            &mut grads,
-                            &mut loss,
-                            &mut Vec::new(),
-                        )?;
-                    }
-                }
-                Ok(())
+            let (r, p) = memory::scoped_peak(|| {
+                accumulate(ctx, model, &full, micro, fallback, (&mut grads, &mut loss))
             });
             r?;
             drop(held);

@@ -36,9 +36,9 @@ pub use settings::{Knobs, Launch, RunSettings, BATCH_SPLIT};
 #[non_exhaustive]
 #[derive(schemars::JsonSchema)]
 pub enum Variation {
-    /// CPU thread count: [`Controls::thread_pair`].
+    /// CPU thread count: `Controls::thread_pair`.
     Threads,
-    /// Data-loader worker count: [`Controls::worker_pair`].
+    /// Data-loader worker count: `Controls::worker_pair`.
     Workers,
     /// Fresh scratch buffers (programs: fresh heap memory) filled with different bytes per run.
     Poison,

@@ -1,4 +1,4 @@
-//! A corpus of hostile invocations of the `bitexact` binary (issue 12): bad flags, bad values,
+//! A corpus of hostile invocations of the `bitexact` binary: bad flags, bad values,
 //! bad environment, bad paths, malformed trace and snapshot files, for every subcommand. Each
 //! must end with its expected exit code (2 for usage or unreadable input) within a time bound,
 //! without a panic, and with a message that names the culprit (flag, value, variable or path).
@@ -121,7 +121,7 @@ const CORPUS: &[Bad] = &[
     bad(&["run", "--"], 2, "CMD"),
     bad(&["run", "--", "no-such-command-bitexact"], 2, "no-such-command-bitexact"),
     bad(&["run", "--", "{tmp}/dir"], 2, "{tmp}/dir"),
-    // issue 17: an unwritable TMPDIR (run directories cannot be made), a bad ignore rule or
+    // An unwritable TMPDIR (run directories cannot be made), a bad ignore rule or
     // project file; snapshot update into a regular file.
     Bad(&["run", "--", "true"], &[("TMPDIR", "/proc")], 2, "TMPDIR"),
     bad(&["run", "--stdout-ignore", "(", "--", "true"], 2, "--stdout-ignore"),

@@ -1,4 +1,4 @@
-//! Batch invariance (`bitexact run --vary batch=A,B -- CMD … {batch}`, issue 31): `{batch}` is A
+//! Batch invariance (`bitexact run --vary batch=A,B -- CMD … {batch}`): `{batch}` is A
 //! in the even runs and B in the odd runs; a request whose result follows the batch size is
 //! `batch-variant` (exit 1), one that does not passes; a command without `{batch}` is a usage
 //! error (exit 2). The example `examples/python/batch_invariance.py` (a small causal LM) is

@@ -80,6 +80,28 @@ fn gpu_philox_stream_equals_cpu_for_any_grid_and_offset() {
     }
 }
 
+/// `run` of op `op` gives the same bits in 6 runs on the GPU, and the CPU's bits
+/// (`same_as_cpu`) or bits within 16 ULP of them.
+fn repeats_and_matches_the_cpu(op: &str, run: &dyn Fn(&mut Ctx) -> Vec<u32>, same_as_cpu: bool) {
+    let mut g = ctx(Backend::Cuda, true);
+    let first = run(&mut g);
+    for _ in 0..5 {
+        assert!(run(&mut g) == first, "{op} differs between GPU runs");
+    }
+    let cpu = run(&mut ctx(Backend::Cpu, true));
+    if same_as_cpu {
+        assert!(cpu == first, "{op}: GPU bits differ from the CPU's");
+    } else {
+        let ulp = cpu
+            .iter()
+            .zip(&first)
+            .map(|(&p, &q)| (p as i64 - q as i64).unsigned_abs())
+            .max()
+            .unwrap();
+        assert!(ulp <= 16, "{op}: {ulp} ULP from the CPU");
+    }
+}
+
 #[test]
 fn deterministic_kernels_repeat_bit_for_bit_and_match_the_cpu() {
     if !gpu_or_skip("deterministic_kernels_repeat_bit_for_bit_and_match_the_cpu") {
@@ -142,23 +164,7 @@ fn deterministic_kernels_repeat_bit_for_bit_and_match_the_cpu() {
         ),
     ];
     for (op, run, same_as_cpu) in &cases {
-        let mut g = ctx(Backend::Cuda, true);
-        let first = run(&mut g);
-        for _ in 0..5 {
-            assert!(run(&mut g) == first, "{op} differs between GPU runs");
-        }
-        let cpu = run(&mut ctx(Backend::Cpu, true));
-        if *same_as_cpu {
-            assert!(cpu == first, "{op}: GPU bits differ from the CPU's");
-        } else {
-            let ulp = cpu
-                .iter()
-                .zip(&first)
-                .map(|(&p, &q)| (p as i64 - q as i64).unsigned_abs())
-                .max()
-                .unwrap();
-            assert!(ulp <= 16, "{op}: {ulp} ULP from the CPU");
-        }
+        repeats_and_matches_the_cpu(op, run, *same_as_cpu);
     }
     // Every deterministic CUDA matmul (each tile configuration) gives the CPU's bits
     // (k ascending without FMA).

@@ -129,7 +129,7 @@ fn rank_1_dropout_is_the_origin(case: &serde_json::Value) -> String {
 /// A collective's receive buffers are not its inputs: `DistributedDataParallel(...)` all-gathers
 /// the parameters' shapes into `torch.empty` buffers, whose bytes `--vary poison` makes differ
 /// in every run. Hashed as inputs they made that all-gather "already received different
-/// inputs" on both ranks, hiding rank 1's dropout (issue 28).
+/// inputs" on both ranks, hiding rank 1's dropout.
 #[test]
 fn a_rank_seeded_from_the_clock_is_the_origin_whatever_the_receive_buffers_held() {
     let test = "a_rank_seeded_from_the_clock_is_the_origin_whatever_the_receive_buffers_held";

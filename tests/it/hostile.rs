@@ -1,4 +1,4 @@
-//! Hostile programs (issue 28): what a program does under `$BITEXACT_OUT`, or beside it, must
+//! Hostile programs: what a program does under `$BITEXACT_OUT`, or beside it, must
 //! never make bitexact fail or hide why a run failed.
 
 use crate::common;
@@ -16,8 +16,8 @@ fn failure_of(script: &str) -> String {
 }
 
 /// A directory nested past PATH_MAX (4 000 characters): reading it fails with
-/// `File name too long`. The message was cut at 2 KiB in the middle of the path, so the cause
-/// was lost; long paths are now shortened in the middle, and the cause is kept.
+/// `File name too long`. The failure message shortens the long path in the middle and keeps
+/// the cause, which a message cut at 2 KiB in the middle of the path would lose.
 #[test]
 fn a_path_too_long_to_read_keeps_its_cause() {
     let script = r#"cd "$BITEXACT_OUT"; echo x > top.bin

@@ -1,4 +1,4 @@
-//! Process hygiene (issue 12): after timeouts, hangs, grandchildren and a parent stopped by
+//! Process hygiene: after timeouts, hangs, grandchildren and a parent stopped by
 //! SIGTERM, SIGINT or SIGKILL mid-run, no process of the test's own tree is left. Each
 //! invocation carries a unique marker in its environment (inherited by every child and
 //! grandchild), and `/proc/*/environ` is scanned for it.
@@ -258,7 +258,7 @@ fn sigkill_of_the_parent_kills_its_direct_children() {
 fn sigkill_of_the_parent_leaves_only_grandchildren_of_run_programs() {
     let mark = marker("kill-run");
     // SIGKILL skips every cleanup: bitexact's run directory stays, so it goes in a TMPDIR of
-    // the test's own (it used to pile up in /tmp, one per test run).
+    // the test's own (not /tmp, where one would pile up per test run).
     let tmp = tempfile::tempdir().unwrap();
     let child = start_in(
         &mark,
@@ -301,7 +301,7 @@ fn sigkill_of_the_parent_leaves_only_grandchildren_of_run_programs() {
 }
 
 /// A daemon: a double fork out of a new session, so the grandchild leads no process group and
-/// is no child of the program (issue 17). It holds the program's stderr open too.
+/// is no child of the program. It holds the program's stderr open too.
 const DAEMON: &str = "setsid sh -c 'sleep 100 & exit' & sleep 0.3; echo x > \"$BITEXACT_OUT/x\"";
 
 #[test]

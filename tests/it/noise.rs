@@ -1,11 +1,11 @@
-//! Noise or not, from two records alone (issue 32): `bitexact diff-trace` of two kept runs of
+//! Noise or not, from two records alone: `bitexact diff-trace` of two kept runs of
 //! `tests/fixtures/programs/noise_mlp.py` (a small MLP, three AdamW steps) judges whether
 //! they differ by rounding noise or by more:
 //! - 1 vs 4 torch threads (the weight gradients' matrix products block by thread count):
 //!   within noise, the thread counts named, the growth per step given, exit 0;
 //! - 1 vs 4 threads of `tests/fixtures/programs/noise_shift.py`, whose one parameter's gradient
 //!   is a sum that cancels: the receiver that amplifies the difference is `amplified`, never
-//!   beyond noise, and the answer is within noise (issue 45);
+//!   beyond noise, and the answer is within noise;
 //! - a LayerNorm eps of 1e-5 vs 1e-3: beyond noise at `aten::native_layer_norm`, the differing
 //!   argument named;
 //! - a planted bug giving one weight a 1 % larger update: beyond noise at the optimizer's op.
@@ -17,10 +17,10 @@
 //! amplified noise).
 //!
 //! Which op differs first at 1 vs 4 threads depends on the CPU's kernels (the loss's
-//! `aten::mean` on one machine, `aten::native_layer_norm_backward` on another; issue 48), so
+//! `aten::mean` on one machine, `aten::native_layer_norm_backward` on another), so
 //! the test reads it from diff-trace's JSON (`capture`: the origin's identity) and checks what
 //! must hold of it: the capture hint names that identity, the origin is within noise, and
-//! both sides kept again with `--capture` of it are replayed in float64 (issue 32 item 4),
+//! both sides kept again with `--capture` of it are replayed in float64,
 //! each within noise. Where 1 and 4 threads give identical bits, the test skips and says so.
 //!
 //! Needs a Python with torch and the installed bitexact package (ci/python.sh); says

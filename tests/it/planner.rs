@@ -1,4 +1,4 @@
-//! One planner owns every run (issue 30): every run a check makes — the main pass, blame's
+//! One planner owns every run: every run a check makes — the main pass, blame's
 //! passes, capture re-runs of a traced program, the order pass — reaches the suite's
 //! `Event::Run` with its reason, and the report's JSON (`passes`) counts the same runs. A
 //! verdict is final when `Event::Finished` says it: snapshots, the order pass and the other

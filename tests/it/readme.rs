@@ -142,7 +142,7 @@ fn readme_links_resolve() {
     assert!(seen >= 10, "the README links into the docs ({seen} links)");
 }
 
-/// Issue 34: the README is about a screen; everything else lives in the docs site.
+/// The README is about a screen; everything else lives in the docs site.
 #[test]
 fn readme_is_at_most_150_lines() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -1,4 +1,4 @@
-//! Resume ≡ uninterrupted (`bitexact run --vary resume --resume-with ARGS -- CMD`, issue 44):
+//! Resume ≡ uninterrupted (`bitexact run --vary resume --resume-with ARGS -- CMD`):
 //! a program killed (SIGKILL) right after its Nth checkpoint and relaunched with ARGS in the
 //! same `$BITEXACT_OUT` must end exactly as runs 0 and 1, which ran uninterrupted.
 //!
@@ -306,6 +306,42 @@ fn resume_flags_are_checked_before_any_run() {
     );
 }
 
+/// The resume state of `case`, run with `--forget forget`, names the piece `named` (a line
+/// that starts so and contains `says`), and no other piece but what follows from it.
+fn only_the_forgotten_piece_is_named(
+    case: &serde_json::Value,
+    forget: &str,
+    named: &str,
+    says: &str,
+) {
+    let state: Vec<&str> = case["program"]["resume"]["state"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{forget}: no state named: {case:#}"))
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(
+        state
+            .iter()
+            .any(|s| s.starts_with(named) && s.contains(says)),
+        "{forget}: {state:?}"
+    );
+    let others = [
+        "torch's CPU generator",
+        "StepLR",
+        "AdamW",
+        "GradScaler",
+        "numpy",
+        "Python's random",
+    ];
+    for other in others.iter().filter(|o| !named.starts_with(**o)) {
+        assert!(
+            !state.iter().any(|s| s.starts_with(other)),
+            "{forget}: {other} named: {state:?}"
+        );
+    }
+}
+
 /// `examples/python/train_resume.py` (PyTorch: AdamW, StepLR, GradScaler, BatchNorm, a
 /// shuffling DataLoader, numpy and Python noise) resumes bit for bit, and each piece its
 /// `--forget` leaves out is named at the first step after the checkpoint (step 4), from the
@@ -372,33 +408,7 @@ fn a_pytorch_resume_names_the_state_the_checkpoint_forgot() {
             (1, Some("resume-mismatch")),
             "{forget}: {case:#}"
         );
-        let state: Vec<&str> = case["program"]["resume"]["state"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{forget}: no state named: {case:#}"))
-            .iter()
-            .map(|s| s.as_str().unwrap())
-            .collect();
-        assert!(
-            state
-                .iter()
-                .any(|s| s.starts_with(named) && s.contains(says)),
-            "{forget}: {state:?}"
-        );
-        // Only the forgotten piece (and what follows from it) is named.
-        let others = [
-            "torch's CPU generator",
-            "StepLR",
-            "AdamW",
-            "GradScaler",
-            "numpy",
-            "Python's random",
-        ];
-        for other in others.iter().filter(|o| !named.starts_with(**o)) {
-            assert!(
-                !state.iter().any(|s| s.starts_with(other)),
-                "{forget}: {other} named: {state:?}"
-            );
-        }
+        only_the_forgotten_piece_is_named(&case, forget, named, says);
     }
     // With --trace ops: the first op after the resume that differs, named by its generator.
     let (code, case) = run(&["--trace", "ops"], &["--forget", "torch-rng"]);

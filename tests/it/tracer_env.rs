@@ -1,4 +1,4 @@
-//! `--trace` wherever bitexact is installed (issue 28): bitexact in one environment (the CI
+//! `--trace` wherever bitexact is installed: bitexact in one environment (the CI
 //! venv's console script, `python -m bitexact`), the program under another Python that has
 //! torch but not bitexact (a venv made here whose site-packages links every package of the CI
 //! venv except bitexact, numpy and safetensors). The tracer still names the op; nothing of
@@ -298,11 +298,30 @@ fn a_package_directory_that_is_not_one_is_bad_input() {
     );
 }
 
-/// The Python programs that used to defeat the check (found in review): a wrapper Python
-/// without torch that launches the real program (its failed claim used to keep the child from
-/// tracing or seeding), a program that empties its output directory (the records used to live
-/// there), a run stopped early before its Python started (it used to be called untraceable),
-/// and a Python older than 3.9 (it used to blame `-I` / `-E`).
+/// A Python older than 3.9 that runs, on `PATH` or under pyenv, if this machine has one.
+fn old_python() -> Option<String> {
+    let mut candidates: Vec<String> = ["python3.8", "python3.7", "python3.6", "python2.7"]
+        .map(String::from)
+        .to_vec();
+    let pyenv = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".pyenv/versions");
+    for e in std::fs::read_dir(pyenv).into_iter().flatten().flatten() {
+        let v = e.file_name().to_string_lossy().into_owned();
+        if ["2.", "3.6", "3.7", "3.8"].iter().any(|p| v.starts_with(p)) {
+            candidates.push(e.path().join("bin/python").display().to_string());
+        }
+    }
+    candidates.into_iter().find(|p| {
+        let o = Command::new(p).args(["-c", "print(1)"]).output();
+        o.is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Python programs that could defeat the check: a wrapper Python without torch that launches
+/// the real program (its failed claim must not keep the child from tracing or seeding), a
+/// program that empties its output directory (the tracer keeps its records elsewhere, so it
+/// is still seen to have started), a run stopped early before its Python started
+/// (nondeterministic, not untraceable), and a Python older than 3.9 (named as too old, never
+/// blamed on `-I` / `-E`).
 #[test]
 fn wrappers_cleared_outputs_early_stops_and_old_pythons_are_judged_right() {
     let test = "wrappers_cleared_outputs_early_stops_and_old_pythons_are_judged_right";
@@ -374,21 +393,7 @@ fn wrappers_cleared_outputs_early_stops_and_old_pythons_are_judged_right() {
         "{case:#}"
     );
     // A Python older than 3.9, where this machine has one.
-    let mut candidates: Vec<String> = ["python3.8", "python3.7", "python3.6", "python2.7"]
-        .map(String::from)
-        .to_vec();
-    let pyenv = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".pyenv/versions");
-    for e in std::fs::read_dir(pyenv).into_iter().flatten().flatten() {
-        let v = e.file_name().to_string_lossy().into_owned();
-        if ["2.", "3.6", "3.7", "3.8"].iter().any(|p| v.starts_with(p)) {
-            candidates.push(e.path().join("bin/python").display().to_string());
-        }
-    }
-    let old = candidates.into_iter().find(|p| {
-        let o = Command::new(p).args(["-c", "print(1)"]).output();
-        o.is_ok_and(|o| o.status.success())
-    });
-    let Some(old) = old else {
+    let Some(old) = old_python() else {
         bitexact::check::skip_notice(test, "(part) no Python older than 3.9 on PATH");
         return;
     };

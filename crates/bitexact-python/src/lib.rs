@@ -3,21 +3,21 @@
 //! own crate, as polars keeps `py-polars` beside its core, so the `bitexact` crate has no PyO3
 //! in its dependency tree. They are a thin face of the `bitexact` library, never a second
 //! implementation:
-//! - [`main`]: the whole `bitexact` command line ([`bitexact::cli::main`]), behind the package's
+//! - `main`: the whole `bitexact` command line ([`bitexact::cli::main`]), behind the package's
 //!   console script, so `pip install` puts the same command on PATH. Children that re-run the
 //!   command line (`--isolate`, `--vary process`) start as `python -m bitexact __child`.
-//! - [`digest_ptr`] / [`digests_ptr`]: the canonical digest ([`bitexact::digest::digest_parts`],
+//! - `digest_ptr` / `digests_ptr`: the canonical digest ([`bitexact::digest::digest_parts`],
 //!   chunked and parallel with rayon) of host memory the Python side hands over as an address
 //!   and a length (numpy's `__array_interface__`, torch's `data_ptr()`), with the GIL
 //!   released and no copy.
-//! - [`digest_bytes`]: the same over a `bytes` object.
-//! - [`trace::trace_digests`]: an op's tensors for the op tracer, labelled as trace records
-//!   show them, with a cache of digests checked against the bytes (see [`trace`]).
-//! - [`trace_writer::TraceWriter`]: the op tracer's trace file, written in order by a
-//!   background thread that also hashes the records' tensors (see [`trace_writer`]).
-//! - [`pytest`]: what the pytest plugin needs: `bitexact run` returning its report, the
+//! - `digest_bytes`: the same over a `bytes` object.
+//! - `trace::trace_digests`: an op's tensors for the op tracer, labelled as trace records
+//!   show them, with a cache of digests checked against the bytes (see `trace`).
+//! - `trace_writer::TraceWriter`: the op tracer's trace file, written in order by a
+//!   background thread that also hashes the records' tensors (see `trace_writer`).
+//! - `pytest`: what the pytest plugin needs: `bitexact run` returning its report, the
 //!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
-//! - [`cuda_status`] / [`digest_cuda_ptr`]: the same digest of device memory, chunks hashed by
+//! - `cuda_status` / `digest_cuda_ptr`: the same digest of device memory, chunks hashed by
 //!   the SHA-256 kernel on the GPU ([`bitexact::backend::cuda`]), where a CUDA device is usable.
 //!
 //! The Python wrappers in `python/bitexact/_digest.py` keep the owning array or tensor alive

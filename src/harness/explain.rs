@@ -1,21 +1,13 @@
-//! Diagnoses of a difference, for every kind of run source: explain it output by output,
-//! name the first output that differs in write order, blame the variation that breaks a
-//! subject, and find cases whose result depends on what ran before them (the `order`
-//! variation). Each adds evidence; none assigns a verdict.
+//! Explaining a difference between two runs, for every kind of run source: output by output
+//! (element by element, files streamed side by side, text by lines), how it grows file by
+//! file, and the first output that differs in write order. Each adds evidence; none assigns a
+//! verdict.
 
-use super::executor::{Pass, PassRuns};
-use super::in_process::CaseSource;
-use super::planner::Planner;
-use super::source::{Collected, RunSource, RunStart, Runs};
-use crate::case::Case;
-use crate::outcome::FailureKind;
-use crate::outcome::{CaseReport, Verdict};
-
+use super::source::Collected;
 use crate::diff::{self, TensorDiff};
 use crate::digest::Digest;
 use crate::trace::Divergence;
-use crate::vary::{Blame, Variation};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// At most this many differing outputs are explained element by element (the rest are
@@ -171,7 +163,7 @@ fn growth(
 /// later run `b`'s or that only one of them wrote: its place in that order, its name, and
 /// which run lacks it (` (missing in the later run)`, ` (missing in the earlier run)`, or
 /// nothing).
-fn first_differing<'a>(
+pub(super) fn first_differing<'a>(
     a: &'a Collected,
     b: &'a Collected,
 ) -> Option<(usize, &'a str, &'static str)> {
@@ -196,138 +188,6 @@ pub fn first_output_divergence(a: &Collected, b: &Collected) -> Option<Divergenc
         explanation: format!("first divergence: {n}{missing} (every earlier output identical)"),
         ..Divergence::default()
     })
-}
-
-/// Why a blame pass diverged, in one line: the first output in which a run differs from run 0
-/// (`run 1 differs from run 0 first at step_0003.safetensors:w (stopped early)`), or, when no
-/// two runs differed, the failure that ended it (`run 1: …`).
-fn why(p: &Pass) -> Option<String> {
-    let Some((i, b)) = p.differing.as_ref() else {
-        return p.failure.as_ref().map(|f| f.line());
-    };
-    let first = match first_differing(p.first.as_ref()?, b) {
-        Some((_, n, missing)) => format!("{n}{missing}"),
-        None => "its run digest".into(),
-    };
-    let stopped = if b.partial { " (stopped early)" } else { "" };
-    Some(format!(
-        "run {i} differs from run 0 first at {first}{stopped}"
-    ))
-}
-
-/// The control (everything fixed), then each variation alone, `opts.runs` runs each. The blame
-/// says how many runs it made and how long they took.
-pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
-    let opts = planner.opts;
-    let t0 = std::time::Instant::now();
-    let mut passes: Vec<(String, usize)> = Vec::new();
-    let mut first_ops: Vec<(Variation, String)> = Vec::new();
-    let mut evidence: Vec<String> = Vec::new();
-    let mut control_failed = false;
-    let mut diverges = |vary: &[Variation], purpose: String| {
-        let name = purpose.trim_start_matches("blame: ").to_string();
-        let runs = PassRuns {
-            count: opts.runs,
-            traced: false,
-        };
-        let mut p = planner.pass(source, vary, runs, &purpose);
-        passes.push((purpose.clone(), p.metas.len()));
-        let timed_out = p.failure.as_ref().map(|f| f.kind) == Some(FailureKind::Timeout);
-        if p.failed_before_differing() && !timed_out {
-            // A run failed before any two differed: the pass is made once more, so that one
-            // crash that has nothing to do with the variation (a framework's teardown racing
-            // under load) does not decide blame. The failure stays in the evidence; a crash
-            // the variation causes every time fails again and counts. A timeout is not made
-            // again (it would cost a second full --timeout wait).
-            let why = why(&p).unwrap_or_default();
-            evidence.push(format!("{name}: {why} (the pass was made again)"));
-            let again = format!("{purpose} again");
-            p = planner.pass(source, vary, runs, &again);
-            passes.push((again, p.metas.len()));
-        }
-        if let Some(why) = why(&p) {
-            control_failed |= vary.is_empty() && p.failed_before_differing();
-            evidence.push(format!("{name}: {why}"));
-        }
-        // With op traces (a program under `--trace`), where this variation's runs diverged.
-        let traces = p
-            .first
-            .as_ref()
-            .and_then(|a| a.trace.as_ref())
-            .zip(p.differing.as_ref().and_then(|(_, b)| b.trace.as_ref()));
-        if let (Some((a, b)), [v]) = (traces, vary) {
-            // Runs at other batch sizes make other op calls: their streams do not line up.
-            let aligned = *v != Variation::Batch;
-            if let Some(d) = crate::trace::first_divergence(a, b).filter(|_| aligned) {
-                first_ops.push((*v, d.place().to_string()));
-            }
-        }
-        p.diverged()
-    };
-    let blame = if diverges(&[], "blame: control".into()) {
-        Blame::new(false, Vec::new()).control_failed(control_failed)
-    } else {
-        let tried: Vec<Variation> = opts.vary.iter().copied().filter(|v| v.blamable()).collect();
-        let broken = tried
-            .iter()
-            .copied()
-            .filter(|&v| diverges(&[v], format!("blame: {}", v.name())))
-            .collect();
-        Blame {
-            tried,
-            ..Blame::new(true, broken)
-        }
-    };
-    blame
-        .with_first_ops(first_ops)
-        .with_cost(&passes, t0.elapsed().as_secs_f64())
-        .with_evidence(evidence)
-}
-
-/// The `order` variation for one report: runs its case once more in this process under the
-/// settings of its first run (the suite calls it for the cases in reverse order, after every
-/// case ran once), made by `planner`, and records as evidence which outputs now differ from
-/// that first run. Only reports whose evidence so far says deterministic (or a planted bug
-/// missed) are checked; the verdict is left to the judge.
-pub fn order_check(case: &dyn Case, r: &mut CaseReport, planner: &mut dyn Runs) {
-    let now = r.verdict_so_far();
-    if now != Verdict::Deterministic && now != Verdict::Missed {
-        return;
-    }
-    let mut settings = planner.settings(0, false);
-    settings.fresh_process = false;
-    let source = CaseSource {
-        case,
-        backend: r.backend,
-        children: None,
-    };
-    let told = RunStart {
-        purpose: "order: reverse",
-        index: 0,
-        of: 1,
-    };
-    let Ok(out) = planner.one(&source, &settings, 0, told) else {
-        return;
-    };
-    let now: BTreeMap<String, String> = out
-        .digests
-        .iter()
-        .map(|(k, d)| (k.clone(), d.hex()))
-        .collect();
-    if now == r.digests {
-        return;
-    }
-    let names: BTreeSet<&String> = now.keys().chain(r.digests.keys()).collect();
-    let differing: Vec<&str> = names
-        .into_iter()
-        .filter(|n| now.get(*n) != r.digests.get(*n))
-        .map(|n| n.as_str())
-        .collect();
-    r.blame = Some(Blame::new(true, vec![Variation::Order]));
-    r.evidence.order_dependence = Some(format!(
-        "result depends on case order: {} differ(s) when the suite runs again in reverse order",
-        differing.join(", ")
-    ));
 }
 
 /// How two text outputs differ, line by line.

@@ -1,0 +1,96 @@
+//! Blame: which variation breaks a subject. The control pass (everything fixed), then one
+//! pass per variation alone; each pass that diverges is named, with the first output or op in
+//! which it did. Evidence only; the verdict is left to the judge.
+
+use super::executor::{Pass, PassRuns};
+use super::explain::first_differing;
+use super::planner::Planner;
+use super::source::RunSource;
+use crate::outcome::FailureKind;
+use crate::vary::{Blame, Variation};
+
+/// Why a blame pass diverged, in one line: the first output in which a run differs from run 0
+/// (`run 1 differs from run 0 first at step_0003.safetensors:w (stopped early)`), or, when no
+/// two runs differed, the failure that ended it (`run 1: …`).
+fn why(p: &Pass) -> Option<String> {
+    let Some((i, b)) = p.differing.as_ref() else {
+        return p.failure.as_ref().map(|f| f.line());
+    };
+    let first = match first_differing(p.first.as_ref()?, b) {
+        Some((_, n, missing)) => format!("{n}{missing}"),
+        None => "its run digest".into(),
+    };
+    let stopped = if b.partial { " (stopped early)" } else { "" };
+    Some(format!(
+        "run {i} differs from run 0 first at {first}{stopped}"
+    ))
+}
+
+/// The control (everything fixed), then each variation alone, `opts.runs` runs each. The blame
+/// says how many runs it made and how long they took.
+pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
+    let opts = planner.opts;
+    let t0 = std::time::Instant::now();
+    let mut passes: Vec<(String, usize)> = Vec::new();
+    let mut first_ops: Vec<(Variation, String)> = Vec::new();
+    let mut evidence: Vec<String> = Vec::new();
+    let mut control_failed = false;
+    let mut diverges = |vary: &[Variation], purpose: String| {
+        let name = purpose.trim_start_matches("blame: ").to_string();
+        let runs = PassRuns {
+            count: opts.runs,
+            traced: false,
+        };
+        let mut p = planner.pass(source, vary, runs, &purpose);
+        passes.push((purpose.clone(), p.metas.len()));
+        let timed_out = p.failure.as_ref().map(|f| f.kind) == Some(FailureKind::Timeout);
+        if p.failed_before_differing() && !timed_out {
+            // A run failed before any two differed: the pass is made once more, so that one
+            // crash that has nothing to do with the variation (a framework's teardown racing
+            // under load) does not decide blame. The failure stays in the evidence; a crash
+            // the variation causes every time fails again and counts. A timeout is not made
+            // again (it would cost a second full --timeout wait).
+            let why = why(&p).unwrap_or_default();
+            evidence.push(format!("{name}: {why} (the pass was made again)"));
+            let again = format!("{purpose} again");
+            p = planner.pass(source, vary, runs, &again);
+            passes.push((again, p.metas.len()));
+        }
+        if let Some(why) = why(&p) {
+            control_failed |= vary.is_empty() && p.failed_before_differing();
+            evidence.push(format!("{name}: {why}"));
+        }
+        // With op traces (a program under `--trace`), where this variation's runs diverged.
+        let traces = p
+            .first
+            .as_ref()
+            .and_then(|a| a.trace.as_ref())
+            .zip(p.differing.as_ref().and_then(|(_, b)| b.trace.as_ref()));
+        if let (Some((a, b)), [v]) = (traces, vary) {
+            // Runs at other batch sizes make other op calls: their streams do not line up.
+            let aligned = *v != Variation::Batch;
+            if let Some(d) = crate::trace::first_divergence(a, b).filter(|_| aligned) {
+                first_ops.push((*v, d.place().to_string()));
+            }
+        }
+        p.diverged()
+    };
+    let blame = if diverges(&[], "blame: control".into()) {
+        Blame::new(false, Vec::new()).control_failed(control_failed)
+    } else {
+        let tried: Vec<Variation> = opts.vary.iter().copied().filter(|v| v.blamable()).collect();
+        let broken = tried
+            .iter()
+            .copied()
+            .filter(|&v| diverges(&[v], format!("blame: {}", v.name())))
+            .collect();
+        Blame {
+            tried,
+            ..Blame::new(true, broken)
+        }
+    };
+    blame
+        .with_first_ops(first_ops)
+        .with_cost(&passes, t0.elapsed().as_secs_f64())
+        .with_evidence(evidence)
+}
