@@ -7,7 +7,7 @@
 
 mod common;
 use bitexact::harness::{explain, Collected, Loader};
-use bitexact::run::collect;
+use bitexact::program::collect;
 use bitexact::Tensor;
 use common::best;
 use std::path::{Path, PathBuf};

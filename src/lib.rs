@@ -76,9 +76,9 @@ pub mod harness;
 /// Op families and their implementations (internal).
 #[doc(hidden)]
 pub mod ops;
-/// Run mode: external programs (internal).
+/// Program mode (`bitexact run`): external programs, run K times and compared (internal).
 #[doc(hidden)]
-pub mod run;
+pub mod program;
 /// Readers of tensor files (internal).
 #[doc(hidden)]
 pub mod tensor_files;

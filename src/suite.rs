@@ -4,7 +4,7 @@
 //! `Finished` → cost of determinism → [`Report`]. Subjects are cases (built-in
 //! or a user's) and external programs (`bitexact run`): both go through this one path and get
 //! the same events, snapshots and reports. The CLI only turns flags into a [`SuiteConfig`],
-//! calls [`run`] and renders the report; `bitexact::check` and the integration tests call it
+//! calls [`crate::suite::run`] and renders the report; `bitexact::check` and the integration tests call it
 //! directly.
 //!
 //! Progress goes out as [`Event`]s (as nextest's runner does); rendering is elsewhere
@@ -18,7 +18,7 @@ use crate::isolate;
 use crate::outcome::CrossDevice;
 use crate::outcome::{CaseReport, Report};
 use crate::platform::Platform;
-use crate::run::{Program, ProgramSource};
+use crate::program::{Program, ProgramSource};
 use crate::snapshot;
 use crate::vary::Variation;
 use anyhow::Result;

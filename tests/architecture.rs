@@ -62,7 +62,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("backend", &["backend", "platform", "vary", "trace"]),
     ("cases", &["case", "ops", "train", "cases"]),
     ("outcome", &["outcome"]),
-    ("harness", &["harness", "isolate", "run", "cross", "cost"]),
+    (
+        "harness",
+        &["harness", "isolate", "program", "cross", "cost"],
+    ),
     ("snapshots", &["snapshot"]),
     ("suite", &["suite", "check"]),
     ("report", &["report"]),

@@ -12,7 +12,7 @@ It behaves as the standalone binary does:
   ``bitexact run`` then installs its own SIGTERM / SIGINT / SIGHUP handling (kill every run's
   process group, remove the run directories, exit 128 + signal);
 * ``bitexact run --trace`` gives the program's Python this package (whatever environment the
-  program runs in: see ``src/run/tracer.rs``);
+  program runs in: see ``src/program/tracer.rs``);
 * children that re-run the command line (``--isolate``, ``--vary process``) start as
   ``python -m bitexact __child``;
 * the process ends with ``os._exit`` once the report is written, as a Rust ``main`` returns:

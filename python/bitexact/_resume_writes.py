@@ -5,7 +5,7 @@ A write is seen by an audit hook (:func:`sys.addaudithook`: ``open`` for writing
 ``os.rename``, ``os.mkdir``, ``shutil.copyfile``, ``os.link``, ``os.symlink``) and by a wrapped
 ``torch.save``, which opens its path in native code (no audit event). A saver that opens its
 path in other native code (safetensors' ``save_file``) is not seen. :func:`is_checkpoint`
-decides as bitexact's checkpoint watch (``src/run/checkpoint.rs``) does, more widely.
+decides as bitexact's checkpoint watch (``src/program/checkpoint.rs``) does, more widely.
 """
 
 import fnmatch

@@ -4,7 +4,7 @@
 //! everything else (K runs, explanation, localization, blame, the judge) once for all sources:
 //! - [`super::CaseSource`]: a built-in or user case, in this process or, per run, in a fresh
 //!   child (`--vary process`);
-//! - `crate::run::ProgramSource`: an external program, spawned with the environment contract,
+//! - `crate::program::ProgramSource`: an external program, spawned with the environment contract,
 //!   its output files collected.
 //!
 //! Sources never make runs of their own accord: every run, the main pass's or one a source

@@ -11,7 +11,7 @@
 //! - [`cost`]: [`CostRow`]; [`cross`]: [`CrossDevice`].
 //!
 //! It is data only: what fills it ([`crate::harness`], [`crate::cost`], [`crate::cross`],
-//! [`crate::run`]) imports it, never the other way round.
+//! [`crate::program`]) imports it, never the other way round.
 
 pub mod case;
 pub mod cost;

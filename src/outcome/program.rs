@@ -121,7 +121,7 @@ pub struct Ignored {
 }
 
 /// `--vary resume`: one more run, killed (SIGKILL) right after a checkpoint and resumed in the
-/// same output directory, compared with the uninterrupted run 0 (see `crate::run::resume`).
+/// same output directory, compared with the uninterrupted run 0 (see `crate::program::resume`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ResumeCheck {

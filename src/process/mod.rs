@@ -1,5 +1,5 @@
 //! Process plumbing shared by everything that starts children (isolated cases and
-//! `--vary process` runs in `crate::isolate`, programs in `crate::run`): each child in its own
+//! `--vary process` runs in `crate::isolate`, programs in `crate::program`): each child in its own
 //! process group tied to bitexact's life ([`contain`]), the registry of live groups and what
 //! happens to them when bitexact is told to stop ([`groups`]), and signal names. It knows
 //! nothing of cases, runs or reports.

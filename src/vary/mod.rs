@@ -17,8 +17,8 @@
 //! | `batch`   | rows in one batch (programs: `{batch}` in the command is A, default 1) | rows in sub-batches of 7 (programs: `{batch}` is B, default 8; `batch=A,B` chooses) | ops that are not batch-invariant: a request's result depends on what it is batched with; programs only when named (not part of `all`: the command must take `{batch}`) |
 //! | `hashseed` | `PYTHONHASHSEED` = run index | (same) | programs whose result follows Python's string hashing (set order) |
 //! | `seed` | the base seed | base seed + run index | outputs that depend on the seed where they must not (dropout left on in eval); applied only to cases that declare [`crate::case::Case::seed_independent`], and to programs only when named (not part of `all`: a program cannot declare seed independence) |
-//! | `world-size` | — | — | programs only, when named: one more run with 1 process (`{nproc}` in the command) compared with run 0 as information (see `crate::run::distributed`) |
-//! | `resume` | — | — | programs only, when named: one more run killed right after a checkpoint and resumed with `--resume-with`, compared with run 0 (see `crate::run::resume`) |
+//! | `world-size` | — | — | programs only, when named: one more run with 1 process (`{nproc}` in the command) compared with run 0 as information (see `crate::program::distributed`) |
+//! | `resume` | — | — | programs only, when named: one more run killed right after a checkpoint and resumed with `--resume-with`, compared with run 0 (see `crate::program::resume`) |
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -53,11 +53,11 @@ pub enum Variation {
     /// The seed differs on odd runs (only for seed-independent cases; programs: `BITEXACT_SEED`).
     Seed,
     /// Programs under torch.distributed: one more run with 1 process, compared with run 0 as
-    /// information (`crate::run::distributed`).
+    /// information (`crate::program::distributed`).
     #[serde(rename = "world-size")]
     WorldSize,
     /// Programs: one more run killed right after a checkpoint and resumed from it, compared
-    /// with run 0 (`crate::run::resume`).
+    /// with run 0 (`crate::program::resume`).
     Resume,
 }
 

@@ -28,7 +28,7 @@ pub struct Knobs {
     pub resume: Option<Launch>,
 }
 
-/// The two launches of `--vary resume`'s run (`crate::run::resume`).
+/// The two launches of `--vary resume`'s run (`crate::program::resume`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Launch {
     /// Killed right after its Nth checkpoint; its output directory stays for the next.

@@ -6,8 +6,8 @@
 
 use crate::common;
 
+use bitexact::program::{trace::TraceOptions, Program};
 use bitexact::report::{self, Format};
-use bitexact::run::{trace::TraceOptions, Program};
 use bitexact::suite::{self, Event, Subject, SuiteConfig};
 use bitexact::vary::Variation;
 use bitexact::{Backend, Controls, Report, Tensor, Verdict};

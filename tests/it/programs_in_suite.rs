@@ -2,7 +2,7 @@
 //! the same judge, typed failures in the evidence, and the same progress bar on a terminal.
 
 use crate::common;
-use bitexact::run::Program;
+use bitexact::program::Program;
 use bitexact::suite::{self, Event, Subject, SuiteConfig};
 use bitexact::FailureKind;
 use bitexact::{Backend, CaseReport, Controls, Verdict};

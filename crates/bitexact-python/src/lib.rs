@@ -195,13 +195,13 @@ impl Host {
 /// Runs the `bitexact` command line with `argv` (the program name first) and returns its exit
 /// code. `python` is the interpreter that children re-run the command line with
 /// (`python -m bitexact __child`); `package` is this package's directory, which `bitexact run
-/// --trace` gives the program's Python ([`bitexact::run::tracer`]). The GIL is released for the
+/// --trace` gives the program's Python ([`bitexact::program::tracer`]). The GIL is released for the
 /// whole run.
 #[pyfunction]
 #[pyo3(signature = (argv, python, package=None))]
 fn main(py: Python<'_>, argv: Vec<OsString>, python: PathBuf, package: Option<PathBuf>) -> u8 {
     if let Some(dir) = package {
-        bitexact::run::tracer::set_own_package(dir);
+        bitexact::program::tracer::set_own_package(dir);
     }
     let me = Launcher::Command {
         program: python,

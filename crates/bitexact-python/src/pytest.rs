@@ -32,7 +32,7 @@ pub fn run_report(
     package: Option<PathBuf>,
 ) -> (u8, Option<String>, Option<String>) {
     if let Some(dir) = package {
-        bitexact::run::tracer::set_own_package(dir);
+        bitexact::program::tracer::set_own_package(dir);
     }
     py.detach(|| match bitexact::cli::run_report(argv) {
         (code, Some(r)) => (

@@ -1,5 +1,5 @@
 //! The one place where parsed flags ([`super::args`]), the project file (`run` only:
-//! `bitexact.toml` or `[tool.bitexact]`, see [`crate::run::project`]) and the environment
+//! `bitexact.toml` or `[tool.bitexact]`, see [`crate::program::project`]) and the environment
 //! (`BITEXACT_*` controls, `CI`) become settings: each command's `XSettings::resolve`. Flags win
 //! over the project file, which wins over the defaults; a control flag hides its variable.
 //! Everything is validated here, before any work, so every usage error exits 2 up front; the

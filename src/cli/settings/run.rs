@@ -6,11 +6,11 @@ use super::{controls, memory_limit, outputs, runs, timeout, vary, Output};
 use crate::backend::Backend;
 use crate::cli::args::{ProjectFileArgs, RunArgs};
 use crate::cli::usage::usage;
+use crate::program::ignore::Ignore;
+use crate::program::project::{self, Project};
+use crate::program::trace::TraceOptions;
+use crate::program::Program;
 use crate::protocol;
-use crate::run::ignore::Ignore;
-use crate::run::project::{self, Project};
-use crate::run::trace::TraceOptions;
-use crate::run::Program;
 use crate::suite::SuiteConfig;
 use crate::vary::{Kind, Spec, Variation};
 use anyhow::Result;
@@ -51,7 +51,7 @@ impl ProgramSettings {
                 return Err(usage("--name must not be empty"))
             }
             Some(n) => n.clone(),
-            None => crate::run::default_name(&args.command),
+            None => crate::program::default_name(&args.command),
         };
         let program = Program {
             command: args.command.clone(),
@@ -68,7 +68,7 @@ impl ProgramSettings {
             seed_everything: args.seed_everything,
             world_size: args
                 .world_size
-                .unwrap_or(crate::run::distributed::DEFAULT_WORLD_SIZE),
+                .unwrap_or(crate::program::distributed::DEFAULT_WORLD_SIZE),
             world_size_invariant: args.world_size_invariant,
             keep_going: args.keep_going,
             sketch_outputs: args.snapshots.is_some(),
@@ -123,7 +123,7 @@ fn trace_options(a: &RunArgs) -> Result<Option<TraceOptions>> {
         steps,
         max_bytes: a
             .trace_max_bytes
-            .unwrap_or(crate::run::trace::DEFAULT_MAX_BYTES),
+            .unwrap_or(crate::program::trace::DEFAULT_MAX_BYTES),
         skip: a.trace_skip.clone(),
         capture: match &a.capture {
             Some(_) if level != crate::protocol::TraceLevel::Ops => {
@@ -145,7 +145,7 @@ fn trace_options(a: &RunArgs) -> Result<Option<TraceOptions>> {
 /// under `--trace` the larger size must be a multiple of the smaller (the larger run's results
 /// are compared with the smaller run's in row slices).
 fn check_batch(a: &RunArgs, spec: &Spec, program: &Program) -> Result<()> {
-    use crate::run::batch::{uses, BATCH};
+    use crate::program::batch::{uses, BATCH};
     if !spec.variations.contains(&Variation::Batch) {
         return Ok(());
     }
@@ -168,7 +168,7 @@ fn check_batch(a: &RunArgs, spec: &Spec, program: &Program) -> Result<()> {
 /// Checks `run`'s world-size flags against the command: `{nproc}` must be in it for
 /// `--world-size` and `--vary world-size`, which compares N ≥ 2 processes with 1.
 fn check_world_size(a: &RunArgs, vary: &[Variation]) -> Result<()> {
-    use crate::run::distributed::{uses_nproc, NPROC};
+    use crate::program::distributed::{uses_nproc, NPROC};
     let varied = vary.contains(&Variation::WorldSize);
     let has = uses_nproc(&a.command);
     if varied && !has {
@@ -194,9 +194,9 @@ fn check_world_size(a: &RunArgs, vary: &[Variation]) -> Result<()> {
 
 /// `run`'s resume flags checked against `--vary` and the command: `--vary resume` needs
 /// `--resume-with`, the other flags need `--vary resume`, and `{resume}` in the command needs
-/// it too. The state record is always asked for (see [`crate::run::resume`]).
-fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::resume::Spec>> {
-    use crate::run::resume::{words, Spec, RESUME};
+/// it too. The state record is always asked for (see [`crate::program::resume`]).
+fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::program::resume::Spec>> {
+    use crate::program::resume::{words, Spec, RESUME};
     let varied = vary.contains(&Variation::Resume);
     let placeholder = a.command.iter().any(|w| w == RESUME);
     let given = [
@@ -231,7 +231,7 @@ fn resume_spec(a: &RunArgs, vary: &[Variation]) -> Result<Option<crate::run::res
     Ok(Some(Spec {
         args,
         at,
-        matcher: crate::run::checkpoint::Matcher {
+        matcher: crate::program::checkpoint::Matcher {
             glob: a.checkpoint.clone(),
         },
     }))

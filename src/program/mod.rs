@@ -1,4 +1,4 @@
-//! Run mode: any program as a subject (`bitexact run -- CMD ARGS...`). `ProgramSource` is
+//! Program mode: any program as a subject (`bitexact run -- CMD ARGS...`). `ProgramSource` is
 //! its run source: each run gets a fresh empty `$BITEXACT_OUT` and the environment contract
 //! below; the files it writes there are digested with the library's canonical digests. The
 //! suite and the harness do the rest exactly as for a built-in case: K runs, explanation,
