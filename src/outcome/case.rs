@@ -127,7 +127,7 @@ pub struct CaseReport {
     /// Facts besides the above that decide the verdict.
     #[serde(default)]
     pub evidence: Evidence,
-    /// Run mode: the program, its environment and each run's exit status (see `crate::program`).
+    /// Program mode: the program, its environment and each run's exit status (see `crate::program`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramInfo>,
     /// Every run the harness made for this report, by purpose, in order: the main pass, then
