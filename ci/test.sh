@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: every test, Python and Rust, on a machine without a GPU.
-# 1. `cargo test --no-run` compiles the Rust tests in the background while
+# 1. `cargo test --no-run` (and the same for the bindings crate) compiles the Rust tests in
+#    the background while
 # 2. ci/python.sh makes the venv under ~/.cache/bitexact/ (numpy, safetensors, pytest,
 #    maturin, torch when it installs), builds this checkout's package (a release build, which
 #    does not wait on the debug one) and installs it, and runs pytest over python/tests.
@@ -39,7 +40,7 @@ timed() {
     echo "ci/test.sh: \`$*\` took $((SECONDS - t0)) s"
 }
 t0=$SECONDS
-setsid cargo test --no-run >"$build_log" 2>&1 &
+setsid sh -c 'cargo test --no-run && cargo test -p bitexact-python --no-run' >"$build_log" 2>&1 &
 builder=$!
 timed bash ci/python.sh
 status=0
@@ -47,9 +48,13 @@ wait "$builder" || status=$?
 builder=""
 if [ "$status" -ne 0 ]; then
     cat "$build_log"
-    echo "ci/test.sh: \`cargo test --no-run\` failed" >&2
+    echo "ci/test.sh: compiling the Rust tests (\`cargo test --no-run\`) failed" >&2
     exit "$status"
 fi
 echo "ci/test.sh: \`cargo test --no-run\` done $((SECONDS - t0)) s after it started (beside ci/python.sh)"
+# Three test threads on CI's two cores: the integration tests wait on programs, timeouts and
+# kills a quarter of the time at two threads (vmstat); a third fills that. $RUST_TEST_THREADS
+# set by the caller wins.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
 timed cargo test
 timed cargo test -p bitexact-python
