@@ -17,20 +17,14 @@ mod guide {
     include!(concat!(env!("OUT_DIR"), "/rust_tests_guide.rs"));
 }
 
+/// The same example as text, for the out-of-tree build (one extraction, `build.rs`'s).
+const GUIDE_EXAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/rust_tests_guide.rs"));
+
 #[path = "../../examples/user_crate/tests/hashmap.rs"]
 mod hashmap;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// The first ```rust block of the Rust tests guide, `docs/guides/rust-tests.md`.
-fn guide_example() -> String {
-    let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guides/rust-tests.md");
-    let section = std::fs::read_to_string(guide).expect("docs/guides/rust-tests.md");
-    let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
-    let end = start + section[start..].find("```").expect("the block ends");
-    section[start..end].to_string()
-}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -68,7 +62,7 @@ fn out_of_tree_build() {
     if !scratch.join("Cargo.lock").exists() {
         std::fs::copy(root.join("Cargo.lock"), scratch.join("Cargo.lock")).unwrap();
     }
-    std::fs::write(scratch.join("tests/it/readme.rs"), guide_example()).unwrap();
+    std::fs::write(scratch.join("tests/readme.rs"), GUIDE_EXAMPLE).unwrap();
     let snaps = scratch.join("snapshots");
     let _ = std::fs::remove_dir_all(&snaps);
 
