@@ -140,6 +140,14 @@ def _make_mode(stream):
                 self.stream = stream
 
             @classmethod
+            def _should_skip_dynamo(cls):
+                # TorchDispatchMode wraps a subclass's __torch_dispatch__ in TorchDynamo's
+                # disable, which imports TorchDynamo at the first op (1.5 s of CPU) and costs
+                # every op a call; it is put on below once the program loads TorchDynamo, the
+                # only time it can matter (see compiled.when_dynamo_loads).
+                return False
+
+            @classmethod
             def ignore_compile_internals(cls):
                 # TorchDynamo compiles under this mode (it skips frames under other modes), and
                 # what runs inside a compiled region is not recorded (see compiled).
@@ -165,6 +173,13 @@ def _make_mode(stream):
                         torch.Tensor, gen)
                 return result
 
+        def guard(_eval_frame):
+            # What TorchDispatchMode does for a subclass (skipped above), once TorchDynamo is
+            # loaded: its frame evaluation must not trace the recorder.
+            Tracer.__torch_dispatch__ = torch._disable_dynamo(
+                Tracer.__dict__["__torch_dispatch__"], recursive=True)
+
+        compiled.when_dynamo_loads(guard)
         _tracer_class = Tracer
     return _tracer_class(stream)
 

@@ -43,6 +43,7 @@ TorchDynamo fail (``AssertionError: ... already tracked for mutation``).
 
 import contextlib
 import functools
+import sys
 
 from . import state as ts
 
@@ -91,27 +92,120 @@ def install(state, is_tracer, level):
     """Wraps every callable ``torch.compile`` makes from now on (:func:`_wrap`); ``is_tracer``
     tells the tracer's dispatch modes (one per traced thread) from others. Returns a handle
     whose ``remove`` puts back ``OptimizeContext.__call__`` and stops it (callables already made
-    then run as without tracing)."""
+    then run as without tracing).
+
+    TorchDynamo is not imported for this (:func:`when_dynamo_loads`): importing it costs about
+    as much as importing torch, 1.5 s of CPU a process, which a program that never compiles
+    must not pay."""
     global _active, _current_node
     import torch
-    from torch._dynamo import eval_frame
 
     _current_node = getattr(torch._C, "_current_autograd_node", None)
-    cls = eval_frame.OptimizeContext
-    # Its own in torch 2.15, inherited from _TorchDynamoContext in 2.9: the function either way.
-    original = cls.__call__
-
-    def __call__(self, fn, *args, **kwargs):
-        made = original(self, fn, *args, **kwargs)
-        # A module comes back as an OptimizedModule whose forward this made (wrapped then), a
-        # class with its __call__ wrapped the same way.
-        if callable(made) and not isinstance(made, type) and hasattr(made, "__code__"):
-            return _wrap(made, fn)
-        return made
-
-    cls.__call__ = functools.wraps(original)(__call__)
     _active = (state, is_tracer, level)
-    return ts.Restore(cls, "__call__", original, then=_forget)
+    patch = _Patch()
+    patch.waiting = when_dynamo_loads(patch.apply)
+    return patch
+
+
+def when_dynamo_loads(then):
+    """Calls ``then(eval_frame)`` with TorchDynamo's ``torch._dynamo.eval_frame`` module: now
+    when it is loaded, else the moment the program's first import of TorchDynamo has executed
+    it (before ``torch.compile`` can use it), through one finder first on ``sys.meta_path``
+    (:class:`_WhenImported`) for every such call. Returns a handle whose ``cancel()`` forgets
+    ``then`` (None when it ran at once)."""
+    global _dynamo_finder
+    loaded = sys.modules.get(_EVAL_FRAME)
+    if loaded is not None and hasattr(loaded, "OptimizeContext"):
+        then(loaded)
+        return None
+    if _dynamo_finder is None or _dynamo_finder not in sys.meta_path:
+        _dynamo_finder = _WhenImported(_EVAL_FRAME)
+        sys.meta_path.insert(0, _dynamo_finder)
+    return _dynamo_finder.add(then)
+
+
+_EVAL_FRAME = "torch._dynamo.eval_frame"
+_dynamo_finder = None
+
+
+class _Patch:
+    """The handle :func:`install` returns: ``OptimizeContext.__call__`` wrapped once its module
+    is loaded (:meth:`apply`), put back by :meth:`remove` (or the import hook taken away, when
+    it never loaded)."""
+
+    def __init__(self):
+        self.restore = None
+        self.waiting = None
+
+    def apply(self, eval_frame):
+        """Wraps ``eval_frame.OptimizeContext.__call__`` (:func:`_wrap` on what it returns)."""
+        cls = eval_frame.OptimizeContext
+        # Its own in torch 2.15, inherited from _TorchDynamoContext in 2.9: the function either way.
+        original = cls.__call__
+
+        def __call__(self, fn, *args, **kwargs):
+            made = original(self, fn, *args, **kwargs)
+            # A module comes back as an OptimizedModule whose forward this made (wrapped then),
+            # a class with its __call__ wrapped the same way.
+            if callable(made) and not isinstance(made, type) and hasattr(made, "__code__"):
+                return _wrap(made, fn)
+            return made
+
+        cls.__call__ = functools.wraps(original)(__call__)
+        self.restore = ts.Restore(cls, "__call__", original)
+
+    def remove(self):
+        """Puts back what :meth:`apply` replaced, or stops waiting for the module to load."""
+        if self.waiting is not None:
+            self.waiting.cancel()
+        if self.restore is not None:
+            self.restore.remove()
+        _forget()
+
+
+class _WhenImported:
+    """A ``sys.meta_path`` finder that calls each of its callbacks with the module ``name``
+    once that module has been executed, and does nothing else: the spec comes from the path
+    finder, with its loader's ``exec_module`` followed by the callbacks."""
+
+    def __init__(self, name):
+        self.name, self.callbacks = name, []
+
+    def add(self, then):
+        """Calls ``then(module)`` after the module loads; the returned handle's ``cancel()``
+        takes it back."""
+        self.callbacks.append(then)
+        finder = self
+
+        class Handle:
+            def cancel(self):
+                if then in finder.callbacks:
+                    finder.callbacks.remove(then)
+
+        return Handle()
+
+    def find_spec(self, fullname, path, target=None):
+        """The spec of ``self.name`` with the callbacks after its ``exec_module``; None for
+        every other module. The finder leaves ``sys.meta_path`` once it has found it."""
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run, callbacks = spec.loader.exec_module, self.callbacks
+
+        def exec_module(module):
+            run(module)
+            for then in list(callbacks):
+                then(module)
+            callbacks.clear()
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def _target(fn):
