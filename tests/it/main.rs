@@ -44,6 +44,7 @@ mod python_package;
 mod readme;
 mod resume;
 mod run_mode;
+mod shared_runs;
 mod snapshot_files;
 mod snapshots;
 mod tensor_files;

@@ -224,12 +224,9 @@ fn blame_names_the_op_each_variation_breaks() {
     let Some(py) = common::tracer_python(test) else {
         return;
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/conv_threads.py");
-    let (code, case) = run(
-        &["--vary", "threads"],
-        &[&py, script.to_str().unwrap()],
-        &[],
-    );
+    // The run the HTML report test draws: its JSON report is embedded in the page.
+    let shared = crate::shared_runs::conv_threads_traced(&py);
+    let (code, case) = (shared.code.unwrap(), shared.report()["cases"][0].clone());
     if case["verdict"] == "deterministic" {
         return common::premise_skip(
             test,
