@@ -43,8 +43,8 @@ TorchDynamo fail (``AssertionError: ... already tracked for mutation``).
 
 import contextlib
 import functools
-import sys
 
+from .. import _imports
 from . import state as ts
 
 _local = ts.Depth()  # compiled calls running on this thread
@@ -110,22 +110,9 @@ def install(state, is_tracer, level):
 def when_dynamo_loads(then):
     """Calls ``then(eval_frame)`` with TorchDynamo's ``torch._dynamo.eval_frame`` module: now
     when it is loaded, else the moment the program's first import of TorchDynamo has executed
-    it (before ``torch.compile`` can use it), through one finder first on ``sys.meta_path``
-    (:class:`_WhenImported`) for every such call. Returns a handle whose ``cancel()`` forgets
-    ``then`` (None when it ran at once)."""
-    global _dynamo_finder
-    loaded = sys.modules.get(_EVAL_FRAME)
-    if loaded is not None and hasattr(loaded, "OptimizeContext"):
-        then(loaded)
-        return None
-    if _dynamo_finder is None or _dynamo_finder not in sys.meta_path:
-        _dynamo_finder = _WhenImported(_EVAL_FRAME)
-        sys.meta_path.insert(0, _dynamo_finder)
-    return _dynamo_finder.add(then)
-
-
-_EVAL_FRAME = "torch._dynamo.eval_frame"
-_dynamo_finder = None
+    it, before ``torch.compile`` can use it (:func:`bitexact._imports.when_loaded`). Returns a
+    handle whose ``cancel()`` forgets ``then`` (None when it ran at once)."""
+    return _imports.when_loaded("torch._dynamo.eval_frame", then)
 
 
 class _Patch:
@@ -161,51 +148,6 @@ class _Patch:
         if self.restore is not None:
             self.restore.remove()
         _forget()
-
-
-class _WhenImported:
-    """A ``sys.meta_path`` finder that calls each of its callbacks with the module ``name``
-    once that module has been executed, and does nothing else: the spec comes from the path
-    finder, with its loader's ``exec_module`` followed by the callbacks."""
-
-    def __init__(self, name):
-        self.name, self.callbacks = name, []
-
-    def add(self, then):
-        """Calls ``then(module)`` after the module loads; the returned handle's ``cancel()``
-        takes it back."""
-        self.callbacks.append(then)
-        finder = self
-
-        class Handle:
-            def cancel(self):
-                if then in finder.callbacks:
-                    finder.callbacks.remove(then)
-
-        return Handle()
-
-    def find_spec(self, fullname, path, target=None):
-        """The spec of ``self.name`` with the callbacks after its ``exec_module``; None for
-        every other module. The finder leaves ``sys.meta_path`` once it has found it."""
-        if fullname != self.name:
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run, callbacks = spec.loader.exec_module, self.callbacks
-
-        def exec_module(module):
-            run(module)
-            for then in list(callbacks):
-                then(module)
-            callbacks.clear()
-
-        spec.loader.exec_module = exec_module
-        return spec
 
 
 def _target(fn):
