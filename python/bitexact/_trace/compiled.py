@@ -44,6 +44,7 @@ TorchDynamo fail (``AssertionError: ... already tracked for mutation``).
 import contextlib
 import functools
 
+from . import kernels
 from . import state as ts
 
 _local = ts.Depth()  # compiled calls running on this thread
@@ -173,9 +174,12 @@ def _wrap(compiled, fn):
                     for pname, p in target.named_parameters(prefix=module):
                         state.param_names.setdefault(id(p), pname)
                 described = ts.describe(ins, state)
+        inner = contextlib.nullcontext()
+        if record and level == "ops" and kernels.enabled():
+            inner = kernels.region(state, stream, module, op, "forward")
         _local.depth += 1
         try:
-            with _mode_off(is_tracer), _created(state, stream, module, op, level == "ops"):
+            with _mode_off(is_tracer), _created(state, stream, module, op, level == "ops"), inner:
                 result = compiled(*args, **kwargs)
         finally:
             _local.depth -= 1
@@ -223,6 +227,7 @@ def _record_runs(node, state, created_in, module, op):
     import torch
 
     got = []
+    each = kernels.enabled()
 
     def pre(grad_outputs):
         got.clear()
@@ -231,9 +236,13 @@ def _record_runs(node, state, created_in, module, op):
             with ts.paused():
                 ins = ts.collect_tensors(grad_outputs, torch.Tensor, [])
                 got.append((stream, ins, ts.describe(ins, state)))
+            if each:
+                got.append(kernels.begin(state, stream, module, op, "backward"))
 
     def post(grad_inputs, _grad_outputs):
         if got:
+            if each:
+                kernels.end(got.pop())
             stream, ins, described = got.pop()
             with ts.paused():
                 outs = ts.collect_tensors(grad_inputs, torch.Tensor, [])
