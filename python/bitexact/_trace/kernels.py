@@ -164,7 +164,7 @@ def _is_call(text):
         return False
     if "; del " in t and "# reuse" in t:
         return False
-    return "(" in t and text.startswith("        ")
+    return "(" in t and text[:1].isspace()
 
 
 def instrument(mod, path, linemap):
