@@ -132,3 +132,67 @@ pub(super) fn inside(
         ..super::Divergence::default()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::program::read_dir;
+
+    /// A region's record after its two kernel records, in one run with `out` the second
+    /// kernel's output and the region's.
+    fn trace(out: &str) -> String {
+        let k = |op: &str, i: &str, o: &str, kernel: &str| {
+            format!(
+                r#"{{"v":3,"step":0,"rank":0,"phase":"backward","module":"GPT","op":"{op}","src":"t.py:9","in":["{i}"],"out":["{o}"],"kernel":{kernel}}}"#
+            )
+        };
+        [
+            k("extern_kernels.mm", "f32[2]:a", "f32[2]:b", r#"{"fuses":["aten::mm"]}"#),
+            k(
+                "cpp_fused_sum_1",
+                "f32[2]:b",
+                out,
+                r#"{"fuses":["aten::sum"],"at":["m.py:4"],"reduction":true}"#,
+            ),
+            format!(
+                r#"{{"v":3,"step":0,"rank":0,"phase":"backward","module":"GPT","op":"compiled GPT","src":"t.py:9","in":["f32[2]:a"],"out":["{out}"]}}"#
+            ),
+        ]
+        .join("\n")
+    }
+
+    fn read(text: &str) -> Vec<super::TraceEntry> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".bitexact-trace-rank0.jsonl"), text).unwrap();
+        read_dir(dir.path()).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_region_names_its_first_kernel_of_identical_inputs_and_another_output() {
+        let (a, b) = (read(&trace("f32[1]:c")), read(&trace("f32[1]:d")));
+        assert_eq!(a.len(), 1, "kernel records belong to their region's record");
+        assert_eq!(a[0].kernels.len(), 2);
+        let d = super::super::first_divergence(&a, &b).unwrap();
+        assert_eq!(
+            d.explanation,
+            "first divergence: step 0, rank 0, compiled GPT (call 1 of compiled GPT) in module \
+             GPT (backward), t.py:9 → kernel cpp_fused_sum_1 (fuses aten::sum at m.py:4; \
+             reduction) — inputs identical, output differs: this op is nondeterministic"
+        );
+        let k = d.kernel.unwrap();
+        assert_eq!(
+            (k.name.as_str(), k.call, k.reduction),
+            ("cpp_fused_sum_1", 2, true)
+        );
+        // Without kernel records (an older trace): the region alone, as before.
+        let plain = |t: &str| t.lines().last().unwrap().to_string();
+        let (a, b) = (
+            read(&plain(&trace("f32[1]:c"))),
+            read(&plain(&trace("f32[1]:d"))),
+        );
+        let d = super::super::first_divergence(&a, &b).unwrap();
+        assert!(d.kernel.is_none());
+        assert!(d
+            .explanation
+            .ends_with("t.py:9 — inputs identical, output differs: this op is nondeterministic"));
+    }
+}

@@ -21,14 +21,16 @@ kernels, other bits, and none of the compiled code's own nondeterminism. Instead
   the call); ``out`` the tensors it returns. Tensors a compiled function reads from globals or
   closures are not inputs. The whole call is one record, graph breaks and the eager code between
   the graphs included: nothing inside a compiled call is recorded op by op, so a divergence
-  inside it is reported on this record (``inputs identical, output differs``).
+  inside it is reported on this record (``inputs identical, output differs``). Under ``--trace
+  ops`` the kernels it launches are recorded before it (:mod:`bitexact._trace.kernels`), and
+  the report names the first of them that differs.
 - **Backward** (``--trace ops``): every autograd node the compiled call created (for a region
   compiled into one graph, AOTAutograd's single ``CompiledFunctionBackward``; more with graph
   breaks or outputs that are views) runs as the untraced run runs it, and each of its runs is
   one record with the same ``op`` and ``module``, phase ``backward``: ``in`` the gradients it
   receives (hashed before it runs), ``out`` the gradients it produces (the region's input and
-  parameter gradients). The ops inside such a node (an Inductor backward's extern kernels) are
-  not recorded. ``--trace modules`` records the forward call and, as for any model, parameter
+  parameter gradients). The ops inside such a node are not recorded op by op; its kernels are,
+  as the forward's. ``--trace modules`` records the forward call and, as for any model, parameter
   gradients before each optimizer step.
 - Eager tracing inside a compiled region (running it uncompiled to record its ops) is not
   offered: it would change what the program computes.
