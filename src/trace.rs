@@ -377,10 +377,9 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
     let inputs_matched = x.inputs == y.inputs;
     let program = !x.phase.is_empty();
     let at = x.describe(occ);
-    if inputs_matched && program && !x.kernels.is_empty() {
-        if let Some(d) = kernels::inside(x, y, &at, differing) {
-            return d;
-        }
+    let inner = || kernels::inside(x, y, &at, differing);
+    if let Some(d) = (inputs_matched && program).then(inner).flatten() {
+        return d;
     }
     let explanation = if inputs_matched && x.algorithm != y.algorithm {
         format!(
