@@ -60,8 +60,9 @@ MODULE = textwrap.dedent('''\
                            const int64_t* in_ptr0,
                            const float* in_ptr1)
     {
+        auto out_ptr0 = in_out_ptr0;
         auto tmp_acc0 = in_ptr1[0];
-        in_out_ptr0[0] = tmp_acc0;
+        out_ptr0[0] = tmp_acc0;
     }
     \'\'\')
 
@@ -122,8 +123,8 @@ def test_a_region_records_each_kernel_with_its_buffers_ops_lines_and_seeds(trace
     assert mul["in"] == [label(prod)] and mul["out"] == [label(prod * 2)]
     assert mul["kernel"] == {"fuses": ["aten::mul"], "at": ["/src/model.py:8"],
                              "reduction": False}
-    # The seed buffer is the kernel's generator, not an input; the in_out_ptr it only stores
-    # to (uninitialized before) is no input either. Its source line joins the kernel's.
+    # The seed buffer is the kernel's generator, not an input; the in_out_ptr handed a buffer
+    # just allocated (no value yet) is no input either. The seeds' source line joins its own.
     assert rnd["in"] == [label(prod * 2)] and rnd["out"] == [label(out)]
     assert rnd["gen"].startswith(kernels.SEEDS_WHO + "|")
     assert rnd["kernel"] == {"fuses": ["aten::add", "aten::randn_like"],

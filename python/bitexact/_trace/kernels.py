@@ -33,7 +33,12 @@ region's record; ``in``/``out`` labelled by :func:`bitexact._trace.digest.descri
   ``aten`` op names that spell it).
 - **at**: the program's source lines of the FX nodes Inductor generated the call from (its
   line map, kept with the cached graph too: ``stack_trace`` of each node, the innermost frame
-  in the program's own code).
+  in the program's own code; a graph cached from another copy of the same code names that
+  copy's files).
+- **Buffers with no value yet**: a buffer Inductor just allocated (``empty_strided_cpu``) and
+  no kernel has written holds whatever the memory held; handed to a kernel as an
+  ``in_out_ptr`` (Inductor reuses buffers in place, e.g. ``auto out_ptr0 = in_out_ptr0;``), it
+  is an output only, else identical runs would differ at its garbage.
 - **reduction**: the generated code accumulates (a C++ kernel's ``tmp_acc``, a Triton
   ``red``/``per`` kernel); for a library call, not said (false).
 - **Random seeds**: Inductor draws a region's random seeds in one library call
@@ -88,6 +93,7 @@ class _Region:
         self.state, self.stream, self.module, self.op, self.phase = (state, stream, module, op,
                                                                      phase)
         self.seeds = {}
+        self.fresh = set()  # data pointers of buffers allocated in the call and not yet written
         self.src = record.source(state.skip_dirs, 1)  # the region's call
 
 
@@ -189,7 +195,37 @@ def instrument(mod, path, linemap):
     for name in ("extern_kernels", "aten"):
         if name in names:
             names[name] = _Library(names[name], name, info)
+    for name in _ALLOCATORS:
+        if callable(names.get(name)):
+            names[name] = _allocator(names[name])
     names[_MARK] = True
+
+
+# The allocators of Inductor's modules: a buffer they return holds no value until a kernel
+# writes it, so an ``in_out_ptr`` handed such a buffer is no input (its bytes are whatever the
+# memory held: they would differ between identical runs).
+_ALLOCATORS = ("empty_strided_cpu", "empty_strided_cuda", "empty_strided_xpu", "empty_strided")
+
+
+def _allocator(fn):
+    def allocate(*args, **kwargs):
+        t = fn(*args, **kwargs)
+        r = _current()
+        if r is not None:
+            r.fresh.add(t.data_ptr())
+        return t
+
+    return allocate
+
+
+def _written_now(r, ins, outs):
+    """``ins`` without the buffers that hold no value yet (see :data:`_ALLOCATORS`); the
+    buffers in ``outs`` hold one from now on."""
+    if not r.fresh:
+        return ins
+    kept = [t for t in ins if t.data_ptr() not in r.fresh]
+    r.fresh.difference_update(t.data_ptr() for t in outs)
+    return kept
 
 
 def _body(lines, i):
@@ -339,7 +375,7 @@ def _cpp(name, fn, roles, reduction, info):
                    and isinstance(a, torch.Tensor)]
             outs = [a for a, role in zip(args, roles) if role in ("out", "inout")
                     and isinstance(a, torch.Tensor)]
-            ins, gen, meta = _seeded(r, ins, meta)
+            ins, gen, meta = _seeded(r, _written_now(r, ins, outs), meta)
             described = ts.describe(ins, r.state)
         result = fn(*args)
         with ts.paused():
@@ -377,7 +413,7 @@ class _Triton:
                      if isinstance(a, torch.Tensor)]
             ins = [a for a, role in pairs if role != "out"]
             outs = [a for a, role in pairs if role != "in"]
-            ins, gen, meta = _seeded(r, ins, meta)
+            ins, gen, meta = _seeded(r, _written_now(r, ins, outs), meta)
             described = ts.describe(ins, r.state)
         result = self._kernel.run(*args, **kwargs)
         with ts.paused():
@@ -432,6 +468,7 @@ def _library_call(r, lib, args, kwargs):
         ins = [t for k, v in places if k not in written or not only
                for t in ts.collect_tensors(v, torch.Tensor, [])]
         seeds = name.endswith(_SEEDS)
+        ins = _written_now(r, ins, outs)
         if not seeds:
             fuses, at = _site(lib._info, r.state, _caller_line(3), name)
             described = ts.describe(ins, r.state)
