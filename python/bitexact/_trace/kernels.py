@@ -101,12 +101,11 @@ class _Region:
 def region(state, stream, module, op, phase):
     """While it runs, this thread's kernel calls are recorded as the compiled call's
     (``module``, ``op``, ``phase``) in ``stream``."""
-    previous = getattr(_local, "region", None)
-    _local.region = _Region(state, stream, module, op, phase)
+    previous = begin(state, stream, module, op, phase)
     try:
         yield
     finally:
-        _local.region = previous
+        end(previous)
 
 
 def begin(state, stream, module, op, phase):
@@ -123,6 +122,7 @@ def end(previous):
 
 
 def _current():
+    """This thread's recorded region, when the program (not bitexact) is running."""
     r = getattr(_local, "region", None)
     if r is None or not ts.mine(r.state):
         return None
@@ -135,8 +135,8 @@ def install():
     nothing outside a region)."""
     try:
         from torch._inductor import codecache
-    except ImportError:  # no Inductor in this torch
-        return ts.Restore(object(), "x", None)
+    except ImportError:  # no Inductor in this torch: nothing to put back
+        return _Nothing()
     cache = codecache.PyCodeCache
     original = cache.__dict__["load_by_key_path"]
     load = original.__func__
@@ -151,6 +151,13 @@ def install():
 
     cache.load_by_key_path = classmethod(functools.wraps(load)(load_by_key_path))
     return ts.Restore(cache, "load_by_key_path", original)
+
+
+class _Nothing:
+    """A handle with nothing to put back."""
+
+    def remove(self):
+        pass
 
 
 class _Module:
