@@ -20,6 +20,7 @@ mod batch;
 mod batch_trace;
 mod blame_evidence;
 mod cli;
+mod compiled_kernels;
 mod controls_reach;
 mod cuda;
 mod determinism;

@@ -90,7 +90,7 @@ import sys
 import warnings
 
 from .. import _protocol
-from . import c10d, compiled, digest, generator, record
+from . import c10d, compiled, digest, generator, kernels, record
 from . import state as ts
 from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -399,6 +399,8 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
         mode.__enter__()
     hooks += threads.follow(state, _make_mode if mode is not None else None, torch_dir)
     hooks.append(compiled.install(state, _is_tracer, level))
+    if level == "ops" and kernels.enabled():
+        hooks.append(kernels.install())
     if state.writer is not None:
         hooks.append(_hooks.drain_on_exit(state, stop))
     # torch.compile(module) warns that global module hooks (the tracer's) fire an extra time

@@ -21,14 +21,16 @@ kernels, other bits, and none of the compiled code's own nondeterminism. Instead
   the call); ``out`` the tensors it returns. Tensors a compiled function reads from globals or
   closures are not inputs. The whole call is one record, graph breaks and the eager code between
   the graphs included: nothing inside a compiled call is recorded op by op, so a divergence
-  inside it is reported on this record (``inputs identical, output differs``).
+  inside it is reported on this record (``inputs identical, output differs``). Under ``--trace
+  ops`` the kernels it launches are recorded before it (:mod:`bitexact._trace.kernels`), and
+  the report names the first of them that differs.
 - **Backward** (``--trace ops``): every autograd node the compiled call created (for a region
   compiled into one graph, AOTAutograd's single ``CompiledFunctionBackward``; more with graph
   breaks or outputs that are views) runs as the untraced run runs it, and each of its runs is
   one record with the same ``op`` and ``module``, phase ``backward``: ``in`` the gradients it
   receives (hashed before it runs), ``out`` the gradients it produces (the region's input and
-  parameter gradients). The ops inside such a node (an Inductor backward's extern kernels) are
-  not recorded. ``--trace modules`` records the forward call and, as for any model, parameter
+  parameter gradients). The ops inside such a node are not recorded op by op; its kernels are,
+  as the forward's. ``--trace modules`` records the forward call and, as for any model, parameter
   gradients before each optimizer step.
 - Eager tracing inside a compiled region (running it uncompiled to record its ops) is not
   offered: it would change what the program computes.
@@ -45,6 +47,7 @@ import contextlib
 import functools
 
 from .. import _imports
+from . import kernels
 from . import state as ts
 
 _local = ts.Depth()  # compiled calls running on this thread
@@ -209,9 +212,12 @@ def _wrap(compiled, fn):
                     for pname, p in target.named_parameters(prefix=module):
                         state.param_names.setdefault(id(p), pname)
                 described = ts.describe(ins, state)
+        inner = contextlib.nullcontext()
+        if record and level == "ops" and kernels.enabled():
+            inner = kernels.region(state, stream, module, op, "forward")
         _local.depth += 1
         try:
-            with _mode_off(is_tracer), _created(state, stream, module, op, level == "ops"):
+            with _mode_off(is_tracer), _created(state, stream, module, op, level == "ops"), inner:
                 result = compiled(*args, **kwargs)
         finally:
             _local.depth -= 1
@@ -259,6 +265,7 @@ def _record_runs(node, state, created_in, module, op):
     import torch
 
     got = []
+    each = kernels.enabled()
 
     def pre(grad_outputs):
         got.clear()
@@ -267,9 +274,13 @@ def _record_runs(node, state, created_in, module, op):
             with ts.paused():
                 ins = ts.collect_tensors(grad_outputs, torch.Tensor, [])
                 got.append((stream, ins, ts.describe(ins, state)))
+            if each:
+                got.append(kernels.begin(state, stream, module, op, "backward"))
 
     def post(grad_inputs, _grad_outputs):
         if got:
+            if each:
+                kernels.end(got.pop())
             stream, ins, described = got.pop()
             with ts.paused():
                 outs = ts.collect_tensors(grad_inputs, torch.Tensor, [])
