@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact.
 
 import bitexact  # noqa: E402
 from bitexact import _protocol, _trace  # noqa: E402
-from bitexact._trace import kernels  # noqa: E402
+from bitexact._trace import kernel_source, kernels  # noqa: E402
 from bitexact._trace import state as ts  # noqa: E402
 
 from conftest import records, trace  # noqa: E402,F401  (the shared trace fixture)
@@ -135,17 +135,17 @@ def test_a_region_records_each_kernel_with_its_buffers_ops_lines_and_seeds(trace
 def test_an_in_out_pointer_that_is_read_is_an_input():
     body = 'extern "C" void kernel(float* in_out_ptr0, const float* in_ptr0, float* out_ptr0, ' \
            'const int64_t ks0)\n{ auto tmp0 = in_out_ptr0[x0]; in_out_ptr0[x0] = tmp0; }'
-    assert kernels._cpp_roles(body) == ["inout", "in", "out", None]
+    assert kernel_source.cpp_roles(body) == ["inout", "in", "out", None]
     stored = body.replace("auto tmp0 = in_out_ptr0[x0];", "auto tmp0 = in_ptr0[x0];")
-    assert kernels._cpp_roles(stored) == ["out", "in", "out", None]
+    assert kernel_source.cpp_roles(stored) == ["out", "in", "out", None]
 
 
 def test_a_generated_kernels_name_spells_its_aten_ops():
-    assert kernels._from_name("cpp_fused_add_mul_randn_like_relu_threshold_backward_0") == [
+    assert kernel_source._from_name("cpp_fused_add_mul_randn_like_relu_threshold_backward_0") == [
         "aten::add", "aten::mul", "aten::randn_like", "aten::relu", "aten::threshold_backward"]
-    assert kernels._from_name("triton_red_fused_native_layer_norm_sum_3") == [
+    assert kernel_source._from_name("triton_red_fused_native_layer_norm_sum_3") == [
         "aten::native_layer_norm", "aten::sum"]
-    assert kernels._from_name("cpp_fused_0") == []
+    assert kernel_source._from_name("cpp_fused_0") == []
 
 
 def test_kernel_records_can_be_turned_off(monkeypatch):

@@ -60,22 +60,16 @@ op's; ``BITEXACT_TRACE_KERNELS=0`` turns kernel records off.
 import contextlib
 import functools
 import os
-import re
 import threading
 
 from .. import _imports, _protocol
+from . import kernel_source as source
 from . import record
 from . import state as ts
 
 _local = threading.local()  # .region: the recorded compiled call running on this thread
 _MARK = "_bitexact_kernels"  # set on a module whose kernels are wrapped
 
-# A kernel global's definition: ``name = async_compile.cpp_pybinding([...], r'''`` or
-# ``name = async_compile.triton('name', '''``.
-_DEFINITION = re.compile(r"^(\w+) = async_compile\.(cpp_pybinding|triton)\(")
-_ORIGIN = re.compile(r"# (?:Topologically Sorted|Unsorted) Source Nodes: \[.*?\], "
-                     r"Original ATen: \[(.*?)\]")
-_FRAME = re.compile(r'File "(.+)", line (\d+), in ')
 _SEEDS = "randint.low_out"  # the library call Inductor draws a region's random seeds with
 SEEDS_WHO = "inductor's random seeds"
 
@@ -174,26 +168,6 @@ class _LoaderPatch:
             self.restore.remove()
 
 
-class _Module:
-    """What the kernel wrappers of one loaded module know: its source lines, the line of each
-    call site, and its line map (line -> stack trace)."""
-
-    def __init__(self, lines, linemap):
-        self.lines = lines
-        self.linemap = sorted((n, s) for n, s in (linemap or ()) if s)
-        self.sites = {}  # line -> (fuses, at)
-        self.calls = sorted(i + 1 for i, text in enumerate(lines) if _is_call(text))
-
-
-def _is_call(text):
-    t = text.strip()
-    if not t or t.startswith(("#", "del ", "assert_", "return ")) or "empty_strided" in t:
-        return False
-    if "; del " in t and "# reuse" in t:
-        return False
-    return "(" in t and text[:1].isspace()
-
-
 def instrument(mod, path, linemap):
     """Wraps the kernel globals of an Inductor module (one with ``call``) loaded from
     ``path``, once."""
@@ -202,15 +176,15 @@ def instrument(mod, path, linemap):
         return
     with open(path) as f:
         lines = f.read().splitlines()
-    info = _Module(lines, linemap)
+    info = source.Module(lines, linemap)
     for i, text in enumerate(lines):
-        m = _DEFINITION.match(text)
+        m = source.DEFINITION.match(text)
         if m is None or m.group(1) not in names:
             continue
         name, kind = m.groups()
-        body = _body(lines, i)
+        body = source.body(lines, i)
         if kind == "cpp_pybinding":
-            names[name] = _cpp(name, names[name], _cpp_roles(body), "tmp_acc" in body, info)
+            names[name] = _cpp(name, names[name], source.cpp_roles(body), "tmp_acc" in body, info)
         elif hasattr(names[name], "run"):
             names[name] = _Triton(name, names[name], info)
     for name in ("extern_kernels", "aten"):
@@ -247,106 +221,6 @@ def _written_now(r, ins, outs):
     kept = [t for t in ins if t.data_ptr() not in r.fresh]
     r.fresh.difference_update(t.data_ptr() for t in outs)
     return kept
-
-
-def _body(lines, i):
-    """The source of the kernel defined at line ``i`` (up to its closing ``''')``)."""
-    out = []
-    for text in lines[i:]:
-        out.append(text)
-        if text.startswith("''')"):
-            break
-    return "\n".join(out)
-
-
-def _cpp_roles(body):
-    """Each argument of a C++ kernel (``kernel(const float* in_ptr0, float* out_ptr0, ...)``)
-    as ``"in"``, ``"out"``, ``"inout"`` or None (a size)."""
-    start = body.find('extern "C"')
-    start = body.find("(", start)
-    params = body[start + 1:body.find(")", start)].split(",")
-    code = body[body.find(")", start):]
-    return [_role(p.split()[-1] if p.split() else "", code) for p in params]
-
-
-def _role(name, code):
-    """An argument's role; an ``in_out_ptr`` that the code only stores to (a buffer Inductor
-    reuses for the result, uninitialized before) is an output only."""
-    if name.startswith("in_out_ptr"):
-        stored = re.sub(r"\.store\(%s\b|\b%s\[[^\]]*\]\s*=(?!=)" % (name, name), "", code)
-        return "inout" if re.search(r"\b%s\b" % name, stored) else "out"
-    if name.startswith("out_ptr"):
-        return "out"
-    if name.startswith("in_ptr"):
-        return "in"
-    return None
-
-
-def _site(info, state, line, name):
-    """``(fuses, at)`` of the call at ``line`` of the module (see the module docstring)."""
-    got = info.sites.get(line)
-    if got is not None:
-        return got
-    fuses = None
-    j = line - 2
-    while j >= 0 and j > line - 12:
-        m = _ORIGIN.search(info.lines[j])
-        if m:
-            fuses = [a.strip().replace(".", "::", 1) for a in m.group(1).split(",") if a.strip()]
-            break
-        if info.lines[j].strip() and not info.lines[j].strip().startswith("#") \
-                and _is_call(info.lines[j]):
-            break
-        j -= 1
-    if fuses is None:
-        fuses = _from_name(name)
-    import bisect
-
-    k = bisect.bisect_left(info.calls, line)
-    previous = info.calls[k - 1] if k > 0 else 0
-    at = []
-    for n, stack in info.linemap:
-        if previous < n <= line:
-            where = _own_frame(stack, state)
-            if where and where not in at:
-                at.append(where)
-    got = info.sites[line] = (fuses, at)
-    return got
-
-
-def _own_frame(stack, state):
-    """``file:line`` of the innermost frame of an FX node's stack trace in the program's own
-    code (as records show sources), or None."""
-    base = os.getcwd() if os.path.isdir(".") else None
-    for path, n in reversed(_FRAME.findall(stack)):
-        shown = record._show(path, state.skip_dirs, base)
-        if shown is not None:
-            return "%s:%s" % (shown, n)
-    return None
-
-
-@functools.lru_cache(maxsize=4096)
-def _from_name(name):
-    """The ATen ops spelled by a generated kernel's name (``cpp_fused_add_mul_randn_like_0``:
-    ``aten::add``, ``aten::mul``, ``aten::randn_like``): the fewest ``aten`` op names that make
-    up its words; empty when they do not."""
-    import torch
-
-    words = name.split("_")
-    if "fused" not in words:
-        return []
-    words = words[words.index("fused") + 1:]
-    if words and words[-1].isdigit():
-        words = words[:-1]
-    best = [None] * (len(words) + 1)  # best[i]: fewest ops spelling words[:i]
-    best[0] = []
-    for i in range(1, len(words) + 1):
-        for j in range(i):
-            op = "_".join(words[j:i])
-            if best[j] is not None and hasattr(torch.ops.aten, op) and (
-                    best[i] is None or len(best[j]) + 1 < len(best[i])):
-                best[i] = best[j] + ["aten::" + op]
-    return best[-1] or []
 
 
 def _caller_line(depth=2):
@@ -390,7 +264,7 @@ def _cpp(name, fn, roles, reduction, info):
         if r is None:
             return fn(*args)
         with ts.paused():
-            fuses, at = _site(info, r.state, _caller_line(), name)
+            fuses, at = source.site(info, r.state, _caller_line(), name)
             meta = {"fuses": fuses, "at": at, "reduction": reduction}
             ins = [a for a, role in zip(args, roles) if role in ("in", "inout")
                    and isinstance(a, torch.Tensor)]
@@ -428,7 +302,7 @@ class _Triton:
         if r is None:
             return self._kernel.run(*args, **kwargs)
         with ts.paused():
-            fuses, at = _site(self._info, r.state, _caller_line(), self._name)
+            fuses, at = source.site(self._info, r.state, _caller_line(), self._name)
             meta = {"fuses": fuses, "at": at, "reduction": self._reduction}
             pairs = [(a, role) for a, role in zip(args, self._roles)
                      if isinstance(a, torch.Tensor)]
@@ -491,12 +365,12 @@ def _library_call(r, lib, args, kwargs):
         seeds = name.endswith(_SEEDS)
         ins = _written_now(r, ins, outs)
         if not seeds:
-            fuses, at = _site(lib._info, r.state, _caller_line(3), name)
+            fuses, at = source.site(lib._info, r.state, _caller_line(3), name)
             described = ts.describe(ins, r.state)
     result = lib._target(*args, **kwargs)
     with ts.paused():
         if seeds:  # the region's seed buffer: a generator, not a kernel
-            fuses, at = _site(lib._info, r.state, _caller_line(3), name)
+            fuses, at = source.site(lib._info, r.state, _caller_line(3), name)
             for t in outs:
                 r.seeds[t.data_ptr()] = (ts.describe([t], r.state)[0], at)
             return result
