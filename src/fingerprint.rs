@@ -77,8 +77,8 @@ fn sums_body(words: &[u8], first: u64) -> [u64; 2] {
         (BLOCK as u64).wrapping_mul(M[0]),
         (BLOCK as u64).wrapping_mul(M[1]),
     ];
-    let mut blocks = words.chunks_exact(8 * BLOCK);
-    for b in &mut blocks {
+    let mut stripes = words.chunks_exact(STRIPE_BYTES);
+    let mut block = |b: &[u8]| {
         for j in 0..BLOCK {
             let w = u64::from_le_bytes(b[8 * j..8 * j + 8].try_into().expect("8 bytes"));
             a0[j] = a0[j].wrapping_add(mix(w ^ k0[j]));
@@ -86,7 +86,13 @@ fn sums_body(words: &[u8], first: u64) -> [u64; 2] {
             k0[j] = k0[j].wrapping_add(step[0]);
             k1[j] = k1[j].wrapping_add(step[1]);
         }
+    };
+    for stripe in &mut stripes {
+        prefetch(stripe);
+        stripe.chunks_exact(8 * BLOCK).for_each(&mut block);
     }
+    let mut blocks = stripes.remainder().chunks_exact(8 * BLOCK);
+    blocks.by_ref().for_each(&mut block);
     let rest = blocks.remainder();
     for (j, w) in rest.chunks_exact(8).enumerate() {
         let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
@@ -95,6 +101,28 @@ fn sums_body(words: &[u8], first: u64) -> [u64; 2] {
     }
     let sum = |a: [u64; BLOCK]| a.iter().fold(0u64, |s, &x| s.wrapping_add(x));
     [sum(a0), sum(a1)]
+}
+
+/// Bytes summed between two rounds of [`prefetch`].
+const STRIPE_BYTES: usize = 1024;
+
+/// Asks for the cache lines of the stripe after `stripe` (hints: an address past the data is
+/// never read). Without them, the sums of a tensor larger than the last-level cache ran at a
+/// fifth of their in-cache speed here (1.9 against 9.9 GB/s), the hardware prefetcher not
+/// keeping up, while XXH3 (which prefetches) read the same bytes at 24 GB/s. Issued a stripe at
+/// a time, outside the loop that the compiler vectorizes.
+#[inline(always)]
+fn prefetch(stripe: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..STRIPE_BYTES).step_by(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let ahead = stripe
+            .as_ptr()
+            .wrapping_add(STRIPE_BYTES + line)
+            .cast::<i8>();
+        // SAFETY: a prefetch is a hint: it never faults and reads nothing into the program.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead) };
+    }
 }
 
 /// [`sums_body`] compiled for AVX-512 (vector 64-bit multiplies).
