@@ -133,3 +133,21 @@ def test_rows_must_be_positive(tmp_path, monkeypatch):
         _trace.stop()
     (mul,) = [r for r in records(str(tmp_path / "t.jsonl")) if r["op"] == "aten::mul.Tensor"]
     assert mul["out"][0].startswith("f32[8,2]:") and "/" not in mul["out"][0]
+
+
+def test_row_slices_fingerprinted_on_the_device_are_the_hosts(tmp_path, monkeypatch):
+    """Tensors fingerprinted where they live (bitexact._trace.device.fingerprints; here the
+    torch ops run on the CPU tensors the tracer is told are on a device) get the same row-slice
+    labels as the host's native path."""
+    from bitexact._trace import device as _trace_device
+
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 64), torch.randn(64, 64)
+    monkeypatch.setenv("BITEXACT_TRACE_ROWS", "8")
+    host = traced(str(tmp_path / "h.jsonl"), [x], w)
+    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: None)
+    monkeypatch.setattr(_trace_device, "fingerprinted_there", lambda t: True)
+    there = traced(str(tmp_path / "d.jsonl"), [x], w)
+    labels = [(r["in"], r["out"]) for op in OPS for r in host[op]]
+    assert labels == [(r["in"], r["out"]) for op in OPS for r in there[op]]
+    assert sum("/8:" in label for ins, outs in labels for label in ins + outs) >= 4

@@ -143,6 +143,7 @@ impl Labels {
 pub const FINGERPRINT_VERSION: u32 = 4;
 
 /// A trace as read, with what its labels hold (`None`: no record).
+#[derive(Debug)]
 pub struct Read {
     /// Its records.
     pub entries: Vec<TraceEntry>,
