@@ -20,8 +20,9 @@ M = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03)
 _C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _MASK = (1 << 64) - 1
 
-# Words per slice of a large tensor: bounds the temporaries (three int64 buffers this long).
-SLICE_WORDS = 1 << 24
+# Words per slice of a large tensor: bounds the temporaries (three int64 buffers this long,
+# 32 MiB each).
+SLICE_WORDS = 1 << 22
 
 
 def mix(x):
