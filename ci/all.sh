@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every CI check in order: lint (fmt, clippy with functions capped at 80 lines, rustdoc with
 # warnings denied); headless Chromium for the HTML report test (ci/browser.sh); the test
-# command (ci/test.sh: the Python package built and tested while the Rust tests compile, then
-# the Rust tests); the built wheel installed where no Rust toolchain is (ci/wheel.sh); the
+# command (ci/test.sh: the Python package built while the Rust tests compile, then pytest
+# beside the Rust tests); the built wheel installed where no Rust toolchain is (ci/wheel.sh); the
 # documentation site (ci/docs.sh: mkdocs build --strict); the report against the snapshots;
 # and the PTX compile of the CUDA kernels. Each part's time is printed as it ends, and all of
 # them again at the end.

@@ -2,15 +2,19 @@
 # The README's test command: every test, Python and Rust, on a machine without a GPU.
 # 1. `cargo test --no-run` (and the same for the bindings crate) compiles the Rust tests in
 #    the background while
-# 2. ci/python.sh makes the venv under ~/.cache/bitexact/ (numpy, safetensors, pytest,
-#    maturin, torch when it installs), builds this checkout's package (a release build, which
-#    does not wait on the debug one) and installs it, and runs pytest over python/tests.
-# 3. `cargo test`: the unit tests, the integration tests (one binary, tests/it/, plus
+# 2. ci/python.sh (BITEXACT_PYTEST=0) makes the venv under ~/.cache/bitexact/ (numpy,
+#    safetensors, pytest, maturin, torch when it installs), builds this checkout's package (a
+#    release build, which does not wait on the debug one) and installs it.
+# 3. pytest over python/tests runs in the background (its output is printed when it ends)
+#    while the Rust tests compile and run: the machine's cores stay busy instead of waiting on
+#    one pytest process.
+# 4. `cargo test`: the unit tests, the integration tests (one binary, tests/it/, plus
 #    tests/counted/ for the tests that measure heap memory and tests/architecture.rs), the
 #    example's tests and the doctests. Its `bitexact run` and Python-package tests use that venv
 #    (~/.cache/bitexact/python-path).
-# 4. `cargo test -p bitexact-python`: the bindings crate's unit tests (the trace writer's copy
-#    pool); its Python-facing behaviour is tested by pytest in step 2.
+# 5. `cargo test -p bitexact-python`: the bindings crate's unit tests (the trace writer's copy
+#    pool); its Python-facing behaviour is tested by pytest in step 3.
+# The script fails when any of them fails, after all have run.
 # With CI=true nothing is written (a snapshot mismatch fails with the case, the tensors and
 # what differs in the platform fingerprint), and a test whose tool is missing (torch,
 # Chromium, g++, torchrun) fails instead of skipping: BITEXACT_REQUIRE_TOOLS=1.
@@ -24,14 +28,17 @@ export BITEXACT_SKIP_LOG
 if [ "${CI:-}" = true ]; then export BITEXACT_REQUIRE_TOOLS=1; fi
 build_log="$(mktemp)"
 builder=""
+pytest_log="$(mktemp)"
+pytester=""
 summary() {
-    # The background build is its own process group (setsid): stopped with its rustc children.
+    # The background jobs are process groups of their own (setsid): stopped with their children.
     if [ -n "$builder" ]; then kill -- "-$builder" 2>/dev/null || true; fi
+    if [ -n "$pytester" ]; then kill -- "-$pytester" 2>/dev/null || true; fi
     local n
     n=$(sort -u "$BITEXACT_SKIP_LOG" | grep -c . || true)
     echo "ci/test.sh: $n Rust test(s) skipped"
     sort -u "$BITEXACT_SKIP_LOG" | sed 's/^bitexact: /  /'
-    rm -f "$BITEXACT_SKIP_LOG" "$build_log"
+    rm -f "$BITEXACT_SKIP_LOG" "$build_log" "$pytest_log"
 }
 trap summary EXIT
 timed() {
@@ -42,7 +49,13 @@ timed() {
 t0=$SECONDS
 setsid sh -c 'cargo test --no-run && cargo test -p bitexact-python --no-run' >"$build_log" 2>&1 &
 builder=$!
-timed bash ci/python.sh
+timed env BITEXACT_PYTEST=0 bash ci/python.sh
+py="$(cat "$HOME/.cache/bitexact/python-path")"
+p0=$SECONDS
+# pytest exit status 5 (no tests collected) fails too: python/tests always has tests.
+setsid sh -c '"$1" -m pytest -q -rs -p no:cacheprovider python/tests >"$2" 2>&1; echo "$?" >>"$2"' \
+    sh "$py" "$pytest_log" &
+pytester=$!
 status=0
 wait "$builder" || status=$?
 builder=""
@@ -56,5 +69,19 @@ echo "ci/test.sh: \`cargo test --no-run\` done $((SECONDS - t0)) s after it star
 # kills a quarter of the time at two threads (vmstat); a third fills that. $RUST_TEST_THREADS
 # set by the caller wins.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
-timed cargo test
-timed cargo test -p bitexact-python
+rust=0
+timed cargo test || rust=$?
+if [ "$rust" -eq 0 ]; then timed cargo test -p bitexact-python || rust=$?; fi
+wait "$pytester" || true
+pytester=""
+pytest_status="$(tail -n 1 "$pytest_log")"
+echo "ci/test.sh: pytest (python/tests), beside the Rust tests, ended $((SECONDS - p0)) s after it started:"
+sed '$d' "$pytest_log"
+if [ "$pytest_status" = 5 ]; then
+    echo "ci/test.sh: pytest collected no tests in python/tests" >&2
+fi
+if [ "$pytest_status" != 0 ]; then
+    echo "ci/test.sh: pytest failed (exit $pytest_status)" >&2
+    exit 1
+fi
+exit "$rust"

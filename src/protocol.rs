@@ -73,6 +73,9 @@ names! {
     /// program's thread; unset, the background thread is used on a machine with an NVIDIA GPU
     /// or where torch leaves a core free.
     TRACE_BACKGROUND_ENV = "BITEXACT_TRACE_BACKGROUND";
+    /// Python: `0` turns off the records of the kernels a compiled region launches under
+    /// `--trace ops` (`python/bitexact/_trace/kernels.py`); unset or `1`, they are made.
+    TRACE_KERNELS_ENV = "BITEXACT_TRACE_KERNELS";
     /// `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
     SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING";
     /// Python: the process of a rank that seeded (its children do not seed again).

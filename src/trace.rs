@@ -131,6 +131,10 @@ pub struct TraceEntry {
     /// `python/bitexact/_trace/generator.py`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub generator: String,
+    /// A compiled region's record: the kernels its call launched, in order (none in older
+    /// traces, or with `BITEXACT_TRACE_KERNELS=0`): [`kernels`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<kernels::Kernel>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -216,6 +220,11 @@ pub struct Divergence {
     /// generator (`torch's default CPU generator`, `Net.noise's torch.Generator`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator: Option<String>,
+    /// A compiled region whose inputs were identical and whose output differed: the first
+    /// kernel it launched whose inputs were identical and whose output differed
+    /// ([`kernels::first_divergent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<kernels::DivergentKernel>,
 }
 
 /// How an explanation says that a random op's generator was in another state before the call.
@@ -368,6 +377,10 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
     let inputs_matched = x.inputs == y.inputs;
     let program = !x.phase.is_empty();
     let at = x.describe(occ);
+    let inner = || kernels::inside(x, y, &at, differing);
+    if let Some(d) = (inputs_matched && program).then(inner).flatten() {
+        return d;
+    }
     let explanation = if inputs_matched && x.algorithm != y.algorithm {
         format!(
             "first divergence at {at}: same inputs, algorithm changed ({} vs {})",
@@ -425,6 +438,7 @@ pub use file::{diff_files, CaseTraces, TraceFile, MAX_TRACE_FILE_BYTES};
 
 pub mod batch;
 mod file;
+pub mod kernels;
 pub mod noise;
 pub mod program;
 pub mod ranks;

@@ -104,7 +104,7 @@ def seed_everything(seed=None, torch=None):
     _seed_libraries(seed, torch)
     t = sys.modules.get("torch") if torch is not False else None
     if t is not None:
-        t.use_deterministic_algorithms(deterministic)
+        _use_deterministic_algorithms(t, deterministic)
         t.backends.cudnn.deterministic = deterministic
         t.backends.cudnn.benchmark = benchmark
         if deterministic:
@@ -115,6 +115,27 @@ def seed_everything(seed=None, torch=None):
             t.set_num_threads(n_threads)
     _last_seconds = time.perf_counter() - t0
     return seed
+
+
+def _use_deterministic_algorithms(torch, mode):
+    """``torch.use_deterministic_algorithms(mode)``, without the import of Inductor's config it
+    makes (which imports TorchDynamo: 1.5 s of CPU, about as much as torch itself): ATen's
+    switch now, and Inductor's ``deterministic`` setting the moment ``torch._inductor.config``
+    loads, or now when it has (:func:`bitexact._imports.when_loaded`). The program's own later
+    call still wins: its import runs this first. Where torch lacks the switch it is called
+    as is."""
+    switch = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if switch is None:
+        torch.use_deterministic_algorithms(mode)
+        return
+    switch(mode, warn_only=False)
+
+    def configure(config):
+        config.deterministic = mode
+
+    from . import _imports
+
+    _imports.when_loaded("torch._inductor.config", configure)
 
 
 def worker_seed(worker_id, seed=None, salt=0):

@@ -192,6 +192,30 @@ def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_pat
     assert out == [b"False"]
 
 
+def test_tracing_imports_no_dynamo_until_the_program_does(tmp_path):
+    # Importing TorchDynamo costs a process about as much CPU as importing torch: a traced
+    # program that never compiles must not pay it, and one that compiles later is traced as
+    # compiled (OptimizeContext patched, the mode's dispatch guarded from TorchDynamo).
+    script = (
+        "import sys, bitexact._trace as t, torch\n"
+        "assert t.install_from_env()\n"
+        "x = torch.ones(3) * 2\n"
+        "print('torch._dynamo' in sys.modules)\n"
+        "import torch._dynamo.eval_frame as ef\n"
+        "mode = t._tracer_class.__dict__['__torch_dispatch__']\n"
+        "print(hasattr(ef.OptimizeContext.__call__, '__wrapped__'), hasattr(mode, '__wrapped__'))\n"
+        "f = torch.compile(lambda v: v + 1, backend='eager')\n"
+        "print(f(x).tolist())\n"
+        "t.stop()\n"
+    )
+    env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
+    env.pop("BITEXACT_TRACE_OWNER", None)
+    out = _python(script, env).decode().split("\n")
+    assert out[:3] == ["False", "True True", "[3.0, 3.0, 3.0]"], out
+    ops = [r["op"] for r in records(tmp_path / ".bitexact-trace-rank0.jsonl")]
+    assert ops[-1] == "compiled <lambda>", ops
+
+
 def test_module_level_records_module_outputs_and_gradients(trace):
     _trace.start(trace, level="modules")
     train(2)

@@ -27,6 +27,7 @@
 //! records also carry `"occ"`, the tracer's occurrence number: they are read, and the number
 //! ignored (a record's occurrence is counted here, from the order of the records).
 
+use super::kernels::Kernel;
 use super::TraceEntry;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
@@ -103,6 +104,21 @@ struct Line {
     sk: Vec<String>,
     #[serde(default)]
     gen: String,
+    /// A compiled region's kernel record ([`super::kernels`]).
+    #[serde(default)]
+    kernel: Option<KernelLine>,
+}
+
+/// The `"kernel"` field of a kernel record.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KernelLine {
+    #[serde(default)]
+    fuses: Vec<String>,
+    #[serde(default)]
+    at: Vec<String>,
+    #[serde(default)]
+    reduction: bool,
 }
 
 /// Ops that tracers before 2026-11-26 recorded and today's does not (`python/bitexact/_trace/__init__.py`,
@@ -169,6 +185,20 @@ pub fn same_labels(a: (&Path, Option<Labels>), b: (&Path, Option<Labels>)) -> Re
     }
 }
 
+/// An error when a record of version `v` does not label tensors as the records before it
+/// (`labels`, set by the first).
+fn same_kind(labels: &mut Option<Labels>, v: u32) -> Result<()> {
+    let kind = Labels::of_version(v);
+    let first = *labels.get_or_insert(kind);
+    if first != kind {
+        bail!(
+            "a record of version {v} after records of version {}",
+            first.versions()
+        );
+    }
+    Ok(())
+}
+
 /// Reads a rank's trace. A last line cut short (a run killed mid-write) is dropped; any other
 /// malformed line is an error naming the file and line. Records of [`NOT_RECORDED`] ops are
 /// dropped.
@@ -183,6 +213,8 @@ pub fn read_jsonl_labelled(path: &Path) -> Result<Read> {
     let mut lines = std::io::BufReader::new(file).lines().peekable();
     let mut out = Vec::new();
     let mut labels = None;
+    // Kernel records waiting for their region's record, by thread (see super::kernels).
+    let mut kernels: std::collections::HashMap<String, Vec<Kernel>> = Default::default();
     let mut n = 0;
     while let Some(line) = lines.next() {
         n += 1;
@@ -190,7 +222,7 @@ pub fn read_jsonl_labelled(path: &Path) -> Result<Read> {
         if line.trim().is_empty() {
             continue;
         }
-        let parsed: Line = match serde_json::from_str(&line) {
+        let mut parsed: Line = match serde_json::from_str(&line) {
             Ok(l) => l,
             Err(_) if lines.peek().is_none() => break, // cut short by the end of the run
             Err(e) => return Err(anyhow!("{} line {n}: {e}", path.display())),
@@ -202,42 +234,61 @@ pub fn read_jsonl_labelled(path: &Path) -> Result<Read> {
                 parsed.v
             );
         }
-        let kind = Labels::of_version(parsed.v);
-        if *labels.get_or_insert(kind) != kind {
-            bail!(
-                "{} line {n}: a record of version {} after records of version {}",
-                path.display(),
-                parsed.v,
-                labels.map_or("", Labels::versions)
-            );
-        }
+        same_kind(&mut labels, parsed.v)
+            .map_err(|e| anyhow!("{} line {n}: {e}", path.display()))?;
         if NOT_RECORDED.contains(&parsed.op.as_str()) {
             continue;
         }
         if out.len() == MAX_RECORDS {
             bail!("{}: more than {MAX_RECORDS} op records", path.display());
         }
-        out.push(TraceEntry {
-            call: out.len(),
-            op: parsed.op,
-            algorithm: String::new(),
-            inputs: parsed.inputs,
-            output: parsed.out.join(";"),
-            step: parsed.step,
-            rank: parsed.rank,
-            thread: parsed.thread,
-            phase: parsed.phase,
-            module: parsed.module,
-            source: parsed.src,
-            args: parsed.args,
-            sketches: parsed.sk,
-            generator: parsed.gen,
-        });
+        let kernel = parsed.kernel.take();
+        let mut entry = entry(parsed, out.len());
+        if let Some(k) = kernel {
+            let waiting = kernels.entry(entry.thread.clone()).or_default();
+            if waiting.len() == MAX_RECORDS {
+                bail!("{}: more than {MAX_RECORDS} kernel records", path.display());
+            }
+            waiting.push(Kernel {
+                record: entry,
+                fuses: k.fuses,
+                at: k.at,
+                reduction: k.reduction,
+            });
+            continue;
+        }
+        if let Some(waiting) = kernels.remove(&entry.thread) {
+            if entry.op.starts_with("compiled ") {
+                entry.kernels = waiting;
+            }
+        }
+        out.push(entry);
     }
     Ok(Read {
         entries: out,
         labels,
     })
+}
+
+/// The record a parsed line holds, at position `call`.
+fn entry(parsed: Line, call: usize) -> TraceEntry {
+    TraceEntry {
+        call,
+        op: parsed.op,
+        algorithm: String::new(),
+        inputs: parsed.inputs,
+        output: parsed.out.join(";"),
+        step: parsed.step,
+        rank: parsed.rank,
+        thread: parsed.thread,
+        phase: parsed.phase,
+        module: parsed.module,
+        source: parsed.src,
+        args: parsed.args,
+        sketches: parsed.sk,
+        generator: parsed.gen,
+        kernels: Vec::new(),
+    }
 }
 
 /// The rank `R` of a trace file named `.bitexact-trace-rank<R>.jsonl`.

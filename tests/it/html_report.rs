@@ -73,13 +73,7 @@ fn browse(browser: &str, page: &Path, what: &[&str]) -> String {
     reader.join().unwrap().expect("chromium's output")
 }
 
-/// The JSON report embedded in `page`.
-fn embedded(page: &str) -> serde_json::Value {
-    let open = "id=\"bitexact-report\">";
-    let start = page.find(open).expect("the embedded report") + open.len();
-    let end = start + page[start..].find("</script>").unwrap();
-    serde_json::from_str(&page[start..end]).expect("the embedded report is JSON")
-}
+use crate::shared_runs::embedded;
 
 /// The text of the element with `id` in `dom` (its first child's text, no nested tags).
 fn text_of<'a>(dom: &'a str, id: &str) -> &'a str {
@@ -190,31 +184,16 @@ fn a_traced_program_renders_in_headless_chromium() {
     let Some(py) = common::tracer_python(test) else {
         return;
     };
-    // Run from a project directory, the script by its name and Python from PATH, so that the
-    // page (and the guide's screenshot) shows no path of this machine's work tree or home.
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/conv_threads.py");
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(&example, dir.path().join("conv_threads.py")).unwrap();
-    let page = dir.path().join("report.html");
-    let bin = Path::new(&py).parent().unwrap().display().to_string();
-    let path = format!("{bin}:{}", std::env::var("PATH").unwrap_or_default());
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
-    c.args(["run", "--trace", "ops", "--vary", "threads", "--keep-going"])
-        .args(["--format", "html", "--out", "report.html", "--"])
-        .args(["python", "conv_threads.py"])
-        .current_dir(dir.path())
-        .env("PATH", path);
-    for var in ["SEED", "DETERMINISTIC", "BENCHMARK", "WORKERS", "THREADS"] {
-        c.env_remove(format!("BITEXACT_{var}"));
-    }
-    let o = c.output().unwrap();
-    if o.status.code() == Some(0) {
+    let run = crate::shared_runs::conv_threads_traced(&py);
+    if run.code == Some(0) {
         return common::premise_skip(
             test,
             "1 vs 2 threads give identical bits for conv_threads.py on this CPU: nothing diverged to draw",
         );
     }
-    assert_eq!(o.status.code(), Some(1), "{}", common::stdout(&o));
+    let page = run.page.clone();
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run.code, Some(1), "{}", run.output);
     let write = std::env::var("BITEXACT_WRITE_SCREENSHOT").is_ok_and(|v| v == "1");
     let png = match write {
         true => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/images/html-report.png"),

@@ -306,13 +306,14 @@ fn resume_flags_are_checked_before_any_run() {
     );
 }
 
-/// The resume state of `case`, run with `--forget forget`, names the piece `named` (a line
-/// that starts so and contains `says`), and no other piece but what follows from it.
-fn only_the_forgotten_piece_is_named(
+/// The resume state of `case`, run with the `--forget` flags `forget`, names the piece `named`
+/// (a line that starts so and contains `says`), and no piece of the list but the `forgotten`.
+fn only_the_forgotten_pieces_are_named(
     case: &serde_json::Value,
     forget: &str,
     named: &str,
     says: &str,
+    forgotten: &[&str],
 ) {
     let state: Vec<&str> = case["program"]["resume"]["state"]
         .as_array()
@@ -324,7 +325,7 @@ fn only_the_forgotten_piece_is_named(
         state
             .iter()
             .any(|s| s.starts_with(named) && s.contains(says)),
-        "{forget}: {state:?}"
+        "{forget}: {named} {says} not in {state:?}"
     );
     let others = [
         "torch's CPU generator",
@@ -334,7 +335,8 @@ fn only_the_forgotten_piece_is_named(
         "numpy",
         "Python's random",
     ];
-    for other in others.iter().filter(|o| !named.starts_with(**o)) {
+    let kept = |o: &&&str| !forgotten.iter().any(|f| f.starts_with(**o));
+    for other in others.iter().filter(kept) {
         assert!(
             !state.iter().any(|s| s.starts_with(other)),
             "{forget}: {other} named: {state:?}"
@@ -380,7 +382,10 @@ fn a_pytorch_resume_names_the_state_the_checkpoint_forgot() {
         ),
         "{case:#}"
     );
-    for (forget, named, says) in [
+    // The state pieces forgotten together, each named, and no piece that was kept; the data
+    // position alone: with another piece forgotten, the step's gradients are said to follow
+    // from that piece, and the data the step read is not named apart.
+    let pieces = [
         (
             "torch-rng",
             "torch's CPU generator",
@@ -401,14 +406,20 @@ fn a_pytorch_resume_names_the_state_the_checkpoint_forgot() {
             "the data the step read (a data position not restored",
             "gradients",
         ),
-    ] {
-        let (code, case) = run(&[], &["--forget", forget]);
+    ];
+    for pair in [&pieces[..3], &pieces[3..]] {
+        let forget: Vec<&str> = pair.iter().flat_map(|p| ["--forget", p.0]).collect();
+        let (code, case) = run(&[], &forget);
+        let which = format!("{forget:?}");
         assert_eq!(
             (code, case["verdict"].as_str()),
             (1, Some("resume-mismatch")),
-            "{forget}: {case:#}"
+            "{which}: {case:#}"
         );
-        only_the_forgotten_piece_is_named(&case, forget, named, says);
+        let named: Vec<&str> = pair.iter().map(|p| p.1).collect();
+        for (_, name, says) in pair {
+            only_the_forgotten_pieces_are_named(&case, &which, name, says, &named);
+        }
     }
     // With --trace ops: the first op after the resume that differs, named by its generator.
     let (code, case) = run(&["--trace", "ops"], &["--forget", "torch-rng"]);

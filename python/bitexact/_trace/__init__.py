@@ -91,7 +91,7 @@ import sys
 import warnings
 
 from .. import _protocol
-from . import c10d, compiled, digest, generator, record
+from . import c10d, compiled, digest, generator, kernels, record
 from . import state as ts
 from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -141,6 +141,14 @@ def _make_mode(stream):
                 self.stream = stream
 
             @classmethod
+            def _should_skip_dynamo(cls):
+                # TorchDispatchMode wraps a subclass's __torch_dispatch__ in TorchDynamo's
+                # disable, which imports TorchDynamo at the first op (1.5 s of CPU) and costs
+                # every op a call; it is put on below once the program loads TorchDynamo, the
+                # only time it can matter (see compiled.when_dynamo_loads).
+                return False
+
+            @classmethod
             def ignore_compile_internals(cls):
                 # TorchDynamo compiles under this mode (it skips frames under other modes), and
                 # what runs inside a compiled region is not recorded (see compiled).
@@ -166,6 +174,13 @@ def _make_mode(stream):
                         torch.Tensor, gen)
                 return result
 
+        def guard(_eval_frame):
+            # What TorchDispatchMode does for a subclass (skipped above), once TorchDynamo is
+            # loaded: its frame evaluation must not trace the recorder.
+            Tracer.__torch_dispatch__ = torch._disable_dynamo(
+                Tracer.__dict__["__torch_dispatch__"], recursive=True)
+
+        compiled.when_dynamo_loads(guard)
         _tracer_class = Tracer
     return _tracer_class(stream)
 
@@ -385,6 +400,8 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
         mode.__enter__()
     hooks += threads.follow(state, _make_mode if mode is not None else None, torch_dir)
     hooks.append(compiled.install(state, _is_tracer, level))
+    if level == "ops" and kernels.enabled():
+        hooks.append(kernels.install())
     if state.writer is not None:
         hooks.append(_hooks.drain_on_exit(state, stop))
     # torch.compile(module) warns that global module hooks (the tracer's) fire an extra time

@@ -21,14 +21,16 @@ kernels, other bits, and none of the compiled code's own nondeterminism. Instead
   the call); ``out`` the tensors it returns. Tensors a compiled function reads from globals or
   closures are not inputs. The whole call is one record, graph breaks and the eager code between
   the graphs included: nothing inside a compiled call is recorded op by op, so a divergence
-  inside it is reported on this record (``inputs identical, output differs``).
+  inside it is reported on this record (``inputs identical, output differs``). Under ``--trace
+  ops`` the kernels it launches are recorded before it (:mod:`bitexact._trace.kernels`), and
+  the report names the first of them that differs.
 - **Backward** (``--trace ops``): every autograd node the compiled call created (for a region
   compiled into one graph, AOTAutograd's single ``CompiledFunctionBackward``; more with graph
   breaks or outputs that are views) runs as the untraced run runs it, and each of its runs is
   one record with the same ``op`` and ``module``, phase ``backward``: ``in`` the gradients it
   receives (hashed before it runs), ``out`` the gradients it produces (the region's input and
-  parameter gradients). The ops inside such a node (an Inductor backward's extern kernels) are
-  not recorded. ``--trace modules`` records the forward call and, as for any model, parameter
+  parameter gradients). The ops inside such a node are not recorded op by op; its kernels are,
+  as the forward's. ``--trace modules`` records the forward call and, as for any model, parameter
   gradients before each optimizer step.
 - Eager tracing inside a compiled region (running it uncompiled to record its ops) is not
   offered: it would change what the program computes.
@@ -44,6 +46,8 @@ TorchDynamo fail (``AssertionError: ... already tracked for mutation``).
 import contextlib
 import functools
 
+from .. import _imports
+from . import kernels
 from . import state as ts
 
 _local = ts.Depth()  # compiled calls running on this thread
@@ -91,27 +95,62 @@ def install(state, is_tracer, level):
     """Wraps every callable ``torch.compile`` makes from now on (:func:`_wrap`); ``is_tracer``
     tells the tracer's dispatch modes (one per traced thread) from others. Returns a handle
     whose ``remove`` puts back ``OptimizeContext.__call__`` and stops it (callables already made
-    then run as without tracing)."""
+    then run as without tracing).
+
+    TorchDynamo is not imported for this (:func:`when_dynamo_loads`): importing it costs about
+    as much as importing torch, 1.5 s of CPU a process, which a program that never compiles
+    must not pay."""
     global _active, _current_node
     import torch
-    from torch._dynamo import eval_frame
 
     _current_node = getattr(torch._C, "_current_autograd_node", None)
-    cls = eval_frame.OptimizeContext
-    # Its own in torch 2.15, inherited from _TorchDynamoContext in 2.9: the function either way.
-    original = cls.__call__
-
-    def __call__(self, fn, *args, **kwargs):
-        made = original(self, fn, *args, **kwargs)
-        # A module comes back as an OptimizedModule whose forward this made (wrapped then), a
-        # class with its __call__ wrapped the same way.
-        if callable(made) and not isinstance(made, type) and hasattr(made, "__code__"):
-            return _wrap(made, fn)
-        return made
-
-    cls.__call__ = functools.wraps(original)(__call__)
     _active = (state, is_tracer, level)
-    return ts.Restore(cls, "__call__", original, then=_forget)
+    patch = _Patch()
+    patch.waiting = when_dynamo_loads(patch.apply)
+    return patch
+
+
+def when_dynamo_loads(then):
+    """Calls ``then(eval_frame)`` with TorchDynamo's ``torch._dynamo.eval_frame`` module: now
+    when it is loaded, else the moment the program's first import of TorchDynamo has executed
+    it, before ``torch.compile`` can use it (:func:`bitexact._imports.when_loaded`). Returns a
+    handle whose ``cancel()`` forgets ``then`` (None when it ran at once)."""
+    return _imports.when_loaded("torch._dynamo.eval_frame", then)
+
+
+class _Patch:
+    """The handle :func:`install` returns: ``OptimizeContext.__call__`` wrapped once its module
+    is loaded (:meth:`apply`), put back by :meth:`remove` (or the import hook taken away, when
+    it never loaded)."""
+
+    def __init__(self):
+        self.restore = None
+        self.waiting = None
+
+    def apply(self, eval_frame):
+        """Wraps ``eval_frame.OptimizeContext.__call__`` (:func:`_wrap` on what it returns)."""
+        cls = eval_frame.OptimizeContext
+        # Its own in torch 2.15, inherited from _TorchDynamoContext in 2.9: the function either way.
+        original = cls.__call__
+
+        def __call__(self, fn, *args, **kwargs):
+            made = original(self, fn, *args, **kwargs)
+            # A module comes back as an OptimizedModule whose forward this made (wrapped then),
+            # a class with its __call__ wrapped the same way.
+            if callable(made) and not isinstance(made, type) and hasattr(made, "__code__"):
+                return _wrap(made, fn)
+            return made
+
+        cls.__call__ = functools.wraps(original)(__call__)
+        self.restore = ts.Restore(cls, "__call__", original)
+
+    def remove(self):
+        """Puts back what :meth:`apply` replaced, or stops waiting for the module to load."""
+        if self.waiting is not None:
+            self.waiting.cancel()
+        if self.restore is not None:
+            self.restore.remove()
+        _forget()
 
 
 def _target(fn):
@@ -173,9 +212,12 @@ def _wrap(compiled, fn):
                     for pname, p in target.named_parameters(prefix=module):
                         state.param_names.setdefault(id(p), pname)
                 described = ts.describe(ins, state)
+        inner = contextlib.nullcontext()
+        if record and level == "ops" and kernels.enabled():
+            inner = kernels.region(state, stream, module, op, "forward")
         _local.depth += 1
         try:
-            with _mode_off(is_tracer), _created(state, stream, module, op, level == "ops"):
+            with _mode_off(is_tracer), _created(state, stream, module, op, level == "ops"), inner:
                 result = compiled(*args, **kwargs)
         finally:
             _local.depth -= 1
@@ -223,6 +265,7 @@ def _record_runs(node, state, created_in, module, op):
     import torch
 
     got = []
+    each = kernels.enabled()
 
     def pre(grad_outputs):
         got.clear()
@@ -231,9 +274,13 @@ def _record_runs(node, state, created_in, module, op):
             with ts.paused():
                 ins = ts.collect_tensors(grad_outputs, torch.Tensor, [])
                 got.append((stream, ins, ts.describe(ins, state)))
+            if each:
+                got.append(kernels.begin(state, stream, module, op, "backward"))
 
     def post(grad_inputs, _grad_outputs):
         if got:
+            if each:
+                kernels.end(got.pop())
             stream, ins, described = got.pop()
             with ts.paused():
                 outs = ts.collect_tensors(grad_inputs, torch.Tensor, [])

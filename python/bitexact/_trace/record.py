@@ -44,13 +44,14 @@ _LINE = ('{"v":%d,' % _protocol.TRACE_RECORD_VERSION
 
 
 def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sketches=(),
-         gen=None):
+         gen=None, kernel=None):
     """The record's JSON line (fields: ``_protocol.TRACE_RECORD_FIELDS``), newline-terminated;
     then, only when there are,
     ``"args"`` (the op's non-tensor arguments, :func:`arguments`), ``"sk"`` (a sketch of each
     result, ``src/trace/sketch.rs``: digits, ``e.-,|``, ``NaN`` and ``inf`` only, which JSON
     writes as they are), ``"gen"`` (a random op's generator and its state before the call,
-    :mod:`bitexact._trace.generator`) and ``"thread"`` (a thread other than the one that
+    :mod:`bitexact._trace.generator`), ``"kernel"`` (a compiled region's kernel: a dict,
+    :mod:`bitexact._trace.kernels`) and ``"thread"`` (a thread other than the one that
     started tracing).
     ``sketches`` = ``"\1"``: the background writer's mark for the ``"sk"`` field
     (:data:`bitexact._trace.digest.SKETCH_MARK`), written as it is."""
@@ -61,6 +62,8 @@ def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sket
         tail += sketches
     elif any(sketches):
         tail += ',"sk":[%s]' % _labels(sketches)
+    if kernel is not None:
+        tail += ',"kernel":%s' % json.dumps(kernel, separators=(",", ":"))
     tail += ',"thread":%s}\n' % _quote(thread) if thread else "}\n"
     return _LINE % (step, rank, _quote(phase), _quote(module), _quote(op), _quote(src),
                     _labels(ins), _labels(outs), tail)

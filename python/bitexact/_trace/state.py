@@ -222,7 +222,7 @@ class Record:
     for); None without it."""
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
-                 "scratch_ins", "args", "call", "gen", "later", "keep", "waits")
+                 "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "kernel", "src")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -231,6 +231,8 @@ class Record:
                                                                    scratch_ins)
         self.args, self.call, self.gen = args, call, gen
         self.later = self.keep = self.waits = None
+        self.kernel = None  # a compiled region's kernel: its "kernel" field (trace/kernels.py)
+        self.src = None  # its source line when not the stack's (a kernel's: its region's)
 
 
 def _is_capture(state, identity, thread, step, rec):
@@ -278,9 +280,9 @@ def emit(state, stream, rec):
             slots, sketches = sketches, digest.SKETCH_MARK
         else:
             sketches = ()
-    line = record.line(step, state.rank, rec.phase, rec.module, op,
-                       record.source(state.skip_dirs), described_ins, described_outs, thread,
-                       rec.args, sketches or (), rec.gen)
+    src = record.source(state.skip_dirs) if rec.src is None else rec.src
+    line = record.line(step, state.rank, rec.phase, rec.module, op, src, described_ins,
+                       described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel)
     with state.lock:
         if writer is not None and rec.waits:  # keep holds the staged bytes and host copies
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits))
