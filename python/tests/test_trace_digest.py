@@ -145,7 +145,7 @@ def program():
 
 
 def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args="",
-               sketches=(), gen=None):
+               sketches=(), gen=None, kernel=None):
     record = {"v": _protocol.TRACE_RECORD_VERSION, "step": step, "rank": rank, "phase": phase,
               "module": module, "op": op, "src": src, "in": ins, "out": outs}
     if args:
@@ -154,6 +154,8 @@ def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args=""
         record["gen"] = gen
     if any(sketches):
         record["sk"] = list(sketches)
+    if kernel is not None:
+        record["kernel"] = kernel
     if thread:
         record["thread"] = thread
     return json.dumps(record, separators=(",", ":")) + "\n"
