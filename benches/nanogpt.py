@@ -4,16 +4,21 @@ forward; ``F.scaled_dot_product_attention`` with ``is_causal=True``), trained th
 ``train.py`` does on CPU: AdamW over a decayed and an undecayed parameter group, gradient
 clipping at 1.0, ``zero_grad(set_to_none=True)``. Sizes: nanoGPT's CPU recipe for
 shakespeare_char made smaller (2 layers, 4 heads, 64 wide, 64-token context, batch 12,
-vocabulary 65, dropout 0).
+vocabulary 65, dropout 0). ``$BITEXACT_BENCH_GPT`` = ``layers,heads,width,context,batch``
+sets other sizes (``ci/gpu-check.sh``'s compute-bound step: ``8,16,1024,512,16``, whose
+activations are over 256 MB).
 """
 
 import math
+import os
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB, BATCH = 2, 4, 64, 64, 65, 12
+if os.environ.get("BITEXACT_BENCH_GPT"):
+    N_LAYER, N_HEAD, N_EMBD, BLOCK, BATCH = map(int, os.environ["BITEXACT_BENCH_GPT"].split(","))
 
 
 class LayerNorm(nn.Module):

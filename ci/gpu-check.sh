@@ -66,7 +66,7 @@ step 120 "report --backend cuda --benchmark on (algorithms)" sh -c \
     '.gpu/bitexact report --backend cuda --benchmark on --format json | python3 -c "import json,sys; r=json.load(sys.stdin); print(json.dumps([c.get(\"algorithms\") for c in r[\"cases\"] if c.get(\"algorithms\")][:6]))"'
 fi
 step 180 "pytest: CUDA tensors, device sketches" python3 -m pytest -q -rs -p no:cacheprovider \
-    python/tests/test_native.py -k cuda python/tests/test_device_sketch.py
+    python/tests/test_native.py -k cuda python/tests/test_device_sketch.py python/tests/test_fingerprint.py
 if [ "${1:-}" != tracer ]; then
 step 120 "digest of a 1 GiB CUDA tensor" python3 -c '
 import time, torch, bitexact
@@ -82,4 +82,21 @@ step 180 "run --trace ops --deterministic off cuda_atomics.py" \
     bitexact run --runs 3 --deterministic off --trace ops -- python3 examples/python/cuda_atomics.py
 step 300 "tracer bench, nanoGPT on the GPU" sh -c \
     'BITEXACT_BENCH_DEVICE=cuda python3 benches/op_trace.py 10 nanogpt nanogpt_eval > "$0/bench-gpu.json"; rc=$?; cat "$0/bench-gpu.json"; exit $rc' "$OUT"
+step 120 "trace fingerprint vs SHA-256 of a 256 MB CUDA tensor" python3 -c '
+import time, torch, bitexact
+from bitexact._trace import device
+x = torch.randn(1 << 26, device="cuda")
+def best(f):
+    f(); torch.cuda.synchronize(); out = []
+    for _ in range(5):
+        t0 = time.perf_counter(); v = f(); torch.cuda.synchronize(); out.append(time.perf_counter() - t0)
+    return v, min(out)
+fp, t = best(lambda: device.fingerprints([x])[0])
+d, s = best(lambda: bitexact.digest(x))
+xc = x.cpu()
+h = bitexact._digest.native().trace_fingerprints([(xc.data_ptr(), xc.nbytes, "f32", [xc.numel()])])
+print("fingerprint on device %.1f GB/s, SHA-256 on device %.1f GB/s, ratio %.1fx, equal to the host fingerprint %s"
+      % (x.nbytes / t / 1e9, x.nbytes / s / 1e9, s / t, h[0] == fp))'
+step 600 "tracer bench, compute-bound GPT (8 layers, 1024 wide, 512 context: activations > 256 MB)" sh -c \
+    'BITEXACT_BENCH_GPT=8,16,1024,512,16 BITEXACT_BENCH_DEVICE=cuda python3 benches/op_trace.py 5 nanogpt > "$0/bench-gpu-wide.json"; rc=$?; cat "$0/bench-gpu-wide.json"; exit $rc' "$OUT"
 echo "=== done ($(date +%T))"

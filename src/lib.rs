@@ -41,6 +41,8 @@ pub mod cost;
 pub mod cross;
 /// Canonical digests: SHA-256 over a canonical encoding of a tensor, and a run's digest.
 pub mod digest;
+/// The 128-bit fingerprint that op-trace records label tensors with (not cryptographic).
+pub mod fingerprint;
 pub mod memory;
 pub mod outcome;
 /// The machine fingerprint a report and a snapshot record.

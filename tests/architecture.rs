@@ -43,6 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "atomic",
             "tensor",
             "digest",
+            "fingerprint",
             "sha_lanes",
             "rng",
             "controls",

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact.
 import bitexact  # noqa: E402
 from bitexact import _trace  # noqa: E402
 from bitexact._trace import digest as _trace_digest  # noqa: E402
+from bitexact._fingerprint import fingerprint  # noqa: E402
 from conftest import records  # noqa: E402
 
 OPS = ("aten::native_layer_norm", "aten::mul.Tensor", "aten::mm")
@@ -55,7 +56,7 @@ def test_batch_1_records_whole_results(runs):
     small, _, x, _ = runs
     assert [len(small[op]) for op in OPS] == [8, 8, 8]
     ln = small["aten::native_layer_norm"]
-    assert ln[3]["in"][0] == "f32[1,512]:" + bitexact.digest(x[3:4])[:32]
+    assert ln[3]["in"][0] == "f32[1,512]:" + fingerprint(x[3:4])
     assert all("/" not in label for rs in small.values() for r in rs for label in r["in"] + r["out"])
 
 
@@ -70,7 +71,7 @@ def test_a_row_wise_op_slices_match_the_batch_1_requests(runs):
             assert tail.split(",") == whole, (op, pos)
     (ln,) = large["aten::native_layer_norm"]
     slices = ln["in"][0].partition(":")[2].split(",")
-    assert slices == [bitexact.digest(x[r:r + 1])[:32] for r in range(8)]
+    assert slices == [fingerprint(x[r:r + 1]) for r in range(8)]
 
 
 def test_a_batch_variant_matmul_has_a_differing_slice(runs):
@@ -80,7 +81,7 @@ def test_a_batch_variant_matmul_has_a_differing_slice(runs):
     assert ins == [digest_of(r["in"][0]) for r in small["aten::mm"]]  # same inputs per request
     # The weight's first dimension (512) is a multiple of 8 too: sliced, not comparable whole.
     assert mm["in"][1].startswith("f32[512,512]/8:")
-    assert small["aten::mm"][0]["in"][1] == "f32[512,512]:" + bitexact.digest(w)[:32]
+    assert small["aten::mm"][0]["in"][1] == "f32[512,512]:" + fingerprint(w)
     outs = mm["out"][0].partition(":")[2].split(",")
     whole = [digest_of(r["out"][0]) for r in small["aten::mm"]]
     assert len(outs) == 8 and outs != whole  # measured: gemv (M=1) vs gemm (M=8) differ here
@@ -132,3 +133,21 @@ def test_rows_must_be_positive(tmp_path, monkeypatch):
         _trace.stop()
     (mul,) = [r for r in records(str(tmp_path / "t.jsonl")) if r["op"] == "aten::mul.Tensor"]
     assert mul["out"][0].startswith("f32[8,2]:") and "/" not in mul["out"][0]
+
+
+def test_row_slices_fingerprinted_on_the_device_are_the_hosts(tmp_path, monkeypatch):
+    """Tensors fingerprinted where they live (bitexact._trace.device.fingerprints; here the
+    torch ops run on the CPU tensors the tracer is told are on a device) get the same row-slice
+    labels as the host's native path."""
+    from bitexact._trace import device as _trace_device
+
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 64), torch.randn(64, 64)
+    monkeypatch.setenv("BITEXACT_TRACE_ROWS", "8")
+    host = traced(str(tmp_path / "h.jsonl"), [x], w)
+    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: None)
+    monkeypatch.setattr(_trace_device, "fingerprinted_there", lambda t: True)
+    there = traced(str(tmp_path / "d.jsonl"), [x], w)
+    labels = [(r["in"], r["out"]) for op in OPS for r in host[op]]
+    assert labels == [(r["in"], r["out"]) for op in OPS for r in there[op]]
+    assert sum("/8:" in label for ins, outs in labels for label in ins + outs) >= 4

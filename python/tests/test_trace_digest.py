@@ -17,8 +17,10 @@ pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact.
 
 import bitexact  # noqa: E402
 from bitexact import _trace  # noqa: E402
+from bitexact import _protocol  # noqa: E402
 from bitexact._trace import digest as _trace_digest  # noqa: E402
 from bitexact._trace import record as _trace_record  # noqa: E402
+from bitexact._fingerprint import fingerprint  # noqa: E402
 
 
 from conftest import records, trace, traced  # noqa: E402,F401  (the shared trace fixture)
@@ -59,8 +61,8 @@ def test_a_tensor_changed_between_two_ops_is_hashed_again(trace, how):
     x * 2
     _trace.stop()
     muls = [r["in"][0] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
-    assert muls[0] == "f32[4]:" + bitexact.digest(torch.ones(4))[:32]
-    assert muls[-1] == "f32[4]:" + bitexact.digest(x)[:32]
+    assert muls[0] == "f32[4]:" + fingerprint(torch.ones(4))
+    assert muls[-1] == "f32[4]:" + fingerprint(x)
     assert muls[-1] != muls[0]
 
 
@@ -72,8 +74,8 @@ def test_an_unchanged_tensor_keeps_its_digest(trace):
     x.t() * 2  # a non-contiguous view: hashed in logical order
     _trace.stop()
     muls = [r["in"][0] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
-    assert muls[:3] == ["f32[2,3]:" + bitexact.digest(x)[:32]] * 3
-    assert muls[3] == "f32[3,2]:" + bitexact.digest(x.t().contiguous())[:32]
+    assert muls[:3] == ["f32[2,3]:" + fingerprint(x)] * 3
+    assert muls[3] == "f32[3,2]:" + fingerprint(x.t().contiguous())
 
 
 VIEWS = {
@@ -105,9 +107,9 @@ def test_a_view_that_is_not_contiguous_is_hashed_as_its_elements(
     _trace.stop()
     got = [r["in"][0] for r in records(trace) if r["op"] == "aten::mul.Tensor"]
     head = got[0].split(":")[0]
-    before = bitexact.digest(VIEWS[view](torch.arange(30.0).reshape(5, 6)).contiguous())
-    assert got[:2] == ["%s:%s" % (head, before[:32])] * 2
-    assert got[2] == "%s:%s" % (head, bitexact.digest(v.contiguous())[:32])
+    before = fingerprint(VIEWS[view](torch.arange(30.0).reshape(5, 6)).contiguous())
+    assert got[:2] == ["%s:%s" % (head, before)] * 2
+    assert got[2] == "%s:%s" % (head, fingerprint(v.contiguous()))
     assert (got[2] != got[0]) == (view not in ("a broadcast row", "bf16 transposed"))
 
 
@@ -143,15 +145,17 @@ def program():
 
 
 def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args="",
-               sketches=(), gen=None):
-    record = {"v": 3, "step": step, "rank": rank, "phase": phase, "module": module, "op": op,
-              "src": src, "in": ins, "out": outs}
+               sketches=(), gen=None, kernel=None):
+    record = {"v": _protocol.TRACE_RECORD_VERSION, "step": step, "rank": rank, "phase": phase,
+              "module": module, "op": op, "src": src, "in": ins, "out": outs}
     if args:
         record["args"] = args
     if gen:
         record["gen"] = gen
     if any(sketches):
         record["sk"] = list(sketches)
+    if kernel is not None:
+        record["kernel"] = kernel
     if thread:
         record["thread"] = thread
     return json.dumps(record, separators=(",", ":")) + "\n"
@@ -324,5 +328,5 @@ def test_a_real_tensor_with_the_negative_bit_is_hashed_as_its_values(trace):
     # torch resolves the bit before the op: the mode sees a clone of the view, then the op.
     (clone,) = [r for r in records(trace) if r["op"] == "aten::clone"]
     (mul,) = [r for r in records(trace) if r["op"] == "aten::mul.Tensor"]
-    want = "f32[4]:" + bitexact.digest(-(torch.arange(4.0) + 1))[:32]
+    want = "f32[4]:" + fingerprint(-(torch.arange(4.0) + 1))
     assert clone["in"] == clone["out"] == mul["in"][:1] == mul["out"] == [want]

@@ -13,10 +13,10 @@ from bitexact import _digest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
-import bitexact  # noqa: E402
 from bitexact import _protocol, _trace  # noqa: E402
 from bitexact._trace import kernel_source, kernels  # noqa: E402
 from bitexact._trace import state as ts  # noqa: E402
+from bitexact._fingerprint import fingerprint  # noqa: E402
 
 from conftest import records, trace  # noqa: E402,F401  (the shared trace fixture)
 
@@ -116,7 +116,7 @@ def test_a_region_records_each_kernel_with_its_buffers_ops_lines_and_seeds(trace
         ("forward", "Net", "extern_kernels.mm"), ("forward", "Net", "cpp_fused_mul_0"),
         ("forward", "Net", "cpp_fused_add_randn_like_1")]
     mm, mul, rnd = rs
-    label = lambda t: "f32[%s]:%s" % (",".join(map(str, t.shape)), bitexact.digest(t)[:32])  # noqa: E731
+    label = lambda t: "f32[%s]:%s" % (",".join(map(str, t.shape)), fingerprint(t))  # noqa: E731
     prod = x @ w
     assert mm["in"] == [label(x), label(w)] and mm["out"] == [label(prod)]
     assert mm["kernel"] == {"fuses": ["aten::mm"], "at": ["/src/model.py:7"], "reduction": False}

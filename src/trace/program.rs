@@ -3,7 +3,7 @@
 //! `$BITEXACT_OUT/.bitexact-trace-rank<R>.jsonl`, read into [`TraceEntry`] records:
 //!
 //! ```text
-//! {"v": 3, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1", "op": "aten::addmm",
+//! {"v": 4, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1", "op": "aten::addmm",
 //!  "src": "train.py:42", "in": ["f32[64,10]:<digest>"], "out": ["f32[64,10]:<digest>"]}
 //! ```
 //!
@@ -15,12 +15,15 @@
 //! non-tensor arguments, and `"sk": ["<sketch>", …]`, a float64 sketch of each result
 //! ([`super::sketch`]; `""` for a result without one). Both serve [`super::noise`].
 //!
-//! Each tensor label is `dtype[shape]:<digest>` (`:-` when not hashed). In the larger-batch
+//! Each tensor label is `dtype[shape]:<fingerprint>` (`:-` when not hashed): from version 4 on,
+//! the 128-bit trace fingerprint (`docs/concepts/fingerprint.md`), in versions 2 and 3 the first
+//! 32 hex digits of the canonical SHA-256. The two never compare ([`Labels`]): a trace mixing
+//! them is an error, and [`same_labels`] says whether two traces can be compared. In the larger-batch
 //! run of `--vary batch` (`$BITEXACT_TRACE_ROWS` = n), a tensor whose first dimension is a
 //! multiple of n is labelled by its n row slices' digests instead,
 //! `dtype[shape]/n:<d1>,...,<dn>` ([`super::batch`] parses and aligns them).
 //!
-//! Version 3 of the trace schema (version 1 is the built-in cases' trace file). Version 2
+//! Version 4 of the trace schema (version 1 is the built-in cases' trace file). Version 2
 //! records also carry `"occ"`, the tracer's occurrence number: they are read, and the number
 //! ignored (a record's occurrence is counted here, from the order of the records).
 
@@ -124,13 +127,92 @@ struct KernelLine {
 /// its input's bytes under another shape: no new data, like a view.
 pub const NOT_RECORDED: &[&str] = &["aten::_unsafe_view"];
 
+/// What a trace's tensor labels hold after the dtype and shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Labels {
+    /// The first 32 hex digits of the canonical SHA-256 (record versions 2 and 3).
+    Sha256Prefix,
+    /// The 128-bit trace fingerprint (version 4 on).
+    Fingerprint,
+}
+
+impl Labels {
+    /// The labels of a record of version `v`.
+    pub fn of_version(v: u32) -> Labels {
+        if v < FINGERPRINT_VERSION {
+            Labels::Sha256Prefix
+        } else {
+            Labels::Fingerprint
+        }
+    }
+
+    /// The record versions with these labels, as a reader says them.
+    pub fn versions(self) -> &'static str {
+        match self {
+            Labels::Sha256Prefix => "2 or 3 (SHA-256-prefix labels)",
+            Labels::Fingerprint => "4 (fingerprint labels)",
+        }
+    }
+}
+
+/// The first record version whose labels are fingerprints.
+pub const FINGERPRINT_VERSION: u32 = 4;
+
+/// A trace as read, with what its labels hold (`None`: no record).
+#[derive(Debug)]
+pub struct Read {
+    /// Its records.
+    pub entries: Vec<TraceEntry>,
+    /// Its labels' kind.
+    pub labels: Option<Labels>,
+}
+
+/// An error unless two traces' labels can be compared: a trace of version 2 or 3
+/// (SHA-256-prefix labels) against one of version 4 (fingerprints) would show every tensor as
+/// differing. The error names both traces and their versions.
+pub fn same_labels(a: (&Path, Option<Labels>), b: (&Path, Option<Labels>)) -> Result<()> {
+    match (a.1, b.1) {
+        (Some(x), Some(y)) if x != y => bail!(
+            "{} is a trace of record version {} and {} one of version {}: their tensor labels \
+             are computed differently and cannot be compared; record both with the same \
+             bitexact version",
+            a.0.display(),
+            x.versions(),
+            b.0.display(),
+            y.versions()
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// An error when a record of version `v` does not label tensors as the records before it
+/// (`labels`, set by the first).
+fn same_kind(labels: &mut Option<Labels>, v: u32) -> Result<()> {
+    let kind = Labels::of_version(v);
+    let first = *labels.get_or_insert(kind);
+    if first != kind {
+        bail!(
+            "a record of version {v} after records of version {}",
+            first.versions()
+        );
+    }
+    Ok(())
+}
+
 /// Reads a rank's trace. A last line cut short (a run killed mid-write) is dropped; any other
 /// malformed line is an error naming the file and line. Records of [`NOT_RECORDED`] ops are
 /// dropped.
 pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
+    Ok(read_jsonl_labelled(path)?.entries)
+}
+
+/// [`read_jsonl`], with the kind of the trace's labels; records of both kinds in one trace are
+/// an error.
+pub fn read_jsonl_labelled(path: &Path) -> Result<Read> {
     let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut lines = std::io::BufReader::new(file).lines().peekable();
     let mut out = Vec::new();
+    let mut labels = None;
     // Kernel records waiting for their region's record, by thread (see super::kernels).
     let mut kernels: std::collections::HashMap<String, Vec<Kernel>> = Default::default();
     let mut n = 0;
@@ -152,6 +234,8 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
                 parsed.v
             );
         }
+        same_kind(&mut labels, parsed.v)
+            .map_err(|e| anyhow!("{} line {n}: {e}", path.display()))?;
         if NOT_RECORDED.contains(&parsed.op.as_str()) {
             continue;
         }
@@ -180,7 +264,10 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
         }
         out.push(entry);
     }
-    Ok(out)
+    Ok(Read {
+        entries: out,
+        labels,
+    })
 }
 
 /// The record a parsed line holds, at position `call`.
@@ -214,7 +301,12 @@ pub fn rank_of(name: &str) -> Option<u64> {
 
 /// The traces of `(rank, file)` pairs, concatenated in rank order (each record's `call` is its
 /// position in the whole); `None` when there is none. Two files of one rank are an error.
-pub fn read_ranks(mut files: Vec<(u64, std::path::PathBuf)>) -> Result<Option<Vec<TraceEntry>>> {
+pub fn read_ranks(files: Vec<(u64, std::path::PathBuf)>) -> Result<Option<Vec<TraceEntry>>> {
+    Ok(read_ranks_labelled(files)?.map(|r| r.entries))
+}
+
+/// [`read_ranks`], with the kind of the traces' labels: ranks whose labels differ are an error.
+pub fn read_ranks_labelled(mut files: Vec<(u64, std::path::PathBuf)>) -> Result<Option<Read>> {
     if files.is_empty() {
         return Ok(None);
     }
@@ -228,13 +320,22 @@ pub fn read_ranks(mut files: Vec<(u64, std::path::PathBuf)>) -> Result<Option<Ve
         );
     }
     let mut all = Vec::new();
-    for (_, f) in files {
-        all.extend(read_jsonl(&f)?);
+    let mut labels: Option<(Labels, &Path)> = None;
+    for (_, f) in &files {
+        let read = read_jsonl_labelled(f)?;
+        if let (Some(mine), Some((first, at))) = (read.labels, labels) {
+            same_labels((at, Some(first)), (f, Some(mine)))?;
+        }
+        labels = labels.or(read.labels.map(|l| (l, f.as_path())));
+        all.extend(read.entries);
     }
     for (i, e) in all.iter_mut().enumerate() {
         e.call = i;
     }
-    Ok(Some(all))
+    Ok(Some(Read {
+        entries: all,
+        labels: labels.map(|l| l.0),
+    }))
 }
 
 /// The traces of every rank under `dir` (`.bitexact-trace-rank<R>.jsonl`, in `dir` or in its
@@ -243,6 +344,11 @@ pub fn read_ranks(mut files: Vec<(u64, std::path::PathBuf)>) -> Result<Option<Ve
 /// is none. Two traces of one rank are an error (point at one run, not a `--keep` directory
 /// of several). Symbolic links are not followed.
 pub fn read_dir(dir: &Path) -> Result<Option<Vec<TraceEntry>>> {
+    Ok(read_dir_labelled(dir)?.map(|r| r.entries))
+}
+
+/// [`read_dir`], with the kind of the traces' labels.
+pub fn read_dir_labelled(dir: &Path) -> Result<Option<Read>> {
     let mut files = Vec::new();
     let mut todo = vec![(dir.to_path_buf(), 0)];
     while let Some((d, depth)) = todo.pop() {
@@ -258,68 +364,12 @@ pub fn read_dir(dir: &Path) -> Result<Option<Vec<TraceEntry>>> {
             }
         }
     }
-    read_ranks(files)
+    read_ranks_labelled(files)
 }
 
 /// How deep [`read_dir`] looks for rank traces below the directory it is given.
 pub const MAX_DEPTH: usize = 3;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LINE: &str = r#"{"v":2,"step":1,"rank":0,"phase":"backward","module":"Net.fc1","op":"aten::mm","occ":0,"src":"t.py:9","in":["f32[2,2]:aa"],"out":["f32[2,2]:bb"]}"#;
-
-    #[test]
-    fn reads_lines_and_drops_a_cut_last_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join(".bitexact-trace-rank0.jsonl");
-        std::fs::write(&p, format!("{LINE}\n{LINE}\n{{\"v\":2,\"st")).unwrap();
-        let t = read_dir(dir.path()).unwrap().unwrap();
-        assert_eq!(t.len(), 2);
-        assert_eq!(t[1].call, 1);
-        assert_eq!(
-            (t[0].module.as_str(), t[0].source.as_str()),
-            ("Net.fc1", "t.py:9")
-        );
-        std::fs::write(&p, format!("{{\"v\":2}}\n{LINE}\n")).unwrap();
-        let e = read_dir(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("line 1"), "{e}");
-        let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");
-        std::fs::write(&p, format!("{LINE}\n{v3}\n")).unwrap();
-        assert_eq!(read_dir(dir.path()).unwrap().unwrap().len(), 2);
-        std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":4"))).unwrap();
-        assert!(read_dir(dir.path())
-            .unwrap_err()
-            .to_string()
-            .contains("trace version 4"));
-    }
-
-    #[test]
-    fn an_older_traces_unsafe_view_records_are_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join(".bitexact-trace-rank0.jsonl");
-        let view = LINE.replace("aten::mm", "aten::_unsafe_view");
-        let copy = LINE.replace("aten::mm", "aten::_unsafe_view.out"); // a copy: kept
-        std::fs::write(&p, format!("{LINE}\n{view}\n{copy}\n{LINE}\n")).unwrap();
-        let t = read_dir(dir.path()).unwrap().unwrap();
-        let ops: Vec<(&str, usize)> = t.iter().map(|e| (e.op.as_str(), e.call)).collect();
-        assert_eq!(
-            ops,
-            [
-                ("aten::mm", 0),
-                ("aten::_unsafe_view.out", 1),
-                ("aten::mm", 2)
-            ]
-        );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-            let dir = tempfile::tempdir().unwrap();
-            std::fs::write(dir.path().join(".bitexact-trace-rank0.jsonl"), &bytes).unwrap();
-            let _ = read_dir(dir.path());
-        }
-    }
-}
+#[path = "program_tests.rs"]
+mod tests;

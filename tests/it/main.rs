@@ -51,6 +51,7 @@ mod snapshots;
 mod tensor_files;
 mod torch_files;
 mod trace_threads;
+mod trace_versions;
 mod tracer_env;
 mod user_examples;
 mod variations;

@@ -190,6 +190,15 @@ impl Host {
     fn digest(&self) -> Digest {
         digest::digest_parts(self.dtype, &self.shape, &self.values())
     }
+
+    /// The trace fingerprint of the tensor's canonical bytes ([`bitexact::fingerprint`]): a
+    /// strided view's gathered a block at a time, never copied whole.
+    fn fingerprint_strided(&self) -> bitexact::fingerprint::Fingerprint {
+        match &self.strides {
+            None => bitexact::fingerprint::fingerprint(self.data()),
+            Some(s) => strided::fingerprint(self.data(), self.dtype.size(), &self.shape, s),
+        }
+    }
 }
 
 /// Runs the `bitexact` command line with `argv` (the program name first) and returns its exit
@@ -325,6 +334,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_digests, m)?)?;
     m.add_function(wrap_pyfunction!(trace::sketch_text, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::trace_fingerprints, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::fingerprint_bytes, m)?)?;
     m.add_class::<trace_writer::TraceWriter>()?;
     m.add_function(wrap_pyfunction!(pytest::run_report, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::explain, m)?)?;

@@ -24,9 +24,43 @@ pub(crate) fn gather_into(
     shape: &[usize],
     strides: &[usize],
 ) {
-    let count: usize = shape.iter().product();
-    out.reserve(count * size);
-    if count == 0 {
+    out.reserve(shape.iter().product::<usize>() * size);
+    gather_rows(out, raw, size, shape, strides, |_| {});
+}
+
+/// Bytes of gathered elements [`fingerprint`] holds at a time.
+const BLOCK_BYTES: usize = 64 << 10;
+
+/// The fingerprint of the view's elements in row-major order (as [`gather_into`] lays them
+/// out), gathered [`BLOCK_BYTES`] at a time: no copy of the whole view.
+pub(crate) fn fingerprint(
+    raw: &[u8],
+    size: usize,
+    shape: &[usize],
+    strides: &[usize],
+) -> bitexact::fingerprint::Fingerprint {
+    let mut f = bitexact::fingerprint::Fingerprinter::default();
+    let mut block = Vec::with_capacity(BLOCK_BYTES + shape.last().copied().unwrap_or(1) * size);
+    gather_rows(&mut block, raw, size, shape, strides, |b| {
+        if b.len() >= BLOCK_BYTES {
+            f.update(b);
+            b.clear();
+        }
+    });
+    f.update(&block);
+    f.finish()
+}
+
+/// [`gather_into`], calling `row_done` with `out` after each row it appends.
+fn gather_rows(
+    out: &mut Vec<u8>,
+    raw: &[u8],
+    size: usize,
+    shape: &[usize],
+    strides: &[usize],
+    mut row_done: impl FnMut(&mut Vec<u8>),
+) {
+    if shape.contains(&0) {
         return;
     }
     let Some((&inner, outer)) = shape.split_last() else {
@@ -48,6 +82,7 @@ pub(crate) fn gather_into(
                 out.extend_from_slice(&raw[at..at + size]);
             }),
         }
+        row_done(out);
         // The next row: the outer dimensions count like an odometer.
         let mut d = outer.len();
         loop {
@@ -109,6 +144,8 @@ mod tests {
             gather_into(&mut out, &raw, size, &shape, &strides);
             prop_assert_eq!(out[0], 9);
             prop_assert_eq!(&out[1..], &naive(&raw, size, &shape, &strides)[..]);
+            let whole = bitexact::fingerprint::fingerprint(&out[1..]);
+            prop_assert_eq!(fingerprint(&raw, size, &shape, &strides), whole);
         }
     }
 

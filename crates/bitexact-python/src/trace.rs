@@ -1,14 +1,15 @@
-//! [`trace_digests`]: the digests of one op's host tensors for the op tracer
+//! [`trace_digests`]: the fingerprints of one op's host tensors for the op tracer
 //! (`python/bitexact/_trace/digest.py`), one call per op, each already labelled as a trace
-//! record shows it (`f32[2,3]:<first 32 hex digits>`), with a cache of digests that is checked
-//! against the bytes.
+//! record shows it (`f32[2,3]:<32 hex digits>`: the 128-bit fingerprint of
+//! [`bitexact::fingerprint`], not the canonical SHA-256), with a cache of fingerprints that is
+//! checked against the bytes.
 //!
 //! Most tensors an op reads were hashed a moment before, as the result of the op that made
 //! them (a layer's output is the next layer's input; a parameter is read by its forward, its
 //! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype,
-//! shape, and a view's strides), the canonical digest and an XXH3-128 of the bytes it was
-//! computed from; a later request for the same buffer recomputes only the XXH3-128 (an order
-//! of magnitude cheaper than SHA-256) and reuses the digest when it is equal. The cache trusts
+//! shape, and a view's strides), the fingerprint and an XXH3-128 of the bytes it was
+//! computed from; a later request for the same buffer recomputes only the XXH3-128 and reuses
+//! the fingerprint (and, above all, the result's float64 sketch) when it is equal. The cache trusts
 //! the bytes, not the program's bookkeeping: a write that PyTorch's version counter never sees
 //! (through `.data`, numpy sharing the memory, an extension writing through a raw pointer)
 //! changes the XXH3 and the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
@@ -24,7 +25,7 @@
 //! lookup here treats it as a miss.
 
 use super::Host;
-use bitexact::digest::Digest;
+use bitexact::fingerprint::{self, Fingerprint};
 use bitexact::trace::sketch::Sketch;
 use bitexact::DType;
 use pyo3::prelude::*;
@@ -34,7 +35,7 @@ use std::fmt::Write;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use twox_hash::XxHash3_128;
 
-/// Hex digits of a digest that a trace record keeps.
+/// Hex digits of a fingerprint in a trace label.
 const DIGEST_HEX: usize = 32;
 
 /// Buffers the cache holds before it starts over (about 100 bytes each).
@@ -113,21 +114,25 @@ impl std::hash::Hasher for Fx {
 /// The digest cache: a buffer's key and what it held when last hashed.
 pub(crate) type CacheMap = HashMap<Key, Seen, std::hash::BuildHasherDefault<Fx>>;
 
-/// A digest and, when asked for, the sketch's text (`""` for a dtype without one), shared (a
-/// cache hit clones it for each record that reads the tensor).
-pub(crate) type Hashed = (Digest, Option<Arc<str>>);
+/// A fingerprint and, when asked for, the sketch's text (`""` for a dtype without one), shared
+/// (a cache hit clones it for each record that reads the tensor).
+pub(crate) type Hashed = (Fingerprint, Option<Arc<str>>);
 
 /// The sketch text of `t` (`""` for a dtype that is not floating point).
 pub(crate) fn sketch(dtype: DType, data: &[u8]) -> Arc<str> {
     Sketch::of(dtype, data).map_or(Arc::from(""), |s| s.text().into())
 }
 
-/// `t`'s digest and, with `sketch`, its sketch, from one read of its values (a strided view's
-/// gathered once), on the calling thread (a large tensor's chunks in parallel).
+/// `t`'s fingerprint and, with `sketch`, its sketch (a strided view's elements gathered once
+/// for both), on the calling thread (a large tensor's chunks in parallel). Without a sketch, a
+/// strided view is fingerprinted a block of gathered elements at a time: no copy of it whole.
 pub(crate) fn hash(t: &Host, sketch: bool) -> Hashed {
+    if !sketch && t.strides.is_some() {
+        return (t.fingerprint_strided(), None);
+    }
     let values = t.values();
-    let digest = bitexact::digest::digest_parts(t.dtype, &t.shape, &values);
-    (digest, sketch.then(|| self::sketch(t.dtype, &values)))
+    let fp = fingerprint::fingerprint(&values);
+    (fp, sketch.then(|| self::sketch(t.dtype, &values)))
 }
 
 static CACHE: LazyLock<Mutex<CacheMap>> = LazyLock::new(Default::default);
@@ -169,10 +174,10 @@ fn lookup(t: &Host) -> (u128, Option<Hashed>) {
     (check, hit)
 }
 
-/// The digests of `tensors` (and the sketches of those `want` marks), from the cache (when
-/// `use_cache`) or computed: the ones to compute in parallel when there are several and enough
-/// bytes ([`PARALLEL_BYTES`]); a tensor over [`bitexact::digest::CHUNK_BYTES`] is also hashed
-/// in parallel chunks by `digest_parts`. A cached digest whose sketch is wanted and was never
+/// The fingerprints of `tensors` (and the sketches of those `want` marks), from the cache
+/// (when `use_cache`) or computed: the ones to compute in parallel when there are several and
+/// enough bytes ([`PARALLEL_BYTES`]); a tensor over [`fingerprint::PAR_BYTES`] is also
+/// fingerprinted in parallel chunks. A cached fingerprint whose sketch is wanted and was never
 /// made is recomputed whole.
 fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
     let wants = |i: usize| want.get(i).copied().unwrap_or(false);
@@ -216,15 +221,15 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
         .collect()
 }
 
-/// `dtype[d0,d1,...]:<first DIGEST_HEX hex digits of d>`, as trace records show a tensor.
-fn label(t: &Host, d: &Digest) -> String {
+/// `dtype[d0,d1,...]:<DIGEST_HEX hex digits of d>`, as trace records show a tensor.
+fn label(t: &Host, d: &Fingerprint) -> String {
     let mut s = String::with_capacity(16 + 4 * t.shape.len() + DIGEST_HEX);
     push_label(&mut s, t.dtype, &t.shape, d);
     s
 }
 
-/// Appends the label of a `dtype` tensor of `shape` with digest `d` to `s`.
-pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Digest) {
+/// Appends the label of a `dtype` tensor of `shape` with fingerprint `d` to `s`.
+pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Fingerprint) {
     s.push_str(dtype.name());
     s.push('[');
     for (i, n) in shape.iter().enumerate() {
@@ -234,9 +239,7 @@ pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Dige
         let _ = write!(s, "{n}");
     }
     s.push_str("]:");
-    for b in &d.0[..DIGEST_HEX / 2] {
-        let _ = write!(s, "{b:02x}");
-    }
+    let _ = write!(s, "{d}");
 }
 
 /// The trace labels (`f32[2,3]:<32 hex digits>`) of host tensors given as
@@ -271,6 +274,26 @@ pub fn trace_digests(
     })
 }
 
+/// The trace fingerprints ([`bitexact::fingerprint`], 32 hex digits each) of host tensors
+/// given as [`trace_digests`] takes them, without the cache: the op tracer's tensors that are
+/// not on its fast path (a complex tensor's real view, a lazily negated one made plain), and
+/// the tests. One release of the GIL; a large tensor's chunks in parallel.
+#[pyfunction]
+pub fn trace_fingerprints(py: Python<'_>, items: Vec<super::Item>) -> PyResult<Vec<String>> {
+    let tensors = Host::items(items)?;
+    Ok(py.detach(|| {
+        (tensors.iter())
+            .map(|t| t.fingerprint_strided().hex())
+            .collect()
+    }))
+}
+
+/// The trace fingerprint of `data`, a tensor's canonical bytes (32 hex digits).
+#[pyfunction]
+pub fn fingerprint_bytes(py: Python<'_>, data: &[u8]) -> String {
+    py.detach(|| fingerprint::fingerprint(data).hex())
+}
+
 /// The sketch text (`src/trace/sketch.rs`'s format) of a `dtype` tensor from its parts, made by
 /// the caller (the tracer's sketch of a device tensor, from float64 torch ops on its device):
 /// the norm and largest magnitude of its finite elements, how many are not finite, and the
@@ -303,7 +326,7 @@ mod tests {
     use super::*;
 
     fn digest(byte: u8) -> Hashed {
-        (Digest([byte; 32]), None)
+        (Fingerprint([u64::from(byte); 2]), None)
     }
 
     #[test]
@@ -325,6 +348,6 @@ mod tests {
         assert!(seen(&c, &rows, 5).is_none());
         c.insert(key(&turned), entry(&turned, 3));
         let hit = seen(&c, &turned, 5).and_then(|s| s.hashed.get().cloned());
-        assert_eq!(hit.map(|h| h.0), Some(Digest([3; 32])));
+        assert_eq!(hit.map(|h| h.0), Some(Fingerprint([3; 2])));
     }
 }

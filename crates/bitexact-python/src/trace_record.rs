@@ -6,7 +6,7 @@ use super::copy_pool::{recycle, take, SharedPool};
 use super::strided;
 use super::trace::{self, Hashed};
 use super::Host;
-use bitexact::digest::digest_parts_serial;
+use bitexact::fingerprint::fingerprint_serial;
 use bitexact::DType;
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -83,8 +83,8 @@ pub(crate) fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketc
             out
         });
         let bytes = gathered.as_deref().unwrap_or(raw);
-        let digest = digest_parts_serial(s.dtype, &s.shape, bytes);
-        let _ = hashed.set((digest, sketch.then(|| trace::sketch(s.dtype, bytes))));
+        let fp = fingerprint_serial(bytes);
+        let _ = hashed.set((fp, sketch.then(|| trace::sketch(s.dtype, bytes))));
         if let Some(out) = gathered {
             recycle(pool, out);
         }

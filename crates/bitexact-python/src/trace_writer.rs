@@ -1,5 +1,5 @@
 //! [`TraceWriter`]: the op tracer's trace file (`python/bitexact/_trace/state.py`), written by a
-//! background thread that also computes the SHA-256 digests (and float64 sketches) the
+//! background thread that also computes the trace fingerprints (and float64 sketches) the
 //! program's thread would otherwise wait for.
 //!
 //! While a traced program runs, most of its time is single-threaded Python, so another core is
@@ -9,11 +9,11 @@
 //! the record's `"sk"` field goes, a byte 1 (also escaped in any JSON string), filled with the
 //! sketches of the results it names, or nothing when none has one, as the synchronous path. On
 //! the caller's thread each tensor is looked up in the digest cache of [`super::trace`] (an
-//! XXH3-128 of its bytes); a miss copies the bytes (a copy is far cheaper than SHA-256) and
+//! XXH3-128 of its bytes); a miss copies the bytes (cheaper than a fingerprint and a sketch) and
 //! leaves the hashing to the writer's thread, which fills in the labels and writes the records
 //! in the order they were made, byte for byte what the synchronous path writes. The copy is
 //! made before the call returns, so a program that changes the tensor right after the op
-//! still gets the digest of the bytes the op saw.
+//! still gets the fingerprint of the bytes the op saw.
 //!
 //! Memory is bounded: past [`QUEUED_BYTES`] copied bytes waiting to be hashed, a tensor is
 //! hashed on the caller's thread; hashed copies' buffers are kept for reuse

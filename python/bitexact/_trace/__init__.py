@@ -9,9 +9,9 @@ that never imports bitexact is traced. Every ATen op call the process makes (a
 of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 :mod:`bitexact._dist`)::
 
-    {"v": 3, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
+    {"v": 4, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
      "op": "aten::addmm", "src": "train.py:42",
-     "in": ["f32[64,10]:<digest>", ...], "out": ["f32[64,10]:<digest>"]}
+     "in": ["f32[64,10]:<fingerprint>", ...], "out": ["f32[64,10]:<fingerprint>"]}
 
 - ``step``: optimizer steps completed so far (``torch.optim`` step hooks), or, for a script
   without an optimizer, the index after its last ``bitexact.step(i)``.
@@ -34,12 +34,13 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 - ``src``: the innermost frame in the program's own code (not torch, not bitexact).
 - ``in``: the tensors the op reads; a tensor it writes (in-place ``self``, ``out=``) is a result
   only, since it is hashed after the op.
-- digests: bitexact's canonical digest (first 32 hex digits) of each tensor argument and
-  result, from the native module, one call per op (:mod:`bitexact._trace.digest`: a tensor
+- labels: the 128-bit trace fingerprint (``docs/concepts/fingerprint.md``, not the canonical
+  SHA-256) of each tensor argument and result, from the native module for host tensors, one
+  call per op, and on its device for a device tensor (:mod:`bitexact._trace.digest`: a tensor
   whose bytes are unchanged since it was last hashed, checked by an XXH3-128 of them, reuses
-  its digest; records are made by :mod:`bitexact._trace.record` and, where torch leaves a core
-  free or the machine has an NVIDIA GPU, written by a native writer that hashes on a background
-  thread: the program does not wait for SHA-256; :func:`stop` (atexit, ``os._exit``) waits
+  its fingerprint; records are made by :mod:`bitexact._trace.record` and, where torch leaves a
+  core free or the machine has an NVIDIA GPU, written by a native writer that hashes on a
+  background thread: the program does not wait for the hashing; :func:`stop` (atexit, ``os._exit``) waits
   for the queued records, and a process killed by a signal loses them); a tensor over
   ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB) is recorded as ``dtype[shape]:-`` (not
   hashed), and so is an RNN workspace result (``_SCRATCH_RESULTS``: uninitialized scratch

@@ -1,23 +1,57 @@
-"""Device tensors in op traces (:mod:`bitexact._trace.digest`): staged to the host, or
-sketched on their device.
+"""Device tensors in op traces (:mod:`bitexact._trace.digest`): fingerprinted and sketched on
+their device, or, when tiny, staged to the host.
 
-CUDA tensors of at most :data:`STAGE_MAX` bytes are staged (:func:`staged`): all of an op's are
-copied into one pinned host buffer on their streams, with one wait, and then take the host's
-fast path (cache, background writer, sketches from the same bytes as a CPU run's). A wait per
-op, not per tensor, and no float64 sketch ops on the device: on an H200 a traced nanoGPT step
-spent 0.6 ms per record hashing and sketching each device tensor by itself
-(docs/gpu-results.md). Larger device tensors are hashed on the device, and sketched there by
-:func:`device_sketch`.
+A device tensor's label is its trace fingerprint (``docs/concepts/fingerprint.md``), computed
+where it lives by :func:`fingerprints` (torch int64 ops, :mod:`bitexact._fingerprint`): all of
+an op's device tensors' lane sums come to the host in one copy of 16 bytes each, and no tensor
+is copied to the host whole. Its float64 sketch is made there too (:func:`device_sketch`).
+
+CUDA tensors of at most :data:`STAGE_MAX` bytes (biases, norms' weights, scalars) are staged
+instead (:func:`staged`): all of an op's are copied into one pinned host buffer on their
+streams, with one wait, and then take the host's fast path (cache, background writer,
+sketches from the same bytes as a CPU run's): for a few KiB, a copy costs less than the
+kernel launches of a fingerprint and a sketch (on an H200 a traced nanoGPT step spent 0.6 ms
+per record hashing and sketching each small device tensor by itself, docs/gpu-results.md).
+Both give the same label for the same bytes.
 """
 
 import sys
 
-from .. import _digest, _protocol
+from .. import _digest, _fingerprint, _protocol
 from .._digest import plain_name as _plain
 
-# The largest device tensor staged to the host to be hashed there; larger ones are hashed on
-# the device, where SHA-256 runs faster than the copy would.
-STAGE_MAX = 16 << 20
+# The largest device tensor staged to the host to be fingerprinted there; larger ones are
+# fingerprinted on their device, and only 16 bytes each come back.
+STAGE_MAX = 64 << 10
+
+
+def fingerprints(tensors):
+    """The 32-hex-digit fingerprints of ``tensors`` (any device; bitexact dtypes), computed on
+    their devices: the lanes' sums of all of them that share a device come to the host in one
+    copy, and the last mix of each is made here."""
+    import torch
+
+    sums, sizes = [], []
+    for t in tensors:
+        w, nbytes = _fingerprint.words(t)
+        sums.append(_fingerprint.device_sums(w))
+        sizes.append(nbytes)
+    host = [None] * len(sums)
+    groups = {}
+    for i, s in enumerate(sums):
+        groups.setdefault(s.device, []).append(i)
+    for places in groups.values():
+        got = torch.cat([sums[i] for i in places]).cpu().tolist()
+        for j, i in enumerate(places):
+            host[i] = got[2 * j:2 * j + 2]
+    mask = (1 << 64) - 1
+    return [_fingerprint.finish([a & mask for a in acc], n) for acc, n in zip(host, sizes)]
+
+
+def fingerprinted_there(t):
+    """Whether ``t``'s fingerprint is computed on its device (:func:`fingerprints`) rather than
+    by the native module on the host (tests make it take host tensors)."""
+    return not t.is_cpu
 
 
 def on_device(t):

@@ -1,12 +1,14 @@
-"""The digests of an op trace's records: :func:`describe` labels an op's tensors as records show
-them (``f32[2,3]:<first 32 hex digits of the canonical digest>``), with one native call per op.
+"""The labels of an op trace's records: :func:`describe` labels an op's tensors as records show
+them (``f32[2,3]:<fingerprint>``: the 128-bit trace fingerprint of
+``docs/concepts/fingerprint.md``, not the canonical SHA-256), with one native call per op.
 
 Host tensors of bitexact's dtypes (the common case) take the fast path: their address, length,
 dtype and shape go to ``_native.trace_digests``, which hashes them together and formats the
 labels, with a cache of digests checked against the bytes (see
 ``crates/bitexact-python/src/trace.rs``): a tensor that an earlier op made or read and that is
-unchanged since (most of an op's inputs) costs an XXH3-128 of its bytes instead of a SHA-256. Whether a digest is reused depends on the
-bytes only, never on PyTorch's version counter, tensor identity or the ops the tracer saw, so a
+unchanged since (most of an op's inputs) costs an XXH3-128 of its bytes instead of a
+fingerprint (and, for a result, a float64 sketch). Whether a fingerprint is reused depends on
+the bytes only, never on PyTorch's version counter, tensor identity or the ops the tracer saw, so a
 write that those miss (through ``.data``, a view, numpy sharing the memory, an extension's raw
 pointer) is hashed again. :data:`CACHE` turns the cache off (the tests compare traces with and
 without it).
@@ -17,13 +19,14 @@ Where a core is free (:func:`background`), the tracer's records are written by t
 which the writer looks up in the same cache, copies when they must be hashed, and hashes (and
 sketches) on a background thread, filling in the labels and the ``"sk"`` field
 (:data:`SKETCH_MARK`) and writing the records in order: the same bytes, without the program's
-thread waiting for SHA-256.
+thread waiting for them.
 
 CUDA tensors of at most ``STAGE_MAX`` bytes are first staged to the host, all of an op's in
-one copy, and then take the host's fast path (:mod:`bitexact._trace.device`).
+one copy, and then take the host's fast path; larger ones are fingerprinted on their device,
+only 16 bytes each coming back (:mod:`bitexact._trace.device`).
 
-Everything else takes the general path of :mod:`bitexact._digest` (larger device tensors:
-hashed on the GPU; complex, conjugate and negative views, sparse tensors), and a tensor that
+Everything else takes the general path (complex, conjugate and negative views, sparse tensors:
+made plain by :mod:`bitexact._digest` and fingerprinted natively), and a tensor that
 cannot be hashed (a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an
 unknown dtype) is labelled ``dtype[shape]:-``.
 
@@ -37,8 +40,6 @@ each slice compares with the smaller-batch run's whole result for the same reque
 from .. import _digest
 from . import device
 from .._digest import plain_name as _plain
-
-DIGEST_HEX = 32
 
 # Whether _native.trace_digests may reuse a digest whose bytes are unchanged (see above).
 CACHE = True
@@ -106,23 +107,36 @@ def _fast(t, max_bytes, strided=False):
 
 
 def _general(t, max_bytes, hashed):
-    """The label of one tensor through :mod:`bitexact._digest`: ``label:digest`` for a device
-    tensor, ``label:-`` when it cannot be hashed (or ``max_bytes`` is None: scratch), else the
-    label, with its host view appended to ``hashed`` (the caller hashes those together)."""
+    """The label of one tensor off the fast path: ``label:-`` when it cannot be hashed (or
+    ``max_bytes`` is None: scratch), else the label, with what to fingerprint appended to
+    ``hashed``: its host view (:mod:`bitexact._digest`), or the tensor itself when it is
+    fingerprinted on its device (the caller fingerprints them together, :func:`_fingerprints`)."""
     kind = None
     try:
         if max_bytes is None or t.is_meta or t.numel() * t.element_size() > max_bytes:
             raise ValueError
-        kind, v = _digest._prepare(t)
+        if device.fingerprinted_there(t):
+            _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)  # a TypeError
+            kind, v = "device", t
+        else:
+            kind, v = _digest._prepare(t)
     except (TypeError, ValueError, RuntimeError):
         pass
     label = _head(t)
-    if kind == "host":
+    if kind in ("host", "device"):
         hashed.append(v)
         return label
-    if kind == "device":
-        return "%s:%s" % (label, v[:DIGEST_HEX])
     return label + ":-"
+
+
+def _fingerprints(hashed, nat):
+    """The fingerprints of what :func:`_general` appended to ``hashed``: host views by the
+    native module (one call), device tensors on their devices (one copy back per device)."""
+    on_host = [isinstance(h, _digest._Host) for h in hashed]
+    host = iter(nat.trace_fingerprints([h.args() for h, k in zip(hashed, on_host) if k]))
+    there = [h for h, k in zip(hashed, on_host) if not k]
+    there = iter(device.fingerprints(there) if there else ())
+    return [next(host) if k else next(there) for k in on_host]
 
 
 def _rows(shape, rows):
@@ -249,8 +263,9 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
             label = _general(t, max_bytes, hosts)
             if len(hosts) > mark:
                 slow.append(((i, None), label))
-            elif sketch_from is not None and i >= sketch_from and not label.endswith(":-"):
-                on_device.append(i)  # hashed on its device: sketched there
+                there = not isinstance(hosts[-1], _digest._Host)
+                if there and sketch_from is not None and i >= sketch_from:
+                    on_device.append(i)  # fingerprinted on its device: sketched there
             out[i] = label
     return out, sliced, fast, places, owners, slow, hosts, on_device
 
@@ -342,11 +357,11 @@ def _finish(out, sliced, slow, hosts, tensors, nat):
     """Fills in ``out`` (see :func:`_sort`): the general-path host tensors' labels, hashed in
     one native call, and each row-sliced tensor's ``dtype[shape]/n:<d1>,...,<dn>``."""
     if hosts:
-        for ((i, k), label), d in zip(slow, nat.digests_ptr([h.args() for h in hosts])):
+        for ((i, k), label), d in zip(slow, _fingerprints(hosts, nat)):
             if k is None:
-                out[i] = "%s:%s" % (label, d[:DIGEST_HEX])
+                out[i] = "%s:%s" % (label, d)
             else:
-                sliced[i][1][k] = d[:DIGEST_HEX]
+                sliced[i][1][k] = d
     for i, (name, digests) in sliced.items():
         head = _head(tensors[i])
         if name is not None:  # the native module's name of the dtype

@@ -12,7 +12,9 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 /// Exit 0 when every case in either file has identical traces, 1 when any differs or is in one
-/// file only, 2 when a file is unreadable or not a valid trace file (version, duplicates).
+/// file only, 2 when a file is unreadable or not a valid trace file (version, duplicates), or
+/// two program traces label tensors differently (record version 2 or 3 against 4:
+/// [`trace::program::same_labels`]).
 /// Program op traces (`bitexact run --trace ops --keep DIR`: a run directory or its
 /// `.bitexact-trace-rank<R>.jsonl`) are compared the same way, with the same answer, after a
 /// line on what differs between the two runs' platforms ([`record::compare`]: each kept run
@@ -51,9 +53,9 @@ pub(crate) fn diff_trace(a: &Path, b: &Path, json: bool) -> Result<u8> {
 
 /// Compares two programs' op traces (each a kept run directory or its `.jsonl`).
 fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
-    let load = |p: &Path| -> Result<Vec<trace::TraceEntry>> {
+    let load = |p: &Path| -> Result<trace::program::Read> {
         let t = if p.is_dir() {
-            trace::program::read_dir(p)?.ok_or_else(|| {
+            trace::program::read_dir_labelled(p)?.ok_or_else(|| {
                 anyhow::anyhow!(
                     "{}: no {}<R>.jsonl in it (keep runs with `bitexact run --trace ops --keep DIR`)",
                     p.display(),
@@ -61,12 +63,14 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
                 )
             })?
         } else {
-            trace::program::read_jsonl(p)?
+            trace::program::read_jsonl_labelled(p)?
         };
         Ok(t)
     };
     let bad = |e: anyhow::Error| usage(format!("{e:#}"));
-    let (ta, tb) = (load(a).map_err(bad)?, load(b).map_err(bad)?);
+    let (ra, rb) = (load(a).map_err(bad)?, load(b).map_err(bad)?);
+    trace::program::same_labels((a, ra.labels), (b, rb.labels)).map_err(bad)?;
+    let (ta, tb) = (ra.entries, rb.entries);
     let (pa, pb) = (Side::read(a).map_err(bad)?, Side::read(b).map_err(bad)?);
     let platforms = record::compare(&pa, &pb, ["A", "B"]);
     let mut d = first_divergence(&ta, &tb, [&pa, &pb], &platforms);

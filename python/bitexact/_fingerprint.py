@@ -1,0 +1,136 @@
+"""The 128-bit fingerprint of op-trace labels (``docs/concepts/fingerprint.md``), computed on a
+tensor's own device with torch's int64 ops: :func:`fingerprint`. :func:`oracle` is the
+definition in plain Python integers (slow; the tests check every other path against it).
+
+::
+
+    mix(x) = splitmix64's finalizer (mod 2^64, logical shifts)
+    acc_L  = sum_i mix(w_i ^ ((i + 1) * M_L))  mod 2^64     w_i: the i-th little-endian u64 of
+    fp_L   = mix(acc_L ^ ((nbytes + 1) * M_L))                the canonical bytes, zero-padded
+
+The hex text is ``fp_0`` then ``fp_1``, 16 digits each. The native module computes the same
+value on the host (``src/fingerprint.rs``). On a device, the words are a view of the tensor's
+bytes (a padded copy only when their count is not a multiple of 8, or the view is not
+contiguous), the lanes' sums are reduced there, and only their 16 bytes come to the host,
+where the last mix is made. int64 multiplications and sums wrap modulo 2^64 on CPU and CUDA,
+and a logical shift is an arithmetic one with the sign bits masked off.
+"""
+
+M = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03)
+_C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_MASK = (1 << 64) - 1
+
+# Words per slice of a large tensor: bounds the temporaries (three int64 buffers this long,
+# 32 MiB each).
+SLICE_WORDS = 1 << 22
+
+
+def mix(x):
+    """splitmix64's finalizer of a u64 given as a Python int."""
+    x ^= x >> 30
+    x = (x * _C1) & _MASK
+    x ^= x >> 27
+    x = (x * _C2) & _MASK
+    return x ^ (x >> 31)
+
+
+def finish(acc, nbytes):
+    """The hex fingerprint from the lanes' sums ``acc`` (u64 ints) of ``nbytes`` bytes."""
+    return "".join("%016x" % mix(a ^ (((nbytes + 1) * m) & _MASK)) for a, m in zip(acc, M))
+
+
+def oracle(data):
+    """The fingerprint of ``data`` (bytes: a tensor's canonical bytes), by the definition."""
+    data = bytes(data)
+    padded = data + b"\0" * (-len(data) % 8)
+    acc = [0, 0]
+    for i in range(len(padded) // 8):
+        w = int.from_bytes(padded[8 * i:8 * i + 8], "little")
+        for lane in (0, 1):
+            acc[lane] = (acc[lane] + mix(w ^ (((i + 1) * M[lane]) & _MASK))) & _MASK
+    return finish(acc, len(data))
+
+
+def _signed(x):
+    """A u64 as the int64 with the same bits."""
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_SM, _SC1, _SC2 = tuple(_signed(m) for m in M), _signed(_C1), _signed(_C2)
+
+
+def words(t):
+    """``(int64 words, nbytes)`` of a tensor's canonical bytes, on its device: a view of its
+    memory when it is contiguous and its byte count a multiple of 8, else a zero-padded copy."""
+    import torch
+
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    flat = t.contiguous().view(-1)
+    nbytes = flat.numel() * flat.element_size()
+    raw = flat.view(torch.uint8)
+    if nbytes % 8 == 0 and raw.data_ptr() % 8 == 0:
+        try:
+            return raw.view(torch.int64), nbytes
+        except RuntimeError:  # a storage offset that is not a whole word
+            pass
+    out = torch.zeros((nbytes + 7) // 8, dtype=torch.int64, device=t.device)
+    out.view(torch.uint8)[:nbytes].copy_(raw)
+    return out, nbytes
+
+
+def _mix_(x, tmp):
+    """splitmix64's finalizer of every element of the int64 tensor ``x``, in place."""
+    import torch
+
+    for shift, mul in ((30, _SC1), (27, _SC2), (31, None)):
+        torch.bitwise_right_shift(x, shift, out=tmp)
+        tmp.bitwise_and_((1 << (64 - shift)) - 1)  # logical: the sign's copies masked off
+        x.bitwise_xor_(tmp)
+        if mul is not None:
+            x.mul_(mul)
+
+
+def device_sums(w):
+    """The two lanes' sums of the int64 words ``w`` (word 0 first), as one int64 tensor of 2
+    elements on their device."""
+    import torch
+
+    dev = w.device
+    acc = torch.zeros(2, dtype=torch.int64, device=dev)
+    n = w.numel()
+    step = min(n, SLICE_WORDS)
+    if step == 0:
+        return acc
+    idx = torch.empty(step, dtype=torch.int64, device=dev)
+    x = torch.empty(step, dtype=torch.int64, device=dev)
+    tmp = torch.empty(step, dtype=torch.int64, device=dev)
+    for at in range(0, n, step):
+        k = min(step, n - at)
+        i, xs, ts, ws = idx[:k], x[:k], tmp[:k], w[at:at + k]
+        torch.arange(at + 1, at + k + 1, dtype=torch.int64, device=dev, out=i)
+        for lane in (0, 1):
+            torch.mul(i, _SM[lane], out=xs)
+            xs.bitwise_xor_(ws)
+            _mix_(xs, ts)
+            acc[lane] += xs.sum()
+    return acc
+
+
+def fingerprint(t):
+    """The 32-hex-digit fingerprint of a torch tensor, computed on its device (16 bytes come
+    back to the host)."""
+    w, nbytes = words(t)
+    acc = device_sums(w).cpu().tolist()
+    return finish([a & _MASK for a in acc], nbytes)
+
+
+def canonical_bytes(t):
+    """A tensor's canonical bytes, on the host (for :func:`oracle` in tests)."""
+    w, nbytes = words(t)
+    return w.cpu().numpy().tobytes()[:nbytes]

@@ -1,0 +1,109 @@
+use super::*;
+
+const LINE: &str = r#"{"v":2,"step":1,"rank":0,"phase":"backward","module":"Net.fc1","op":"aten::mm","occ":0,"src":"t.py:9","in":["f32[2,2]:aa"],"out":["f32[2,2]:bb"]}"#;
+
+#[test]
+fn reads_lines_and_drops_a_cut_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+    std::fs::write(&p, format!("{LINE}\n{LINE}\n{{\"v\":2,\"st")).unwrap();
+    let t = read_dir(dir.path()).unwrap().unwrap();
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[1].call, 1);
+    assert_eq!(
+        (t[0].module.as_str(), t[0].source.as_str()),
+        ("Net.fc1", "t.py:9")
+    );
+    std::fs::write(&p, format!("{{\"v\":2}}\n{LINE}\n")).unwrap();
+    let e = read_dir(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("line 1"), "{e}");
+    let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");
+    std::fs::write(&p, format!("{LINE}\n{v3}\n")).unwrap();
+    assert_eq!(read_dir(dir.path()).unwrap().unwrap().len(), 2);
+    std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":5"))).unwrap();
+    assert!(read_dir(dir.path())
+        .unwrap_err()
+        .to_string()
+        .contains("trace version 5"));
+}
+
+#[test]
+fn sha_prefix_and_fingerprint_labels_never_mix() {
+    let dir = tempfile::tempdir().unwrap();
+    let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");
+    let v4 = v3.replace("\"v\":3", "\"v\":4");
+    let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+    std::fs::write(&p, format!("{v4}\n{v4}\n")).unwrap();
+    let read = read_jsonl_labelled(&p).unwrap();
+    assert_eq!(
+        (read.entries.len(), read.labels),
+        (2, Some(Labels::Fingerprint))
+    );
+    std::fs::write(&p, format!("{LINE}\n{v3}\n")).unwrap();
+    assert_eq!(
+        read_jsonl_labelled(&p).unwrap().labels,
+        Some(Labels::Sha256Prefix)
+    );
+    std::fs::write(&p, format!("{v3}\n{v4}\n")).unwrap();
+    let e = read_jsonl_labelled(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("line 2: a record of version 4 after records of version 2 or 3"),
+        "{e}"
+    );
+    // Two ranks of one run, one of each kind.
+    std::fs::write(&p, format!("{v3}\n")).unwrap();
+    std::fs::write(
+        dir.path().join(".bitexact-trace-rank1.jsonl"),
+        format!("{v4}\n"),
+    )
+    .unwrap();
+    let e = read_dir(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("rank0.jsonl is a trace of record version 2 or 3"),
+        "{e}"
+    );
+    assert!(
+        e.contains("rank1.jsonl one of version 4 (fingerprint labels)"),
+        "{e}"
+    );
+    let (a, b) = (Path::new("a"), Path::new("b"));
+    assert!(same_labels((a, Some(Labels::Fingerprint)), (b, None)).is_ok());
+    assert!(same_labels(
+        (a, Some(Labels::Fingerprint)),
+        (b, Some(Labels::Fingerprint))
+    )
+    .is_ok());
+    assert!(same_labels(
+        (a, Some(Labels::Sha256Prefix)),
+        (b, Some(Labels::Fingerprint))
+    )
+    .is_err());
+}
+
+#[test]
+fn an_older_traces_unsafe_view_records_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+    let view = LINE.replace("aten::mm", "aten::_unsafe_view");
+    let copy = LINE.replace("aten::mm", "aten::_unsafe_view.out"); // a copy: kept
+    std::fs::write(&p, format!("{LINE}\n{view}\n{copy}\n{LINE}\n")).unwrap();
+    let t = read_dir(dir.path()).unwrap().unwrap();
+    let ops: Vec<(&str, usize)> = t.iter().map(|e| (e.op.as_str(), e.call)).collect();
+    assert_eq!(
+        ops,
+        [
+            ("aten::mm", 0),
+            ("aten::_unsafe_view.out", 1),
+            ("aten::mm", 2)
+        ]
+    );
+}
+
+proptest::proptest! {
+    #[test]
+    fn never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".bitexact-trace-rank0.jsonl"), &bytes).unwrap();
+        let _ = read_dir(dir.path());
+    }
+}
