@@ -12,8 +12,8 @@
 //! snapshots and files. What a trace needs is equality, at memory speed, with the same value on
 //! every device: a sum modulo 2^64 does not depend on the order of its terms, so any chunking,
 //! thread count or GPU grid gives the same fingerprint. Here the words are summed in blocks of
-//! [`BLOCK`] independent accumulators per lane (which LLVM turns into vector multiplies, with
-//! AVX-512 where the CPU has it), and a large tensor's [`PAR_BYTES`] chunks on rayon's threads.
+//! `BLOCK` independent accumulators per lane (which LLVM turns into vector multiplies, with
+//! AVX-512 where the CPU has it), and a large tensor's `PAR_BYTES` chunks on rayon's threads.
 
 use rayon::prelude::*;
 use std::fmt;
