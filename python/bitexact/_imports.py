@@ -78,3 +78,28 @@ class _Cancel:
         """Forgets the callback (it is not called when the module loads)."""
         if self.then in self.callbacks:
             self.callbacks.remove(self.then)
+
+
+class Patch:
+    """The handle of a patch made when a module loads (:func:`when_loaded`): a subclass's
+    ``apply(module)`` makes it and returns what puts it back (an object with ``remove()``);
+    :meth:`remove` puts it back, or stops waiting when the module never loaded."""
+
+    def __init__(self, name):
+        self.restore = None
+        self.waiting = None
+        self.waiting = when_loaded(name, self._applied)
+
+    def _applied(self, module):
+        self.restore = self.apply(module)
+
+    def apply(self, module):
+        """Patches ``module``; returns the handle that puts it back."""
+        raise NotImplementedError
+
+    def remove(self):
+        """Puts back what :meth:`apply` replaced, or stops waiting for the module to load."""
+        if self.waiting is not None:
+            self.waiting.cancel()
+        if self.restore is not None:
+            self.restore.remove()

@@ -103,3 +103,29 @@ pub fn premise_skip(test: &str, why: &str) {
         &format!("premise does not hold on this machine: {why}"),
     );
 }
+
+/// A Python with torch and the installed bitexact package ([`tracer_python`]) that can also
+/// compile with `torch.compile`'s CPU backend (Inductor builds C++ with g++ or `$CXX`); says
+/// which is missing otherwise ([`tool_missing`]).
+pub fn python_with_compiler(test: &str) -> Option<String> {
+    let py = tracer_python(test)?;
+    let probe = "from torch._inductor.cpp_builder import get_cpp_compiler; get_cpp_compiler()";
+    let o = std::process::Command::new(&py)
+        .args(["-c", probe])
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        let why = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        tool_missing(
+            test,
+            &format!("no C++ compiler for torch.compile's CPU backend (g++ or $CXX): {why}"),
+        );
+        return None;
+    }
+    Some(py)
+}

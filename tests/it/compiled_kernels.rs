@@ -9,21 +9,6 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-/// A Python with torch, the installed bitexact package and a C++ compiler for Inductor.
-fn python_with_compiler(test: &str) -> Option<String> {
-    let py = common::tracer_python(test)?;
-    let probe = "from torch._inductor.cpp_builder import get_cpp_compiler; get_cpp_compiler()";
-    let o = Command::new(&py).args(["-c", probe]).output().unwrap();
-    if !o.status.success() {
-        common::tool_missing(
-            test,
-            "no C++ compiler for torch.compile's CPU backend (g++ or $CXX)",
-        );
-        return None;
-    }
-    Some(py)
-}
-
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/programs")
@@ -57,7 +42,7 @@ fn line_of(program: &str, text: &str) -> usize {
 #[test]
 fn a_planted_randn_like_names_the_kernel_that_holds_it() {
     let test = "a_planted_randn_like_names_the_kernel_that_holds_it";
-    let Some(py) = python_with_compiler(test) else {
+    let Some(py) = common::python_with_compiler(test) else {
         return;
     };
     let program = fixture("compiled_mlp.py");
@@ -109,7 +94,7 @@ fn a_planted_randn_like_names_the_kernel_that_holds_it() {
 #[test]
 fn compiled_nanogpt_at_1_vs_2_threads_names_a_backward_kernel() {
     let test = "compiled_nanogpt_at_1_vs_2_threads_names_a_backward_kernel";
-    let Some(py) = python_with_compiler(test) else {
+    let Some(py) = common::python_with_compiler(test) else {
         return;
     };
     let case = traced(

@@ -332,26 +332,6 @@ fn a_difference_outside_the_traced_ops_is_said_to_be_so() {
 
 /// A Python with torch, the installed bitexact package and a C++ compiler for Inductor's CPU
 /// backend (`torch.compile`'s default; g++ or `$CXX`, found as Inductor finds it).
-fn python_with_compiler(test: &str) -> Option<String> {
-    let py = common::tracer_python(test)?;
-    let probe = "from torch._inductor.cpp_builder import get_cpp_compiler; get_cpp_compiler()";
-    let o = Command::new(&py).args(["-c", probe]).output().unwrap();
-    if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
-        let why = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        common::tool_missing(
-            test,
-            &format!("no C++ compiler for torch.compile's CPU backend (g++ or $CXX): {why}"),
-        );
-        return None;
-    }
-    Some(py)
-}
-
 fn compiled_gpt() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/programs/compiled_gpt.py")
@@ -404,7 +384,7 @@ fn compiled_calls(records: &[serde_json::Value]) -> Vec<(u64, String)> {
 #[test]
 fn a_compiled_model_runs_compiled_under_trace_with_the_untraced_bits() {
     let test = "a_compiled_model_runs_compiled_under_trace_with_the_untraced_bits";
-    let Some(py) = python_with_compiler(test) else {
+    let Some(py) = common::python_with_compiler(test) else {
         return;
     };
     let script = compiled_gpt();
@@ -456,7 +436,7 @@ fn a_compiled_model_runs_compiled_under_trace_with_the_untraced_bits() {
 #[test]
 fn a_nondeterministic_compiled_region_is_the_origin_with_and_without_trace() {
     let test = "a_nondeterministic_compiled_region_is_the_origin_with_and_without_trace";
-    let Some(py) = python_with_compiler(test) else {
+    let Some(py) = common::python_with_compiler(test) else {
         return;
     };
     let program = [

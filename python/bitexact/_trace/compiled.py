@@ -50,6 +50,7 @@ from .. import _imports
 from . import kernels
 from . import state as ts
 
+_EVAL_FRAME = "torch._dynamo.eval_frame"  # the module of OptimizeContext
 _local = ts.Depth()  # compiled calls running on this thread
 _active = None  # (state, is_tracer, level) while tracing
 _TAG = "bitexact.compiled"  # key in node.metadata of a compiled region's autograd nodes
@@ -105,9 +106,7 @@ def install(state, is_tracer, level):
 
     _current_node = getattr(torch._C, "_current_autograd_node", None)
     _active = (state, is_tracer, level)
-    patch = _Patch()
-    patch.waiting = when_dynamo_loads(patch.apply)
-    return patch
+    return _Patch(_EVAL_FRAME)
 
 
 def when_dynamo_loads(then):
@@ -115,17 +114,13 @@ def when_dynamo_loads(then):
     when it is loaded, else the moment the program's first import of TorchDynamo has executed
     it, before ``torch.compile`` can use it (:func:`bitexact._imports.when_loaded`). Returns a
     handle whose ``cancel()`` forgets ``then`` (None when it ran at once)."""
-    return _imports.when_loaded("torch._dynamo.eval_frame", then)
+    return _imports.when_loaded(_EVAL_FRAME, then)
 
 
-class _Patch:
+class _Patch(_imports.Patch):
     """The handle :func:`install` returns: ``OptimizeContext.__call__`` wrapped once its module
-    is loaded (:meth:`apply`), put back by :meth:`remove` (or the import hook taken away, when
-    it never loaded)."""
-
-    def __init__(self):
-        self.restore = None
-        self.waiting = None
+    is loaded, put back by ``remove`` (or the wait for the module stopped); ``remove`` then
+    forgets the tracer's state."""
 
     def apply(self, eval_frame):
         """Wraps ``eval_frame.OptimizeContext.__call__`` (:func:`_wrap` on what it returns)."""
@@ -142,14 +137,11 @@ class _Patch:
             return made
 
         cls.__call__ = functools.wraps(original)(__call__)
-        self.restore = ts.Restore(cls, "__call__", original)
+        return ts.Restore(cls, "__call__", original)
 
     def remove(self):
-        """Puts back what :meth:`apply` replaced, or stops waiting for the module to load."""
-        if self.waiting is not None:
-            self.waiting.cancel()
-        if self.restore is not None:
-            self.restore.remove()
+        """Puts ``__call__`` back (or stops waiting) and forgets the tracer's state."""
+        super().remove()
         _forget()
 
 

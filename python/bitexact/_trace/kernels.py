@@ -130,17 +130,12 @@ def install():
     :func:`bitexact._imports.when_loaded`). Returns a handle whose ``remove`` puts it back
     (modules already loaded keep their wrapped kernels, which record nothing outside a
     region)."""
-    patch = _LoaderPatch()
-    patch.waiting = _imports.when_loaded("torch._inductor.codecache", patch.apply)
-    return patch
+    return _LoaderPatch("torch._inductor.codecache")
 
 
-class _LoaderPatch:
-    """The handle :func:`install` returns."""
-
-    def __init__(self):
-        self.restore = None
-        self.waiting = None
+class _LoaderPatch(_imports.Patch):
+    """The handle :func:`install` returns: Inductor's loader wrapped once its code cache is
+    loaded."""
 
     def apply(self, codecache):
         """Wraps ``codecache.PyCodeCache.load_by_key_path``: each module it loads is
@@ -158,14 +153,7 @@ class _LoaderPatch:
             return mod
 
         cache.load_by_key_path = classmethod(functools.wraps(load)(load_by_key_path))
-        self.restore = ts.Restore(cache, "load_by_key_path", original)
-
-    def remove(self):
-        """Puts the loader back, or stops waiting for Inductor to load."""
-        if self.waiting is not None:
-            self.waiting.cancel()
-        if self.restore is not None:
-            self.restore.remove()
+        return ts.Restore(cache, "load_by_key_path", original)
 
 
 def instrument(mod, path, linemap):
