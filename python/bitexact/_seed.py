@@ -135,7 +135,15 @@ def _use_deterministic_algorithms(torch, mode):
 
     from . import _imports
 
-    _imports.when_loaded("torch._inductor.config", configure)
+    global _inductor_pending
+    if _inductor_pending is not None:  # a later call's mode replaces an earlier one's
+        _inductor_pending.cancel()
+    _inductor_pending = _imports.when_loaded("torch._inductor.config", configure)
+
+
+# The setting of Inductor's ``deterministic`` waiting for its config to load (a handle with
+# ``cancel()``), or None.
+_inductor_pending = None
 
 
 def worker_seed(worker_id, seed=None, salt=0):

@@ -61,3 +61,20 @@ def test_seeding_and_tracing_import_no_dynamo_and_inductor_follows_the_switch(tm
     out = subprocess.run([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
                          check=True).stdout.decode().split("\n")
     assert out[:3] == ["False True", "True", "False False"], out
+
+
+def test_seeding_again_replaces_the_waiting_inductor_setting(monkeypatch):
+    torch = pytest.importorskip("torch")
+    if "torch._inductor.config" in sys.modules:
+        pytest.skip("Inductor's config is loaded in this process: nothing waits for it")
+    from bitexact import _seed
+
+    monkeypatch.setattr(_seed, "_inductor_pending", None)
+    try:
+        for mode in (True, False, True):
+            _seed._use_deterministic_algorithms(torch, mode)
+        finder = _imports._waiting["torch._inductor.config"]
+        assert len(finder.callbacks) == 1  # one setting waits: the last call's
+    finally:
+        _seed._inductor_pending.cancel()
+        torch.use_deterministic_algorithms(False)
