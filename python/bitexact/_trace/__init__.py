@@ -38,10 +38,11 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   SHA-256) of each tensor argument and result, from the native module for host tensors, one
   call per op, and on its device for a device tensor (:mod:`bitexact._trace.digest`: a tensor
   whose bytes are unchanged since it was last hashed, checked by an XXH3-128 of them, reuses
-  its fingerprint; records are made by :mod:`bitexact._trace.record` and, where torch leaves a
-  core free or the machine has an NVIDIA GPU, written by a native writer that hashes on a
-  background thread: the program does not wait for the hashing; :func:`stop` (atexit, ``os._exit``) waits
-  for the queued records, and a process killed by a signal loses them); a tensor over
+  its fingerprint; records are made by :mod:`bitexact._trace.record` and written by a native
+  writer on a background thread, which also hashes them where torch leaves a core free or the
+  machine has an NVIDIA GPU, so the program does not wait for the hashing; :func:`stop`
+  (atexit, ``os._exit``) waits for the queued records, and a process killed by a signal loses
+  them); a tensor over
   ``BITEXACT_TRACE_MAX_BYTES`` (default 64 MiB) is recorded as ``dtype[shape]:-`` (not
   hashed), and so is an RNN workspace result (``_SCRATCH_RESULTS``: uninitialized scratch
   that differs between identical runs).
@@ -402,8 +403,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     hooks.append(compiled.install(state, _is_tracer, level))
     if level == "ops" and kernels.enabled():
         hooks.append(kernels.install())
-    if state.writer is not None:
-        hooks.append(_hooks.drain_on_exit(state, stop))
+    hooks.append(_hooks.drain_on_exit(state, stop))
     # torch.compile(module) warns that global module hooks (the tracer's) fire an extra time
     # for its wrapper: they do nothing for it (compiled.silent).
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "

@@ -13,11 +13,12 @@ write that those miss (through ``.data``, a view, numpy sharing the memory, an e
 pointer) is hashed again. :data:`CACHE` turns the cache off (the tests compare traces with and
 without it).
 
-Where a core is free (:func:`background`), the tracer's records are written by the native
-``TraceWriter`` (``crates/bitexact-python/src/trace_writer.rs``): :func:`describe` (given
-``rec.later``) leaves a NUL byte (:data:`HOLE`) for each fast-path label and collects the tensors,
-which the writer looks up in the same cache, copies when they must be hashed, and hashes (and
-sketches) on a background thread, filling in the labels and the ``"sk"`` field
+The tracer's records are written by the native ``TraceWriter``
+(``crates/bitexact-python/src/trace_writer.rs``) on its own thread. Where a core is free
+(:func:`background`), it hashes them there too: :func:`describe` (given ``rec.later``)
+leaves a NUL byte (:data:`HOLE`) for each fast-path label and collects the tensors, which the
+writer looks up in the same cache, copies when they must be hashed, and hashes (and sketches)
+on its thread, filling in the labels and the ``"sk"`` field
 (:data:`SKETCH_MARK`) and writing the records in order: the same bytes, without the program's
 thread waiting for them.
 
@@ -49,10 +50,10 @@ CACHE = True
 # off to measure their cost.
 SKETCH = True
 
-# Whether records are written by the native TraceWriter, which hashes on a background thread
-# (see above); False: digests on the program's thread, records by a Python file object; None
-# (the default): on a machine with an NVIDIA GPU, or when torch leaves a core of this process
-# free (:func:`background`).
+# Whether the native TraceWriter hashes the records on its background thread (see above);
+# False: digests on the program's thread, the writer only writing the lines; None (the
+# default): on a machine with an NVIDIA GPU, or when torch leaves a core of this process free
+# (:func:`background`).
 BACKGROUND = None
 
 # Where a label that the TraceWriter fills in goes, and where its "sk" field goes (JSON escapes

@@ -68,18 +68,17 @@ class State:
     (``rows``)."""
 
     def __init__(self, path, rank, max_bytes, steps, skip, rows=1):
-        # The native writer (digest.background()) hashes and writes on its own thread,
-        # flushing each batch it finds (every millisecond at most); stop() (atexit, and
-        # os._exit, see _trace) drains it; a process killed by a signal loses the records still
-        # queued. Else line-buffered: each record reaches the file as it is made, so the trace
-        # of a run bitexact stops early (or that crashes) holds every op made before.
-        self.writer = self.file = None
-        if digest.background():
-            from .. import _digest
+        # The native writer writes the records on its own thread, flushing each batch it finds
+        # (every millisecond at most); where a core is free (digest.background(): deferred) it
+        # also hashes them there, else the program's thread hashes them and hands it finished
+        # lines (a Python file flushed per record, so that a run stopped early kept every
+        # record, was 9% of a traced nanoGPT step). stop() (atexit, and os._exit, see _trace)
+        # drains it; a process killed by a signal loses the records still queued (at most a
+        # millisecond's while the program computes).
+        self.deferred = digest.background()
+        from .. import _digest
 
-            self.writer = _digest.native().TraceWriter(path, digest.SKETCH)
-        else:
-            self.file = open(path, "w", buffering=1)
+        self.writer = _digest.native().TraceWriter(path, digest.SKETCH)
         self.lock = threading.Lock()
         self.rank = rank
         self.max_bytes = max_bytes
@@ -120,12 +119,9 @@ class State:
 
     def close(self):
         with self.lock:
-            if self.writer is not None:
-                if _pid[0] == self.pid:
-                    self.flush()
-                self.writer.close()  # does nothing in a forked child
-            elif not self.file.closed:
-                self.file.close()
+            if _pid[0] == self.pid:
+                self.flush()
+            self.writer.close()  # does nothing in a forked child
 
 
 # Records held back while their staged device tensors reach the host (State.pending): the
@@ -264,7 +260,7 @@ def emit(state, stream, rec):
     if rec.scratch_outs:
         scratch = set(scratch) | set(rec.scratch_outs)
     writer = state.writer
-    if writer is not None:
+    if state.deferred:
         rec.later, rec.keep, rec.waits = [], [], []
     described_ins, scratch_ins = rec.described_ins, rec.scratch_ins
     if described_ins is None:
@@ -275,7 +271,7 @@ def emit(state, stream, rec):
     else:
         described_outs, sketches = describe(outs, state, scratch, 0, rec)
     slots = None
-    if writer is not None and state.rows == 1 and sketches:  # indices in later, -1, or text
+    if state.deferred and state.rows == 1 and sketches:  # indices in later, -1, or text
         if sketches.count(-1) + sketches.count("") < len(sketches):  # any sketch to make
             slots, sketches = sketches, digest.SKETCH_MARK
         else:
@@ -284,17 +280,15 @@ def emit(state, stream, rec):
     line = record.line(step, state.rank, rec.phase, rec.module, op, src, described_ins,
                        described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel)
     with state.lock:
-        if writer is not None and rec.waits:  # keep holds the staged bytes and host copies
+        if rec.waits:  # keep holds the staged bytes and host copies
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits))
             state.pending_bytes += sum(n for _, n in rec.waits)
             if len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES:
                 state.flush()
-        elif writer is not None:  # keep holds the tensors until their bytes are read
+        else:  # keep holds the tensors until their bytes are read
             if state.pending:  # written in order, before this record's tensors can change
                 state.flush()
-            writer.write(line, rec.later, digest.CACHE, slots)
-        elif not state.file.closed:
-            state.file.write(line)
+            writer.write(line, rec.later or (), digest.CACHE, slots)
 
 
 def call_spec(x, tensor_type, found):
