@@ -6,8 +6,8 @@
 //!
 //! Most tensors an op reads were hashed a moment before, as the result of the op that made
 //! them (a layer's output is the next layer's input; a parameter is read by its forward, its
-//! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype,
-//! shape, and a view's strides), the fingerprint and an XXH3-128 of the bytes it was
+//! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype, and
+//! a strided view's shape and strides; a contiguous one in any shape), the fingerprint and an XXH3-128 of the bytes it was
 //! computed from; a later request for the same buffer recomputes only the XXH3-128 and reuses
 //! the fingerprint (and, above all, the result's float64 sketch) when it is equal. The cache trusts
 //! the bytes, not the program's bookkeeping: a write that PyTorch's version counter never sees
@@ -47,10 +47,14 @@ pub(crate) const CACHE_ENTRIES: usize = 1 << 16;
 /// with every op on one thread, and three 192 KiB tensors hashed no faster in parallel.
 pub(crate) const PARALLEL_BYTES: usize = bitexact::digest::CHUNK_BYTES;
 
-/// A host buffer read as a tensor, as the cache files it: address, length, dtype and a hash of
-/// the view (shape and strides). Made without allocating, once per tensor of every record; the
-/// view itself is kept in the [`Seen`] and compared on a lookup, so two views whose hashes
-/// collide are two misses, never one's digest for the other.
+/// A host buffer read as a tensor, as the cache files it: address, length, dtype and, for a
+/// view that is not contiguous, a hash of its shape and strides. A contiguous tensor's
+/// fingerprint and sketch depend on its bytes and dtype alone, so one entry serves every shape
+/// it is read as: a linear layer's `[B*T, C]` result read next as `[B, T, C]` (a fifth of a
+/// traced nanoGPT step's bytes) is a hit, not a second fingerprint. Made without allocating,
+/// once per tensor of every record; a strided view itself is kept in the [`Seen`] and compared
+/// on a lookup, so two views whose hashes collide are two misses, never one's digest for the
+/// other.
 #[derive(PartialEq, Eq, Hash, Clone, Copy)]
 pub(crate) struct Key {
     ptr: usize,
@@ -144,24 +148,28 @@ pub(crate) fn cache() -> std::sync::MutexGuard<'static, CacheMap> {
 
 /// The buffer's key in the cache.
 pub(crate) fn key(t: &Host) -> Key {
-    let mut view = Fx::default();
-    std::hash::Hash::hash(&t.shape, &mut view);
-    std::hash::Hash::hash(&t.strides, &mut view);
+    let view = t.strides.as_ref().map_or(0, |strides| {
+        let mut view = Fx::default();
+        std::hash::Hash::hash(&t.shape, &mut view);
+        std::hash::Hash::hash(strides, &mut view);
+        std::hash::Hasher::finish(&view)
+    });
     Key {
         ptr: t.ptr,
         nbytes: t.nbytes,
         dtype: t.dtype,
-        view: std::hash::Hasher::finish(&view),
+        view,
     }
 }
 
 /// `t`'s entry in the cache `c` when it was made from bytes whose XXH3-128 is `check` (the
-/// bytes `t` holds now, when `check` was just computed from them) and read as the same view.
+/// bytes `t` holds now, when `check` was just computed from them) and read as the same view:
+/// contiguous, in any shape (see [`Key`]), or the same strided view.
 pub(crate) fn seen<'c>(c: &'c CacheMap, t: &Host, check: u128) -> Option<&'c Seen> {
     c.get(&key(t)).filter(|seen| {
         seen.check == check
-            && *seen.shape == t.shape[..]
             && seen.strides.as_deref() == t.strides.as_deref()
+            && (t.strides.is_none() || *seen.shape == t.shape[..])
     })
 }
 
@@ -247,7 +255,8 @@ pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Fing
 /// fifth item for a view that is not contiguous: the bytes it spans are checked, its elements
 /// hashed), in order: one call per op, with one release of the GIL. With `cache` (the
 /// default), a buffer whose bytes are unchanged since this function last hashed it (same
-/// address, length, dtype and shape; equal XXH3-128) reuses its digest. With `sketch` (one
+/// address, length and dtype, contiguous or the same strided view; equal XXH3-128) reuses its
+/// digest. With `sketch` (one
 /// flag per item), returns `(labels, sketches)`: the sketch text of each flagged float tensor,
 /// `""` for the others. Unsafe by contract, as `digest_ptr`.
 #[pyfunction]
@@ -330,19 +339,26 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_is_found_for_its_own_view_and_bytes_only() {
+    fn an_entry_is_found_for_its_bytes_in_any_contiguous_shape_or_its_own_strided_view() {
         let data = [7u8; 24];
         let at = data.as_ptr() as usize;
         let rows = Host::new(at, 24, "f32", vec![2, 3]).unwrap();
         let cols = Host::new(at, 24, "f32", vec![3, 2]).unwrap();
         let turned = Host::with_strides(at, 24, "f32", vec![3, 2], Some(vec![1, 3])).unwrap();
-        assert!(key(&rows) != key(&cols) && key(&cols) != key(&turned));
+        let ints = Host::new(at, 24, "i32", vec![6]).unwrap();
+        assert!(key(&rows) == key(&cols) && key(&cols) != key(&turned));
         let mut c = CacheMap::default();
         let entry = |t: &Host, b| Seen::new(t, 5, Arc::new(OnceLock::from(digest(b))));
         c.insert(key(&rows), entry(&rows, 1));
         assert!(seen(&c, &rows, 5).is_some());
         assert!(seen(&c, &rows, 6).is_none(), "other bytes");
-        assert!(seen(&c, &cols, 5).is_none(), "another view of the buffer");
+        // The same contiguous bytes in another shape: the same fingerprint and sketch.
+        assert!(seen(&c, &cols, 5).is_some(), "another shape of the buffer");
+        assert!(seen(&c, &ints, 5).is_none(), "another dtype");
+        assert!(
+            seen(&c, &turned, 5).is_none(),
+            "a strided view of the buffer"
+        );
         // Two views whose keys collide: the view kept in the entry tells them apart.
         c.insert(key(&rows), entry(&turned, 2));
         assert!(seen(&c, &rows, 5).is_none());
