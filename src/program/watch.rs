@@ -22,10 +22,10 @@
 //! ([`tensor_files::data_start`]; any byte of a raw file), and stops the run too. Files run 0
 //! completed several times (checkpoints rewritten each epoch, logs that grow by appends, each
 //! append a completion) are compared only at the end, as are the outputs the ignore rules
-//! leave out and standard output. `--keep-going` turns early stop off. Under `--trace` the tracer
-//! writes each record as it is made, so a stopped run's op trace holds every op it made up to
-//! the stop, and the first diverging op is looked for in what both runs recorded (see
-//! [`crate::trace::ranks::cut_to`]). Capture re-runs are never stopped.
+//! leave out and standard output. `--keep-going` turns early stop off. Under `--trace` the tracer's
+//! writer flushes its records every millisecond, so a stopped run's op trace holds every op it
+//! made up to a millisecond before the stop, and the first diverging op is looked for in what
+//! both runs recorded (see [`crate::trace::ranks::cut_to`]). Capture re-runs are never stopped.
 
 use super::inotify::Inotify;
 use super::large;
