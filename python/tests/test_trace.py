@@ -174,6 +174,14 @@ def _python(script, env):
                           check=True).stdout
 
 
+def _trace_env(out):
+    """The environment ``bitexact run --trace ops`` gives its program's first process, writing
+    to ``out``: no process has claimed the trace yet."""
+    env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(out))
+    env.pop("BITEXACT_TRACE_OWNER", None)
+    return env
+
+
 def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_path):
     script = (
         "import os, bitexact._trace as t\n"
@@ -182,8 +190,7 @@ def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_pat
         "t._state = None\n"
         "print(t.install_from_env())\n"
     )
-    env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
-    env.pop("BITEXACT_TRACE_OWNER", None)
+    env = _trace_env(tmp_path)
     out = _python(script, env).split()
     assert out == [b"True", b"False"]
     assert (tmp_path / ".bitexact-trace-rank0.jsonl").exists()
@@ -208,8 +215,7 @@ def test_tracing_imports_no_dynamo_until_the_program_does(tmp_path):
         "print(f(x).tolist())\n"
         "t.stop()\n"
     )
-    env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
-    env.pop("BITEXACT_TRACE_OWNER", None)
+    env = _trace_env(tmp_path)
     out = _python(script, env).decode().split("\n")
     assert out[:3] == ["False", "True True", "[3.0, 3.0, 3.0]"], out
     ops = [r["op"] for r in records(tmp_path / ".bitexact-trace-rank0.jsonl")]
@@ -265,8 +271,7 @@ def test_a_process_that_cannot_trace_says_why(tmp_path):
         "except t.Unavailable as e:\n"
         "    print(e)\n"
     )
-    env = dict(os.environ, BITEXACT_TRACE="ops", BITEXACT_OUT=str(tmp_path))
-    env.pop("BITEXACT_TRACE_OWNER", None)
+    env = _trace_env(tmp_path)
     out = _python(script, env).decode()
     assert out.startswith("cannot load bitexact's native module (this is "), out
     assert out.rstrip().endswith("planted"), out

@@ -185,10 +185,7 @@ fn a_training_loop_is_compared_across_micro_batch_sizes() {
     };
     // The global batch and the data order fixed, the micro-batch `{batch}`: the gradient is
     // summed in another order, and the first step's weights already differ.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/programs/accumulate.py")
-        .display()
-        .to_string();
+    let script = common::fixture_program("accumulate.py");
     let (code, case, _) = run(
         &["--vary", "batch=2,16"],
         &[&py, &script, "--micro-batch", "{batch}"],

@@ -52,7 +52,7 @@ fn serve(
     rows: Option<usize>,
 ) -> (Vec<bitexact::trace::TraceEntry>, Vec<u8>) {
     std::fs::create_dir_all(out).unwrap();
-    let script = root().join("tests/fixtures/programs/batch_serve.py");
+    let script = common::fixture_program("batch_serve.py");
     let mut c = Command::new(py);
     c.args(["-c", LAUNCH])
         .arg(&script)

@@ -3,6 +3,15 @@
 
 use std::process::{Command, Output};
 
+/// The path of `tests/fixtures/programs/<name>`: a program the tests run under `bitexact run`.
+pub fn fixture_program(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/programs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
 /// Runs the `bitexact` binary with `args`, with the control variables of the environment
 /// (`BITEXACT_SEED`, ...) removed so only the flags count.
 pub fn bitexact(args: &[&str]) -> Output {

@@ -6,16 +6,7 @@
 //! tiny model once.
 
 use crate::common;
-use std::path::Path;
 use std::process::Command;
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/programs")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 /// `bitexact run --trace ops --format json [ARGS] -- PY PROGRAM`: the case.
 fn traced(args: &[&str], py: &str, program: &str) -> serde_json::Value {
@@ -45,7 +36,7 @@ fn a_planted_randn_like_names_the_kernel_that_holds_it() {
     let Some(py) = common::python_with_compiler(test) else {
         return;
     };
-    let program = fixture("compiled_mlp.py");
+    let program = common::fixture_program("compiled_mlp.py");
     let case = traced(&[], &py, &program);
     assert_eq!(case["verdict"], "nondeterministic", "{case:#}");
     let d = &case["divergence"];
@@ -100,7 +91,7 @@ fn compiled_nanogpt_at_1_vs_2_threads_names_a_backward_kernel() {
     let case = traced(
         &["--vary", "threads=1,2"],
         &py,
-        &fixture("compiled_nanogpt.py"),
+        &common::fixture_program("compiled_nanogpt.py"),
     );
     let d = &case["divergence"];
     if d.is_null() {

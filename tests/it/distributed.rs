@@ -125,8 +125,7 @@ fn a_rank_seeded_from_the_clock_is_the_origin_whatever_the_receive_buffers_held(
         return;
     };
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/programs/ddp_clock_seed.py");
+    let script = common::fixture_program("ddp_clock_seed.py");
     let o = Command::new(env!("CARGO_BIN_EXE_bitexact"))
         .args([
             "run", "--format", "json", "--trace", "ops", "--vary", "poison", "--",

@@ -33,15 +33,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 fn fixture() -> String {
-    program("noise_mlp.py")
-}
-
-fn program(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/programs")
-        .join(name)
-        .display()
-        .to_string()
+    common::fixture_program("noise_mlp.py")
 }
 
 /// Where the fixture calls `opt.step()`: the optimizer's records name it as their source.
@@ -388,7 +380,7 @@ fn a_gradient_that_cancels_is_amplified_at_1_vs_4_threads_not_beyond_noise() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let script = program("noise_shift.py");
+    let script = common::fixture_program("noise_shift.py");
     let one = keep_program(&py, &script, tmp.path(), "one", "1", &[], None);
     let four = keep_program(&py, &script, tmp.path(), "four", "4", &[], None);
     assert_eq!(

@@ -333,10 +333,7 @@ fn a_difference_outside_the_traced_ops_is_said_to_be_so() {
 /// A Python with torch, the installed bitexact package and a C++ compiler for Inductor's CPU
 /// backend (`torch.compile`'s default; g++ or `$CXX`, found as Inductor finds it).
 fn compiled_gpt() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/programs/compiled_gpt.py")
-        .display()
-        .to_string()
+    common::fixture_program("compiled_gpt.py")
 }
 
 /// `bitexact run [--trace LEVEL] --format json --keep DIR -- PROGRAM`: (exit code, the case,

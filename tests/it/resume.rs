@@ -16,10 +16,7 @@ use crate::common;
 use std::path::Path;
 
 fn fixture() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/programs/resume_numpy.py")
-        .display()
-        .to_string()
+    common::fixture_program("resume_numpy.py")
 }
 
 /// `bitexact run --vary resume --resume-with=--resume --format json [FLAGS] -- PY FIXTURE
