@@ -84,14 +84,14 @@ step 300 "tracer bench, nanoGPT on the GPU" sh -c \
     'BITEXACT_BENCH_DEVICE=cuda python3 benches/op_trace.py 10 nanogpt nanogpt_eval > "$0/bench-gpu.json"; rc=$?; cat "$0/bench-gpu.json"; exit $rc' "$OUT"
 step 120 "trace fingerprint vs SHA-256 of a 256 MB CUDA tensor" python3 -c '
 import time, torch, bitexact
-from bitexact._trace import device
+from bitexact import _fingerprint
 x = torch.randn(1 << 26, device="cuda")
 def best(f):
     f(); torch.cuda.synchronize(); out = []
     for _ in range(5):
         t0 = time.perf_counter(); v = f(); torch.cuda.synchronize(); out.append(time.perf_counter() - t0)
     return v, min(out)
-fp, t = best(lambda: device.fingerprints([x])[0])
+fp, t = best(lambda: _fingerprint.fingerprints([x])[0])
 d, s = best(lambda: bitexact.digest(x))
 xc = x.cpu()
 h = bitexact._digest.native().trace_fingerprints([(xc.data_ptr(), xc.nbytes, "f32", [xc.numel()])])

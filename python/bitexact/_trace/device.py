@@ -2,7 +2,7 @@
 their device, or, when tiny, staged to the host.
 
 A device tensor's label is its trace fingerprint (``docs/concepts/fingerprint.md``), computed
-where it lives by :func:`fingerprints` (torch int64 ops, :mod:`bitexact._fingerprint`): all of
+where it lives by :func:`bitexact._fingerprint.fingerprints` (torch int64 ops): all of
 an op's device tensors' lane sums come to the host in one copy of 16 bytes each, and no tensor
 is copied to the host whole. Its float64 sketch is made there too (:func:`device_sketch`).
 
@@ -17,7 +17,7 @@ Both give the same label for the same bytes.
 
 import sys
 
-from .. import _digest, _fingerprint, _protocol
+from .. import _digest, _protocol
 from .._digest import plain_name as _plain
 
 # The largest device tensor staged to the host to be fingerprinted there; larger ones are
@@ -25,31 +25,8 @@ from .._digest import plain_name as _plain
 STAGE_MAX = 64 << 10
 
 
-def fingerprints(tensors):
-    """The 32-hex-digit fingerprints of ``tensors`` (any device; bitexact dtypes), computed on
-    their devices: the lanes' sums of all of them that share a device come to the host in one
-    copy, and the last mix of each is made here."""
-    import torch
-
-    sums, sizes = [], []
-    for t in tensors:
-        w, nbytes = _fingerprint.words(t)
-        sums.append(_fingerprint.device_sums(w))
-        sizes.append(nbytes)
-    host = [None] * len(sums)
-    groups = {}
-    for i, s in enumerate(sums):
-        groups.setdefault(s.device, []).append(i)
-    for places in groups.values():
-        got = torch.cat([sums[i] for i in places]).cpu().tolist()
-        for j, i in enumerate(places):
-            host[i] = got[2 * j:2 * j + 2]
-    mask = (1 << 64) - 1
-    return [_fingerprint.finish([a & mask for a in acc], n) for acc, n in zip(host, sizes)]
-
-
 def fingerprinted_there(t):
-    """Whether ``t``'s fingerprint is computed on its device (:func:`fingerprints`) rather than
+    """Whether ``t``'s fingerprint is computed on its device (:func:`bitexact._fingerprint.fingerprints`) rather than
     by the native module on the host (tests make it take host tensors)."""
     return not t.is_cpu
 

@@ -38,7 +38,7 @@ each slice compares with the smaller-batch run's whole result for the same reque
 (``src/trace/batch.rs``).
 """
 
-from .. import _digest
+from .. import _digest, _fingerprint
 from . import device
 from .._digest import plain_name as _plain
 
@@ -136,7 +136,7 @@ def _fingerprints(hashed, nat):
     on_host = [isinstance(h, _digest._Host) for h in hashed]
     host = iter(nat.trace_fingerprints([h.args() for h, k in zip(hashed, on_host) if k]))
     there = [h for h, k in zip(hashed, on_host) if not k]
-    there = iter(device.fingerprints(there) if there else ())
+    there = iter(_fingerprint.fingerprints(there) if there else ())
     return [next(host) if k else next(there) for k in on_host]
 
 
