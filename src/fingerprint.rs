@@ -55,7 +55,7 @@ impl Fingerprint {
 
     /// 32 lower-case hex digits: each lane as 16, big-endian.
     pub fn hex(&self) -> String {
-        format!("{:016x}{:016x}", self.0[0], self.0[1])
+        self.to_string()
     }
 }
 

@@ -7,13 +7,14 @@
 //! Most tensors an op reads were hashed a moment before, as the result of the op that made
 //! them (a layer's output is the next layer's input; a parameter is read by its forward, its
 //! backward and the optimizer). The cache keeps, per host buffer (address, length, dtype, and
-//! a strided view's shape and strides; a contiguous one in any shape), the fingerprint and an XXH3-128 of the bytes it was
-//! computed from; a later request for the same buffer recomputes only the XXH3-128 and reuses
-//! the fingerprint (and, above all, the result's float64 sketch) when it is equal. The cache trusts
-//! the bytes, not the program's bookkeeping: a write that PyTorch's version counter never sees
-//! (through `.data`, numpy sharing the memory, an extension writing through a raw pointer)
-//! changes the XXH3 and the tensor is hashed again. Reusing a digest for changed bytes needs an XXH3-128 collision
-//! between two states of one buffer (about 2^-128 for bytes that are not built to collide).
+//! a strided view's shape and strides; a contiguous one in any shape), the fingerprint and an
+//! XXH3-128 of the bytes it was computed from; a later request for the same buffer recomputes
+//! only the XXH3-128 and reuses the fingerprint (and, above all, the result's float64 sketch)
+//! when it is equal. The cache trusts the bytes, not the program's bookkeeping: a write that
+//! PyTorch's version counter never sees (through `.data`, numpy sharing the memory, an
+//! extension writing through a raw pointer) changes the XXH3 and the tensor is hashed again.
+//! Reusing a digest for changed bytes needs an XXH3-128 collision between two states of one
+//! buffer (about 2^-128 for bytes that are not built to collide).
 //! The cache starts over when it holds [`CACHE_ENTRIES`] buffers.
 //!
 //! With `sketch`, the float tensors it marks also get a float64 sketch
@@ -256,9 +257,8 @@ pub(crate) fn push_label(s: &mut String, dtype: DType, shape: &[usize], d: &Fing
 /// hashed), in order: one call per op, with one release of the GIL. With `cache` (the
 /// default), a buffer whose bytes are unchanged since this function last hashed it (same
 /// address, length and dtype, contiguous or the same strided view; equal XXH3-128) reuses its
-/// digest. With `sketch` (one
-/// flag per item), returns `(labels, sketches)`: the sketch text of each flagged float tensor,
-/// `""` for the others. Unsafe by contract, as `digest_ptr`.
+/// digest. With `sketch` (one flag per item), returns `(labels, sketches)`: the sketch text of
+/// each flagged float tensor, `""` for the others. Unsafe by contract, as `digest_ptr`.
 #[pyfunction]
 #[pyo3(signature = (items, cache=true, sketch=None))]
 pub fn trace_digests(

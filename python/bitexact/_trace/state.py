@@ -6,7 +6,7 @@ neither, so the tracer's modules form no import cycle."""
 import os
 import threading
 
-from .. import _protocol
+from .. import _digest, _protocol
 from . import digest, record
 from .digest import describe  # noqa: F401  (the collectives describe their inputs)
 
@@ -76,8 +76,6 @@ class State:
         # drains it; a process killed by a signal loses the records still queued (at most a
         # millisecond's while the program computes).
         self.deferred = digest.background()
-        from .. import _digest
-
         self.writer = _digest.native().TraceWriter(path, digest.SKETCH)
         self.lock = threading.Lock()
         self.rank = rank
@@ -212,10 +210,10 @@ class Record:
     ``diff-trace`` can replay it, :mod:`bitexact._replay`) and ``gen`` (a random op's generator
     and its state before the call, :mod:`bitexact._trace.generator`).
 
-    With the native writer, :func:`bitexact._trace.digest.describe` fills in what the writer
-    needs: ``later`` (the fast-path tensors it hashes on its thread), ``keep`` (the tensors
-    that own their bytes, kept alive until then) and ``waits`` (staged device copies to wait
-    for); None without it."""
+    Where the native writer hashes (:attr:`State.deferred`),
+    :func:`bitexact._trace.digest.describe` fills in what the writer needs: ``later`` (the
+    fast-path tensors it hashes on its thread), ``keep`` (the tensors that own their bytes, kept
+    alive until then) and ``waits`` (staged device copies to wait for); None elsewhere."""
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
                  "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "kernel", "src")
