@@ -87,7 +87,6 @@ class Patch:
 
     def __init__(self, name):
         self.restore = None
-        self.waiting = None
         self.waiting = when_loaded(name, self._applied)
 
     def _applied(self, module):

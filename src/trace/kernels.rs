@@ -86,27 +86,23 @@ pub fn first_divergent<'a>(
 
 /// `kernel cpp_fused_sum_mul_17 (fuses aten::sum, aten::mul at model.py:88; reduction)`.
 pub fn words(k: &Kernel) -> String {
-    let mut parts = Vec::new();
-    let mut fuses = String::new();
+    let mut site = Vec::new();
     if !k.fuses.is_empty() {
-        fuses = format!("fuses {}", k.fuses.join(", "));
+        site.push(format!("fuses {}", k.fuses.join(", ")));
     }
     if !k.at.is_empty() {
-        if !fuses.is_empty() {
-            fuses.push(' ');
-        }
-        fuses.push_str(&format!("at {}", k.at.join(", ")));
+        site.push(format!("at {}", k.at.join(", ")));
     }
-    if !fuses.is_empty() {
-        parts.push(fuses);
+    let mut parts = Vec::new();
+    if !site.is_empty() {
+        parts.push(site.join(" "));
     }
     if k.reduction {
         parts.push("reduction".to_string());
     }
-    if parts.is_empty() {
-        format!("kernel {}", k.record.op)
-    } else {
-        format!("kernel {} ({})", k.record.op, parts.join("; "))
+    match parts.is_empty() {
+        true => format!("kernel {}", k.record.op),
+        false => format!("kernel {} ({})", k.record.op, parts.join("; ")),
     }
 }
 

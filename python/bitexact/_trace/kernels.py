@@ -211,12 +211,12 @@ def _written_now(r, ins, outs):
     return kept
 
 
-def _caller_line(depth=2):
-    """The line of the module's ``call`` that called the kernel wrapper ``depth`` - 1 frames
-    up."""
+def _caller_line():
+    """The line of the module's ``call`` that called a kernel wrapper (``kernel``, ``run`` or a
+    library call), asked by the function that records the call for that wrapper."""
     import sys
 
-    return sys._getframe(depth).f_lineno
+    return sys._getframe(3).f_lineno
 
 
 def _emit(r, name, ins, outs, described, meta, gen=None):
@@ -243,27 +243,34 @@ def _seeded(r, ins, meta):
     return kept, gen, meta
 
 
+def _kernel_call(r, name, info, reduction, args, roles, call):
+    """Runs ``call()``, one call of the generated kernel ``name`` inside region ``r`` with
+    ``args`` in their ``roles`` (``"in"``, ``"out"``, ``"inout"`` or None), and records it: its
+    inputs described before the call, its outputs after."""
+    import torch
+
+    with ts.paused():
+        fuses, at = source.site(info, r.state, _caller_line(), name)
+        meta = {"fuses": fuses, "at": at, "reduction": reduction}
+        pairs = [(a, role) for a, role in zip(args, roles) if isinstance(a, torch.Tensor)]
+        ins = [a for a, role in pairs if role in ("in", "inout")]
+        outs = [a for a, role in pairs if role in ("out", "inout")]
+        ins, gen, meta = _seeded(r, _written_now(r, ins, outs), meta)
+        described = ts.describe(ins, r.state)
+    result = call()
+    with ts.paused():
+        _emit(r, name, ins, outs, described, meta, gen)
+    return result
+
+
 def _cpp(name, fn, roles, reduction, info):
     """A C++ kernel's wrapper: records each call made inside a region."""
-    import torch
 
     def kernel(*args):
         r = _current()
         if r is None:
             return fn(*args)
-        with ts.paused():
-            fuses, at = source.site(info, r.state, _caller_line(), name)
-            meta = {"fuses": fuses, "at": at, "reduction": reduction}
-            ins = [a for a, role in zip(args, roles) if role in ("in", "inout")
-                   and isinstance(a, torch.Tensor)]
-            outs = [a for a, role in zip(args, roles) if role in ("out", "inout")
-                    and isinstance(a, torch.Tensor)]
-            ins, gen, meta = _seeded(r, _written_now(r, ins, outs), meta)
-            described = ts.describe(ins, r.state)
-        result = fn(*args)
-        with ts.paused():
-            _emit(r, name, ins, outs, described, meta, gen)
-        return result
+        return _kernel_call(r, name, info, reduction, args, roles, lambda: fn(*args))
 
     return functools.wraps(fn)(kernel) if hasattr(fn, "__name__") else kernel
 
@@ -284,24 +291,11 @@ class _Triton:
         return getattr(self._kernel, attr)
 
     def run(self, *args, **kwargs):
-        import torch
-
         r = _current()
         if r is None:
             return self._kernel.run(*args, **kwargs)
-        with ts.paused():
-            fuses, at = source.site(self._info, r.state, _caller_line(), self._name)
-            meta = {"fuses": fuses, "at": at, "reduction": self._reduction}
-            pairs = [(a, role) for a, role in zip(args, self._roles)
-                     if isinstance(a, torch.Tensor)]
-            ins = [a for a, role in pairs if role != "out"]
-            outs = [a for a, role in pairs if role != "in"]
-            ins, gen, meta = _seeded(r, _written_now(r, ins, outs), meta)
-            described = ts.describe(ins, r.state)
-        result = self._kernel.run(*args, **kwargs)
-        with ts.paused():
-            _emit(r, self._name, ins, outs, described, meta, gen)
-        return result
+        return _kernel_call(r, self._name, self._info, self._reduction, args, self._roles,
+                            lambda: self._kernel.run(*args, **kwargs))
 
 
 class _Library:
@@ -353,12 +347,12 @@ def _library_call(r, lib, args, kwargs):
         seeds = name.endswith(_SEEDS)
         ins = _written_now(r, ins, outs)
         if not seeds:
-            fuses, at = source.site(lib._info, r.state, _caller_line(3), name)
+            fuses, at = source.site(lib._info, r.state, _caller_line(), name)
             described = ts.describe(ins, r.state)
     result = lib._target(*args, **kwargs)
     with ts.paused():
         if seeds:  # the region's seed buffer: a generator, not a kernel
-            fuses, at = source.site(lib._info, r.state, _caller_line(3), name)
+            fuses, at = source.site(lib._info, r.state, _caller_line(), name)
             for t in outs:
                 r.seeds[t.data_ptr()] = (ts.describe([t], r.state)[0], at)
             return result
