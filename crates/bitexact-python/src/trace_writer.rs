@@ -20,9 +20,9 @@
 //! ([`super::copy_pool`]). The tracer hands the writer tensors to hash only where torch's
 //! threads leave a core free (`bitexact._trace.digest.background()`): where they take every
 //! core, hashing on the writer's thread competes with them and a traced step got slower, so
-//! there the program's thread hashes and gives the writer finished lines. Records are queued without waking the
-//! writer's thread, which looks for them every [`POLL`] and writes (and flushes) each batch it
-//! finds. [`TraceWriter::close`] (the tracer's `stop()`: at interpreter exit through `atexit`,
+//! there the program's thread hashes and gives the writer finished lines. Records are queued
+//! without waking the writer's thread, which looks for them every [`POLL`] and writes (and
+//! flushes) each batch it finds. [`TraceWriter::close`] (the tracer's `stop()`: at interpreter exit through `atexit`,
 //! and before `os._exit`) waits until every record is written and closes the file. A process
 //! killed by a signal or a crash loses the records still queued, as a process killed mid-write
 //! loses its buffered output. A forked child (a DataLoader worker) does not have the writer's

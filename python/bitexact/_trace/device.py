@@ -26,8 +26,9 @@ STAGE_MAX = 64 << 10
 
 
 def fingerprinted_there(t):
-    """Whether ``t``'s fingerprint is computed on its device (:func:`bitexact._fingerprint.fingerprints`) rather than
-    by the native module on the host (tests make it take host tensors)."""
+    """Whether ``t``'s fingerprint is computed on its device
+    (:func:`bitexact._fingerprint.fingerprints`) rather than by the native module on the host
+    (tests make it take host tensors)."""
     return not t.is_cpu
 
 
