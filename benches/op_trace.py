@@ -31,7 +31,11 @@ that falls behind costs; the round's timed steps plus ``stop()``, over their num
 Also the records per step of ``ops`` and ``modules`` and the ``ops`` trace's bytes per step.
 ``python benches/op_trace.py [REPS] [WORKLOAD...]``: REPS steps per mode (default 20).
 ``BITEXACT_BENCH_DEVICE=cuda`` runs the nanoGPT workloads on the GPU (each step ends with
-``torch.cuda.synchronize()``, so a step's time includes its kernels).
+``torch.cuda.synchronize()``, so a step's time includes its kernels), with two more modes
+there: ``ops_torchfp``, device tensors fingerprinted by torch's int64 ops instead of bitexact's
+kernel (``_fingerprint.KERNEL`` off), and ``ops_stage16m``, device tensors of up to 16 MiB
+staged to the host instead of fingerprinted on the device (``_trace.device.STAGE_MAX``).
+``$BITEXACT_BENCH_MODES`` (comma-separated) runs only the modes it names, and ``untraced``.
 """
 
 import importlib.util
@@ -46,9 +50,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import bitexact._trace as tracer
+import bitexact._trace.device as _trace_device
 import bitexact._trace.digest as _trace_digest
+from bitexact import _fingerprint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DEVICE = os.environ.get("BITEXACT_BENCH_DEVICE", "cpu")
+STAGE_MAX = _trace_device.STAGE_MAX
 ROUNDS, WARMUP = 5, 2
 
 
@@ -77,9 +85,8 @@ def classifier():
 
 
 def workloads():
-    device = os.environ.get("BITEXACT_BENCH_DEVICE", "cpu")
-    gpt = load("nanogpt", os.path.join(HERE, "nanogpt.py")).Workload(device)
-    if device == "cpu":
+    gpt = load("nanogpt", os.path.join(HERE, "nanogpt.py")).Workload(DEVICE)
+    if DEVICE == "cpu":
         return {"classifier": classifier(), "nanogpt": gpt.train, "nanogpt_eval": gpt.eval}
 
     def synced(step):
@@ -106,18 +113,23 @@ class Mode:
         self.enter, self.leave, self.lines = enter, leave, None
 
 
-def bitexact_mode(level, tmp, stats, sketch=True, background=None):
-    path = os.path.join(tmp, "%s%s%s.jsonl" % (level, sketch, background))
+def bitexact_mode(level, tmp, stats, sketch=True, background=None, kernel=True,
+                  stage_max=_trace_device.STAGE_MAX):
+    path = os.path.join(tmp, "%s%s%s%s%s.jsonl" % (level, sketch, background, kernel, stage_max))
 
     def enter():
         _trace_digest.SKETCH = sketch
         _trace_digest.BACKGROUND = background
+        _fingerprint.KERNEL = kernel
+        _trace_device.STAGE_MAX = stage_max
         tracer.start(path, level=level)
 
     def leave():
         tracer.stop()
         _trace_digest.SKETCH = True
         _trace_digest.BACKGROUND = None
+        _fingerprint.KERNEL = True
+        _trace_device.STAGE_MAX = STAGE_MAX
         with open(path) as f:
             stats["lines"] = sum(1 for _ in f)
         stats["bytes"] = os.path.getsize(path)
@@ -139,6 +151,12 @@ def modes(tmp, stats):
     stats["ops_sync_nosketch"] = {}
     out["ops_sync_nosketch"] = bitexact_mode("ops", tmp, stats["ops_sync_nosketch"],
                                              sketch=False, background=False)
+    if DEVICE == "cuda":
+        stats["ops_torchfp"] = {}
+        out["ops_torchfp"] = bitexact_mode("ops", tmp, stats["ops_torchfp"], kernel=False)
+        stats["ops_stage16m"] = {}
+        out["ops_stage16m"] = bitexact_mode("ops", tmp, stats["ops_stage16m"],
+                                            stage_max=16 << 20)
     try:
         from torch.utils._debug_mode import DebugMode
 
@@ -163,10 +181,20 @@ def modes(tmp, stats):
     return out
 
 
+def chosen(ms):
+    """``ms`` with only the modes ``$BITEXACT_BENCH_MODES`` names (comma-separated; all when it
+    is unset), ``untraced`` always."""
+    names = os.environ.get("BITEXACT_BENCH_MODES")
+    if not names:
+        return ms
+    keep = {"untraced"} | set(names.split(","))
+    return {name: mode for name, mode in ms.items() if name in keep}
+
+
 def measure(step, reps, tmp):
     """Median seconds per step of every mode, records per step of bitexact's."""
     stats = {}
-    ms = modes(tmp, stats)
+    ms = chosen(modes(tmp, stats))
     times = {name: [] for name in ms}
     cpu = {name: [] for name in ms}
     thread = {name: [] for name in ms}
@@ -194,9 +222,11 @@ def measure(step, reps, tmp):
     out.update({name + "_drained": statistics.median(t) for name, t in drained.items()})
     steps = WARMUP + per_round
     for level in ("modules", "ops"):
-        out[level + "_records_per_step"] = stats[level]["lines"] / steps
-    out["ops_trace_bytes_per_step"] = stats["ops"]["bytes"] / steps
-    out["ops_nosketch_trace_bytes_per_step"] = stats["ops_nosketch"]["bytes"] / steps
+        if "lines" in stats[level]:
+            out[level + "_records_per_step"] = stats[level]["lines"] / steps
+    for name in ("ops", "ops_nosketch"):
+        if "bytes" in stats[name]:
+            out[name + "_trace_bytes_per_step"] = stats[name]["bytes"] / steps
     if "debugmode_error" in stats:
         out["debugmode_error"] = stats["debugmode_error"]
     return out
@@ -207,7 +237,7 @@ def main():
     all_work = workloads()
     names = sys.argv[2:] or list(all_work)
     out = {"reps": reps, "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "device": os.environ.get("BITEXACT_BENCH_DEVICE", "cpu")}
+           "device": DEVICE}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             out[name] = measure(all_work[name], reps, tmp)

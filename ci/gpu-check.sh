@@ -6,7 +6,7 @@
 #   ci/gpu-check.sh           # there, in the checkout with .gpu/ copied in: writes $OUT/
 #   ci/gpu-check.sh tracer    # there: only the tracer's steps (pytest, a traced run, the bench)
 #
-# .gpu/ holds the release `bitexact`, the `--test cuda` binary, the wheel and the path the test
+# .gpu/ holds `bitexact` and the `--test it` binary (stripped), the wheel and the path the test
 # binary was built to find `bitexact` at. Output: $OUT/gpu.log (everything, step by step, with
 # exit codes), report-all.json, bench-gpu.json. Each step has its own time limit; a failing step
 # is logged and the next one runs.
@@ -15,17 +15,20 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = pack ]; then
     set -e
+    # BITEXACT_GPU_PROFILE=test packs the test profile's binaries (what `cargo test` built:
+    # minutes quicker than release on a small machine); the wheel is a release build always.
+    rel=(--release) dir=release
+    if [ "${BITEXACT_GPU_PROFILE:-release}" = test ]; then rel=() dir=debug; fi
     rm -rf .gpu && mkdir .gpu
-    cargo build --release --bin bitexact
-    test_bin=$(cargo test --release --test it --no-run --message-format=json 2>/dev/null \
+    test_bin=$(cargo test "${rel[@]}" --test it --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "it" and m.get("executable"):
         print(m["executable"])')
-    cp target/release/bitexact .gpu/bitexact
-    cp "$test_bin" .gpu/cuda-test
-    echo "$PWD/target/release/bitexact" > .gpu/built-bin-path
+    strip -o .gpu/bitexact "target/$dir/bitexact"
+    strip -o .gpu/cuda-test "$test_bin"
+    echo "$PWD/target/$dir/bitexact" > .gpu/built-bin-path
     (cd python && "${PYTHON:-python3}" -m maturin build --release --quiet --out ../.gpu)
     ls -la .gpu
     exit 0
@@ -56,8 +59,8 @@ built=$(cat .gpu/built-bin-path)
 mkdir -p "$(dirname "$built")" && cp .gpu/bitexact "$built"
 chmod +x .gpu/bitexact .gpu/cuda-test
 
-if [ "${1:-}" != tracer ]; then
 step 300 "cargo test --test it cuda::" .gpu/cuda-test cuda:: --nocapture --test-threads=1
+if [ "${1:-}" != tracer ]; then
 step 240 "report --backend all" .gpu/bitexact report --backend all
 step 240 "report --backend all (json)" .gpu/bitexact report --backend all --format json --out "$OUT/report-all.json"
 step 240 "report --backend cuda --deterministic off --runs 8" \
@@ -78,25 +81,15 @@ print("device %.1f GB/s, via x.cpu() %.1f GB/s, equal %s" % (x.nbytes / t / 1e9,
 step 240 "run train_torch.py --resume-at 10" bitexact run -- python3 examples/python/train_torch.py --resume-at 10
 step 180 "run --trace ops cuda_atomics.py" bitexact run --runs 3 --trace ops -- python3 examples/python/cuda_atomics.py
 fi
-step 180 "run --trace ops --deterministic off cuda_atomics.py" \
-    bitexact run --runs 3 --deterministic off --trace ops -- python3 examples/python/cuda_atomics.py
+step 120 "trace fingerprints on the device: kernel, torch ops, SHA-256" sh -c \
+    'python3 benches/fingerprint_cuda.py > "$0/fingerprint-cuda.json"; rc=$?; cat "$0/fingerprint-cuda.json"; exit $rc' "$OUT"
+step 240 "compiled MLP on the GPU: the first divergent Triton kernel" sh -c \
+    'BITEXACT_TEST_DEVICE=cuda bitexact run --trace ops --format json -- python3 tests/fixtures/programs/compiled_mlp.py > "$0/compiled-mlp-cuda.json"; rc=$?
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1]))[\"cases\"][0]; d=c.get(\"divergence\") or {}; print(c[\"verdict\"]); print(d.get(\"explanation\")); print(json.dumps(d.get(\"kernel\"), indent=1))" "$0/compiled-mlp-cuda.json"; exit $rc' "$OUT"
 step 300 "tracer bench, nanoGPT on the GPU" sh -c \
     'BITEXACT_BENCH_DEVICE=cuda python3 benches/op_trace.py 10 nanogpt nanogpt_eval > "$0/bench-gpu.json"; rc=$?; cat "$0/bench-gpu.json"; exit $rc' "$OUT"
-step 120 "trace fingerprint vs SHA-256 of a 256 MB CUDA tensor" python3 -c '
-import time, torch, bitexact
-from bitexact import _fingerprint
-x = torch.randn(1 << 26, device="cuda")
-def best(f):
-    f(); torch.cuda.synchronize(); out = []
-    for _ in range(5):
-        t0 = time.perf_counter(); v = f(); torch.cuda.synchronize(); out.append(time.perf_counter() - t0)
-    return v, min(out)
-fp, t = best(lambda: _fingerprint.fingerprints([x])[0])
-d, s = best(lambda: bitexact.digest(x))
-xc = x.cpu()
-h = bitexact._digest.native().trace_fingerprints([(xc.data_ptr(), xc.nbytes, "f32", [xc.numel()])])
-print("fingerprint on device %.1f GB/s, SHA-256 on device %.1f GB/s, ratio %.1fx, equal to the host fingerprint %s"
-      % (x.nbytes / t / 1e9, x.nbytes / s / 1e9, s / t, h[0] == fp))'
-step 600 "tracer bench, compute-bound GPT (8 layers, 1024 wide, 512 context: activations > 256 MB)" sh -c \
-    'BITEXACT_BENCH_GPT=8,16,1024,512,16 BITEXACT_BENCH_DEVICE=cuda python3 benches/op_trace.py 5 nanogpt > "$0/bench-gpu-wide.json"; rc=$?; cat "$0/bench-gpu-wide.json"; exit $rc' "$OUT"
+step 300 "tracer bench, compute-bound GPT (8 layers, 1024 wide, 512 context: activations > 256 MB)" sh -c \
+    'BITEXACT_BENCH_MODES=floor,modules,ops,ops_sync,ops_torchfp,debugmode BITEXACT_BENCH_GPT=8,16,1024,512,16 BITEXACT_BENCH_DEVICE=cuda python3 benches/op_trace.py 5 nanogpt > "$0/bench-gpu-wide.json"; rc=$?; cat "$0/bench-gpu-wide.json"; exit $rc' "$OUT"
+step 180 "run --trace ops --deterministic off cuda_atomics.py" \
+    bitexact run --runs 3 --deterministic off --trace ops -- python3 examples/python/cuda_atomics.py
 echo "=== done ($(date +%T))"

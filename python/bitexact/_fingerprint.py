@@ -9,12 +9,19 @@ definition in plain Python integers (slow; the tests check every other path agai
     fp_L   = mix(acc_L ^ ((nbytes + 1) * M_L))                the canonical bytes, zero-padded
 
 The hex text is ``fp_0`` then ``fp_1``, 16 digits each. The native module computes the same
-value on the host (``src/fingerprint.rs``). On a device, the words are a view of the tensor's
-bytes (a padded copy only when their count is not a multiple of 8, or the view is not
-contiguous), the lanes' sums are reduced there, and only their 16 bytes come to the host,
-where the last mix is made. int64 multiplications and sums wrap modulo 2^64 on CPU and CUDA,
-and a logical shift is an arithmetic one with the sign bits masked off.
+value on the host (``src/fingerprint.rs``). On a device, the lanes' sums are reduced there and
+only their 16 bytes come to the host, where the last mix is made:
+
+- CUDA tensors on device 0, where bitexact's CUDA backend is usable (``cuda_status()`` is
+  None): by its kernel ``kernels/fingerprint.cu``, one launch for all of an op's tensors, on
+  torch's current stream (:data:`KERNEL`).
+- Any other device tensor: by torch's int64 ops (about thirty launches a tensor). The words
+  are a view of the tensor's bytes (a padded copy only when their count is not a multiple of
+  8, or the view is not contiguous). int64 multiplications and sums wrap modulo 2^64 on CPU
+  and CUDA, and a logical shift is an arithmetic one with the sign bits masked off.
 """
+
+import sys
 
 M = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03)
 _C1, _C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -23,6 +30,14 @@ _MASK = (1 << 64) - 1
 # Words per slice of a large tensor: bounds the temporaries (three int64 buffers this long,
 # 32 MiB each).
 SLICE_WORDS = 1 << 22
+
+# Whether CUDA tensors on device 0 are fingerprinted by bitexact's kernel where it is usable
+# (else by torch's int64 ops; the benchmark turns it off to compare the two).
+KERNEL = True
+
+# Why the kernel could not be used, once it failed (then torch's ops are used for the rest of
+# the process, and the reason was printed once).
+kernel_error = None
 
 
 def mix(x):
@@ -59,9 +74,9 @@ def _signed(x):
 _SM, _SC1, _SC2 = tuple(_signed(m) for m in M), _signed(_C1), _signed(_C2)
 
 
-def words(t):
-    """``(int64 words, nbytes)`` of a tensor's canonical bytes, on its device: a view of its
-    memory when it is contiguous and its byte count a multiple of 8, else a zero-padded copy."""
+def _flat(t):
+    """``t``'s canonical bytes' tensor on its device: conjugate and negative bits resolved,
+    complex numbers as pairs of reals, contiguous, one dimension."""
     import torch
 
     t = t.detach()
@@ -71,7 +86,15 @@ def words(t):
         t = t.resolve_neg()
     if t.is_complex():
         t = torch.view_as_real(t)
-    flat = t.contiguous().view(-1)
+    return t.contiguous().view(-1)
+
+
+def words(t):
+    """``(int64 words, nbytes)`` of a tensor's canonical bytes, on its device: a view of its
+    memory when it is contiguous and its byte count a multiple of 8, else a zero-padded copy."""
+    import torch
+
+    flat = _flat(t)
     nbytes = flat.numel() * flat.element_size()
     raw = flat.view(torch.uint8)
     if nbytes % 8 == 0 and raw.data_ptr() % 8 == 0:
@@ -128,20 +151,61 @@ def fingerprints(tensors):
     (16 bytes a tensor), and the last mix of each is made here."""
     import torch
 
+    out = [None] * len(tensors)
+    rest = _by_kernel(tensors, out) if KERNEL else range(len(tensors))
     sums, sizes = [], []
-    for t in tensors:
-        w, nbytes = words(t)
-        sums.append(device_sums(w))
+    for i in rest:
+        w, nbytes = words(tensors[i])
+        sums.append((i, device_sums(w)))
         sizes.append(nbytes)
-    host = [None] * len(sums)
     groups = {}
-    for i, s in enumerate(sums):
-        groups.setdefault(s.device, []).append(i)
-    for places in groups.values():
-        got = torch.cat([sums[i] for i in places]).cpu().tolist()
-        for j, i in enumerate(places):
+    for i, s in sums:
+        groups.setdefault(s.device, []).append((i, s))
+    host = {}
+    for group in groups.values():
+        got = torch.cat([s for _, s in group]).cpu().tolist()
+        for j, (i, _) in enumerate(group):
             host[i] = got[2 * j:2 * j + 2]
-    return [finish([a & _MASK for a in acc], n) for acc, n in zip(host, sizes)]
+    for (i, _), n in zip(sums, sizes):
+        out[i] = finish([a & _MASK for a in host[i]], n)
+    return out
+
+
+def _by_kernel(tensors, out):
+    """Fills ``out[i]`` for each CUDA tensor on device 0 with its fingerprint by bitexact's
+    kernel, all of them in one launch on torch's current stream, when the CUDA backend is
+    usable; returns the indices left for torch's ops."""
+    global kernel_error
+    picks = [i for i, t in enumerate(tensors) if t.is_cuda and (t.device.index or 0) == 0]
+    if not picks or kernel_error is not None:
+        return range(len(tensors))
+    from . import _digest
+
+    nat = _digest.native()
+    if nat.cuda_status() is not None:
+        return range(len(tensors))
+    import torch
+
+    flats = [_flat(tensors[i]) for i in picks]  # alive until the sums are read
+    sizes = [f.numel() * f.element_size() for f in flats]
+    dev = flats[0].device
+    listed = [v for f, n in zip(flats, sizes) for v in (f.data_ptr(), n)]
+    items = torch.tensor(listed, dtype=torch.int64).pin_memory().to(dev, non_blocking=True)
+    sums = torch.zeros(len(listed), dtype=torch.int64, device=dev)
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    try:
+        nat.trace_fingerprint_sums_cuda(items.data_ptr(), len(flats), (max(sizes) + 7) // 8,
+                                        sums.data_ptr(), stream)
+    except RuntimeError as e:
+        kernel_error = str(e)
+        print("bitexact: the fingerprint kernel failed (%s): device tensors are fingerprinted "
+              "with torch's ops instead" % e, file=sys.stderr)
+        return range(len(tensors))
+    host = sums.cpu().tolist()
+    for j, (i, n) in enumerate(zip(picks, sizes)):
+        out[i] = finish([a & _MASK for a in host[2 * j:2 * j + 2]], n)
+    picked = set(picks)
+    return [i for i in range(len(tensors)) if i not in picked]
 
 
 def fingerprint(t):

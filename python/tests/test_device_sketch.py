@@ -212,3 +212,43 @@ def test_records_wait_for_their_staged_copies_and_keep_their_order(tmp_path, mon
     monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 7)
     assert traced(tmp_path / "staged.jsonl", mutating) == host
     assert len(events) > 10 and all(e.waited for e in events)
+
+
+def test_an_op_that_brings_device_data_to_the_host_writes_the_waiting_records(tmp_path,
+                                                                              monkeypatch):
+    """A record waiting for its staged copies is written as soon as an op brings device data
+    to the host (``.cpu()``, ``.item()``): the program may write that to a file next, and a run
+    stopped early for the file must have the records of the ops that made it. Here 2-D tensors
+    are "on the device", so ``sum(0)`` of one is such an op."""
+    import bitexact._trace as tracer
+    from bitexact._trace import state as _trace_state
+
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    staged, events = _trace_device.staged, []
+
+    def late(tensors, scratch, max_bytes, waits=None):
+        out = staged(tensors, scratch, max_bytes, waits)
+        if waits is not None:
+            events.append(_Copy([]))
+            waits.append(([events[-1]], 1))
+        return out
+
+    on_device(monkeypatch, lambda t: t.dim() == 2)
+    monkeypatch.setattr(_trace_device, "staged", late)
+    monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 1000)
+    tracer.start(str(tmp_path / "t.jsonl"))
+    try:
+        w = torch.ones(4, 4)
+        y = torch.mul(w, 2)
+        z = torch.add(y, w)
+        assert len(tracer._state.pending) == 3 and not any(e.waited for e in events)
+        z.sum(0)
+        assert tracer._state.pending == [] and len(events) == 4
+        assert all(e.waited for e in events)
+        torch.mul(z, 3)
+        assert len(tracer._state.pending) == 1
+    finally:
+        tracer.stop()
+    ops = [json.loads(line)["op"] for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert ops == ["aten::ones", "aten::mul.Tensor", "aten::add.Tensor",
+                   "aten::sum.dim_IntList", "aten::mul.Tensor"]

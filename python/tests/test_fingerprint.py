@@ -1,6 +1,6 @@
 """The trace fingerprint (docs/concepts/fingerprint.md) on every path: the plain-integer oracle,
 torch's int64 ops on the tensor's device (bitexact._fingerprint.fingerprint; here the CPU, the
-same ops run on a GPU) and the native module (src/fingerprint.rs), for every dtype bitexact
+same ops run on a GPU), bitexact's CUDA kernel (with a GPU) and the native module (src/fingerprint.rs), for every dtype bitexact
 supports, odd byte counts, empty tensors and views that are not contiguous."""
 
 import pytest
@@ -54,6 +54,28 @@ def test_a_cuda_tensor_has_its_host_copys_fingerprint(dtype):
         want = native(t)
         assert _fingerprint.fingerprint(t.cuda()) == want
         assert _fingerprint.fingerprints([t.cuda(), t.cuda()[1:]]) == [want, native(t[1:])]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_the_fingerprint_kernel_gives_torch_ops_value_in_one_call(monkeypatch):
+    status = _digest.native().cuda_status()
+    if status is not None:
+        pytest.skip("bitexact's CUDA backend is not usable here: %s" % status)
+    host = [values(n, d, seed=n) for n, d in ((0, torch.float32), (5, torch.uint8),
+                                              (4099, torch.bfloat16), ((1 << 21) + 3, torch.int8),
+                                              (333, torch.float64))]
+    tensors = [t.cuda() for t in host]
+    tensors += [tensors[1][1:], tensors[2][::3], tensors[3][5:], host[4], -tensors[4]]
+    want = [native(t.cpu()) for t in tensors]
+    calls = []
+    real = _digest.native().trace_fingerprint_sums_cuda
+    monkeypatch.setattr(_digest.native(), "trace_fingerprint_sums_cuda",
+                        lambda items, count, *rest: calls.append(count) or real(items, count, *rest))
+    assert _fingerprint.fingerprints(tensors) == want
+    assert calls == [9] and _fingerprint.kernel_error is None  # all CUDA tensors in one call
+    monkeypatch.setattr(_fingerprint, "KERNEL", False)
+    assert _fingerprint.fingerprints(tensors) == want
+    assert calls == [9]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8, torch.float64],

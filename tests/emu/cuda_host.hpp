@@ -51,6 +51,9 @@ inline float atomicAdd(float* p, float v) {
     }
     return old;
 }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
+}
 
 // Runs `body(data)` on every thread of a grid, block by block; one launch at a time (the grid
 // shape, the barrier and the `__shared__` statics are process-wide).

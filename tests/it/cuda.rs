@@ -270,6 +270,37 @@ fn device_digests_equal_cpu_digests() {
     }
 }
 
+#[test]
+fn device_fingerprints_equal_host_fingerprints_at_any_alignment() {
+    if !gpu_or_skip("device_fingerprints_equal_host_fingerprints_at_any_alignment") {
+        return;
+    }
+    use bitexact::backend::cuda::fingerprint::fingerprints_of;
+    use bitexact::fingerprint::fingerprint;
+    let n: usize = (3 << 20) + 5;
+    let mut words = vec![0u32; n.div_ceil(4)];
+    Stream::new(11, 4).fill_u32(&mut words);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take(n).collect();
+    // Lengths around whole words, one block's words, and a grid of 1024 blocks and more.
+    let lens = [0usize, 1, 7, 8, 9, 2047, 2048, 2049, 1 << 20, n];
+    let data: Vec<&[u8]> = lens.iter().map(|&l| &bytes[..l]).collect();
+    let want: Vec<_> = data.iter().map(|d| fingerprint(d)).collect();
+    for skew in [0, 3, 8] {
+        assert_eq!(
+            fingerprints_of(&data, skew).unwrap(),
+            want,
+            "at byte offset {skew}"
+        );
+    }
+    // A swap of two words changes the fingerprint on the device as on the host.
+    let mut swapped = bytes[..4096].to_vec();
+    let (first, rest) = swapped.split_at_mut(8);
+    first.swap_with_slice(&mut rest[..8]);
+    let got = fingerprints_of(&[&swapped, &bytes[..4096]], 0).unwrap();
+    assert_eq!(got[0], fingerprint(&swapped));
+    assert_ne!(got[0], got[1]);
+}
+
 use crate::common;
 
 fn bitexact(args: &[&str]) -> (Option<i32>, String) {

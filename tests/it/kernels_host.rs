@@ -437,6 +437,55 @@ fn sha256_kernel_matches_sha2_and_the_tensor_digest() {
 }
 
 #[test]
+fn fingerprint_kernel_matches_the_host_fingerprint_for_any_grid_and_alignment() {
+    let test = "fingerprint_kernel_matches_the_host_fingerprint_for_any_grid_and_alignment";
+    let Some(lib) = skip(test) else {
+        return;
+    };
+    use bitexact::fingerprint::{fingerprint, Fingerprint};
+    type F = unsafe extern "C" fn(*const u64, *mut u64);
+    let f: F = kernel(lib, "fingerprint_sums");
+    // All of `data` in one launch of `blocks` blocks along x (None: the library's geometry),
+    // each buffer at byte offset `skew` of its allocation.
+    let run = |data: &[&[u8]], skew: usize, blocks: Option<u32>| -> Vec<Fingerprint> {
+        let bufs: Vec<Vec<u8>> = data
+            .iter()
+            .map(|d| [vec![0xa5; skew], d.to_vec()].concat())
+            .collect();
+        let mut items: Vec<u64> = bufs
+            .iter()
+            .zip(data)
+            .flat_map(|(b, d)| [b.as_ptr() as u64 + skew as u64, d.len() as u64])
+            .collect();
+        let mut out = vec![0u64; items.len()];
+        let words = data.iter().map(|d| d.len().div_ceil(8) as u64).max();
+        let mut geo = geometry::fingerprint(words.unwrap_or(0), data.len() as u32);
+        if let Some(b) = blocks {
+            geo.0 .0 = b;
+        }
+        let (ip, op) = (ptr(&mut items), ptr(&mut out));
+        launch(lib, geo, &move || unsafe { f(ip.p(), op.p()) });
+        let sums = out.chunks_exact(2).map(|a| [a[0], a[1]]);
+        sums.zip(data)
+            .map(|(a, d)| Fingerprint::finish(a, d.len() as u64))
+            .collect()
+    };
+    let mut words = vec![0u32; 4100];
+    Stream::new(7, 2).fill_u32(&mut words);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let lens = [0usize, 1, 7, 8, 9, 2047, 2049, 16_385];
+    let data: Vec<&[u8]> = lens.iter().map(|&l| &bytes[..l]).collect();
+    let want: Vec<Fingerprint> = data.iter().map(|d| fingerprint(d)).collect();
+    for (skew, blocks) in [(0, None), (3, None), (5, Some(1)), (0, Some(3))] {
+        assert_eq!(
+            run(&data, skew, blocks),
+            want,
+            "skew {skew}, blocks {blocks:?}"
+        );
+    }
+}
+
+#[test]
 fn philox_normal_device_math_matches_the_cpu() {
     let Some(lib) = skip("philox_normal_device_math_matches_the_cpu") else {
         return;

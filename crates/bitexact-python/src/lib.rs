@@ -19,6 +19,8 @@
 //!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
 //! - `cuda_status` / `digest_cuda_ptr`: the same digest of device memory, chunks hashed by
 //!   the SHA-256 kernel on the GPU ([`bitexact::backend::cuda`]), where a CUDA device is usable.
+//! - `trace_fingerprint_sums_cuda`: trace fingerprints of device memory, one kernel launch for
+//!   many tensors ([`bitexact::backend::cuda::fingerprint`]) into a buffer torch allocated.
 //!
 //! The Python wrappers in `python/bitexact/_digest.py` keep the owning array or tensor alive
 //! for the whole call and check contiguity, dtype and byte order before an address crosses
@@ -320,6 +322,28 @@ fn digest_cuda_ptr(
         .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
 }
 
+/// Launches bitexact's fingerprint kernel on `stream` (torch's current stream of CUDA device 0)
+/// over `count` tensors listed at device address `items` (`count` int64 pairs: the address of
+/// a tensor's canonical bytes, their length), the longest `max_words` 64-bit words, adding
+/// tensor y's two lanes' sums into the zeroed int64 pair at `out + 16 y`; does not wait (the
+/// caller reads `out` after the stream's work, and finishes the fingerprints: see
+/// `bitexact._fingerprint`). Unsafe by contract, as [`digest_cuda_ptr`]: the caller allocates
+/// `items` and `out` with torch and keeps them and the tensors alive until then.
+#[pyfunction]
+fn trace_fingerprint_sums_cuda(
+    items: u64,
+    count: usize,
+    max_words: u64,
+    out: u64,
+    stream: u64,
+) -> PyResult<()> {
+    // SAFETY: the caller's contract, above.
+    unsafe {
+        bitexact::backend::cuda::fingerprint::launch_sums(items, count, max_words, out, stream)
+    }
+    .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
+}
+
 /// The module `bitexact._native`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -332,6 +356,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprints_ptr, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
     m.add_function(wrap_pyfunction!(digest_cuda_ptr, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_fingerprint_sums_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_digests, m)?)?;
     m.add_function(wrap_pyfunction!(trace::sketch_text, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_fingerprints, m)?)?;

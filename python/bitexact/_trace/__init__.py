@@ -48,7 +48,7 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   that differs between identical runs).
   ``sk``: a float64 sketch of each result (norm, largest magnitude, non-finite count, eight
   fixed elements; ``src/trace/sketch.rs``), made with its digest (a device tensor's on its
-  device, :func:`bitexact._trace.device.device_sketch`); ``args``: the op's
+  device, :func:`bitexact._trace.device.device_sketches`); ``args``: the op's
   non-tensor arguments (``eps=1e-05``, see :func:`bitexact._trace.record.arguments`). Both
   are what ``bitexact diff-trace`` judges noise with (``src/trace/noise.rs``). With
   ``$BITEXACT_TRACE_ROWS`` = n > 1 (the larger-batch run of ``--vary batch``), a tensor whose

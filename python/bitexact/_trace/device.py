@@ -2,12 +2,12 @@
 their device, or, when tiny, staged to the host.
 
 A device tensor's label is its trace fingerprint (``docs/concepts/fingerprint.md``), computed
-where it lives by :func:`bitexact._fingerprint.fingerprints` (torch int64 ops): all of
-an op's device tensors' lane sums come to the host in one copy of 16 bytes each, and no tensor
-is copied to the host whole. Its float64 sketch is made there too (:func:`device_sketch`).
+where it lives by :func:`bitexact._fingerprint.fingerprints` (on CUDA, one launch of
+bitexact's kernel for all of an op's tensors): their lane sums come to the host, 16 bytes each,
+and no tensor is copied to the host whole. Its float64 sketch is made there too (:func:`device_sketches`).
 
-CUDA tensors of at most :data:`STAGE_MAX` bytes (biases, norms' weights, scalars) are staged
-instead (:func:`staged`): all of an op's are copied into one pinned host buffer on their
+CUDA tensors of at most :data:`STAGE_MAX` bytes (biases, norms' weights, a small model's
+activations) are staged instead (:func:`staged`): all of an op's are copied into one pinned host buffer on their
 streams, with one wait, and then take the host's fast path (cache, background writer,
 sketches from the same bytes as a CPU run's): for a few KiB, a copy costs less than the
 kernel launches of a fingerprint and a sketch (on an H200 a traced nanoGPT step spent 0.6 ms
@@ -21,8 +21,13 @@ from .. import _digest, _protocol
 from .._digest import plain_name as _plain
 
 # The largest device tensor staged to the host to be fingerprinted there; larger ones are
-# fingerprinted on their device, and only 16 bytes each come back.
-STAGE_MAX = 64 << 10
+# fingerprinted on their device, and only 16 bytes each come back. On an H200
+# (docs/gpu-results.md), a launch-bound nanoGPT step traced 11.5x untraced with its tensors
+# (all under 1 MiB) staged against 15.6x fingerprinted and sketched on the device (64 KiB
+# here then): a record's staged copies wait with 63 others, its device work waits by itself.
+# Tensors of MiBs (a wide model's weights, in lists of a hundred for the optimizer) cost more
+# to copy over PCIe than to fingerprint where they are.
+STAGE_MAX = 1 << 20
 
 
 def fingerprinted_there(t):
@@ -84,6 +89,21 @@ def staged(tensors, scratch, max_bytes, waits=None):
     return out
 
 
+# Ops whose result is a host value read from a device tensor (``.item()``, comparisons that
+# return a bool) without a host tensor among their results.
+_HOST_READS = frozenset(("aten::_local_scalar_dense", "aten::equal", "aten::is_nonzero"))
+
+
+def reaches_host(op, ins, outs):
+    """Whether the op ``op`` (its tensors ``ins`` and ``outs``) brought device data to the
+    host: a device tensor among its inputs and a host tensor among its results (``.cpu()``,
+    ``.to("cpu")``, a host tensor's ``copy_`` from a device one), or a value read off a device
+    tensor (``.item()``)."""
+    if not any(on_device(t) for t in ins):
+        return False
+    return op in _HOST_READS or any(not on_device(t) for t in outs)
+
+
 def _ready(devices, waits, nbytes):
     """Waits for the copies :func:`staged` queued on each device's current stream, or (with
     ``waits``) appends ``(events, nbytes)``: an event per device, recorded after them, and the
@@ -106,20 +126,44 @@ _FLOATS = frozenset(name for name, _, _, _, is_float in _protocol.DTYPES if is_f
 
 
 def device_sketch(t):
-    """The sketch text of a tensor that is not on the host (``src/trace/sketch.rs``'s format,
-    ``""`` for a dtype that is not floating point), computed on its device with float64 torch
-    ops: the norm and largest magnitude of the finite elements, the count of others, and the
-    elements at the sketch's fixed positions, brought to the host in one copy. The same values
-    as the host's sketch of the same bytes, but for the norm's last bits (another summation
-    order): far below any noise threshold, and never looked at when the digests are equal."""
+    """The sketch text of one tensor that is not on the host (:func:`device_sketches`)."""
+    return device_sketches([t])[0]
+
+
+def device_sketches(tensors):
+    """The sketch texts of tensors that are not on the host (``src/trace/sketch.rs``'s format,
+    ``""`` for a dtype that is not floating point), computed on their devices with float64
+    torch ops: the norm and largest magnitude of the finite elements, the count of others, and
+    the elements at the sketch's fixed positions, brought to the host in one copy per device
+    for all of them. The same values as the host's sketch of the same bytes, but for the norm's
+    last bits (another summation order): far below any noise threshold, and never looked at
+    when the digests are equal."""
     import torch
 
-    try:
-        name = (_digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype))[0]
-    except (TypeError, ValueError):  # a dtype bitexact does not hash
-        return ""
-    if name not in _FLOATS:
-        return ""
+    out, parts, names = [""] * len(tensors), {}, {}
+    for i, t in enumerate(tensors):
+        try:
+            name = (_digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype))[0]
+        except (TypeError, ValueError):  # a dtype bitexact does not hash
+            continue
+        if name in _FLOATS:
+            names[i] = name
+            parts.setdefault(t.device, []).append((i, _sketch_values(t)))
+    for group in parts.values():
+        host = torch.cat([v for _, v in group]).cpu().tolist()
+        at = 0
+        for i, v in group:
+            h = host[at:at + v.numel()]
+            at += v.numel()
+            out[i] = _digest.native().sketch_text(names[i], h[0], h[1], int(h[2]), h[3:])
+    return out
+
+
+def _sketch_values(t):
+    """The float64 values of ``t``'s sketch, on its device: norm, largest magnitude and count
+    of the non-finite elements, then the elements at the sketch's positions."""
+    import torch
+
     x = t.detach().reshape(-1)
     n = x.numel()
     f = x.to(torch.float64)
@@ -129,5 +173,4 @@ def device_sketch(t):
     parts = [kept.square().sum().sqrt(), kept.abs().amax() if n else zero,
              (~finite).sum().to(torch.float64)]
     at = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long, device=f.device)
-    host = torch.cat([torch.stack(parts), f.index_select(0, at)]).cpu().tolist()
-    return _digest.native().sketch_text(name, host[0], host[1], int(host[2]), host[3:])
+    return torch.cat([torch.stack(parts), f.index_select(0, at)])

@@ -292,7 +292,7 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
     :data:`HOLE`: its ``(ptr, nbytes, dtype, shape)`` is appended to ``rec.later`` (for
     ``TraceWriter.write``) and the tensor that owns the bytes to ``rec.keep``; the sketches are
     then, for each tensor from ``sketch_from`` on, its index in ``rec.later``, or -1, or its
-    text (a device tensor's, see :func:`bitexact._trace.device.device_sketch`; None without
+    text (a device tensor's, see :func:`bitexact._trace.device.device_sketches`; None without
     :data:`SKETCH`). Then staged device tensors (:func:`bitexact._trace.device.staged`) may
     still be on their way to the host: ``(events, nbytes)`` pairs in ``rec.waits`` say what to
     wait for before ``TraceWriter.write`` reads them."""
@@ -333,8 +333,9 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
                     sketches[i - sketch_from] = base + j
         fast = ()
     if on_device and rows == 1:
-        for i in on_device:
-            sketches[i - sketch_from] = device.device_sketch(tensors[i])
+        made = device.device_sketches([tensors[i] for i in on_device])
+        for i, text in zip(on_device, made):
+            sketches[i - sketch_from] = text
     if fast and sketches is not None and SKETCH and rows == 1:
         labels, made = nat.trace_digests(fast, CACHE, [i >= sketch_from for i, _ in places])
         for (i, _), text in zip(places, made):

@@ -7,7 +7,7 @@ import os
 import threading
 
 from .. import _digest, _protocol
-from . import digest, record
+from . import device, digest, record
 from .digest import describe  # noqa: F401  (the collectives describe their inputs)
 
 # [rank, thread, step, phase, module, op, occurrence] of the op whose tensors are saved here
@@ -124,7 +124,10 @@ class State:
 
 # Records held back while their staged device tensors reach the host (State.pending): the
 # program's thread waits for the copies once every this many records (or bytes), not per op,
-# so the GPU keeps working ahead of it.
+# so the GPU keeps working ahead of it; and at once after an op that brings device data to the
+# host (device.reaches_host), which waited for the GPU anyway: the program may write what it
+# got to a file next, and a run stopped early for that file (`bitexact run`) must have the
+# records of the ops that made it in its trace.
 PENDING_RECORDS = 64
 PENDING_BYTES = 64 << 20
 
@@ -281,7 +284,8 @@ def emit(state, stream, rec):
         if rec.waits:  # keep holds the staged bytes and host copies
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits))
             state.pending_bytes += sum(n for _, n in rec.waits)
-            if len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES:
+            if (len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES
+                    or device.reaches_host(op, ins, outs)):
                 state.flush()
         else:  # keep holds the tensors until their bytes are read
             if state.pending:  # written in order, before this record's tensors can change

@@ -74,6 +74,20 @@ pub fn sha256(chunks: u64) -> Geometry {
     blocks(chunks.div_ceil(32), 32)
 }
 
+/// Blocks along x of `fingerprint_sums` at most: enough to fill a GPU many times over (its loop
+/// is grid-stride, and the sums do not depend on the grid).
+pub const FINGERPRINT_BLOCKS: u64 = 1024;
+
+/// `fingerprint_sums` over `items` buffers, the longest `max_words` 64-bit words: one grid row
+/// per buffer (`blockIdx.y`), 256-thread blocks along x enough for the longest, at most
+/// [`FINGERPRINT_BLOCKS`].
+pub fn fingerprint(max_words: u64, items: u32) -> Geometry {
+    let x = max_words
+        .div_ceil(BLOCK as u64)
+        .clamp(1, FINGERPRINT_BLOCKS) as u32;
+    ((x, items.max(1), 1), (BLOCK, 1, 1))
+}
+
 /// `philox_fill` with `grid` blocks, or enough for one Philox block per thread.
 pub fn philox(n: u64, grid: Option<u32>) -> Geometry {
     match grid {
@@ -96,5 +110,8 @@ mod tests {
         );
         assert_eq!(col_sum_atomic(5, 300), ((2, 3, 1), (256, 1, 1)));
         assert_eq!(col_sum_fixed(300), ((2, 1, 1), (256, 1, 1)));
+        assert_eq!(fingerprint(0, 0), ((1, 1, 1), (256, 1, 1)));
+        assert_eq!(fingerprint(257, 3), ((2, 3, 1), (256, 1, 1)));
+        assert_eq!(fingerprint(1 << 40, 2), ((1024, 2, 1), (256, 1, 1)));
     }
 }

@@ -19,6 +19,7 @@
 //! mode picks among tile / split configurations by event time).
 
 pub mod copy;
+pub mod fingerprint;
 pub mod geometry;
 pub mod kernels;
 pub mod nvrtc;
