@@ -33,7 +33,7 @@ part browser.sh
 part test.sh
 part wheel.sh
 part docs.sh
-# The wheel ci/test.sh built and installed is this checkout's release build: no second one.
+# The wheel ci/test.sh built and installed is this checkout's optimized build: no second one.
 BITEXACT_SNAPSHOT_PYTHON="$(cat "$HOME/.cache/bitexact/python-path")"
 export BITEXACT_SNAPSHOT_PYTHON
 part snapshots.sh

@@ -3,7 +3,7 @@
 # `bitexact` console script) and its tests: makes a venv at
 # ${BITEXACT_PY_VENV:-~/.cache/bitexact/venv} (created once, then reused) with numpy,
 # safetensors, pytest, maturin and mkdocs-material (ci/docs.sh), builds the wheel from this checkout with
-# `maturin build --release` into target/wheels/ (the file name is written to
+# `maturin build --release` (incremental) into target/wheels/ (the file name is written to
 # ~/.cache/bitexact/wheel-path for ci/wheel.sh), installs it, tries to add torch, and runs
 # `pytest python/tests` against the installed package.
 #
@@ -48,10 +48,13 @@ if ! "$py" -c 'import numpy, safetensors, pytest, xdist, maturin, mkdocs, materi
     install numpy safetensors pytest pytest-xdist 'maturin>=1.9.4,<2' 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5,<10'
 fi
 # The package itself, built from this checkout (every time: it is what is being tested).
-# maturin compiles the crate with its `python` feature (release, target/release/) and packs it
-# with python/bitexact/ into one abi3 wheel.
+# maturin compiles the bindings crate and the library (release, target/release/) and packs
+# them with python/bitexact/ into one abi3 wheel. Incrementally: cargo then recompiles the code
+# units a change touched rather than the whole library (dependencies are never compiled
+# incrementally, and keep their cached builds).
 rm -f target/wheels/bitexact_harness-*.whl
-(cd python && "$py" -m maturin build --release --quiet --out ../target/wheels)
+(cd python && CARGO_PROFILE_RELEASE_INCREMENTAL=true \
+    "$py" -m maturin build --release --quiet --out ../target/wheels)
 wheel="$(ls target/wheels/bitexact_harness-*.whl)"
 echo "$PWD/$wheel" >"$cache/wheel-path"
 install --no-deps --force-reinstall "$wheel"

@@ -5,11 +5,11 @@
 # The release binary is built and run (`cargo run --release`), unless BITEXACT_SNAPSHOT_PYTHON
 # names a Python whose installed bitexact package was built from this checkout: ci/all.sh
 # passes the venv ci/python.sh just installed the wheel into, whose `python -m bitexact` is the
-# same release build, so CI compiles it once.
+# same optimized build, so CI compiles it once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${BITEXACT_SNAPSHOT_PYTHON:-}" ]; then
-    echo "ci/snapshots.sh: the release build of the installed wheel ($BITEXACT_SNAPSHOT_PYTHON -m bitexact)"
+    echo "ci/snapshots.sh: the optimized build of the installed wheel ($BITEXACT_SNAPSHOT_PYTHON -m bitexact)"
     CI="${CI:-true}" "$BITEXACT_SNAPSHOT_PYTHON" -m bitexact report --snapshots snapshots/
 else
     CI="${CI:-true}" cargo run --release -- report --snapshots snapshots/

@@ -4,7 +4,7 @@
 #    the background while
 # 2. ci/python.sh (BITEXACT_PYTEST=0) makes the venv under ~/.cache/bitexact/ (numpy,
 #    safetensors, pytest, maturin, torch when it installs), builds this checkout's package (a
-#    release build, which does not wait on the debug one) and installs it.
+#    release build, compiled incrementally) and installs it.
 # 3. pytest over python/tests runs in the background (its output is printed when it ends)
 #    while the Rust tests compile and run: the machine's cores stay busy instead of waiting on
 #    one pytest process.

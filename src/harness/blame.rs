@@ -26,21 +26,28 @@ fn why(p: &Pass) -> Option<String> {
     ))
 }
 
-/// The control (everything fixed), then each variation alone, `opts.runs` runs each. The blame
-/// says how many runs it made and how long they took.
-pub fn blame(source: &dyn RunSource, planner: &mut Planner) -> Blame {
+/// The control (everything fixed), then each variation alone, `opts.runs` runs each. With one
+/// variation, "that variation alone" is the diverging `main` pass itself, which is not made
+/// again: it is the evidence. The blame says how many runs it made and how long they took.
+pub fn blame(source: &dyn RunSource, planner: &mut Planner, main: &Pass) -> Blame {
     let opts = planner.opts;
     let t0 = std::time::Instant::now();
     let mut passes: Vec<(String, usize)> = Vec::new();
     let mut first_ops: Vec<(Variation, String)> = Vec::new();
     let mut evidence: Vec<String> = Vec::new();
     let mut control_failed = false;
+    let alone = |v: &[Variation]| opts.vary == v;
     let mut diverges = |vary: &[Variation], purpose: String| {
         let name = purpose.trim_start_matches("blame: ").to_string();
         let runs = PassRuns {
             count: opts.runs,
             traced: false,
         };
+        if !vary.is_empty() && alone(vary) {
+            let why = why(main).unwrap_or_default();
+            evidence.push(format!("{name}: {why} (the main pass, not made again)"));
+            return main.diverged();
+        }
         let mut p = planner.pass(source, vary, runs, &purpose);
         passes.push((purpose.clone(), p.metas.len()));
         let timed_out = p.failure.as_ref().map(|f| f.kind) == Some(FailureKind::Timeout);

@@ -180,7 +180,7 @@ fn evidence(source: &dyn RunSource, planner: &mut Planner) -> CaseReport {
                 .localize(first, other, *j, &p.metas, planner)
                 .map(|d| d.under(varied));
             if opts.blame && !opts.vary.is_empty() {
-                report.blame = Some(blame::blame(source, planner));
+                report.blame = Some(blame::blame(source, planner, &p));
             }
         }
         _ => {}

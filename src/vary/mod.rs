@@ -253,8 +253,8 @@ pub struct Blame {
     pub tried: Vec<Variation>,
     /// One line for reports.
     pub explanation: String,
-    /// Runs blame made beyond the listed ones (the control, then each variation alone, and any
-    /// pass made again after a run failed).
+    /// Runs blame made beyond the listed ones (the control, then each variation alone unless it
+    /// is the only one, and any pass made again after a run failed).
     #[serde(default)]
     pub runs: usize,
     /// Wall time of those runs, seconds.

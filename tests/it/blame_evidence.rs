@@ -103,7 +103,7 @@ fn a_control_run_that_fails_once_is_made_again_and_blame_still_judges() {
     assert!(evidence[0].ends_with("(the pass was made again)"), "{b:#}");
     assert_eq!(
         evidence[1],
-        "workers: run 1 differs from run 0 first at a.txt"
+        "workers: run 1 differs from run 0 first at a.txt (the main pass, not made again)"
     );
 
     // The terminal report shows the evidence the explanation does not hold.
@@ -125,7 +125,9 @@ fn a_variation_pass_says_where_it_diverged() {
     assert_eq!(b["broken_by"], serde_json::json!(["workers"]), "{b:#}");
     assert_eq!(
         b["evidence"],
-        serde_json::json!(["workers: run 1 differs from run 0 first at a.txt"]),
+        serde_json::json!([
+            "workers: run 1 differs from run 0 first at a.txt (the main pass, not made again)"
+        ]),
         "{b:#}"
     );
 }
