@@ -135,9 +135,10 @@ def device_sketches(tensors):
     ``""`` for a dtype that is not floating point), computed on their devices with float64
     torch ops: the norm and largest magnitude of the finite elements, the count of others, and
     the elements at the sketch's fixed positions, brought to the host in one copy per device
-    for all of them. The same values as the host's sketch of the same bytes, but for the norm's
-    last bits (another summation order): far below any noise threshold, and never looked at
-    when the digests are equal."""
+    for all of them. A tensor with non-finite elements (rare) then has its norm and magnitude
+    made again over its finite ones, with a copy of its own. The same values as the host's
+    sketch of the same bytes, but for the norm's last bits (another summation order): far
+    below any noise threshold, and never looked at when the digests are equal."""
     import torch
 
     out, parts, names = [""] * len(tensors), {}, {}
@@ -155,22 +156,36 @@ def device_sketches(tensors):
         for i, v in group:
             h = host[at:at + v.numel()]
             at += v.numel()
+            if h[2]:  # non-finite elements: the norm and magnitude of the finite ones
+                h[:2] = _finite_norms(tensors[i])
             out[i] = _digest.native().sketch_text(names[i], h[0], h[1], int(h[2]), h[3:])
     return out
 
 
 def _sketch_values(t):
-    """The float64 values of ``t``'s sketch, on its device: norm, largest magnitude and count
-    of the non-finite elements, then the elements at the sketch's positions."""
+    """The float64 values of ``t``'s sketch, on its device: the norm and largest magnitude of
+    all its elements (those of the finite ones when all are finite), the count of non-finite
+    elements, then the elements at the sketch's positions. Two reductions and a count over
+    the tensor."""
     import torch
 
     x = t.detach().reshape(-1)
     n = x.numel()
-    f = x.to(torch.float64)
-    finite = torch.isfinite(f)
-    zero = torch.zeros((), dtype=torch.float64, device=f.device)
-    kept = torch.where(finite, f, zero)
-    parts = [kept.square().sum().sqrt(), kept.abs().amax() if n else zero,
-             (~finite).sum().to(torch.float64)]
-    at = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long, device=f.device)
-    return torch.cat([torch.stack(parts), f.index_select(0, at)])
+    if n == 0:
+        return torch.zeros(3, dtype=torch.float64, device=x.device)
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = x.to(torch.float64)  # float8: torch's reductions do not take it
+    norms = [torch.linalg.vector_norm(x, ord, dtype=torch.float64) for ord in (2, float("inf"))]
+    bad = x.numel() - torch.isfinite(x).sum()
+    at = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long, device=x.device)
+    return torch.cat([torch.stack(norms + [bad.to(torch.float64)]),
+                      x.index_select(0, at).to(torch.float64)])
+
+
+def _finite_norms(t):
+    """The norm and largest magnitude of ``t``'s finite elements, in float64, on the host."""
+    import torch
+
+    f = t.detach().reshape(-1).to(torch.float64)
+    kept = torch.where(torch.isfinite(f), f, torch.zeros((), dtype=f.dtype, device=f.device))
+    return torch.stack([kept.square().sum().sqrt(), kept.abs().amax()]).cpu().tolist()
