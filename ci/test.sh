@@ -25,6 +25,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BITEXACT_SKIP_LOG="$(mktemp)"
 export BITEXACT_SKIP_LOG
+# Inductor's compiled kernels (torch.compile's on-disk cache, /tmp/torchinductor_$USER by
+# default) are kept with the venv, so the tests of compiled models compile each graph once per
+# machine rather than once per fresh /tmp.
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$HOME/.cache/bitexact/torchinductor}"
 if [ "${CI:-}" = true ]; then export BITEXACT_REQUIRE_TOOLS=1; fi
 build_log="$(mktemp)"
 builder=""

@@ -26,6 +26,22 @@ fn why(p: &Pass) -> Option<String> {
     ))
 }
 
+/// With op traces (a program under `--trace`), where the runs of pass `p`, made with the one
+/// variation `vary`, diverged.
+fn first_op(p: &Pass, vary: &[Variation]) -> Option<(Variation, String)> {
+    let a = p.first.as_ref()?.trace.as_ref()?;
+    let b = p.differing.as_ref()?.1.trace.as_ref()?;
+    let [v] = vary else {
+        return None;
+    };
+    // Runs at other batch sizes make other op calls: their streams do not line up.
+    if *v == Variation::Batch {
+        return None;
+    }
+    let d = crate::trace::first_divergence(a, b)?;
+    Some((*v, d.place().to_string()))
+}
+
 /// The control (everything fixed), then each variation alone, `opts.runs` runs each. With one
 /// variation, "that variation alone" is the diverging `main` pass itself, which is not made
 /// again: it is the evidence. The blame says how many runs it made and how long they took.
@@ -46,6 +62,7 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner, main: &Pass) -> Blam
         if !vary.is_empty() && alone(vary) {
             let why = why(main).unwrap_or_default();
             evidence.push(format!("{name}: {why} (the main pass, not made again)"));
+            first_ops.extend(first_op(main, vary));
             return main.diverged();
         }
         let mut p = planner.pass(source, vary, runs, &purpose);
@@ -67,19 +84,7 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner, main: &Pass) -> Blam
             control_failed |= vary.is_empty() && p.failed_before_differing();
             evidence.push(format!("{name}: {why}"));
         }
-        // With op traces (a program under `--trace`), where this variation's runs diverged.
-        let traces = p
-            .first
-            .as_ref()
-            .and_then(|a| a.trace.as_ref())
-            .zip(p.differing.as_ref().and_then(|(_, b)| b.trace.as_ref()));
-        if let (Some((a, b)), [v]) = (traces, vary) {
-            // Runs at other batch sizes make other op calls: their streams do not line up.
-            let aligned = *v != Variation::Batch;
-            if let Some(d) = crate::trace::first_divergence(a, b).filter(|_| aligned) {
-                first_ops.push((*v, d.place().to_string()));
-            }
-        }
+        first_ops.extend(first_op(&p, vary));
         p.diverged()
     };
     let blame = if diverges(&[], "blame: control".into()) {
