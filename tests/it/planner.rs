@@ -74,16 +74,23 @@ fn program(argv: &[&str]) -> Program {
     p
 }
 
-#[test]
-fn every_run_of_a_blamed_program_is_an_event_and_in_the_json() {
+/// A program whose output is its thread count, run twice a pass under `vary`: the report and
+/// the runs it made, as [`collect`] gives them.
+fn thread_count_program(vary: Vec<Variation>) -> (Report, Told) {
     let p = program(&[
         "sh",
         "-c",
         "echo $OMP_NUM_THREADS > \"$BITEXACT_OUT/x.txt\"",
     ]);
     let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
-    config.options.vary = vec![Variation::Threads];
+    config.options.vary = vary;
     let (report, runs, _) = collect(&[Subject::Program(&p)], &config);
+    (report, runs)
+}
+
+#[test]
+fn every_run_of_a_blamed_program_is_an_event_and_in_the_json() {
+    let (report, runs) = thread_count_program(vec![Variation::Threads]);
     assert_eq!(report.cases[0].verdict(), Verdict::Nondeterministic);
     let told = &runs["run/planner"];
     assert_eq!(
@@ -97,14 +104,7 @@ fn every_run_of_a_blamed_program_is_an_event_and_in_the_json() {
 /// the control. With two, each is made alone.
 #[test]
 fn blame_makes_a_variations_pass_only_when_another_is_varied_too() {
-    let p = program(&[
-        "sh",
-        "-c",
-        "echo $OMP_NUM_THREADS > \"$BITEXACT_OUT/x.txt\"",
-    ]);
-    let mut config = SuiteConfig::new(vec![Backend::Cpu], Controls::default(), 2);
-    config.options.vary = vec![Variation::Threads, Variation::Workers];
-    let (report, runs, _) = collect(&[Subject::Program(&p)], &config);
+    let (report, runs) = thread_count_program(vec![Variation::Threads, Variation::Workers]);
     let blame = report.cases[0].blame.as_ref().expect("a blame");
     assert_eq!(blame.broken_by, [Variation::Threads], "{blame:?}");
     assert_eq!(
