@@ -17,10 +17,11 @@ What is hashed, and how it crosses over:
 * dtypes: bool, int8..int64, uint8..uint64, float16/32/64, bfloat16, float8_e4m3fn and
   float8_e5m2 (torch, or ml_dtypes' numpy types). Complex arrays are hashed as their real view
   (a trailing dimension of 2, real then imaginary), as ``bitexact run`` reads complex ``.npy``.
-* CUDA tensors: on device 0, when the CUDA backend is usable (``cuda_status()`` is ``None``),
-  the chunks are hashed on the GPU by bitexact's SHA-256 kernel in the primary context torch
-  uses, on torch's current stream (so after the work queued there); only the chunk digests
-  come back. Any other device tensor is copied to the host first.
+* CUDA tensors of at least :data:`DEVICE_DIGEST_MIN` bytes on device 0, when the CUDA backend
+  is usable (``cuda_status()`` is ``None``): the chunks are hashed on the GPU by bitexact's
+  SHA-256 kernel in the primary context torch uses, on torch's current stream (so after the
+  work queued there); only the chunk digests come back. Any other device tensor is copied to
+  the host first.
 * ``bytes``-like data with ``dtype=`` (a name such as ``"f32"``, ``"bf16"``, ``"F8_E4M3"``, or a
   numpy/torch dtype) and ``shape=`` (default: one dimension).
 * Python numbers and nested lists: as :func:`bitexact.dump` stores them (bool, int64 or
@@ -186,14 +187,24 @@ def plain_name(t):
     return name
 
 
+# The smallest CUDA tensor hashed on the device. The kernel hashes each 1 MiB chunk with one
+# GPU thread, about 45 ms a chunk whatever their number (an H200, docs/gpu-results.md: 16 MB in
+# 46.8 ms, 256 MB in 67 ms, 1 GiB at 15.9 GB/s), while a host copy and the host's hashing
+# take about 1 ms per 1.4 MB: below this size the copy wins (100 tensors of 4 MB took 4.2 s
+# on the device).
+DEVICE_DIGEST_MIN = 64 << 20
+
+
 def _cuda_digest(t, name):
-    """Digest of a device tensor: on the GPU when bitexact's CUDA backend is usable and the
-    tensor is on device 0, else through a host copy."""
+    """Digest of a device tensor: on the GPU when bitexact's CUDA backend is usable, the tensor
+    is on device 0 and has at least :data:`DEVICE_DIGEST_MIN` bytes, else through a host
+    copy."""
     import torch
 
     t = t.contiguous()
     nat = native()
-    if t.device.type == "cuda" and (t.device.index or 0) == 0 and nat.cuda_status() is None:
+    on_gpu = t.device.type == "cuda" and (t.device.index or 0) == 0
+    if on_gpu and t.nbytes >= DEVICE_DIGEST_MIN and nat.cuda_status() is None:
         # Hashed on torch's current stream, after the work torch queued there.
         stream = torch.cuda.current_stream(t.device).cuda_stream
         return nat.digest_cuda_ptr(t.data_ptr(), t.numel() * t.element_size(), name,

@@ -182,7 +182,7 @@ def test_cuda_tensors_hash_on_the_device_or_skip_visibly():
     why = bitexact.cuda_status()
     if why is not None or not torch.cuda.is_available():
         pytest.skip("no CUDA device for the device digest: %s" % (why or "torch sees no GPU"))
-    for n in (10, 3_000_000):  # one chunk (host) and many (device kernel)
+    for n in (10, 3_000_000, 20_000_003):  # host copies (one chunk, many), the device kernel
         x = torch.randn(n, device="cuda")
         assert bitexact.digest(x) == bitexact.digest(x.cpu())
 
