@@ -27,8 +27,16 @@ BITEXACT_SKIP_LOG="$(mktemp)"
 export BITEXACT_SKIP_LOG
 # Inductor's compiled kernels (torch.compile's on-disk cache, /tmp/torchinductor_$USER by
 # default) are kept with the venv, so the tests of compiled models compile each graph once per
-# machine rather than once per fresh /tmp.
-export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$HOME/.cache/bitexact/torchinductor}"
+# machine rather than once per fresh /tmp. In a directory named by a hash of the programs they
+# compile: a cached graph keeps the source lines it was compiled from (which the tests check),
+# and Inductor's cache key leaves them out. Only the current directory is kept.
+if [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ]; then
+    inductor="$HOME/.cache/bitexact/torchinductor"
+    key="$(cat tests/fixtures/programs/*.py benches/nanogpt.py | sha256sum | cut -c1-16)"
+    mkdir -p "$inductor"
+    find "$inductor" -mindepth 1 -maxdepth 1 ! -name "$key" -exec rm -rf {} +
+    export TORCHINDUCTOR_CACHE_DIR="$inductor/$key"
+fi
 if [ "${CI:-}" = true ]; then export BITEXACT_REQUIRE_TOOLS=1; fi
 build_log="$(mktemp)"
 builder=""

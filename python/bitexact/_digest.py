@@ -203,12 +203,15 @@ def _cuda_digest(t, name):
 
     t = t.contiguous()
     nat = native()
-    on_gpu = t.device.type == "cuda" and (t.device.index or 0) == 0
-    if on_gpu and t.nbytes >= DEVICE_DIGEST_MIN and nat.cuda_status() is None:
-        # Hashed on torch's current stream, after the work torch queued there.
-        stream = torch.cuda.current_stream(t.device).cuda_stream
-        return nat.digest_cuda_ptr(t.data_ptr(), t.numel() * t.element_size(), name,
-                                   list(t.shape), stream)
+    if t.device.type == "cuda" and (t.device.index or 0) == 0 and t.nbytes >= DEVICE_DIGEST_MIN:
+        # Torch's current device is the caller's again afterwards: the native side makes
+        # device 0's context current.
+        with torch.cuda.device(t.device):
+            if nat.cuda_status() is None:
+                # Hashed on torch's current stream, after the work torch queued there.
+                stream = torch.cuda.current_stream(t.device).cuda_stream
+                return nat.digest_cuda_ptr(t.data_ptr(), t.numel() * t.element_size(), name,
+                                           list(t.shape), stream)
     host, _ = _from_torch(t.cpu())
     return nat.digest_ptr(*host.args())
 

@@ -174,38 +174,55 @@ def fingerprints(tensors):
 def _by_kernel(tensors, out):
     """Fills ``out[i]`` for each CUDA tensor on device 0 with its fingerprint by bitexact's
     kernel, all of them in one launch on torch's current stream, when the CUDA backend is
-    usable; returns the indices left for torch's ops."""
+    usable; returns the indices left for torch's ops. Torch's current device is device 0 for
+    the call and the caller's again after it (the native side makes device 0's context
+    current)."""
     global kernel_error
     picks = [i for i, t in enumerate(tensors) if t.is_cuda and (t.device.index or 0) == 0]
     if not picks or kernel_error is not None:
         return range(len(tensors))
+    import torch
+
+    dev = tensors[picks[0]].device
+    try:
+        with torch.cuda.device(dev):
+            got = _kernel_fingerprints([tensors[i] for i in picks], dev)
+    except (RuntimeError, ImportError, AttributeError) as e:
+        # A native module without the kernel, or a failed launch: torch's ops from now on.
+        kernel_error = str(e)
+        print("bitexact: trace fingerprints of CUDA tensors use torch's int64 ops: %s" % e,
+              file=sys.stderr)
+        return range(len(tensors))
+    if got is None:  # no usable CUDA backend here (no NVRTC, say): torch's ops, quietly
+        return range(len(tensors))
+    for i, fp in zip(picks, got):
+        out[i] = fp
+    picked = set(picks)
+    return [i for i in range(len(tensors)) if i not in picked]
+
+
+def _kernel_fingerprints(tensors, dev):
+    """The fingerprints of CUDA ``tensors`` on device ``dev`` (0) by bitexact's kernel: one
+    launch on torch's current stream; the list of addresses and the sums in torch's memory,
+    alive until the sums are read. None when bitexact's CUDA backend is not usable here
+    (``cuda_status()``)."""
+    import torch
+
     from . import _digest
 
     nat = _digest.native()
     if nat.cuda_status() is not None:
-        return range(len(tensors))
-    import torch
-
-    flats = [_flat(tensors[i]) for i in picks]  # alive until the sums are read
+        return None
+    flats = [_flat(t) for t in tensors]
     sizes = [f.numel() * f.element_size() for f in flats]
-    dev = flats[0].device
     listed = [v for f, n in zip(flats, sizes) for v in (f.data_ptr(), n)]
     items = torch.tensor(listed, dtype=torch.int64).pin_memory().to(dev, non_blocking=True)
     sums = torch.zeros(len(listed), dtype=torch.int64, device=dev)
     stream = torch.cuda.current_stream(dev).cuda_stream
-    try:
-        nat.trace_fingerprint_sums_cuda(items.data_ptr(), len(flats), (max(sizes) + 7) // 8,
-                                        sums.data_ptr(), stream)
-    except RuntimeError as e:
-        kernel_error = str(e)
-        print("bitexact: the fingerprint kernel failed (%s): device tensors are fingerprinted "
-              "with torch's ops instead" % e, file=sys.stderr)
-        return range(len(tensors))
+    nat.trace_fingerprint_sums_cuda(items.data_ptr(), len(flats), (max(sizes) + 7) // 8,
+                                    sums.data_ptr(), stream)
     host = sums.cpu().tolist()
-    for j, (i, n) in enumerate(zip(picks, sizes)):
-        out[i] = finish([a & _MASK for a in host[2 * j:2 * j + 2]], n)
-    picked = set(picks)
-    return [i for i in range(len(tensors)) if i not in picked]
+    return [finish([a & _MASK for a in host[2 * j:2 * j + 2]], n) for j, n in enumerate(sizes)]
 
 
 def fingerprint(t):

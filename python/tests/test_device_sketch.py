@@ -252,3 +252,27 @@ def test_an_op_that_brings_device_data_to_the_host_writes_the_waiting_records(tm
     ops = [json.loads(line)["op"] for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert ops == ["aten::ones", "aten::mul.Tensor", "aten::add.Tensor",
                    "aten::sum.dim_IntList", "aten::mul.Tensor"]
+
+
+def test_what_brings_device_data_to_the_host(monkeypatch):
+    dev, host = torch.ones(2, 2), torch.ones(2)
+    monkeypatch.setattr(_trace_device, "on_device", lambda t: t.dim() == 2)
+    reaches = _trace_device.reaches_host
+    assert reaches("aten::_to_copy", [dev], [host], "dtype=float32")
+    assert reaches("aten::copy_", [host, dev], [host], "")
+    assert reaches("aten::_local_scalar_dense", [dev], [], "")  # .item()
+    assert not reaches("aten::_to_copy", [dev], [host], "non_blocking=True")  # not waited for
+    assert not reaches("aten::mul.Tensor", [dev, dev], [dev], "")
+    assert not reaches("aten::_to_copy", [host], [dev], "")
+
+
+def test_sketches_of_several_device_tensors_are_each_ones_own():
+    """All of an op's device tensors are sketched with one copy back; each gets its own sketch,
+    a tensor with non-finite elements too (its norm made again over the finite ones)."""
+    a, b, c = values(100, 1), values(50, 2), values(7, 3).to(torch.float32)
+    b[3], b[10] = float("nan"), float("-inf")
+    ints = torch.arange(4)
+    got = _trace_device.device_sketches([a, b, ints, c])
+    want = [native_sketch(a), native_sketch(b), "", native_sketch(c)]
+    assert got[2] == "" and all(same(g, w) for g, w in zip(got, want) if w), (got, want)
+    assert [_trace_device.device_sketch(t) for t in (a, b, ints, c)] == got

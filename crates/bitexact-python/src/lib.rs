@@ -331,17 +331,18 @@ fn digest_cuda_ptr(
 /// `items` and `out` with torch and keeps them and the tensors alive until then.
 #[pyfunction]
 fn trace_fingerprint_sums_cuda(
+    py: Python<'_>,
     items: u64,
     count: usize,
     max_words: u64,
     out: u64,
     stream: u64,
 ) -> PyResult<()> {
-    // SAFETY: the caller's contract, above.
-    unsafe {
-        bitexact::backend::cuda::fingerprint::launch_sums(items, count, max_words, out, stream)
-    }
-    .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
+    use bitexact::backend::cuda::fingerprint::launch_sums;
+    // SAFETY: the caller's contract, above. The GIL is released: the first call compiles the
+    // kernel with NVRTC.
+    py.detach(|| unsafe { launch_sums(items, count, max_words, out, stream) })
+        .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
 }
 
 /// The module `bitexact._native`.

@@ -89,19 +89,23 @@ def staged(tensors, scratch, max_bytes, waits=None):
     return out
 
 
-# Ops whose result is a host value read from a device tensor (``.item()``, comparisons that
-# return a bool) without a host tensor among their results.
-_HOST_READS = frozenset(("aten::_local_scalar_dense", "aten::equal", "aten::is_nonzero"))
+# Ops whose result is a host value read from a device tensor (``.item()``, ``torch.equal``)
+# without a host tensor among their results.
+_HOST_READS = frozenset(("aten::_local_scalar_dense", "aten::equal"))
 
 
-def reaches_host(op, ins, outs):
-    """Whether the op ``op`` (its tensors ``ins`` and ``outs``) brought device data to the
-    host: a device tensor among its inputs and a host tensor among its results (``.cpu()``,
-    ``.to("cpu")``, a host tensor's ``copy_`` from a device one), or a value read off a device
-    tensor (``.item()``)."""
+def reaches_host(op, ins, outs, args):
+    """Whether the op ``op`` (its tensors ``ins`` and ``outs``, its other arguments ``args`` as
+    :func:`bitexact._trace.record.arguments` writes them) brought device data to the host and
+    waited for it: a device tensor among its inputs and a host tensor among its results
+    (``.cpu()``, ``.to("cpu")``, a host tensor's ``copy_`` from a device one) unless the copy
+    was ``non_blocking=True`` (the program has not waited, and must not wait here), or a value
+    read off a device tensor (``.item()``)."""
     if not any(on_device(t) for t in ins):
         return False
-    return op in _HOST_READS or any(not on_device(t) for t in outs)
+    if op in _HOST_READS:
+        return True
+    return "non_blocking=True" not in (args or "") and any(not on_device(t) for t in outs)
 
 
 def _ready(devices, waits, nbytes):

@@ -126,8 +126,8 @@ class State:
 # program's thread waits for the copies once every this many records (or bytes), not per op,
 # so the GPU keeps working ahead of it; and at once after an op that brings device data to the
 # host (device.reaches_host), which waited for the GPU anyway: the program may write what it
-# got to a file next, and a run stopped early for that file (`bitexact run`) must have the
-# records of the ops that made it in its trace.
+# got to a file next, and a run stopped early for that file (`bitexact run`) then loses no more
+# of the records of the ops that made it than a CPU run does (the writer's last millisecond).
 PENDING_RECORDS = 64
 PENDING_BYTES = 64 << 20
 
@@ -285,7 +285,7 @@ def emit(state, stream, rec):
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits))
             state.pending_bytes += sum(n for _, n in rec.waits)
             if (len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES
-                    or device.reaches_host(op, ins, outs)):
+                    or device.reaches_host(op, ins, outs, rec.args)):
                 state.flush()
         else:  # keep holds the tensors until their bytes are read
             if state.pending:  # written in order, before this record's tensors can change

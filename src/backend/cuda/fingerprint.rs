@@ -13,6 +13,10 @@ use cudarc::driver::{DevicePtr, PushKernelArg};
 /// Buffers per launch at most (a grid's y dimension).
 const MAX_ITEMS: usize = 65_535;
 
+// `fingerprint_sums` reduces a block of FP_BLOCK = 256 threads (kernels/fingerprint.cu), the
+// block size `geometry::fingerprint` launches.
+const _: () = assert!(geometry::BLOCK == 256);
+
 /// Launches `fingerprint_sums` on `stream` (a raw `CUstream` of device 0's primary context,
 /// torch's current stream; 0 is the legacy default stream) over `count` buffers listed in
 /// device memory at `items` (`count` pairs of u64: a buffer's address, its length in bytes),
@@ -54,7 +58,11 @@ pub unsafe fn launch_sums(
 /// one tensor's canonical bytes (any alignment), computed on `stream` (as [`launch_sums`])
 /// after the work queued there; waits for them. Its buffers are allocated here: a caller with
 /// its own allocator (torch's, in the Python package) calls [`launch_sums`].
-pub fn device_fingerprints(items: &[(u64, usize)], stream: u64) -> Result<Vec<Fingerprint>> {
+///
+/// # Safety
+/// Each of `items` must be `bytes` bytes of device memory on device 0, alive and unchanged
+/// until the call returns; `stream` as for [`launch_sums`].
+pub unsafe fn device_fingerprints(items: &[(u64, usize)], stream: u64) -> Result<Vec<Fingerprint>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
@@ -103,5 +111,7 @@ pub fn fingerprints_of(data: &[&[u8]], skew: usize) -> Result<Vec<Fingerprint>> 
     g.stream()
         .synchronize()
         .map_err(|e| anyhow!("waiting for the uploads: {e:?}"))?;
-    device_fingerprints(&items, g.stream().cu_stream() as u64)
+    // SAFETY: `held` owns each buffer (its bytes at the offset) until this function returns;
+    // the stream is the GPU's own.
+    unsafe { device_fingerprints(&items, g.stream().cu_stream() as u64) }
 }

@@ -74,8 +74,9 @@ pub fn sha256(chunks: u64) -> Geometry {
     blocks(chunks.div_ceil(32), 32)
 }
 
-/// Blocks along x of `fingerprint_sums` at most: enough to fill a GPU many times over (its loop
-/// is grid-stride, and the sums do not depend on the grid).
+/// Blocks along x of `fingerprint_sums` at most: about one full wave of an H100 or H200 (132
+/// SMs × 8 blocks of 256 threads) for each tensor; its loop is grid-stride, and the sums do
+/// not depend on the grid.
 pub const FINGERPRINT_BLOCKS: u64 = 1024;
 
 /// `fingerprint_sums` over `items` buffers, the longest `max_words` 64-bit words: one grid row
