@@ -195,6 +195,12 @@ def plain_name(t):
 DEVICE_DIGEST_MIN = 64 << 20
 
 
+def on_cuda_device_0(t):
+    """Whether torch tensor ``t`` is on CUDA device 0, the device bitexact's CUDA backend
+    (its SHA-256 and fingerprint kernels) works on, in the primary context torch uses."""
+    return t.is_cuda and (t.device.index or 0) == 0
+
+
 def _cuda_digest(t, name):
     """Digest of a device tensor: on the GPU when bitexact's CUDA backend is usable, the tensor
     is on device 0 and has at least :data:`DEVICE_DIGEST_MIN` bytes, else through a host
@@ -203,7 +209,7 @@ def _cuda_digest(t, name):
 
     t = t.contiguous()
     nat = native()
-    if t.device.type == "cuda" and (t.device.index or 0) == 0 and t.nbytes >= DEVICE_DIGEST_MIN:
+    if on_cuda_device_0(t) and t.nbytes >= DEVICE_DIGEST_MIN:
         # Torch's current device is the caller's again afterwards: the native side makes
         # device 0's context current.
         with torch.cuda.device(t.device):

@@ -178,7 +178,9 @@ def _by_kernel(tensors, out):
     the call and the caller's again after it (the native side makes device 0's context
     current)."""
     global kernel_error
-    picks = [i for i, t in enumerate(tensors) if t.is_cuda and (t.device.index or 0) == 0]
+    from . import _digest
+
+    picks = [i for i, t in enumerate(tensors) if _digest.on_cuda_device_0(t)]
     if not picks or kernel_error is not None:
         return range(len(tensors))
     import torch

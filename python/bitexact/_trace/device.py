@@ -3,15 +3,17 @@ their device, or, when tiny, staged to the host.
 
 A device tensor's label is its trace fingerprint (``docs/concepts/fingerprint.md``), computed
 where it lives by :func:`bitexact._fingerprint.fingerprints` (on CUDA, one launch of
-bitexact's kernel for all of an op's tensors): their lane sums come to the host, 16 bytes each,
-and no tensor is copied to the host whole. Its float64 sketch is made there too (:func:`device_sketches`).
+bitexact's kernel for all of an op's tensors): their lane sums come to the host, 16 bytes
+each, and no tensor is copied to the host whole. Its float64 sketch is made there too
+(:func:`device_sketches`).
 
 CUDA tensors of at most :data:`STAGE_MAX` bytes (biases, norms' weights, a small model's
-activations) are staged instead (:func:`staged`): all of an op's are copied into one pinned host buffer on their
-streams, with one wait, and then take the host's fast path (cache, background writer,
-sketches from the same bytes as a CPU run's): for a few KiB, a copy costs less than the
-kernel launches of a fingerprint and a sketch (on an H200 a traced nanoGPT step spent 0.6 ms
-per record hashing and sketching each small device tensor by itself, docs/gpu-results.md).
+activations) are staged instead (:func:`staged`): all of an op's are copied into one pinned
+host buffer on their streams, with one wait, and then take the host's fast path (cache,
+background writer, sketches from the same bytes as a CPU run's): for a small tensor, a copy
+costs less than the kernel launches of a fingerprint and a sketch (on an H200 a traced nanoGPT
+step spent 0.6 ms per record hashing and sketching each small device tensor by itself,
+docs/gpu-results.md).
 Both give the same label for the same bytes.
 """
 
