@@ -145,69 +145,87 @@ def device_sums(w):
     return acc
 
 
-def fingerprints(tensors):
-    """The 32-hex-digit fingerprints of torch ``tensors`` (any device), computed on their
-    devices: the lanes' sums of all of them that share a device come to the host in one copy
-    (16 bytes a tensor), and the last mix of each is made here."""
+def start(tensors):
+    """Starts the fingerprints of torch ``tensors`` (any device) on their devices, without
+    waiting for them: returns ``(parts, done)``. ``parts`` are int64 tensors on the devices,
+    the lanes' sums of the tensors (two each; one part for bitexact's kernel's, one per device
+    for torch's ops'); ``done(values)``, given each part's values as a list of ints (in the
+    order of ``parts``), gives the 32-hex-digit fingerprints of ``tensors`` in order. Copying
+    the parts to the host is the caller's: at once (:func:`fingerprints`), or later, with
+    other records' (:mod:`bitexact._trace.device`)."""
     import torch
 
-    out = [None] * len(tensors)
-    rest = _by_kernel(tensors, out) if KERNEL else range(len(tensors))
-    sums, sizes = [], []
+    places = [None] * len(tensors)  # (part, pair in it, nbytes) of each tensor
+    parts = []
+    rest = range(len(tensors))
+    launched = _by_kernel(tensors) if KERNEL else None
+    if launched is not None:
+        picks, sums, sizes = launched
+        for j, (i, n) in enumerate(zip(picks, sizes)):
+            places[i] = (0, j, n)
+        parts.append(sums)
+        picked = set(picks)
+        rest = [i for i in rest if i not in picked]
+    groups = {}
     for i in rest:
         w, nbytes = words(tensors[i])
-        sums.append((i, device_sums(w)))
-        sizes.append(nbytes)
-    groups = {}
-    for i, s in sums:
-        groups.setdefault(s.device, []).append((i, s))
-    host = {}
+        groups.setdefault(w.device, []).append((i, device_sums(w), nbytes))
     for group in groups.values():
-        got = torch.cat([s for _, s in group]).cpu().tolist()
-        for j, (i, _) in enumerate(group):
-            host[i] = got[2 * j:2 * j + 2]
-    for (i, _), n in zip(sums, sizes):
-        out[i] = finish([a & _MASK for a in host[i]], n)
-    return out
+        for j, (i, _, n) in enumerate(group):
+            places[i] = (len(parts), j, n)
+        parts.append(torch.cat([s for _, s, _ in group]))
+
+    def done(values):
+        return [finish([a & _MASK for a in values[p][2 * j:2 * j + 2]], n)
+                for p, j, n in places]
+
+    return parts, done
 
 
-def _by_kernel(tensors, out):
-    """Fills ``out[i]`` for each CUDA tensor on device 0 with its fingerprint by bitexact's
-    kernel, all of them in one launch on torch's current stream, when the CUDA backend is
-    usable; returns the indices left for torch's ops. Torch's current device is device 0 for
-    the call and the caller's again after it (the native side makes device 0's context
-    current)."""
+def fingerprints(tensors):
+    """The 32-hex-digit fingerprints of torch ``tensors`` (any device), computed on their
+    devices (:func:`start`): the lanes' sums of all of them that share a device come to the
+    host in one copy (16 bytes a tensor), and the last mix of each is made here."""
+    parts, done = start(tensors)
+    return done([p.cpu().tolist() for p in parts])
+
+
+def _by_kernel(tensors):
+    """Launches bitexact's kernel over the CUDA tensors on device 0 among ``tensors``, all of
+    them in one launch on torch's current stream, when the CUDA backend is usable: returns
+    ``(picks, sums, sizes)``, their indices, their lanes' sums (an int64 tensor on the device,
+    two a tensor, filled once the stream gets there) and their canonical byte counts; None
+    when there are none or the kernel cannot be used (torch's ops then). Torch's current device
+    is device 0 for the call and the caller's again after it (the native side makes device 0's
+    context current)."""
     global kernel_error
     from . import _digest
 
     picks = [i for i, t in enumerate(tensors) if _digest.on_cuda_device_0(t)]
     if not picks or kernel_error is not None:
-        return range(len(tensors))
+        return None
     import torch
 
     dev = tensors[picks[0]].device
     try:
         with torch.cuda.device(dev):
-            got = _kernel_fingerprints([tensors[i] for i in picks], dev)
+            got = _launch_kernel([tensors[i] for i in picks], dev)
     except (RuntimeError, ImportError, AttributeError) as e:
         # A native module without the kernel, or a failed launch: torch's ops from now on.
         kernel_error = str(e)
         print("bitexact: trace fingerprints of CUDA tensors use torch's int64 ops: %s" % e,
               file=sys.stderr)
-        return range(len(tensors))
+        return None
     if got is None:  # no usable CUDA backend here (no NVRTC, say): torch's ops, quietly
-        return range(len(tensors))
-    for i, fp in zip(picks, got):
-        out[i] = fp
-    picked = set(picks)
-    return [i for i in range(len(tensors)) if i not in picked]
+        return None
+    return (picks,) + got
 
 
-def _kernel_fingerprints(tensors, dev):
-    """The fingerprints of CUDA ``tensors`` on device ``dev`` (0) by bitexact's kernel: one
-    launch on torch's current stream; the list of addresses and the sums in torch's memory,
-    alive until the sums are read. None when bitexact's CUDA backend is not usable here
-    (``cuda_status()``)."""
+def _launch_kernel(tensors, dev):
+    """``(sums, sizes)`` of CUDA ``tensors`` on device ``dev`` (0) by bitexact's kernel: one
+    launch on torch's current stream, not waited for; the list of addresses and the sums in
+    torch's memory (the caching allocator keeps them for the stream's work). None when
+    bitexact's CUDA backend is not usable here (``cuda_status()``)."""
     import torch
 
     from . import _digest
@@ -223,8 +241,7 @@ def _kernel_fingerprints(tensors, dev):
     stream = torch.cuda.current_stream(dev).cuda_stream
     nat.trace_fingerprint_sums_cuda(items.data_ptr(), len(flats), (max(sizes) + 7) // 8,
                                     sums.data_ptr(), stream)
-    host = sums.cpu().tolist()
-    return [finish([a & _MASK for a in host[2 * j:2 * j + 2]], n) for j, n in enumerate(sizes)]
+    return sums, sizes
 
 
 def fingerprint(t):

@@ -88,15 +88,35 @@ def test_records_of_device_tensors_carry_their_sketches(tmp_path, monkeypatch, b
     host = run("host.jsonl")
     # Every tensor "on a device": the general path, fingerprints from torch ops where the
     # tensor lives (bitexact._fingerprint, here on the CPU), sketches from device_sketch.
-    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: None)
-    monkeypatch.setattr(_trace_device, "fingerprinted_there", lambda t: True)
+    fingerprinted = []
+    monkeypatch.setattr(_trace_device, "start_sketches", counted(
+        _trace_device.start_sketches, fingerprinted))
+    all_on_device(monkeypatch)
     device = run("device.jsonl")
+    assert len(fingerprinted) > 10
     assert [r["out"] for r in device] == [r["out"] for r in host]
     sketched = [(a["sk"], b["sk"]) for a, b in zip(host, device) if "sk" in a]
     assert len(sketched) > 10 and all("sk" in b for b in device if any(
         o.startswith("f32") for o in b["out"]))
     for a, b in sketched:
         assert len(a) == len(b) and all(x == y == "" or same(x, y) for x, y in zip(a, b))
+
+
+def counted(f, calls):
+    """``f``, appending its arguments to ``calls`` at each call."""
+    def count(*args, **kwargs):
+        calls.append(args)
+        return f(*args, **kwargs)
+    return count
+
+
+def all_on_device(monkeypatch):
+    """Makes the tracer take every host tensor for a device tensor that is fingerprinted and
+    sketched where it lives (here by torch's ops on the CPU): the general path, and no record
+    takes the all-host shortcut."""
+    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: None)
+    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+    monkeypatch.setattr(_trace_device, "fingerprinted_there", lambda t: True)
 
 
 def on_device(monkeypatch, which):
@@ -276,3 +296,62 @@ def test_sketches_of_several_device_tensors_are_each_ones_own():
     want = [native_sketch(a), native_sketch(b), "", native_sketch(c)]
     assert got[2] == "" and all(same(g, w) for g, w in zip(got, want) if w), (got, want)
     assert [_trace_device.device_sketch(t) for t in (a, b, ints, c)] == got
+
+
+def test_device_values_reach_the_record_after_its_wait_without_the_program_waiting(
+        tmp_path, monkeypatch):
+    """With the background writer, a device tensor's fingerprint and sketch are computed on its
+    device and copied to the host without waiting (_trace_device.defer_fingerprints and
+    defer_sketches): the record waits for them with the others, every PENDING_RECORDS records.
+    Here the host copies hold garbage until their "event" is waited for, and the tensors change
+    right after the ops that read them (mutating()), so a value read before the wait, or a
+    tensor read again at the wait, would show in the trace; and no fingerprint or sketch is
+    brought to the host on the program's thread (device_sketches, fingerprints)."""
+    from bitexact import _fingerprint
+    from bitexact._trace import state as _trace_state
+
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    host = [json.loads(line) for line in traced(tmp_path / "host.jsonl", mutating).splitlines()]
+    to_host, events = _trace_device._to_host, []
+
+    def late(parts, waits):
+        out = to_host(parts, waits)
+        pairs = [(h, h.clone()) for h in out]
+        for h, _ in pairs:
+            h.view(torch.uint8).fill_(0xAB)
+        events.append(_Copy(pairs))
+        waits.append(([events[-1]], 1))
+        return out
+
+    def waited(*args):
+        raise AssertionError("a device value brought to the host on the program's thread")
+
+    monkeypatch.setattr(_trace_device, "_to_host", late)
+    monkeypatch.setattr(_trace_device, "device_sketches", waited)
+    monkeypatch.setattr(_fingerprint, "fingerprints", waited)
+    all_on_device(monkeypatch)
+    monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 7)
+    device = [json.loads(line) for line in
+              traced(tmp_path / "device.jsonl", mutating).splitlines()]
+    assert len(events) > 20 and all(e.waited for e in events)
+    assert [(r["in"], r["out"]) for r in device] == [(r["in"], r["out"]) for r in host]
+    sketched = [(a["sk"], b["sk"]) for a, b in zip(host, device) if "sk" in a]
+    assert len(sketched) > 10 and all("sk" in b for b in device if any(
+        o.startswith("f32") for o in b["out"]))
+    for a, b in sketched:
+        assert len(a) == len(b) and all(x == y == "" or same(x, y) for x, y in zip(a, b))
+
+
+def test_a_deferred_sketch_leaves_non_finite_elements_out_without_reading_the_tensor_again():
+    t = values(64, 4)
+    t[5], t[9] = float("nan"), float("inf")
+    parts, done = _trace_device.start_sketches([t, torch.arange(3)], finite=True)
+    values_then = [p.tolist() for p in parts]
+    t.fill_(7.0)  # changed before the values arrive: not read again
+    got = done(values_then)
+    t[5], t[9] = float("nan"), float("inf")
+    assert got[1] == ""
+    assert not same(got[0], native_sketch(t))
+    t.copy_(values(64, 4))
+    t[5], t[9] = float("nan"), float("inf")
+    assert same(got[0], native_sketch(t)), (got[0], native_sketch(t))

@@ -2,10 +2,14 @@
 their device, or, when tiny, staged to the host.
 
 A device tensor's label is its trace fingerprint (``docs/concepts/fingerprint.md``), computed
-where it lives by :func:`bitexact._fingerprint.fingerprints` (on CUDA, one launch of
-bitexact's kernel for all of an op's tensors): their lane sums come to the host, 16 bytes
-each, and no tensor is copied to the host whole. Its float64 sketch is made there too
-(:func:`device_sketches`).
+where it lives by :func:`bitexact._fingerprint.start` (on CUDA, one launch of bitexact's
+kernel for all of an op's tensors): their lane sums come to the host, 16 bytes each, and no
+tensor is copied to the host whole. Its float64 sketch is made there too
+(:func:`start_sketches`). With the background writer, the program's thread does not wait for
+either: both are copied to pinned host memory on the device's stream, and the record waits
+for them with other records' staged copies (:func:`defer_fingerprints`,
+:func:`defer_sketches`, :func:`fill`); without it, they are read at once
+(:func:`device_sketches`, :func:`bitexact._fingerprint.fingerprints`).
 
 CUDA tensors of at most :data:`STAGE_MAX` bytes (biases, norms' weights, a small model's
 activations) are staged instead (:func:`staged`): all of an op's are copied into one pinned
@@ -26,8 +30,8 @@ from .._digest import plain_name as _plain
 # fingerprinted on their device, and only 16 bytes each come back. On an H200
 # (docs/gpu-results.md), a launch-bound nanoGPT step traced 11.5x untraced with its tensors
 # (all under 1 MiB) staged against 15.6x fingerprinted and sketched on the device (64 KiB
-# here then): a record's staged copies wait with 63 others, its device work waits by itself.
-# Tensors of MiBs (a wide model's weights, in lists of a hundred for the optimizer) cost more
+# here then), when a record's device work was waited for by itself (it now waits with the
+# staged copies: not yet measured on a GPU). Tensors of MiBs (a wide model's weights, in lists of a hundred for the optimizer) cost more
 # to copy over PCIe than to fingerprint where they are.
 STAGE_MAX = 1 << 20
 
@@ -127,6 +131,67 @@ def _ready(devices, waits, nbytes):
         waits.append((events, nbytes))
 
 
+# A record's mark for what comes from its device later (:func:`defer_fingerprints`,
+# :func:`defer_sketches`): in its line, where a fingerprint goes; in its sketch slots, followed
+# by the sketch's number. JSON escapes the byte inside any string, so a raw one is only ever
+# such a mark, and :func:`fill` replaces every one before the record is written.
+LATER = "\2"
+
+
+def defer_fingerprints(rec, tensors):
+    """Starts the fingerprints of device ``tensors`` for the record ``rec``
+    (:func:`bitexact._fingerprint.start`) and queues their copy to the host without waiting
+    (:func:`_to_host`): :data:`LATER` for each, which :func:`fill` replaces."""
+    from .. import _fingerprint
+
+    parts, done = _fingerprint.start(tensors)
+    rec.fills.append((_to_host(parts, rec.waits), done, True, len(tensors)))
+    return [LATER] * len(tensors)
+
+
+def defer_sketches(rec, tensors):
+    """Starts the sketches of device ``tensors`` for the record ``rec`` (:func:`start_sketches`
+    of the finite elements: the tensors are not read again) and queues their copy to the host
+    without waiting: their places in the record's sketch slots, which :func:`fill` replaces."""
+    parts, done = start_sketches(tensors, finite=True)
+    base = sum(n for _, _, is_label, n in rec.fills if not is_label)
+    rec.fills.append((_to_host(parts, rec.waits), done, False, len(tensors)))
+    return ["%s%d" % (LATER, base + k) for k in range(len(tensors))]
+
+
+def fill(line, slots, fills):
+    """The record's ``line`` and sketch ``slots`` with each :data:`LATER` mark replaced by what
+    ``fills`` (:func:`defer_fingerprints`, :func:`defer_sketches`: host tensors, their copies
+    finished) made: fingerprints in the line's order, sketch texts by their number."""
+    labels, texts = [], []
+    for hosts, done, is_label, *_ in fills:
+        (labels if is_label else texts).extend(done([h.tolist() for h in hosts]))
+    if labels:
+        pieces = line.split(LATER)
+        line = "".join(p + t for p, t in zip(pieces, labels)) + pieces[-1]
+    if texts and slots:
+        slots = [texts[int(s[1:])] if isinstance(s, str) and s[:1] == LATER else s
+                 for s in slots]
+    return line, slots
+
+
+def _to_host(parts, waits):
+    """Host copies of the device tensors ``parts``, queued on each one's device's current stream
+    after the work that makes it (into pinned memory, without waiting), with an event per
+    device appended to ``waits`` (:func:`_ready`) for the record to wait on."""
+    import torch
+
+    hosts, devices, nbytes = [], set(), 0
+    for p in parts:
+        host = torch.empty(p.shape, dtype=p.dtype, pin_memory=p.is_cuda)
+        host.copy_(p, non_blocking=True)
+        hosts.append(host)
+        devices.add(p.device)
+        nbytes += host.nbytes
+    _ready(devices, waits, nbytes)
+    return hosts
+
+
 # bitexact's floating-point dtypes, the ones with a sketch (``_protocol.DTYPES``).
 _FLOATS = frozenset(name for name, _, _, _, is_float in _protocol.DTYPES if is_float)
 
@@ -139,15 +204,27 @@ def device_sketch(t):
 def device_sketches(tensors):
     """The sketch texts of tensors that are not on the host (``src/trace/sketch.rs``'s format,
     ``""`` for a dtype that is not floating point), computed on their devices with float64
-    torch ops: the norm and largest magnitude of the finite elements, the count of others, and
-    the elements at the sketch's fixed positions, brought to the host in one copy per device
-    for all of them. A tensor with non-finite elements (rare) then has its norm and magnitude
-    made again over its finite ones, with a copy of its own. The same values as the host's
-    sketch of the same bytes, but for the norm's last bits (another summation order): far
-    below any noise threshold, and never looked at when the digests are equal."""
+    torch ops (:func:`start_sketches`): the norm and largest magnitude of the finite elements,
+    the count of others, and the elements at the sketch's fixed positions, brought to the host
+    in one copy per device for all of them. A tensor with non-finite elements (rare) then has
+    its norm and magnitude made again over its finite ones, with a copy of its own. The same
+    values as the host's sketch of the same bytes, but for the norm's last bits (another
+    summation order): far below any noise threshold, and never looked at when the digests are
+    equal."""
+    parts, done = start_sketches(tensors)
+    return done([p.cpu().tolist() for p in parts])
+
+
+def start_sketches(tensors, finite=False):
+    """Starts the sketches of ``tensors`` on their devices without waiting for them:
+    ``(parts, done)``, float64 tensors on the devices (one per device) and ``done(values)``,
+    which takes each part's values as a list (in order) and gives the sketch texts (see
+    :func:`device_sketches`). With ``finite``, the norm and magnitude are those of the finite
+    elements from the start (a pass more over a tensor), so that ``done`` never reads
+    ``tensors`` again: they may have changed by the time the values arrive."""
     import torch
 
-    out, parts, names = [""] * len(tensors), {}, {}
+    names, places, groups = {}, {}, {}
     for i, t in enumerate(tensors):
         try:
             name = (_digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype))[0]
@@ -155,24 +232,35 @@ def device_sketches(tensors):
             continue
         if name in _FLOATS:
             names[i] = name
-            parts.setdefault(t.device, []).append((i, _sketch_values(t)))
-    for group in parts.values():
-        host = torch.cat([v for _, v in group]).cpu().tolist()
+            groups.setdefault(t.device, []).append((i, _sketch_values(t, finite)))
+    parts = []
+    for group in groups.values():
         at = 0
         for i, v in group:
-            h = host[at:at + v.numel()]
+            places[i] = (len(parts), at, at + v.numel())
             at += v.numel()
-            if h[2]:  # non-finite elements: the norm and magnitude of the finite ones
-                h[:2] = _finite_norms(tensors[i])
-            out[i] = _digest.native().sketch_text(names[i], h[0], h[1], int(h[2]), h[3:])
-    return out
+        parts.append(torch.cat([v for _, v in group]))
+
+    count, again = len(tensors), None if finite else tensors
+
+    def done(values):
+        out = [""] * count
+        for i, name in names.items():
+            p, a, b = places[i]
+            h = values[p][a:b]
+            if h[2] and again is not None:  # non-finite elements: the finite ones' norms
+                h[:2] = _finite_norms(again[i])
+            out[i] = _digest.native().sketch_text(name, h[0], h[1], int(h[2]), h[3:])
+        return out
+
+    return parts, done
 
 
-def _sketch_values(t):
+def _sketch_values(t, finite=False):
     """The float64 values of ``t``'s sketch, on its device: the norm and largest magnitude of
-    all its elements (those of the finite ones when all are finite), the count of non-finite
-    elements, then the elements at the sketch's positions. Two reductions and a count over
-    the tensor."""
+    all its elements (those of the finite ones when all are finite, or with ``finite``), the
+    count of non-finite elements, then the elements at the sketch's positions. Two reductions
+    and a count over the tensor (and with ``finite``, a copy with the others zeroed)."""
     import torch
 
     x = t.detach().reshape(-1)
@@ -181,11 +269,31 @@ def _sketch_values(t):
         return torch.zeros(3, dtype=torch.float64, device=x.device)
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         x = x.to(torch.float64)  # float8: torch's reductions do not take it
-    norms = [torch.linalg.vector_norm(x, ord, dtype=torch.float64) for ord in (2, float("inf"))]
-    bad = x.numel() - torch.isfinite(x).sum()
-    at = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long, device=x.device)
+    ok = torch.isfinite(x)
+    bad = x.numel() - ok.sum()
+    kept = torch.where(ok, x, torch.zeros((), dtype=x.dtype, device=x.device)) if finite else x
+    norms = [torch.linalg.vector_norm(kept, ord, dtype=torch.float64)
+             for ord in (2, float("inf"))]
     return torch.cat([torch.stack(norms + [bad.to(torch.float64)]),
-                      x.index_select(0, at).to(torch.float64)])
+                      x.index_select(0, _positions(n, x.device)).to(torch.float64)])
+
+
+# (element count, device) -> the sketch's positions as a long tensor there: made once, since a
+# copy from the host's pageable memory waits for the device.
+_at = {}
+
+
+def _positions(n, dev):
+    """The sketch's positions in a tensor of ``n`` elements, as a long tensor on ``dev``."""
+    got = _at.get((n, dev))
+    if got is None:
+        import torch
+
+        if len(_at) >= 1 << 12:
+            _at.clear()
+        got = _at[(n, dev)] = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long,
+                                           device=dev)
+    return got
 
 
 def _finite_norms(t):

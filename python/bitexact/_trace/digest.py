@@ -130,13 +130,19 @@ def _general(t, max_bytes, hashed):
     return label + ":-"
 
 
-def _fingerprints(hashed, nat):
+def _fingerprints(hashed, nat, waiting=None):
     """The fingerprints of what :func:`_general` appended to ``hashed``: host views by the
-    native module (one call), device tensors on their devices (one copy back per device)."""
+    native module (one call), device tensors on their devices (one copy back per device), or
+    with ``waiting`` (a record), :data:`bitexact._trace.device.LATER` in their place, for the
+    record to fill in once their values reach the host (:func:`bitexact._trace.device.fill`):
+    the program's thread does not wait for the device."""
     on_host = [isinstance(h, _digest._Host) for h in hashed]
     host = iter(nat.trace_fingerprints([h.args() for h, k in zip(hashed, on_host) if k]))
     there = [h for h, k in zip(hashed, on_host) if not k]
-    there = iter(_fingerprint.fingerprints(there) if there else ())
+    if there and waiting is not None:
+        there = iter(device.defer_fingerprints(waiting, there))
+    else:
+        there = iter(_fingerprint.fingerprints(there) if there else ())
     return [next(host) if k else next(there) for k in on_host]
 
 
@@ -332,8 +338,11 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
                 if sketches is not None and i >= sketch_from:
                     sketches[i - sketch_from] = base + j
         fast = ()
+    waiting = rec if later is not None and rows == 1 else None  # device values come later
     if on_device and rows == 1:
-        made = device.device_sketches([tensors[i] for i in on_device])
+        there = [tensors[i] for i in on_device]
+        made = (device.defer_sketches(waiting, there) if waiting is not None
+                else device.device_sketches(there))
         for i, text in zip(on_device, made):
             sketches[i - sketch_from] = text
     if fast and sketches is not None and SKETCH and rows == 1:
@@ -351,15 +360,17 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
                 sliced[i][0] = label.partition("[")[0]
                 sliced[i][1][k] = label.rpartition(":")[2]
     if hosts or sliced:
-        _finish(out, sliced, slow, hosts, tensors, nat)
+        _finish(out, sliced, slow, hosts, tensors, nat, waiting)
     return out if sketch_from is None else (out, sketches)
 
 
-def _finish(out, sliced, slow, hosts, tensors, nat):
+def _finish(out, sliced, slow, hosts, tensors, nat, waiting=None):
     """Fills in ``out`` (see :func:`_sort`): the general-path host tensors' labels, hashed in
-    one native call, and each row-sliced tensor's ``dtype[shape]/n:<d1>,...,<dn>``."""
+    one native call, and each row-sliced tensor's ``dtype[shape]/n:<d1>,...,<dn>``; with
+    ``waiting`` (a :class:`bitexact._trace.state.Record`), device tensors' fingerprints are
+    left for the record to fill in (:func:`_fingerprints`)."""
     if hosts:
-        for ((i, k), label), d in zip(slow, _fingerprints(hosts, nat)):
+        for ((i, k), label), d in zip(slow, _fingerprints(hosts, nat, waiting)):
             if k is None:
                 out[i] = "%s:%s" % (label, d)
             else:

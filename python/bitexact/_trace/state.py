@@ -100,18 +100,21 @@ class State:
         self.capture, self.capture_seen = None, 0
         self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
         self.out_dir = os.path.dirname(path)
-        # Records whose staged device tensors may still be on their way to the host (their
-        # host tensors copied): (line, later, slots, keep, waits), written by flush(), which
-        # the next record without staged tensors calls first (order is kept); their bytes.
+        # Records whose staged device tensors or device values may still be on their way to
+        # the host (their host tensors copied): (line, later, slots, keep, waits, fills),
+        # written by flush(), which the next record without them calls first (order is kept);
+        # their bytes.
         self.pending, self.pending_bytes = [], 0
 
     def flush(self):
-        """Writes the :attr:`pending` records, each after waiting for its staged copies (call
-        with :attr:`lock` held)."""
-        for line, later, slots, _keep, waits in self.pending:
+        """Writes the :attr:`pending` records, each after waiting for its staged copies and
+        device values (call with :attr:`lock` held)."""
+        for line, later, slots, _keep, waits, fills in self.pending:
             for events, _ in waits:
                 for event in events:
                     event.synchronize()
+            if fills:
+                line, slots = device.fill(line, slots, fills)
             self.writer.write(line, later, digest.CACHE, slots)
         self.pending, self.pending_bytes = [], 0
 
@@ -216,10 +219,13 @@ class Record:
     Where the native writer hashes (:attr:`State.deferred`),
     :func:`bitexact._trace.digest.describe` fills in what the writer needs: ``later`` (the
     fast-path tensors it hashes on its thread), ``keep`` (the tensors that own their bytes, kept
-    alive until then) and ``waits`` (staged device copies to wait for); None elsewhere."""
+    alive until then), ``waits`` (staged device copies, and copies of values computed on a
+    device, to wait for) and ``fills`` (those values, and how they become the record's device
+    fingerprints and sketches: :func:`bitexact._trace.device.fill`); None elsewhere."""
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
-                 "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "kernel", "src")
+                 "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "kernel",
+                 "src")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -227,7 +233,7 @@ class Record:
         self.described_ins, self.scratch_outs, self.scratch_ins = (described_ins, scratch_outs,
                                                                    scratch_ins)
         self.args, self.call, self.gen = args, call, gen
-        self.later = self.keep = self.waits = None
+        self.later = self.keep = self.waits = self.fills = None
         self.kernel = None  # a compiled region's kernel: its "kernel" field (trace/kernels.py)
         self.src = None  # its source line when not the stack's (a kernel's: its region's)
 
@@ -262,7 +268,7 @@ def emit(state, stream, rec):
         scratch = set(scratch) | set(rec.scratch_outs)
     writer = state.writer
     if state.deferred:
-        rec.later, rec.keep, rec.waits = [], [], []
+        rec.later, rec.keep, rec.waits, rec.fills = [], [], [], []
     described_ins, scratch_ins = rec.described_ins, rec.scratch_ins
     if described_ins is None:
         n = len(ins)
@@ -282,7 +288,7 @@ def emit(state, stream, rec):
                        described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel)
     with state.lock:
         if rec.waits:  # keep holds the staged bytes and host copies
-            state.pending.append((line, rec.later, slots, rec.keep, rec.waits))
+            state.pending.append((line, rec.later, slots, rec.keep, rec.waits, rec.fills))
             state.pending_bytes += sum(n for _, n in rec.waits)
             if (len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES
                     or device.reaches_host(op, ins, outs, rec.args)):
@@ -290,6 +296,8 @@ def emit(state, stream, rec):
         else:  # keep holds the tensors until their bytes are read
             if state.pending:  # written in order, before this record's tensors can change
                 state.flush()
+            if rec.fills:  # device values on no CUDA stream: there already
+                line, slots = device.fill(line, slots, rec.fills)
             writer.write(line, rec.later or (), digest.CACHE, slots)
 
 
