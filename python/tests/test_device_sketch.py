@@ -355,3 +355,25 @@ def test_a_deferred_sketch_leaves_non_finite_elements_out_without_reading_the_te
     t.copy_(values(64, 4))
     t[5], t[9] = float("nan"), float("inf")
     assert same(got[0], native_sketch(t)), (got[0], native_sketch(t))
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_device_tensors_of_a_cuda_graph_being_captured_are_not_hashed(tmp_path, monkeypatch,
+                                                                      background):
+    """While a stream is captured into a CUDA graph its ops only record work, so their device
+    tensors have no values yet: they are labelled dtype[shape]:- (nothing is fingerprinted,
+    sketched or waited for), not with whatever memory holds."""
+    from bitexact import _fingerprint
+
+    def never(*args, **kwargs):
+        raise AssertionError("a tensor of a graph being captured was fingerprinted or sketched")
+
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+    all_on_device(monkeypatch)
+    monkeypatch.setattr(_trace_device, "capturing", lambda: True)
+    monkeypatch.setattr(_fingerprint, "start", never)
+    monkeypatch.setattr(_trace_device, "start_sketches", never)
+    records = [json.loads(line) for line in traced(tmp_path / "t.jsonl", program).splitlines()]
+    labels = [label for r in records for label in r["in"] + r["out"]]
+    assert len(records) > 10 and all(label.endswith(":-") for label in labels), labels
+    assert not any(r.get("sk") for r in records)

@@ -43,6 +43,15 @@ def fingerprinted_there(t):
     return not t.is_cpu
 
 
+def capturing():
+    """Whether the current CUDA stream is being captured into a CUDA graph: its ops run only
+    when the graph is replayed, so their tensors have no values to fingerprint yet (and nothing
+    may wait for the stream)."""
+    torch = sys.modules.get("torch")
+    return (torch is not None and torch.cuda.is_initialized()
+            and torch.cuda.is_current_stream_capturing())
+
+
 def on_device(t):
     """Whether :func:`staged` copies ``t`` to the host (tests make it take host tensors)."""
     return t.is_cuda
@@ -80,7 +89,7 @@ def staged(tensors, scratch, max_bytes, waits=None):
     import torch
 
     cuda = torch.cuda.is_available()
-    if cuda and torch.cuda.is_current_stream_capturing():
+    if cuda and capturing():
         return tensors
     host = torch.empty(total, dtype=torch.uint8, pin_memory=cuda)
     out, devices = list(tensors), set()

@@ -29,7 +29,8 @@ only 16 bytes each coming back (:mod:`bitexact._trace.device`).
 Everything else takes the general path (complex, conjugate and negative views, sparse tensors:
 made plain by :mod:`bitexact._digest` and fingerprinted natively), and a tensor that
 cannot be hashed (a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an
-unknown dtype) is labelled ``dtype[shape]:-``.
+unknown dtype, a device tensor made while its stream is captured into a CUDA graph) is
+labelled ``dtype[shape]:-``.
 
 Row slices (``$BITEXACT_TRACE_ROWS`` = n > 1, the larger-batch run of ``bitexact run --vary
 batch``): a tensor whose first dimension is a multiple of n is labelled
@@ -117,6 +118,8 @@ def _general(t, max_bytes, hashed):
         if max_bytes is None or t.is_meta or t.numel() * t.element_size() > max_bytes:
             raise ValueError
         if device.fingerprinted_there(t):
+            if device.capturing():  # a CUDA graph's op: no values until it is replayed
+                raise ValueError
             _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)  # a TypeError
             kind, v = "device", t
         else:
