@@ -185,15 +185,16 @@ def fill(line, slots, fills):
 
 
 def _to_host(parts, waits):
-    """Host copies of the device tensors ``parts``, queued on each one's device's current stream
-    after the work that makes it (into pinned memory, without waiting), with an event per
-    device appended to ``waits`` (:func:`_ready`) for the record to wait on."""
+    """Host copies of the device tensors ``parts``: from a CUDA device queued on its current
+    stream after the work that makes it (into pinned memory, without waiting), with an event
+    per device appended to ``waits`` (:func:`_ready`) for the record to wait on; from any other
+    device, made at once (no event to wait on there)."""
     import torch
 
     hosts, devices, nbytes = [], set(), 0
     for p in parts:
         host = torch.empty(p.shape, dtype=p.dtype, pin_memory=p.is_cuda)
-        host.copy_(p, non_blocking=True)
+        host.copy_(p, non_blocking=p.is_cuda)
         hosts.append(host)
         devices.add(p.device)
         nbytes += host.nbytes
