@@ -298,41 +298,73 @@ def test_sketches_of_several_device_tensors_are_each_ones_own():
     assert [_trace_device.device_sketch(t) for t in (a, b, ints, c)] == got
 
 
-def test_device_values_reach_the_record_after_its_wait_without_the_program_waiting(
-        tmp_path, monkeypatch):
-    """With the background writer, a device tensor's fingerprint and sketch are computed on its
-    device and copied to the host without waiting (_trace_device.defer_fingerprints and
-    defer_sketches): the record waits for them with the others, every PENDING_RECORDS records.
-    Here the host copies hold garbage until their "event" is waited for, and the tensors change
-    right after the ops that read them (mutating()), so a value read before the wait, or a
-    tensor read again at the wait, would show in the trace; and no fingerprint or sketch is
-    brought to the host on the program's thread (device_sketches, fingerprints)."""
-    from bitexact import _fingerprint
-    from bitexact._trace import state as _trace_state
+def two_d_on_device(monkeypatch):
+    """Makes the tracer take 2-D host tensors for device tensors fingerprinted and sketched
+    where they live; others stay on the host's fast path (records mix the two)."""
+    fast = _trace_digest._fast
+    monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: (
+        None if t.dim() == 2 else fast(t, max_bytes, strided)))
+    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+    monkeypatch.setattr(_trace_device, "fingerprinted_there", lambda t: t.dim() == 2)
 
-    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
-    host = [json.loads(line) for line in traced(tmp_path / "host.jsonl", mutating).splitlines()]
-    to_host, events = _trace_device._to_host, []
+
+def changing():
+    """mutating(), then "device" tensors with non-finite elements (their sketches leave them
+    out) that change right after the ops that made them, beside host ones that change too."""
+    mutating()
+    w, b = torch.ones(4, 4), torch.zeros(4)
+    w[0, 0], w[1, 1] = float("nan"), float("inf")
+    for _ in range(3):
+        y = torch.add(w, b)
+        y.mul_(3)
+        b.add_(1)
+
+
+def late_copies(monkeypatch, events, event=None):
+    """Makes each deferred copy to the host hold garbage until its "event" is waited for."""
+    to_host = _trace_device._to_host
 
     def late(parts, waits):
         out = to_host(parts, waits)
         pairs = [(h, h.clone()) for h in out]
         for h, _ in pairs:
             h.view(torch.uint8).fill_(0xAB)
-        events.append(_Copy(pairs))
+        events.append((event or _Copy)(pairs))
         waits.append(([events[-1]], 1))
         return out
+
+    monkeypatch.setattr(_trace_device, "_to_host", late)
+
+
+@pytest.mark.parametrize("where", ["all", "2-D"])
+def test_device_values_reach_the_record_after_its_wait_without_the_program_waiting(
+        tmp_path, monkeypatch, where):
+    """With the background writer, a device tensor's fingerprint and sketch are computed on its
+    device and copied to the host without waiting (_trace_device.defer_fingerprints and
+    defer_sketches): the record waits for them with the others, every PENDING_RECORDS records.
+    Here the host copies hold garbage until their "event" is waited for, and the tensors (host
+    and "device" ones, some with non-finite elements) change right after the ops that read or
+    made them (changing()), so a value read before the wait, a device tensor read again at the
+    wait or a host tensor of the record not copied when the op ran would show in the trace; and
+    no fingerprint or sketch is brought to the host on the program's thread (device_sketches,
+    fingerprints)."""
+    from bitexact import _fingerprint
+    from bitexact._trace import state as _trace_state
+
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    host = [json.loads(line) for line in traced(tmp_path / "host.jsonl", changing).splitlines()]
+    events = []
 
     def waited(*args):
         raise AssertionError("a device value brought to the host on the program's thread")
 
-    monkeypatch.setattr(_trace_device, "_to_host", late)
+    late_copies(monkeypatch, events)
     monkeypatch.setattr(_trace_device, "device_sketches", waited)
     monkeypatch.setattr(_fingerprint, "fingerprints", waited)
-    all_on_device(monkeypatch)
+    all_on_device(monkeypatch) if where == "all" else two_d_on_device(monkeypatch)
     monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 7)
     device = [json.loads(line) for line in
-              traced(tmp_path / "device.jsonl", mutating).splitlines()]
+              traced(tmp_path / "device.jsonl", changing).splitlines()]
     assert len(events) > 20 and all(e.waited for e in events)
     assert [(r["in"], r["out"]) for r in device] == [(r["in"], r["out"]) for r in host]
     sketched = [(a["sk"], b["sk"]) for a, b in zip(host, device) if "sk" in a]
@@ -340,6 +372,55 @@ def test_device_values_reach_the_record_after_its_wait_without_the_program_waiti
         o.startswith("f32") for o in b["out"]))
     for a, b in sketched:
         assert len(a) == len(b) and all(x == y == "" or same(x, y) for x, y in zip(a, b))
+
+
+def test_records_made_while_a_cuda_graph_is_captured_wait_for_its_end(tmp_path, monkeypatch):
+    """While a CUDA graph is captured nothing may wait for the device (an event's synchronize
+    is illegal then): records made before it that still wait, and those made during it (their
+    device tensors labelled :-, their host tensors copied), are written in order after it."""
+    from bitexact._trace import state as _trace_state
+
+    capture = [False]
+
+    class Strict(_Copy):
+        def synchronize(self):
+            assert not capture[0], "waited for the device while a CUDA graph was captured"
+            super().synchronize()
+
+    def program():
+        w, b = torch.ones(4, 4), torch.zeros(4)
+        y = torch.add(w, b)  # waits for its device values
+        capture[0] = True
+        torch.mul(y, 2)  # in the graph: not hashed
+        torch.mul(b, 2)  # a host tensor: hashed, after a copy
+        b.add_(1)  # changes it before the capture ends
+        capture[0] = False
+        torch.sub(b, 1)  # after the capture: every record is written
+
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    host = [json.loads(line) for line in traced(tmp_path / "host.jsonl", program).splitlines()]
+    events = []
+    late_copies(monkeypatch, events, Strict)
+    two_d_on_device(monkeypatch)
+    monkeypatch.setattr(_trace_device, "capturing", lambda: capture[0])
+    monkeypatch.setattr(_trace_state, "PENDING_RECORDS", 1000)
+    device = [json.loads(line) for line in traced(tmp_path / "d.jsonl", program).splitlines()]
+    assert [r["op"] for r in device] == [r["op"] for r in host]
+    assert events and all(e.waited for e in events)
+    for a, b in zip(host, device):
+        for x, y in zip(a["in"] + a["out"], b["in"] + b["out"]):
+            assert y == x or (y.endswith(":-") and y.startswith("f32[4,4]")), (a, b)
+    muls = [r for r in device if r["op"] == "aten::mul.Tensor"]
+    assert muls[0]["in"][0].endswith(":-") and not muls[1]["in"][0].endswith(":-")
+
+
+def test_a_device_value_mark_never_reaches_the_trace(tmp_path):
+    writer = _digest.native().TraceWriter(str(tmp_path / "w.jsonl"))
+    with pytest.raises(ValueError, match="not filled in"):
+        writer.write('{"in":["f32[2]:\2"]}\n', [], True, None)
+    writer.close()
+    with pytest.raises(RuntimeError, match="2 marks for 1 device fingerprints"):
+        _trace_device.fill("\2,\2", None, [([], lambda values: ["x"], True, 1)])
 
 
 def test_a_deferred_sketch_leaves_non_finite_elements_out_without_reading_the_tensor_again():

@@ -262,8 +262,8 @@ impl TraceWriter {
     /// it returns). `cache`: whether a digest may be reused (the cache of
     /// [`super::trace`]). `sketches`: for each result of the record, the index in `items` of
     /// the tensor whose sketch it shows, or -1, or the sketch's text; the line then has a byte
-    /// 1 where its `"sk"` field goes. After [`TraceWriter::close`], and in a forked child,
-    /// does nothing.
+    /// 1 where its `"sk"` field goes. A byte 2 (a device value not filled in) is an error.
+    /// After [`TraceWriter::close`], and in a forked child, does nothing.
     #[pyo3(signature = (line, items, cache=true, sketches=None))]
     fn write(
         &self,
@@ -277,6 +277,12 @@ impl TraceWriter {
             return Ok(());
         }
         let tensors = Host::items(items)?;
+        if line.bytes().any(|b| b == 2) {
+            // A device value's mark (`_trace.device.LATER`) left in: never valid JSON.
+            return Err(PyValueError::new_err(
+                "a record with a device value's mark not filled in",
+            ));
+        }
         let holes = line.bytes().filter(|&b| b == 0).count();
         if holes != tensors.len() {
             return Err(PyValueError::new_err(format!(

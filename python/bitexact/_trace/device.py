@@ -31,8 +31,9 @@ from .._digest import plain_name as _plain
 # (docs/gpu-results.md), a launch-bound nanoGPT step traced 11.5x untraced with its tensors
 # (all under 1 MiB) staged against 15.6x fingerprinted and sketched on the device (64 KiB
 # here then), when a record's device work was waited for by itself (it now waits with the
-# staged copies: not yet measured on a GPU). Tensors of MiBs (a wide model's weights, in lists of a hundred for the optimizer) cost more
-# to copy over PCIe than to fingerprint where they are.
+# staged copies: not yet measured on a GPU). Tensors of MiBs (a wide model's weights, in
+# lists of a hundred for the optimizer) cost more to copy over PCIe than to fingerprint where
+# they are.
 STAGE_MAX = 1 << 20
 
 
@@ -175,8 +176,11 @@ def fill(line, slots, fills):
     labels, texts = [], []
     for hosts, done, is_label, *_ in fills:
         (labels if is_label else texts).extend(done([h.tolist() for h in hosts]))
+    pieces = line.split(LATER)
+    if len(pieces) != len(labels) + 1:
+        raise RuntimeError("bitexact: a trace record with %d marks for %d device fingerprints"
+                           % (len(pieces) - 1, len(labels)))
     if labels:
-        pieces = line.split(LATER)
         line = "".join(p + t for p, t in zip(pieces, labels)) + pieces[-1]
     if texts and slots:
         slots = [texts[int(s[1:])] if isinstance(s, str) and s[:1] == LATER else s
@@ -299,10 +303,9 @@ def _positions(n, dev):
     if got is None:
         import torch
 
-        if len(_at) >= 1 << 12:
-            _at.clear()
-        got = _at[(n, dev)] = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long,
-                                           device=dev)
+        got = torch.tensor(_protocol.sketch_positions(n), dtype=torch.long, device=dev)
+        if len(_at) < 1 << 12:  # full: not kept (a kept one may be read on another stream)
+            _at[(n, dev)] = got
     return got
 
 

@@ -29,8 +29,8 @@ only 16 bytes each coming back (:mod:`bitexact._trace.device`).
 Everything else takes the general path (complex, conjugate and negative views, sparse tensors:
 made plain by :mod:`bitexact._digest` and fingerprinted natively), and a tensor that
 cannot be hashed (a meta tensor, one over ``BITEXACT_TRACE_MAX_BYTES``, an RNN workspace, an
-unknown dtype, a device tensor made while its stream is captured into a CUDA graph) is
-labelled ``dtype[shape]:-``.
+unknown dtype, any device tensor of an op recorded while its stream is captured into a CUDA
+graph) is labelled ``dtype[shape]:-``.
 
 Row slices (``$BITEXACT_TRACE_ROWS`` = n > 1, the larger-batch run of ``bitexact run --vary
 batch``): a tensor whose first dimension is a multiple of n is labelled
@@ -304,12 +304,18 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
     text (a device tensor's, see :func:`bitexact._trace.device.device_sketches`; None without
     :data:`SKETCH`). Then staged device tensors (:func:`bitexact._trace.device.staged`) may
     still be on their way to the host: ``(events, nbytes)`` pairs in ``rec.waits`` say what to
-    wait for before ``TraceWriter.write`` reads them."""
+    wait for before ``TraceWriter.write`` reads them. A device tensor fingerprinted and
+    sketched where it lives leaves :data:`bitexact._trace.device.LATER` marks instead of its
+    label and sketch, and its values in ``rec.fills``, which
+    :func:`bitexact._trace.device.fill` puts in after the wait. When the record waits (or
+    ``rec.held``: a CUDA graph is being captured, and it waits for the capture to end), its
+    host tensors are copied first, since they may change before they are read."""
     later = rec.later if rec is not None else None
+    held = rec is not None and rec.held  # a CUDA graph being captured: the record waits
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
     n = len(tensors)
-    fast = _all_fast(tensors, state.max_bytes) if rows == 1 and not scratch else None
+    fast = _all_fast(tensors, state.max_bytes) if rows == 1 and not scratch and not held else None
     if fast is not None:  # the common case: all plain host tensors (none to stage, no sorting)
         out, sliced, places, owners, slow, hosts, on_device = (
             [None] * n, {}, _identity(n), tensors, (), (), ())
@@ -317,9 +323,11 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
         deferred = rec.waits if later is not None and rows == 1 else None
         given, tensors = tensors, device.staged(tensors, scratch, state.max_bytes,
                                                       deferred)
-        # Staged copies on their way: the record waits for them, and the host tensors it names
-        # may change before then (an in-place op, `.data` swapped by `module.cuda()`): copied.
-        snapshot = bool(deferred)
+        # The record waits (for staged copies on their way, for values computed on a device,
+        # or while a CUDA graph is captured), and the host tensors it names may change before
+        # then (an in-place op, `.data` swapped by `module.cuda()`): copied.
+        snapshot = bool(deferred) or held or (deferred is not None and any(
+            device.fingerprinted_there(t) for t in tensors))
         out, sliced, fast, places, owners, slow, hosts, on_device = _sort(
             tensors, given, scratch, state.max_bytes, rows, snapshot,
             sketch_from if sketch_from is not None and SKETCH else None)

@@ -221,11 +221,14 @@ class Record:
     fast-path tensors it hashes on its thread), ``keep`` (the tensors that own their bytes, kept
     alive until then), ``waits`` (staged device copies, and copies of values computed on a
     device, to wait for) and ``fills`` (those values, and how they become the record's device
-    fingerprints and sketches: :func:`bitexact._trace.device.fill`); None elsewhere."""
+    fingerprints and sketches: :func:`bitexact._trace.device.fill`); None elsewhere. ``held``:
+    the record was made while the current CUDA stream is captured into a graph, where nothing
+    may wait for the device: it waits, with any records before it, until an op after the
+    capture."""
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
-                 "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "kernel",
-                 "src")
+                 "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "held",
+                 "kernel", "src")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -234,6 +237,7 @@ class Record:
                                                                    scratch_ins)
         self.args, self.call, self.gen = args, call, gen
         self.later = self.keep = self.waits = self.fills = None
+        self.held = False  # made while a CUDA graph is captured: written after the capture
         self.kernel = None  # a compiled region's kernel: its "kernel" field (trace/kernels.py)
         self.src = None  # its source line when not the stack's (a kernel's: its region's)
 
@@ -269,6 +273,7 @@ def emit(state, stream, rec):
     writer = state.writer
     if state.deferred:
         rec.later, rec.keep, rec.waits, rec.fills = [], [], [], []
+        rec.held = device.capturing()
     described_ins, scratch_ins = rec.described_ins, rec.scratch_ins
     if described_ins is None:
         n = len(ins)
@@ -287,11 +292,12 @@ def emit(state, stream, rec):
     line = record.line(step, state.rank, rec.phase, rec.module, op, src, described_ins,
                        described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel)
     with state.lock:
-        if rec.waits:  # keep holds the staged bytes and host copies
+        if rec.waits or rec.held:  # keep holds the staged bytes and host copies
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits, rec.fills))
             state.pending_bytes += sum(n for _, n in rec.waits)
-            if (len(state.pending) >= PENDING_RECORDS or state.pending_bytes >= PENDING_BYTES
-                    or device.reaches_host(op, ins, outs, rec.args)):
+            if not rec.held and (len(state.pending) >= PENDING_RECORDS
+                                 or state.pending_bytes >= PENDING_BYTES
+                                 or device.reaches_host(op, ins, outs, rec.args)):
                 state.flush()
         else:  # keep holds the tensors until their bytes are read
             if state.pending:  # written in order, before this record's tensors can change
