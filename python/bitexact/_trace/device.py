@@ -270,26 +270,52 @@ def start_sketches(tensors, finite=False):
     return parts, done
 
 
+# Elements per slice of a large tensor's device sketch: bounds its temporaries (a mask, a copy
+# with the non-finite elements zeroed, a float64 copy of a float8 tensor) to a few times this
+# many bytes, where the whole tensor's would be as large as the tensor (logits of GBs).
+SKETCH_SLICE = 1 << 24
+
+
 def _sketch_values(t, finite=False):
     """The float64 values of ``t``'s sketch, on its device: the norm and largest magnitude of
     all its elements (those of the finite ones when all are finite, or with ``finite``), the
     count of non-finite elements, then the elements at the sketch's positions. Two reductions
-    and a count over the tensor (and with ``finite``, a copy with the others zeroed)."""
+    and a count over the tensor (and with ``finite``, a copy with the others zeroed), a slice
+    of :data:`SKETCH_SLICE` elements at a time."""
     import torch
 
     x = t.detach().reshape(-1)
     n = x.numel()
     if n == 0:
         return torch.zeros(3, dtype=torch.float64, device=x.device)
+    parts = [_reduce(x[a:a + SKETCH_SLICE], finite) for a in range(0, n, SKETCH_SLICE)]
+    if len(parts) == 1:
+        norm, largest, bad = parts[0]
+    else:  # the norm of the slices' norms
+        norm, largest, bad = (torch.stack(v) for v in zip(*parts))
+        norm, largest, bad = torch.linalg.vector_norm(norm), largest.amax(), bad.sum()
+    at = _positions(n, x.device)
+    if x.dtype.itemsize == 1:  # float8: picked as bytes (index_select may not take it)
+        samples = x.view(torch.uint8).index_select(0, at).view(x.dtype)
+    else:
+        samples = x.index_select(0, at)
+    return torch.cat([torch.stack([norm, largest, bad.to(torch.float64)]),
+                      samples.to(torch.float64)])
+
+
+def _reduce(x, finite):
+    """``(norm, largest magnitude, count of non-finite elements)`` of the 1-D tensor ``x`` as
+    tensors on its device, the first two in float64 and over its finite elements with
+    ``finite``."""
+    import torch
+
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         x = x.to(torch.float64)  # float8: torch's reductions do not take it
     ok = torch.isfinite(x)
     bad = x.numel() - ok.sum()
     kept = torch.where(ok, x, torch.zeros((), dtype=x.dtype, device=x.device)) if finite else x
-    norms = [torch.linalg.vector_norm(kept, ord, dtype=torch.float64)
-             for ord in (2, float("inf"))]
-    return torch.cat([torch.stack(norms + [bad.to(torch.float64)]),
-                      x.index_select(0, _positions(n, x.device)).to(torch.float64)])
+    return (torch.linalg.vector_norm(kept, 2, dtype=torch.float64),
+            torch.linalg.vector_norm(kept, float("inf"), dtype=torch.float64), bad)
 
 
 # (element count, device) -> the sketch's positions as a long tensor there: made once, since a
@@ -311,8 +337,4 @@ def _positions(n, dev):
 
 def _finite_norms(t):
     """The norm and largest magnitude of ``t``'s finite elements, in float64, on the host."""
-    import torch
-
-    f = t.detach().reshape(-1).to(torch.float64)
-    kept = torch.where(torch.isfinite(f), f, torch.zeros((), dtype=f.dtype, device=f.device))
-    return torch.stack([kept.square().sum().sqrt(), kept.abs().amax()]).cpu().tolist()
+    return _sketch_values(t, finite=True)[:2].cpu().tolist()
