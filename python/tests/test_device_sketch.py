@@ -115,6 +115,12 @@ def test_records_of_device_tensors_carry_their_sketches(tmp_path, monkeypatch, b
     device = run("device.jsonl")
     assert len(fingerprinted) > 10
     assert [r["out"] for r in device] == [r["out"] for r in host]
+    same_sketches(host, device)
+
+
+def same_sketches(host, device):
+    """The records ``device`` carry the sketches of ``host`` (the norms to 1e-12), and every
+    one with a float32 result has some."""
     sketched = [(a["sk"], b["sk"]) for a, b in zip(host, device) if "sk" in a]
     assert len(sketched) > 10 and all("sk" in b for b in device if any(
         o.startswith("f32") for o in b["out"]))
@@ -387,11 +393,7 @@ def test_device_values_reach_the_record_after_its_wait_without_the_program_waiti
               traced(tmp_path / "device.jsonl", changing).splitlines()]
     assert len(events) > 20 and all(e.waited for e in events)
     assert [(r["in"], r["out"]) for r in device] == [(r["in"], r["out"]) for r in host]
-    sketched = [(a["sk"], b["sk"]) for a, b in zip(host, device) if "sk" in a]
-    assert len(sketched) > 10 and all("sk" in b for b in device if any(
-        o.startswith("f32") for o in b["out"]))
-    for a, b in sketched:
-        assert len(a) == len(b) and all(x == y == "" or same(x, y) for x, y in zip(a, b))
+    same_sketches(host, device)
 
 
 def test_records_made_while_a_cuda_graph_is_captured_wait_for_its_end(tmp_path, monkeypatch):
