@@ -436,6 +436,42 @@ def test_records_made_while_a_cuda_graph_is_captured_wait_for_its_end(tmp_path, 
     assert muls[0]["in"][0].endswith(":-") and not muls[1]["in"][0].endswith(":-")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_graph_is_captured_and_replayed_under_the_tracer(tmp_path, monkeypatch):
+    """On a GPU, with records still waiting for their device values when the capture starts:
+    nothing waits for the device during torch.cuda.graph's capture (that would invalidate it),
+    the captured ops' device tensors are labelled :-, the replay gives the eager result, and
+    the records after it have fingerprints again."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    monkeypatch.setattr(_trace_device, "STAGE_MAX", -1)  # every device value deferred
+
+    def gpu_program():
+        torch.manual_seed(0)
+        x = torch.randn(256, 256, device="cuda")
+        w = torch.randn(256, 256, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # the warm-up torch.cuda.graph's docs ask for
+            eager = torch.relu(x @ w)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = torch.relu(x @ w)
+        graph.replay()
+        assert torch.equal(out, eager)
+        torch.mul(out, 2).sum().item()
+
+    records = [json.loads(line)
+               for line in traced(tmp_path / "g.jsonl", gpu_program).splitlines()]
+    ops = [r["op"] for r in records]
+    assert ops.count("aten::mm") == 2 and ops.count("aten::relu") == 2, ops
+    first, second = (i for i, op in enumerate(ops) if op == "aten::mm")
+    assert not any(x.endswith(":-") for x in records[first]["in"] + records[first]["out"])
+    assert all(x.endswith(":-") for x in records[second]["in"] + records[second]["out"])
+    after = records[ops.index("aten::mul.Tensor")]
+    assert not any(x.endswith(":-") for x in after["in"] + after["out"])
+
+
 def test_a_device_value_mark_never_reaches_the_trace(tmp_path):
     writer = _digest.native().TraceWriter(str(tmp_path / "w.jsonl"))
     with pytest.raises(ValueError, match="not filled in"):
