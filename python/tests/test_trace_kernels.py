@@ -153,3 +153,25 @@ def test_kernel_records_can_be_turned_off(monkeypatch):
     monkeypatch.setenv(_protocol.TRACE_KERNELS_ENV, "0")
     assert not kernels.enabled()
     assert json.loads(json.dumps(_protocol.TRACE_KERNELS_ENV)) == "BITEXACT_TRACE_KERNELS"
+
+
+def test_a_kernels_source_line_is_the_one_the_file_reads_now(tmp_path):
+    """Inductor's on-disk cache keys a graph by its computation, so a graph cached before an
+    edit that moved the program's lines keeps the old numbers in its line map: a kernel is
+    placed at the line that reads the same code now, or nowhere when no single line does."""
+    import types
+
+    model = tmp_path / "model.py"
+    code = ["import torch", "", "def f(x):", "    y = torch.relu(x)", "    return y * 2", ""]
+    model.write_text("\n".join(code))
+    stack = ('  File "%s", line 4, in f\n    y = torch.relu(x)\n' % model)
+    state = types.SimpleNamespace(skip_dirs=("/nowhere",))
+    assert kernel_source._own_frame(stack, state) == "%s:4" % model  # outside the cwd: whole
+    model.write_text("\n".join(["# a comment", "# and another"] + code))
+    kernel_source.linecache.checkcache(str(model))
+    assert kernel_source._own_frame(stack, state) == "%s:6" % model
+    model.write_text("\n".join(code[:4] + ["    y = torch.relu(x)"] + code[4:]))
+    kernel_source.linecache.checkcache(str(model))
+    assert kernel_source.current_line(str(model), 9, "y = torch.relu(x)") is None  # twice
+    assert kernel_source.current_line(str(model), 4, "y = torch.relu(x)") == 4
+    assert kernel_source.current_line(str(tmp_path / "gone.py"), 7, "x") == 7  # unknown file

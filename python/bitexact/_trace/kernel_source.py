@@ -6,6 +6,7 @@ its line map of FX stack traces)."""
 
 import bisect
 import functools
+import linecache
 import os
 import re
 
@@ -16,7 +17,8 @@ from . import record
 DEFINITION = re.compile(r"^(\w+) = async_compile\.(cpp_pybinding|triton)\(")
 _ORIGIN = re.compile(r"# (?:Topologically Sorted|Unsorted) Source Nodes: \[.*?\], "
                      r"Original ATen: \[(.*?)\]")
-_FRAME = re.compile(r'File "(.+)", line (\d+), in ')
+# A frame of an FX node's stack trace: its file, line and (on the next line) source text.
+_FRAME = re.compile(r'File "(.+)", line (\d+), in [^\n]*(?:\n([^\n]*))?')
 class Module:
     """What the kernel wrappers of one loaded module know: its source lines, the line of each
     call site, and its line map (line -> stack trace)."""
@@ -102,13 +104,28 @@ def site(info, state, line, name):
 
 def _own_frame(stack, state):
     """``file:line`` of the innermost frame of an FX node's stack trace in the program's own
-    code (as records show sources), or None."""
+    code (as records show sources), its line as the file reads now (:func:`current_line`), or
+    None."""
     base = os.getcwd() if os.path.isdir(".") else None
-    for path, n in reversed(_FRAME.findall(stack)):
+    for path, n, text in reversed(_FRAME.findall(stack)):
         shown = record._show(path, state.skip_dirs, base)
         if shown is not None:
-            return "%s:%s" % (shown, n)
+            n = current_line(path, int(n), text.strip())
+            return None if n is None else "%s:%d" % (shown, n)
     return None
+
+
+def current_line(path, n, text):
+    """The line of ``path`` that reads ``text`` now: ``n`` when it still does (or ``text`` or
+    the file is not known), else the one line of the file that does, else None. Inductor's
+    on-disk cache keys a graph by its computation, not by the source lines it was traced from,
+    so a graph cached before an edit that moved lines (a comment added above them) keeps the
+    old numbers in its line map, and the file no longer reads the same there."""
+    lines = linecache.getlines(path) if text else None
+    if not lines or (0 < n <= len(lines) and lines[n - 1].strip() == text):
+        return n
+    found = [i + 1 for i, line in enumerate(lines) if line.strip() == text]
+    return found[0] if len(found) == 1 else None
 
 
 @functools.lru_cache(maxsize=4096)

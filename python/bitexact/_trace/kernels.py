@@ -34,7 +34,10 @@ region's record; ``in``/``out`` labelled by :func:`bitexact._trace.digest.descri
 - **at**: the program's source lines of the FX nodes Inductor generated the call from (its
   line map, kept with the cached graph too: ``stack_trace`` of each node, the innermost frame
   in the program's own code; a graph cached from another copy of the same code names that
-  copy's files).
+  copy's files). Inductor's cache keys a graph by its computation, not its source lines, so a
+  graph cached before an edit that moved them keeps the old numbers: each line is the one that
+  reads the frame's code now, and is left out when no single line of the file does
+  (:func:`bitexact._trace.kernel_source.current_line`).
 - **Buffers with no value yet**: a buffer Inductor just allocated (``empty_strided_cpu``) and
   no kernel has written holds whatever the memory held; handed to a kernel as an
   ``in_out_ptr`` (Inductor reuses buffers in place, e.g. ``auto out_ptr0 = in_out_ptr0;``), it
