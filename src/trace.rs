@@ -16,74 +16,8 @@
 //! `bitexact diff-trace A B`.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 
-/// A value an op call is traced with (borrowed).
-#[derive(Clone, Copy, Debug)]
-pub enum TraceArg<'a> {
-    /// f32 values.
-    F32(&'a [f32]),
-    /// i64 values (indices).
-    I64(&'a [i64]),
-    /// Booleans (masks).
-    Bool(&'a [bool]),
-    /// u32 values (random words).
-    U32(&'a [u32]),
-    /// One f32.
-    Scalar(f32),
-}
-
-impl<'a> From<&'a [f32]> for TraceArg<'a> {
-    fn from(v: &'a [f32]) -> Self {
-        TraceArg::F32(v)
-    }
-}
-impl<'a> From<&'a Vec<f32>> for TraceArg<'a> {
-    fn from(v: &'a Vec<f32>) -> Self {
-        TraceArg::F32(v)
-    }
-}
-impl<'a> From<&'a [i64]> for TraceArg<'a> {
-    fn from(v: &'a [i64]) -> Self {
-        TraceArg::I64(v)
-    }
-}
-impl<'a> From<&'a [bool]> for TraceArg<'a> {
-    fn from(v: &'a [bool]) -> Self {
-        TraceArg::Bool(v)
-    }
-}
-impl From<f32> for TraceArg<'_> {
-    fn from(v: f32) -> Self {
-        TraceArg::Scalar(v)
-    }
-}
-
-/// Feeds values' little-endian bytes to `h`, a bounded buffer at a time.
-fn feed<T: Copy, const W: usize>(h: &mut Sha256, v: &[T], le: impl Fn(T) -> [u8; W]) {
-    let mut buf = Vec::with_capacity(v.len().min(1 << 14) * W);
-    for chunk in v.chunks(1 << 14) {
-        buf.clear();
-        chunk.iter().for_each(|&x| buf.extend_from_slice(&le(x)));
-        h.update(&buf);
-    }
-}
-
-/// Short hex digest (first 16 bytes of SHA-256) of a traced value.
-pub fn trace_digest(v: TraceArg) -> String {
-    let mut h = Sha256::new();
-    match v {
-        TraceArg::F32(x) => feed(&mut h, x, f32::to_le_bytes),
-        TraceArg::I64(x) => feed(&mut h, x, i64::to_le_bytes),
-        TraceArg::Bool(x) => feed(&mut h, x, |b| [b as u8]),
-        TraceArg::U32(x) => feed(&mut h, x, u32::to_le_bytes),
-        TraceArg::Scalar(x) => h.update(x.to_le_bytes()),
-    }
-    h.finalize()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub use arg::{trace_digest, TraceArg};
 
 /// One op call in a trace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -241,6 +175,10 @@ fn generator_differs(x: &TraceEntry, y: &TraceEntry) -> Option<String> {
     (a != b).then(|| who.to_string())
 }
 
+/// How an explanation says that an op's tensor inputs were identical and its other arguments
+/// (numbers, shapes, flags) were not.
+pub const ARGUMENTS_DIFFER: &str = "arguments differ";
+
 /// How an explanation calls an op whose inputs were identical and whose output differed when
 /// nothing else is known: the words [`Divergence::under`] replaces.
 pub const NONDETERMINISTIC: &str = "this op is nondeterministic";
@@ -386,6 +324,12 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
             "first divergence at {at}: same inputs, algorithm changed ({} vs {})",
             x.algorithm, y.algorithm
         )
+    } else if inputs_matched && program && x.args != y.args {
+        // A number the program passed (a learning rate drawn unseeded): not the op's doing.
+        format!(
+            "first divergence: {at} — inputs identical, {ARGUMENTS_DIFFER}: {}",
+            noise::argument_difference(&x.args, &y.args)
+        )
     } else if let (true, Some(who)) = (inputs_matched, generator_differs(x, y)) {
         let explanation = format!(
             "first divergence: {at} — inputs identical, {GENERATOR_DIFFERS} ({who}): {SEEDED_DIFFERENTLY}"
@@ -436,6 +380,7 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
 
 pub use file::{diff_files, CaseTraces, TraceFile, MAX_TRACE_FILE_BYTES};
 
+mod arg;
 pub mod batch;
 mod file;
 pub mod kernels;

@@ -495,3 +495,24 @@ def test_multi_tensor_gradient_hooks_keep_no_step_alive(trace):
     assert counts[1:] == [counts[1]] * 3 and counts[1] - before <= 10, (before, counts)
     backward = {r["module"] for r in records(trace) if r["phase"] == "backward"}
     assert {"TwoHeads.mix", "TwoHeads.fc"} <= backward, backward
+
+
+def test_an_in_place_op_that_returns_nothing_records_what_it_wrote(tmp_path):
+    """``_foreach_add_`` (an optimizer's step with ``foreach``, the default on CUDA) and
+    ``_fused_adam_`` return nothing: the tensors they write are their results, so a step that
+    differs shows at the op that made it, not later as "different inputs"."""
+    import json
+
+    from conftest import traced
+
+    def program():
+        xs = [torch.ones(3), torch.zeros(2)]
+        torch._foreach_add_(xs, [torch.full((3,), 2.0), torch.ones(2)], alpha=0.5)
+
+    records = [json.loads(line) for line in traced(tmp_path / "t.jsonl", program).splitlines()]
+    step = [r for r in records if r["op"] == "aten::_foreach_add_.List"]
+    assert len(step) == 1 and len(step[0]["in"]) == 2, records
+    want = [json.loads(line)["out"][0] for line in traced(
+        tmp_path / "w.jsonl", lambda: (torch.full((3,), 2.0), torch.full((2,), 0.5))).splitlines()
+        if json.loads(line)["op"] == "aten::full"]
+    assert step[0]["out"] == want

@@ -199,8 +199,8 @@ fn same_kind(labels: &mut Option<Labels>, v: u32) -> Result<()> {
     Ok(())
 }
 
-/// Reads a rank's trace. A last line cut short (a run killed mid-write) is dropped; any other
-/// malformed line is an error naming the file and line. Records of [`NOT_RECORDED`] ops are
+/// Reads a rank's trace. A last line cut short (a run killed mid-write) is dropped when a
+/// whole record came before it; any other malformed line is an error naming the file and line. Records of [`NOT_RECORDED`] ops are
 /// dropped.
 pub fn read_jsonl(path: &Path) -> Result<Vec<TraceEntry>> {
     Ok(read_jsonl_labelled(path)?.entries)
@@ -224,8 +224,15 @@ pub fn read_jsonl_labelled(path: &Path) -> Result<Read> {
         }
         let mut parsed: Line = match serde_json::from_str(&line) {
             Ok(l) => l,
-            Err(_) if lines.peek().is_none() => break, // cut short by the end of the run
-            Err(e) => return Err(anyhow!("{} line {n}: {e}", path.display())),
+            // Cut short by the end of the run, after a whole record: a file whose only line is
+            // not a record is not a trace (`diff-trace` of it said "identical").
+            Err(_) if lines.peek().is_none() && labels.is_some() => break,
+            Err(e) => {
+                return Err(anyhow!(
+                    "{} line {n}: not a bitexact op trace record: {e}",
+                    path.display()
+                ))
+            }
         };
         if !(OLDEST_VERSION..=VERSION).contains(&parsed.v) {
             bail!(

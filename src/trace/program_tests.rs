@@ -28,6 +28,18 @@ fn reads_lines_and_drops_a_cut_last_line() {
 }
 
 #[test]
+fn a_file_whose_only_line_is_no_record_is_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+    std::fs::write(&p, "garbage\n").unwrap();
+    let e = read_jsonl_labelled(&p).unwrap_err().to_string();
+    assert!(e.contains("line 1: not a bitexact op trace record"), "{e}");
+    let v4 = LINE.replace("\"v\":2", "\"v\":4").replace("\"occ\":0,", "");
+    std::fs::write(&p, format!("{v4}\n{}", &v4[..20])).unwrap(); // cut short after a record
+    assert_eq!(read_jsonl_labelled(&p).unwrap().entries.len(), 1);
+}
+
+#[test]
 fn sha_prefix_and_fingerprint_labels_never_mix() {
     let dir = tempfile::tempdir().unwrap();
     let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");

@@ -178,6 +178,26 @@ proptest! {
 }
 
 #[test]
+fn an_op_whose_arguments_differ_is_not_called_nondeterministic() {
+    let x = |alpha: &str, out: &str| TraceEntry {
+        op: "aten::add_.Tensor".into(),
+        phase: "forward".into(),
+        source: "lr.py:10".into(),
+        inputs: vec!["a".into(), "b".into()],
+        args: format!("alpha={alpha}"),
+        output: out.into(),
+        ..Default::default()
+    };
+    let d = first_divergence(&[x("-0.1007", "c")], &[x("-0.1004", "d")]).unwrap();
+    assert!(
+        d.explanation
+            .ends_with("lr.py:10 — inputs identical, arguments differ: alpha -0.1007 vs -0.1004"),
+        "{}",
+        d.explanation
+    );
+}
+
+#[test]
 fn place_is_the_explanation_without_its_verdict() {
     let x = |out: &str| TraceEntry {
         op: "aten::mm".into(),
