@@ -53,10 +53,13 @@ summary() {
     rm -f "$BITEXACT_SKIP_LOG" "$build_log" "$pytest_log"
 }
 trap summary EXIT
+# Runs a command and prints its time; returns its status (called as `timed cmd || rc=$?`, where
+# `set -e` does not apply inside, a status left to the `echo` would pass any failure).
 timed() {
-    local t0=$SECONDS
-    "$@"
+    local t0=$SECONDS rc=0
+    "$@" || rc=$?
     echo "ci/test.sh: \`$*\` took $((SECONDS - t0)) s"
+    return "$rc"
 }
 t0=$SECONDS
 setsid sh -c 'cargo test --no-run && cargo test -p bitexact-python --no-run' >"$build_log" 2>&1 &

@@ -188,8 +188,9 @@ impl Divergence {
     /// an op whose inputs were identical and whose output differs is then said to differ
     /// under them (`inputs identical, output differs at 1 vs 2 threads`), not to be
     /// nondeterministic; a random op whose generator's state differed, to have been seeded
-    /// differently in runs made under them (`…, made with seed 0 vs 1`). Nothing varied, or
-    /// inputs that differed: unchanged.
+    /// differently in runs made under them (`…, made with seed 0 vs 1`); arguments that
+    /// differed, to differ under them (`arguments differ at 1 vs 2 threads: other 1 vs 2`).
+    /// Nothing varied, or inputs that differed: unchanged.
     pub fn under(mut self, varied: Vec<crate::vary::Varied>) -> Divergence {
         if varied.is_empty() || !self.inputs_matched {
             return self;
@@ -207,6 +208,10 @@ impl Divergence {
             (
                 format!("different output — {NONDETERMINISTIC}"),
                 format!("different output {words}"),
+            ),
+            (
+                format!("{ARGUMENTS_DIFFER}:"),
+                format!("{ARGUMENTS_DIFFER} {words}:"),
             ),
         ] {
             self.explanation = self.explanation.replacen(&old, &new, 1);

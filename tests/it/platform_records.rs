@@ -81,9 +81,9 @@ fn kept_runs_carry_their_platform_and_diff_trace_says_what_differs() {
     let (code, out) = diff_trace(&a, &a.with_file_name("run-1"));
     assert_eq!(code, 0, "{out}");
     assert!(!out.contains("platforms differ"), "{out}");
-    // An output that depends on the thread count through a Python int: the op gives
-    // different results at the two thread counts, which the records say were varied; it is
-    // not called nondeterministic.
+    // An output that depends on the thread count through a Python int: the op's argument
+    // differs at the two thread counts, which the records say were varied; it is not called
+    // nondeterministic.
     let (a, b) = (
         keep_run(&py, &two, BY_THREADS, "1"),
         keep_run(&py, &two, BY_THREADS, "2"),
@@ -95,7 +95,7 @@ fn kept_runs_carry_their_platform_and_diff_trace_says_what_differs() {
     assert!(platforms < divergence, "{out}");
     assert!(out.contains("aten::mul"), "{out}");
     assert!(
-        out.contains("inputs identical, output differs at 1 vs 2 threads"),
+        out.contains("inputs identical, arguments differ at 1 vs 2 threads: other 1 vs 2"),
         "{out}"
     );
     assert!(!out.contains("nondeterministic"), "{out}");
