@@ -314,13 +314,14 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
     held = rec is not None and rec.held  # a CUDA graph being captured: the record waits
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
+    waiting = rec if later is not None and rows == 1 else None  # the writer hashes, later
     n = len(tensors)
     fast = _all_fast(tensors, state.max_bytes) if rows == 1 and not scratch and not held else None
     if fast is not None:  # the common case: all plain host tensors (none to stage, no sorting)
         out, sliced, places, owners, slow, hosts, on_device = (
             [None] * n, {}, _identity(n), tensors, (), (), ())
     else:
-        deferred = rec.waits if later is not None and rows == 1 else None
+        deferred = waiting.waits if waiting is not None else None
         given, tensors = tensors, device.staged(tensors, scratch, state.max_bytes,
                                                       deferred)
         # The record waits (for staged copies on their way, for values computed on a device,
@@ -332,7 +333,7 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
             tensors, given, scratch, state.max_bytes, rows, snapshot,
             sketch_from if sketch_from is not None and SKETCH else None)
     sketches = None if sketch_from is None else [""] * (n - sketch_from)
-    if later is not None and rows == 1:  # the TraceWriter hashes them: holes, and where
+    if waiting is not None:  # the TraceWriter hashes them: holes, and where
         base = len(later)
         later += fast
         rec.keep += owners
@@ -349,7 +350,6 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
                 if sketches is not None and i >= sketch_from:
                     sketches[i - sketch_from] = base + j
         fast = ()
-    waiting = rec if later is not None and rows == 1 else None  # device values come later
     if on_device and rows == 1:
         there = [tensors[i] for i in on_device]
         made = (device.defer_sketches(waiting, there) if waiting is not None
