@@ -69,6 +69,12 @@ pub struct TraceEntry {
     /// traces, or with `BITEXACT_TRACE_KERNELS=0`): [`kernels`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<kernels::Kernel>,
+    /// The op read a value its record does not show: the tensor an in-place op wrote, as it
+    /// was before, in records before version 5 and for a partial write (`index_put_`)
+    /// ([`program::hides_what_it_overwrote`]); such an op is judged as downstream of any
+    /// difference ([`noise`]).
+    #[serde(skip)]
+    pub hides_read: bool,
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -234,6 +234,33 @@ def test_module_level_records_module_outputs_and_gradients(trace):
     assert grads == ["Net.fc1.bias", "Net.fc1.weight", "Net.fc2.bias", "Net.fc2.weight"]
 
 
+def test_a_module_record_reads_its_own_parameters_and_buffers(tmp_path):
+    """A module's record lists its own parameters and buffers after its arguments (not its
+    children's), labelled as the same bytes are anywhere; a weight changed outside any op
+    between two runs shows at the module that reads it, as a differing input."""
+    def run(name, nudge):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+        if nudge:
+            net[0].weight.data[0, 0] += 1e-3  # what no op the tracer sees does
+        path = str(tmp_path / name)
+        _trace.start(path, level="modules")
+        net(torch.ones(3, 4))
+        _trace.stop()
+        return {r["module"]: r for r in records(path)}, net
+
+    a, net = run("a.jsonl", False)
+    b, _ = run("b.jsonl", True)
+    fc, bn, top = a["Sequential.0"], a["Sequential.1"], a["Sequential"]
+    assert len(fc["in"]) == 3 and len(top["in"]) == 1  # x, weight, bias; the container: x
+    assert fc["in"][1].startswith("f32[4,4]:") and fc["in"][2].startswith("f32[4]:")
+    # BatchNorm: x, weight, bias, then running_mean, running_var, num_batches_tracked
+    assert len(bn["in"]) == 6 and bn["in"][5].startswith("i64[]:"), bn["in"]
+    assert fc["in"][1] == "f32[4,4]:%s" % fingerprint(net[0].weight.detach())
+    assert b["Sequential.0"]["in"][0] == fc["in"][0]
+    assert b["Sequential.0"]["in"][1] != fc["in"][1]
+
+
 def test_an_lstm_workspace_is_not_a_value(tmp_path):
     """torch's CPU LSTM (mkldnn_rnn_layer) returns an uninitialized u8 workspace that differs
     between identical runs (found on pytorch/examples word_language_model): recorded by dtype
@@ -511,7 +538,10 @@ def test_an_in_place_op_that_returns_nothing_records_what_it_wrote(tmp_path):
 
     records = [json.loads(line) for line in traced(tmp_path / "t.jsonl", program).splitlines()]
     step = [r for r in records if r["op"] == "aten::_foreach_add_.List"]
-    assert len(step) == 1 and len(step[0]["in"]) == 2, records
+    # inputs: the two written tensors as they were (ones, zeros), then the two it adds
+    made = [r["out"][0] for r in records if r["op"] in ("aten::ones", "aten::zeros",
+                                                        "aten::full")]
+    assert len(step) == 1 and step[0]["in"] == made, records
     want = [json.loads(line)["out"][0] for line in traced(
         tmp_path / "w.jsonl", lambda: (torch.full((3,), 2.0), torch.full((2,), 0.5))).splitlines()
         if json.loads(line)["op"] == "aten::full"]

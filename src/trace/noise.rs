@@ -25,8 +25,8 @@
 //!   different arguments: eps 1e-05 vs 0.001`), when an integer or boolean result differs
 //!   (rounding cannot explain it), or when `d > τ`; within noise otherwise;
 //! - **a receiver**, an op whose inputs already differ (downstream of a difference), or an
-//!   in-place op (`aten::mul_`: the value it overwrote is an input its record does not show,
-//!   [`in_place`]): its inputs carry the difference so far, and ops amplify it honestly (a
+//!   in-place op whose record does not show the value it overwrote (`aten::mul_` before record
+//!   version 5, `aten::index_put_`: [`TraceEntry::hides_read`]): its inputs carry the difference so far, and ops amplify it honestly (a
 //!   normalization divides by a small spread, a subtraction cancels, Adam divides by `√v`). Its
 //!   allowance is `max(τ, `[`GROWTH_ALLOWANCE`]` · g)`, `g` the growth so far: the largest
 //!   relative difference of its differing inputs and of every record judged before it. Within
@@ -256,7 +256,7 @@ pub fn classify_noise_with(
             let mine = own.filter(|o| o.index == pos);
             let v = record_noise(x, y, n, rel, (discrete, unknown), grown, mine);
             let origin = x.inputs == y.inputs;
-            if let Some(r) = rel.filter(|_| origin && !in_place(&x.op)) {
+            if let Some(r) = rel.filter(|_| origin && !x.hides_read) {
                 j.largest_origin_rel = Some(j.largest_origin_rel.map_or(r, |m| m.max(r)));
             }
             count(&mut j, v, origin);
@@ -370,7 +370,7 @@ fn record_noise(
         };
         return mk("not-judged", None, why.into());
     };
-    if same_inputs && !in_place(&x.op) {
+    if same_inputs && !x.hides_read {
         let why = format!("relative difference {r:.2e}, threshold {}", rule(d, tau));
         let judgement = if r <= tau {
             "within-noise"
@@ -437,9 +437,9 @@ fn received(
     (judgement, allowed, why)
 }
 
-/// Whether `op` writes a tensor in place (`aten::mul_.Tensor`, `aten::_foreach_add_.List`):
-/// the tensor it writes is a result only in its record, so its value before the op, which may
-/// already differ, is an input the record does not show; such an op is judged as downstream.
+/// Whether `op` writes a tensor in place (`aten::mul_.Tensor`, `aten::_foreach_add_.List`).
+/// Where its record does not show the written tensor's value before the op, which may already
+/// differ ([`TraceEntry::hides_read`]), such an op is judged as downstream.
 pub fn in_place(op: &str) -> bool {
     let name = op.split('.').next().unwrap_or(op);
     name.ends_with('_') && !name.ends_with("__")

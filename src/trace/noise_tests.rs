@@ -249,6 +249,7 @@ fn an_in_place_receiver_past_its_allowance_is_amplified() {
     for t in [&mut a, &mut b] {
         t[2].op = "aten::mul_.Tensor".into();
         t[2].inputs = vec![label(&[1.0, 1.0, 1.0, 1.0])];
+        t[2].hides_read = true; // a version 4 record: the value it overwrote is not shown
     }
     let j = classify_noise(&a, &b);
     let v = j.largest_amplified.as_ref().expect("amplified");
@@ -324,4 +325,19 @@ proptest::proptest! {
         let d = argument_difference(&a, &b);
         proptest::prop_assert!(a != b || d.is_empty());
     }
+}
+
+#[test]
+fn an_in_place_op_that_shows_what_it_overwrote_is_an_origin() {
+    // A version 5 record lists the tensor mul_ wrote, as it was, among its inputs: identical
+    // inputs and an output past τ is beyond noise, not amplified.
+    let (mut a, mut b) = jump("");
+    for t in [&mut a, &mut b] {
+        t[2].op = "aten::mul_.Tensor".into();
+        t[2].inputs = vec![label(&[1.0, 1.0, 1.0, 1.0])];
+    }
+    let j = classify_noise(&a, &b);
+    assert_eq!(j.amplified, 0, "{j:#?}");
+    let v = j.first_beyond_noise.as_ref().expect("beyond noise");
+    assert!(v.at.contains("aten::mul_"), "{v:?}");
 }

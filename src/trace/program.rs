@@ -127,13 +127,18 @@ struct KernelLine {
 /// its input's bytes under another shape: no new data, like a view.
 pub const NOT_RECORDED: &[&str] = &["aten::_unsafe_view"];
 
-/// What a trace's tensor labels hold after the dtype and shape.
+/// What a trace's records hold: how tensors are labelled after the dtype and shape, and which
+/// tensors an in-place op's inputs list. Traces of two kinds never compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Labels {
     /// The first 32 hex digits of the canonical SHA-256 (record versions 2 and 3).
     Sha256Prefix,
-    /// The 128-bit trace fingerprint (version 4 on).
+    /// The 128-bit trace fingerprint, an in-place op's written tensor a result only (version
+    /// 4).
     Fingerprint,
+    /// The 128-bit trace fingerprint, an in-place op's written tensor also its first input, as
+    /// it was before the op (version 5 on).
+    FingerprintReadsWritten,
 }
 
 impl Labels {
@@ -141,8 +146,10 @@ impl Labels {
     pub fn of_version(v: u32) -> Labels {
         if v < FINGERPRINT_VERSION {
             Labels::Sha256Prefix
-        } else {
+        } else if v < READS_WRITTEN_VERSION {
             Labels::Fingerprint
+        } else {
+            Labels::FingerprintReadsWritten
         }
     }
 
@@ -150,13 +157,45 @@ impl Labels {
     pub fn versions(self) -> &'static str {
         match self {
             Labels::Sha256Prefix => "2 or 3 (SHA-256-prefix labels)",
-            Labels::Fingerprint => "4 (fingerprint labels)",
+            Labels::Fingerprint => {
+                "4 (fingerprint labels, in-place ops' inputs without the tensor they write)"
+            }
+            Labels::FingerprintReadsWritten => {
+                "5 (fingerprint labels, in-place ops' inputs with the tensor they write)"
+            }
         }
     }
 }
 
 /// The first record version whose labels are fingerprints.
 pub const FINGERPRINT_VERSION: u32 = 4;
+
+/// The first record version whose in-place ops list the tensor they write among their inputs.
+pub const READS_WRITTEN_VERSION: u32 = 5;
+
+/// In-place ops that read only part of the tensor they write (`python/bitexact/_trace`,
+/// `_OVERWRITES`): the tracer does not list its value before the op as an input (the rest may
+/// be memory never written), so their records hide a value they read.
+const PARTIAL_WRITES: &[&str] = &[
+    "aten::index_put_",
+    "aten::_index_put_impl_",
+    "aten::index_fill_",
+    "aten::index_copy_",
+    "aten::masked_fill_",
+    "aten::masked_scatter_",
+    "aten::scatter_",
+    "aten::scatter_reduce_",
+    "aten::put_",
+];
+
+/// Whether a record of version `v` of `op` hides a value the op read: the tensor an in-place
+/// op wrote, as it was before ([`super::noise::in_place`]), which records before version 5
+/// leave out, and which partial writes ([`PARTIAL_WRITES`]) leave out still.
+pub fn hides_what_it_overwrote(op: &str, v: u32) -> bool {
+    super::noise::in_place(op)
+        && (v < READS_WRITTEN_VERSION
+            || PARTIAL_WRITES.contains(&op.split('.').next().unwrap_or(op)))
+}
 
 /// A trace as read, with what its labels hold (`None`: no record).
 #[derive(Debug)]
@@ -250,7 +289,9 @@ pub fn read_jsonl_labelled(path: &Path) -> Result<Read> {
             bail!("{}: more than {MAX_RECORDS} op records", path.display());
         }
         let kernel = parsed.kernel.take();
+        let v = parsed.v;
         let mut entry = entry(parsed, out.len());
+        entry.hides_read = hides_what_it_overwrote(&entry.op, v);
         if let Some(k) = kernel {
             let waiting = kernels.entry(entry.thread.clone()).or_default();
             if waiting.len() == MAX_RECORDS {
@@ -295,6 +336,7 @@ fn entry(parsed: Line, call: usize) -> TraceEntry {
         sketches: parsed.sk,
         generator: parsed.gen,
         kernels: Vec::new(),
+        hides_read: false,
     }
 }
 

@@ -20,11 +20,11 @@ fn reads_lines_and_drops_a_cut_last_line() {
     let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");
     std::fs::write(&p, format!("{LINE}\n{v3}\n")).unwrap();
     assert_eq!(read_dir(dir.path()).unwrap().unwrap().len(), 2);
-    std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":5"))).unwrap();
+    std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":6"))).unwrap();
     assert!(read_dir(dir.path())
         .unwrap_err()
         .to_string()
-        .contains("trace version 5"));
+        .contains("trace version 6"));
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn sha_prefix_and_fingerprint_labels_never_mix() {
         "{e}"
     );
     assert!(
-        e.contains("rank1.jsonl one of version 4 (fingerprint labels)"),
+        e.contains("rank1.jsonl one of version 4 (fingerprint labels,"),
         "{e}"
     );
     let (a, b) = (Path::new("a"), Path::new("b"));
@@ -90,6 +90,39 @@ fn sha_prefix_and_fingerprint_labels_never_mix() {
         (b, Some(Labels::Fingerprint))
     )
     .is_err());
+}
+
+#[test]
+fn version_4_and_5_in_place_records_never_mix_and_say_what_they_hide() {
+    let dir = tempfile::tempdir().unwrap();
+    let v4 = LINE.replace("\"v\":2", "\"v\":4").replace("\"occ\":0,", "");
+    let v5 = v4.replace("\"v\":4", "\"v\":5");
+    let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+    let ops = ["aten::mul_.Tensor", "aten::index_put_", "aten::mm"];
+    let hidden = |line: &str| {
+        let text: Vec<String> = ops.iter().map(|op| line.replace("aten::mm", op)).collect();
+        std::fs::write(&p, text.join("\n")).unwrap();
+        let read = read_jsonl_labelled(&p).unwrap();
+        let hides: Vec<bool> = read.entries.iter().map(|e| e.hides_read).collect();
+        (read.labels.unwrap(), hides)
+    };
+    assert_eq!(hidden(&v4), (Labels::Fingerprint, vec![true, true, false]));
+    assert_eq!(
+        hidden(&v5),
+        (Labels::FingerprintReadsWritten, vec![false, true, false])
+    );
+    std::fs::write(&p, format!("{v4}\n{v5}\n")).unwrap();
+    let e = read_jsonl_labelled(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("line 2: a record of version 5 after records of version 4"),
+        "{e}"
+    );
+    let (a, b) = (Path::new("a"), Path::new("b"));
+    let both = (
+        Some(Labels::Fingerprint),
+        Some(Labels::FingerprintReadsWritten),
+    );
+    assert!(same_labels((a, both.0), (b, both.1)).is_err());
 }
 
 #[test]

@@ -9,7 +9,7 @@ that never imports bitexact is traced. Every ATen op call the process makes (a
 of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 :mod:`bitexact._dist`)::
 
-    {"v": 4, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
+    {"v": 5, "step": 0, "rank": 0, "phase": "forward", "module": "Net.fc1",
      "op": "aten::addmm", "src": "train.py:42",
      "in": ["f32[64,10]:<fingerprint>", ...], "out": ["f32[64,10]:<fingerprint>"]}
 
@@ -32,8 +32,12 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
   steps, ``$BITEXACT_TRACE_SKIP`` (comma-separated globs such as ``aten::copy_*``) leaves ops
   out (``--trace-steps``, ``--trace-skip``, ``--trace-max-bytes``).
 - ``src``: the innermost frame in the program's own code (not torch, not bitexact).
-- ``in``: the tensors the op reads; a tensor it writes (in-place ``self``, ``out=``) is a result
-  only, since it is hashed after the op.
+- ``in``: the tensors the op reads. A tensor it writes (in-place ``self``, ``out=``) is a
+  result, hashed after the op; an in-place ``self`` the op also reads (``add_``, ``mul_``, an
+  optimizer's ``_foreach_*_``; not ``copy_``, ``fill_``, the random fills, partial writes such
+  as ``index_put_``: ``_OVERWRITES``) is hashed before it too, as its first inputs, so an op
+  whose tensor was changed where no traced op ran (numpy, ``.data``) is not called
+  nondeterministic.
 - labels: the 128-bit trace fingerprint (``docs/concepts/fingerprint.md``, not the canonical
   SHA-256) of each tensor argument and result, from the native module for host tensors, one
   call per op, and on its device for a device tensor (:mod:`bitexact._trace.digest`: a tensor
@@ -91,8 +95,8 @@ import os
 import sys
 import warnings
 
-from .. import _protocol
-from . import c10d, compiled, digest, generator, kernels, record
+from .. import _digest, _protocol
+from . import c10d, compiled, device, digest, generator, kernels, record
 from . import state as ts
 from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -170,9 +174,11 @@ def _make_mode(stream):
                                               torch.Tensor)
                 gen = known[3] and generator.before(torch, known[3], args, kwargs,
                                                            state.tracker)
+                before = _read_before(state, self.stream, kind, known[4], args, kwargs,
+                                      torch.Tensor) if known[4] else None
                 result = func(*args, **kwargs)
                 _record(state, self.stream, func, kind, known[2], args, kwargs, result,
-                        torch.Tensor, gen)
+                        torch.Tensor, gen, before)
                 return result
 
         def guard(_eval_frame):
@@ -191,17 +197,37 @@ def _is_tracer(mode):
     return _tracer_class is not None and isinstance(mode, _tracer_class)
 
 
-def _written_args(func):
-    """Positions and names of the arguments ``func`` writes (``Tensor(a!)``): in-place
-    ``self`` and ``out=``. Hashed after the op they hold its result, not what it read."""
-    hit = set()
+# In-place ops that do not read the tensor they write, or read only part of it, whose other
+# part may be memory never written (``torch.empty(n).index_put_(...)``): its value before the
+# op is not one of their inputs (hashed, uninitialized bytes would make identical runs differ).
+_OVERWRITES = frozenset(
+    "aten::" + n for n in (
+        "fill_", "zero_", "copy_", "_copy_from", "uniform_", "normal_", "bernoulli_", "random_",
+        "exponential_", "cauchy_", "log_normal_", "geometric_", "index_put_", "_index_put_impl_",
+        "index_fill_", "index_copy_", "masked_fill_", "masked_scatter_", "scatter_",
+        "scatter_reduce_", "put_", "_foreach_copy_", "_foreach_zero_", "detach_"))
+
+
+def _written_args(func, name):
+    """``(written, read)``: positions and names of the arguments ``func`` (named ``name``)
+    writes (``Tensor(a!)``: in-place ``self``, ``out=``), results hashed after the op, and of
+    those it also reads, hashed before the op too (its first inputs): an in-place ``self``
+    unless the op overwrites it (:data:`_OVERWRITES`); never ``out=``."""
+    written, read = set(), set()
+    reads = name.partition(".")[0] not in _OVERWRITES
     for i, a in enumerate(func._schema.arguments):
         if a.alias_info is not None and a.alias_info.is_write:
-            hit.update((i, a.name))
-    return hit
+            written.update((i, a.name))
+            if reads and not a.is_out:
+                read.update((i, a.name))
+    return written, _SELF if read == _SELF else read
 
 
-# id(op overload) -> (the overload, its kind, _written_args): keyed by id, with the overload
+_SELF = frozenset((0, "self"))  # what most in-place ops read and write
+
+
+# id(op overload) -> (the overload, its kind, _written_args' two sets, generator.spec): keyed by
+# id, with the overload
 # kept and compared, since an OpOverload's __hash__ is a Python method (a call per lookup,
 # every op the program dispatches).
 _ops = {}
@@ -209,11 +235,11 @@ _COLLECTIVE, _SKIPPED = object(), object()
 
 
 def _op(func):
-    """``(func, kind, written, generator)``, remembered: how the mode treats ``func`` (a
+    """``(func, kind, written, generator, read)``, remembered: how the mode treats ``func`` (a
     collective (:mod:`bitexact._trace.c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or
     not a computation: :data:`_NOT_COMPUTATION`), or recorded under its name), the arguments it
-    writes (:func:`_written_args`) and where it takes its generator, for a random op
-    (:func:`bitexact._trace.generator.spec`)."""
+    writes and those of them it reads (:func:`_written_args`) and where it takes its
+    generator, for a random op (:func:`bitexact._trace.generator.spec`)."""
     name = func.name()
     if func.namespace in c10d.NAMESPACES:
         kind = _COLLECTIVE
@@ -224,16 +250,54 @@ def _op(func):
     if len(_ops) >= 1 << 16:
         _ops.clear()
     computes = kind is not _SKIPPED and kind is not _COLLECTIVE
-    known = _ops[id(func)] = (func, kind, _written_args(func) if computes else (),
-                              generator.spec(func, name) if computes else None)
+    written, read = _written_args(func, name) if computes else ((), ())
+    known = _ops[id(func)] = (func, kind, written,
+                              generator.spec(func, name) if computes else None, read)
     return known
 
 
-def _record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None):
+def _read_before(state, stream, op, read, args, kwargs, tensor_type):
+    """The tensors an in-place op ``op`` reads and writes (``read``, see :func:`_written_args`),
+    hashed before it runs (their bytes are about to change), as a
+    :class:`bitexact._trace.state.Record` whose ``described_ins`` are their labels; None when
+    the op is not recorded. What tells an op whose written tensor already differed (changed
+    where no traced op ran: numpy, ``.data``, a DataLoader) from one that computed differently.
+
+    Host tensors are hashed on the program's thread; where the writer hashes later
+    (``state.deferred``) and a tensor is on a device, its values are computed or copied on its
+    stream before the op and the record carries them (``later``, ``keep``, ``waits``,
+    ``fills``, with host tensors copied): the program does not wait for the device."""
+    if not ts.in_steps(state, stream) or ts.skipped(state, op):
+        return None
+    first = args[0] if args else None
+    if read is _SELF and isinstance(first, tensor_type):  # add_, mul_, ...: no walk
+        tensors = [first]
+    else:
+        tensors = ts.collect_tensors([a for i, a in enumerate(args) if i in read]
+                                     + [v for k, v in kwargs.items() if k in read],
+                                     tensor_type, [])
+        if not tensors:
+            return None
+    before = ts.Record(op, "", "", tensors, ())
+    items = digest._all_fast(tensors, state.max_bytes) if state.rows == 1 else None
+    if items is not None:  # plain host tensors (the common case): one native call
+        before.described_ins = _digest.native().trace_digests(items, digest.CACHE)
+    elif state.deferred and not device.capturing():  # (while captured: labelled :-)
+        before.later, before.keep, before.waits, before.fills = [], [], [], []
+        before.described_ins = digest.describe(tensors, state, rec=before, snapshot=True)
+    else:
+        before.described_ins = digest.describe(tensors, state)
+    return before
+
+
+def _record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None,
+            before=None):
     """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
-    view): its inputs are what it read (``written``: the arguments it writes in place or
-    through ``out=``, results), its outputs what it returned; ``gen``: a random op's generator
-    and its state before the call (:mod:`bitexact._trace.generator`)."""
+    view): its inputs are what it read (``before``: the written tensors it read, hashed before
+    it ran, :func:`_read_before`; then its other tensor arguments), its outputs
+    what it returned (``written``: the arguments it writes in place or through ``out=``,
+    results); ``gen``: a random op's generator and its state before the call
+    (:mod:`bitexact._trace.generator`)."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return
     text = record.arguments(func, args, kwargs, tensor_type) if digest.SKETCH \
@@ -252,8 +316,10 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
     ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     phase, module = state.tracker.where()
     hidden = () if scratch is None else [j for j, t in enumerate(ins) if t is scratch]
-    ts.emit(state, stream, ts.Record(op, phase, module, ins, outs, args=text, call=call,
-                                     scratch_ins=hidden, gen=gen))
+    rec = ts.Record(op, phase, module, ins, outs, args=text, call=call, scratch_ins=hidden,
+                    gen=gen)
+    rec.before = before
+    ts.emit(state, stream, rec)
 
 
 def _scratch_arg(func, op, args, kwargs):

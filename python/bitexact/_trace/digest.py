@@ -280,7 +280,7 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
     return out, sliced, fast, places, owners, slow, hosts, on_device
 
 
-def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
+def describe(tensors, state, scratch=(), sketch_from=None, rec=None, snapshot=False):
     """``["f32[2,3]:<digest>", ...]`` for the tensors (``scratch``: positions recorded by dtype
     and shape only), hashed together by the native module.
 
@@ -309,14 +309,16 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
     label and sketch, and its values in ``rec.fills``, which
     :func:`bitexact._trace.device.fill` puts in after the wait. When the record waits (or
     ``rec.held``: a CUDA graph is being captured, and it waits for the capture to end), its
-    host tensors are copied first, since they may change before they are read."""
+    host tensors are copied first, since they may change before they are read; with
+    ``snapshot``, whenever the writer hashes them later (tensors about to be written in place)."""
     later = rec.later if rec is not None else None
     held = rec is not None and rec.held  # a CUDA graph being captured: the record waits
     nat = _digest.native()
     rows = getattr(state, "rows", 1)
     waiting = rec if later is not None and rows == 1 else None  # the writer hashes, later
     n = len(tensors)
-    fast = _all_fast(tensors, state.max_bytes) if rows == 1 and not scratch and not held else None
+    fast = (_all_fast(tensors, state.max_bytes)
+            if rows == 1 and not scratch and not held and not snapshot else None)
     if fast is not None:  # the common case: all plain host tensors (none to stage, no sorting)
         out, sliced, places, owners, slow, hosts, on_device = (
             [None] * n, {}, _identity(n), tensors, (), (), ())
@@ -327,7 +329,7 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None):
         # The record waits (for staged copies on their way, for values computed on a device,
         # or while a CUDA graph is captured), and the host tensors it names may change before
         # then (an in-place op, `.data` swapped by `module.cuda()`): copied.
-        snapshot = bool(deferred) or held or (deferred is not None and any(
+        snapshot = snapshot or bool(deferred) or held or (deferred is not None and any(
             device.fingerprinted_there(t) for t in tensors))
         out, sliced, fast, places, owners, slow, hosts, on_device = _sort(
             tensors, given, scratch, state.max_bytes, rows, snapshot,

@@ -12,7 +12,8 @@ from . import state as ts
 
 def module_hooks(state, torch):
     """``--trace modules``: every module's forward output (op ``module output``, phase
-    ``forward``, or ``recompute`` when a backward recomputes it) and, before each optimizer
+    ``forward``, or ``recompute`` when a backward recomputes it; its inputs the forward's tensor
+    arguments, then the module's own parameters and buffers) and, before each optimizer
     step, every parameter's gradient (op ``parameter grad``, phase ``backward``, the
     parameter's name as module), in the stream of the thread that made them."""
     from torch.nn.modules import module as nn_module
@@ -35,7 +36,13 @@ def module_hooks(state, torch):
         named.add(mod)
         for pname, p in mod.named_parameters(prefix=name, recurse=recurse):
             state.param_names.setdefault(id(p), pname)
+        # What the forward read: its arguments, then the module's own parameters and buffers
+        # (its children's are their own records' inputs), so a weight that differs (an
+        # optimizer step, weight noise, an EMA swap) shows at the module that reads it. Hashed
+        # after the forward: a buffer it updates (BatchNorm's running statistics) as it left it.
         ins = ts.collect_tensors(args, torch.Tensor, [])
+        ins += [t.detach() for t in mod.parameters(recurse=False)]
+        ins += [t for t in mod.buffers(recurse=False) if t is not None]
         outs = ts.collect_tensors(output, torch.Tensor, [])
         ts.emit(state, stream, ts.Record("module output", state.tracker.forward_phase(), name,
                                          ins, outs))

@@ -228,7 +228,7 @@ class Record:
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
                  "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "held",
-                 "kernel", "src")
+                 "kernel", "src", "before")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -240,6 +240,9 @@ class Record:
         self.held = False  # made while a CUDA graph is captured: written after the capture
         self.kernel = None  # a compiled region's kernel: its "kernel" field (trace/kernels.py)
         self.src = None  # its source line when not the stack's (a kernel's: its region's)
+        # an in-place op's written tensors as they were before it (their labels listed before
+        # ``ins``' and their device values carried along: bitexact._trace._read_before)
+        self.before = None
 
 
 def _is_capture(state, identity, thread, step, rec):
@@ -271,8 +274,13 @@ def emit(state, stream, rec):
     if rec.scratch_outs:
         scratch = set(scratch) | set(rec.scratch_outs)
     writer = state.writer
+    before = rec.before
     if state.deferred:
-        rec.later, rec.keep, rec.waits, rec.fills = [], [], [], []
+        if before is not None and before.later is not None:  # its values come first
+            rec.later, rec.keep, rec.waits, rec.fills = (before.later, before.keep,
+                                                         before.waits, before.fills)
+        else:
+            rec.later, rec.keep, rec.waits, rec.fills = [], [], [], []
         rec.held = device.capturing()
     described_ins, scratch_ins = rec.described_ins, rec.scratch_ins
     if described_ins is None:
@@ -282,6 +290,8 @@ def emit(state, stream, rec):
         described_ins, described_outs = described[:n], described[n:]
     else:
         described_outs, sketches = describe(outs, state, scratch, 0, rec)
+    if before is not None:  # an in-place op's written tensors, as they were before it
+        described_ins = before.described_ins + described_ins
     slots = None
     if state.deferred and state.rows == 1 and sketches:  # indices in later, -1, or text
         if sketches.count(-1) + sketches.count("") < len(sketches):  # any sketch to make
