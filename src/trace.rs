@@ -321,6 +321,29 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
         })
 }
 
+/// Why a record whose recorded inputs match may still have read a value that differed: an
+/// input recorded by dtype and shape only (`f32[4]:-`: over `--trace-max-bytes`, scratch
+/// memory), or a partial in-place write whose earlier value the record does not show
+/// ([`TraceEntry::hides_read`]). None when every value it read is in its record.
+fn unseen_input(x: &TraceEntry) -> Option<String> {
+    let unhashed: Vec<String> = (x.inputs.iter().enumerate())
+        .filter(|(_, label)| label.ends_with(":-"))
+        .map(|(i, _)| format!("input {i}"))
+        .collect();
+    if !unhashed.is_empty() {
+        return Some(format!(
+            "{} not hashed (dtype and shape only: over --trace-max-bytes, or scratch memory), \
+             so the difference may have come in with it",
+            unhashed.join(", ")
+        ));
+    }
+    x.hides_read.then(|| {
+        "it writes in place into a tensor whose earlier value its record does not show, so \
+         the difference may have come in with that tensor (changed where no traced op ran)"
+            .to_string()
+    })
+}
+
 /// The divergence at counterparts `x` and `y` (occurrence `occ`) that differ.
 fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
     let inputs_matched = x.inputs == y.inputs;
@@ -353,6 +376,8 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
             generator: Some(who),
             ..Divergence::default()
         };
+    } else if let (true, Some(why)) = (inputs_matched && program, unseen_input(x)) {
+        format!("first divergence: {at} — inputs identical as recorded, output differs: {why}")
     } else if inputs_matched && program && !x.generator.is_empty() {
         format!("first divergence: {at} — inputs and generator state identical, output differs: {NONDETERMINISTIC}")
     } else if inputs_matched && program {

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact.
 
 import bitexact  # noqa: E402
 from bitexact import _protocol, _safetensors, _trace  # noqa: E402,F401
+from bitexact._trace import digest as _trace_digest  # noqa: E402
 from bitexact._fingerprint import fingerprint  # noqa: E402
 
 
@@ -234,13 +235,98 @@ def test_module_level_records_module_outputs_and_gradients(trace):
     assert grads == ["Net.fc1.bias", "Net.fc1.weight", "Net.fc2.bias", "Net.fc2.weight"]
 
 
+def _records_of(tmp_path, program, name="t.jsonl", **start):
+    from conftest import traced
+
+    return [json.loads(line) for line in traced(tmp_path / name, program, **start).splitlines()]
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_an_in_place_op_reads_what_it_writes_as_it_was(tmp_path, monkeypatch, background):
+    """An in-place op's first input is the tensor it writes as it was before the op; an input
+    that is that tensor (``x.add_(x)``) or an ``out=`` alias is labelled as it was read; ops
+    that overwrite or never read a written argument (``uniform_``, ``rrelu``'s noise) do not
+    list it, so uninitialized memory is never an input."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+
+    def program():
+        x = torch.arange(4.0)
+        x.numpy()[1] = 7.0  # where no traced op runs
+        x.add_(x)
+        torch.mul(x, 3, out=x)
+        torch.empty(5).uniform_()
+        torch.nn.functional.rrelu(torch.ones(3), training=True)
+
+    rs = _records_of(tmp_path, program)
+    made = [r for r in rs if r["op"] == "aten::arange.start_out" or r["op"].startswith(
+        "aten::arange")][-1]["out"][0]
+    add = next(r for r in rs if r["op"] == "aten::add_.Tensor")
+    want = "f32[4]:%s" % fingerprint(torch.tensor([0.0, 7.0, 2.0, 3.0]))
+    assert made != want and add["in"] == [want, want], add  # the write numpy made shows
+    mul = next(r for r in rs if r["op"] == "aten::mul.out")
+    assert mul["in"] == add["out"], mul
+    assert next(r for r in rs if r["op"] == "aten::uniform_")["in"] == []
+    rrelu = next(r for r in rs if r["op"].startswith("aten::rrelu_with_noise"))
+    assert len(rrelu["in"]) == 1, rrelu
+
+
+def test_a_tensor_an_op_does_not_read_is_not_hashed_and_a_nested_one_does_not_crash(tmp_path):
+    """``beta=0`` ops never read ``self`` (often a fresh ``torch.empty``): it is labelled by
+    dtype and shape only, in place or not; a strided nested tensor (no shape) is labelled
+    ``dtype[?]`` instead of stopping the program."""
+    q, k = torch.ones(2, 4, 8), torch.ones(2, 8, 4)
+
+    def program():
+        torch.empty(2, 4, 4).baddbmm_(q, k, beta=0.0, alpha=0.5)
+        torch.baddbmm(torch.empty(2, 4, 4), q, k, beta=0.0)
+        torch.baddbmm(torch.zeros(2, 4, 4), q, k, beta=0.5)
+        torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).mul_(2)
+
+    rs = _records_of(tmp_path, program)
+    inplace, zero, half = [r for r in rs if r["op"].startswith("aten::baddbmm")]
+    assert len(inplace["in"]) == 2 and not any(t.endswith(":-") for t in inplace["in"])
+    assert zero["in"][0] == "f32[2,4,4]:-" and not zero["in"][1].endswith(":-")
+    assert not half["in"][0].endswith(":-")
+    nested = next(r for r in rs if r["op"].startswith("aten::mul_"))
+    assert nested["out"][0].startswith("f32[?]"), nested
+
+
+def test_a_dtensor_is_labelled_by_its_local_shard(tmp_path):
+    """A DTensor (a wrapper without bytes of its own) is hashed as this rank's shard, in
+    module and op traces alike."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    from torch.distributed.tensor import DeviceMesh, distribute_tensor, Shard
+
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        mesh = DeviceMesh("cpu", [0])
+        lin = torch.nn.Linear(4, 4)
+        lin.weight = torch.nn.Parameter(distribute_tensor(lin.weight.detach(), mesh, [Shard(0)]))
+        lin.bias = torch.nn.Parameter(distribute_tensor(lin.bias.detach(), mesh, [Shard(0)]))
+        x = distribute_tensor(torch.ones(2, 4), mesh, [Shard(0)])
+        for level in ("modules", "ops"):
+            rs = _records_of(tmp_path, lambda: lin(x), name=level + ".jsonl", level=level)
+            assert rs and all(not t.endswith(":-") for r in rs for t in r["in"] + r["out"])
+        weight = "f32[4,4]:%s" % fingerprint(lin.weight.to_local().detach())
+        assert rs and weight in _records_of(tmp_path, lambda: lin(x), name="m.jsonl",
+                                            level="modules")[0]["in"]
+    finally:
+        dist.destroy_process_group()
+
+
 def test_a_module_record_reads_its_own_parameters_and_buffers(tmp_path):
-    """A module's record lists its own parameters and buffers after its arguments (not its
-    children's), labelled as the same bytes are anywhere; a weight changed outside any op
-    between two runs shows at the module that reads it, as a differing input."""
+    """A module's record lists its own parameters and persistent buffers (not its children's)
+    as they were before its forward, then its arguments, labelled as the same bytes are
+    anywhere; a weight changed outside any op between two runs shows at the module that reads
+    it, as a differing input; a non-persistent buffer (a preallocated cache) is not read."""
     def run(name, nudge):
         torch.manual_seed(0)
         net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+        net[0].register_buffer("cache", torch.empty(1000), persistent=False)
         if nudge:
             net[0].weight.data[0, 0] += 1e-3  # what no op the tracer sees does
         path = str(tmp_path / name)
@@ -252,13 +338,15 @@ def test_a_module_record_reads_its_own_parameters_and_buffers(tmp_path):
     a, net = run("a.jsonl", False)
     b, _ = run("b.jsonl", True)
     fc, bn, top = a["Sequential.0"], a["Sequential.1"], a["Sequential"]
-    assert len(fc["in"]) == 3 and len(top["in"]) == 1  # x, weight, bias; the container: x
-    assert fc["in"][1].startswith("f32[4,4]:") and fc["in"][2].startswith("f32[4]:")
-    # BatchNorm: x, weight, bias, then running_mean, running_var, num_batches_tracked
-    assert len(bn["in"]) == 6 and bn["in"][5].startswith("i64[]:"), bn["in"]
-    assert fc["in"][1] == "f32[4,4]:%s" % fingerprint(net[0].weight.detach())
-    assert b["Sequential.0"]["in"][0] == fc["in"][0]
-    assert b["Sequential.0"]["in"][1] != fc["in"][1]
+    assert len(fc["in"]) == 3 and len(top["in"]) == 1  # weight, bias, x; the container: x
+    assert fc["in"][0].startswith("f32[4,4]:") and fc["in"][1].startswith("f32[4]:")
+    # BatchNorm: weight, bias, running_mean, running_var, num_batches_tracked (as they were
+    # before the forward updated the last three), x
+    assert len(bn["in"]) == 6 and bn["in"][4].startswith("i64[]:"), bn["in"]
+    assert bn["in"][2] == "f32[4]:%s" % fingerprint(torch.zeros(4)), bn["in"]
+    assert fc["in"][0] == "f32[4,4]:%s" % fingerprint(net[0].weight.detach())
+    assert b["Sequential.0"]["in"][2] == fc["in"][2]
+    assert b["Sequential.0"]["in"][0] != fc["in"][0]
 
 
 def test_an_lstm_workspace_is_not_a_value(tmp_path):

@@ -181,6 +181,7 @@ const PARTIAL_WRITES: &[&str] = &[
     "aten::_index_put_impl_",
     "aten::index_fill_",
     "aten::index_copy_",
+    "aten::index_reduce_",
     "aten::masked_fill_",
     "aten::masked_scatter_",
     "aten::scatter_",

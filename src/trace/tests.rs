@@ -274,3 +274,52 @@ fn a_random_op_is_judged_by_its_generator_state_before_the_call() {
     ));
     assert_eq!(d.generator, None);
 }
+
+#[test]
+fn an_op_that_read_a_value_its_record_does_not_show_is_not_called_nondeterministic() {
+    let x = |out: &str, input: &str, hides: bool| TraceEntry {
+        op: "aten::index_put_".into(),
+        inputs: vec![input.into()],
+        output: out.into(),
+        phase: "forward".into(),
+        source: "t.py:3".into(),
+        hides_read: hides,
+        ..TraceEntry::default()
+    };
+    let d = first_divergence(
+        &[x("f32[8]:aa", "i64[2]:cc", true)],
+        &[x("f32[8]:bb", "i64[2]:cc", true)],
+    )
+    .expect("a divergence");
+    assert!(
+        d.explanation
+            .contains("inputs identical as recorded, output differs: it writes in place"),
+        "{}",
+        d.explanation
+    );
+    assert!(
+        !d.explanation.contains(NONDETERMINISTIC),
+        "{}",
+        d.explanation
+    );
+    let d = first_divergence(
+        &[x("f32[8]:aa", "f32[64]:-", false)],
+        &[x("f32[8]:bb", "f32[64]:-", false)],
+    )
+    .expect("a divergence");
+    assert!(
+        d.explanation.contains("output differs: input 0 not hashed"),
+        "{}",
+        d.explanation
+    );
+    let d = first_divergence(
+        &[x("f32[8]:aa", "i64[2]:cc", false)],
+        &[x("f32[8]:bb", "i64[2]:cc", false)],
+    )
+    .expect("a divergence");
+    assert!(
+        d.explanation.ends_with(NONDETERMINISTIC),
+        "{}",
+        d.explanation
+    );
+}

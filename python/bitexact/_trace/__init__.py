@@ -35,9 +35,12 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 - ``in``: the tensors the op reads. A tensor it writes (in-place ``self``, ``out=``) is a
   result, hashed after the op; an in-place ``self`` the op also reads (``add_``, ``mul_``, an
   optimizer's ``_foreach_*_``; not ``copy_``, ``fill_``, the random fills, partial writes such
-  as ``index_put_``: ``_OVERWRITES``) is hashed before it too, as its first inputs, so an op
-  whose tensor was changed where no traced op ran (numpy, ``.data``) is not called
-  nondeterministic.
+  as ``index_put_``: ``_OVERWRITES``), and the written arguments ``_READS_TOO`` names (a fused
+  optimizer's states, a batch norm's running statistics), are hashed before it too, as its
+  first inputs, and so are its other inputs when one is a tensor it writes (``x.add_(x)``):
+  an op whose tensor was changed where no traced op ran (numpy, ``.data``) is not called
+  nondeterministic. ``self`` of a ``beta=0`` product (``_BETA_OPS``), never read, is labelled
+  by dtype and shape only.
 - labels: the 128-bit trace fingerprint (``docs/concepts/fingerprint.md``, not the canonical
   SHA-256) of each tensor argument and result, from the native module for host tensors, one
   call per op, and on its device for a device tensor (:mod:`bitexact._trace.digest`: a tensor
@@ -174,8 +177,8 @@ def _make_mode(stream):
                                               torch.Tensor)
                 gen = known[3] and generator.before(torch, known[3], args, kwargs,
                                                            state.tracker)
-                before = _read_before(state, self.stream, kind, known[4], args, kwargs,
-                                      torch.Tensor) if known[4] else None
+                before = _read_before(state, self.stream, kind, known[2], known[4], args,
+                                      kwargs, torch.Tensor) if known[2] else None
                 result = func(*args, **kwargs)
                 _record(state, self.stream, func, kind, known[2], args, kwargs, result,
                         torch.Tensor, gen, before)
@@ -200,27 +203,49 @@ def _is_tracer(mode):
 # In-place ops that do not read the tensor they write, or read only part of it, whose other
 # part may be memory never written (``torch.empty(n).index_put_(...)``): its value before the
 # op is not one of their inputs (hashed, uninitialized bytes would make identical runs differ).
+# ``src/trace/program.rs`` lists the partial writes among them (PARTIAL_WRITES): their records
+# hide a value they read.
 _OVERWRITES = frozenset(
     "aten::" + n for n in (
         "fill_", "zero_", "copy_", "_copy_from", "uniform_", "normal_", "bernoulli_", "random_",
-        "exponential_", "cauchy_", "log_normal_", "geometric_", "index_put_", "_index_put_impl_",
-        "index_fill_", "index_copy_", "masked_fill_", "masked_scatter_", "scatter_",
+        "exponential_", "cauchy_", "log_normal_", "geometric_", "_philox_normal_",
+        "_philox_uniform_", "_philox_randint_", "_fill_mem_eff_dropout_mask_",
+        "copy_sparse_to_sparse_", "index_put_", "_index_put_impl_", "index_fill_",
+        "index_copy_", "index_reduce_", "masked_fill_", "masked_scatter_", "scatter_",
         "scatter_reduce_", "put_", "_foreach_copy_", "_foreach_zero_", "detach_"))
+
+# Written arguments other than ``self`` that an op reads, by op: an optimizer's state and
+# gradients, a batch norm's running statistics. Any other written argument is a result only
+# (``rrelu_with_noise``'s ``noise``, ``_fused_sgd_``'s momentum buffers on its first step and an
+# attention's ``out`` are made by ``torch.empty_like``: never read).
+_READS_TOO = {
+    "aten::_fused_adam_": ("grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"),
+    "aten::_fused_adamw_": ("grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"),
+    "aten::_fused_sgd_": ("grads",),
+    "aten::_fused_adagrad_": ("grads", "state_sums"),
+    "aten::_native_batch_norm_legit": ("running_mean", "running_var"),
+    "aten::_batch_norm_with_update": ("running_mean", "running_var"),
+    "aten::cudnn_batch_norm": ("running_mean", "running_var"),
+    "aten::miopen_batch_norm": ("running_mean", "running_var"),
+}
 
 
 def _written_args(func, name):
     """``(written, read)``: positions and names of the arguments ``func`` (named ``name``)
     writes (``Tensor(a!)``: in-place ``self``, ``out=``), results hashed after the op, and of
     those it also reads, hashed before the op too (its first inputs): an in-place ``self``
-    unless the op overwrites it (:data:`_OVERWRITES`); never ``out=``."""
+    unless the op overwrites it (:data:`_OVERWRITES`), and the arguments :data:`_READS_TOO`
+    names; never ``out=``."""
     written, read = set(), set()
-    reads = name.partition(".")[0] not in _OVERWRITES
+    base = name.partition(".")[0]
+    reads = ("self",) if base not in _OVERWRITES else ()
+    reads += _READS_TOO.get(base, ())
     for i, a in enumerate(func._schema.arguments):
         if a.alias_info is not None and a.alias_info.is_write:
             written.update((i, a.name))
-            if reads and not a.is_out:
+            if a.name in reads and not a.is_out:
                 read.update((i, a.name))
-    return written, _SELF if read == _SELF else read
+    return (_SELF if written == _SELF else written), (_SELF if read == _SELF else read)
 
 
 _SELF = frozenset((0, "self"))  # what most in-place ops read and write
@@ -256,12 +281,15 @@ def _op(func):
     return known
 
 
-def _read_before(state, stream, op, read, args, kwargs, tensor_type):
-    """The tensors an in-place op ``op`` reads and writes (``read``, see :func:`_written_args`),
-    hashed before it runs (their bytes are about to change), as a
-    :class:`bitexact._trace.state.Record` whose ``described_ins`` are their labels; None when
-    the op is not recorded. What tells an op whose written tensor already differed (changed
-    where no traced op ran: numpy, ``.data``, a DataLoader) from one that computed differently.
+def _read_before(state, stream, op, written, read, args, kwargs, tensor_type):
+    """The tensors an op that writes ``written`` reads and writes (``read``, see
+    :func:`_written_args`), hashed before it runs (their bytes are about to change), as a
+    :class:`bitexact._trace.state.Record` whose ``described_ins`` are their labels; and when
+    another input is a written tensor (``x.add_(x)``, ``torch.mul(x, 3, out=x)``), all its
+    other inputs too (``others``: their labels, as they were read). None when the op is not
+    recorded or there is nothing to hash before it. What tells an op whose written tensor
+    already differed (changed where no traced op ran: numpy, ``.data``, a DataLoader) from one
+    that computed differently.
 
     Host tensors are hashed on the program's thread; where the writer hashes later
     (``state.deferred``) and a tensor is on a device, its values are computed or copied on its
@@ -271,23 +299,52 @@ def _read_before(state, stream, op, read, args, kwargs, tensor_type):
         return None
     first = args[0] if args else None
     if read is _SELF and isinstance(first, tensor_type):  # add_, mul_, ...: no walk
-        tensors = [first]
-    else:
+        tensors = [] if kwargs and _ignores_self(op, kwargs) else [first]
+    elif read:
         tensors = ts.collect_tensors([a for i, a in enumerate(args) if i in read]
                                      + [v for k, v in kwargs.items() if k in read],
                                      tensor_type, [])
-        if not tensors:
-            return None
-    before = ts.Record(op, "", "", tensors, ())
-    items = digest._all_fast(tensors, state.max_bytes) if state.rows == 1 else None
-    if items is not None:  # plain host tensors (the common case): one native call
-        before.described_ins = _digest.native().trace_digests(items, digest.CACHE)
-    elif state.deferred and not device.capturing():  # (while captured: labelled :-)
-        before.later, before.keep, before.waits, before.fills = [], [], [], []
-        before.described_ins = digest.describe(tensors, state, rec=before, snapshot=True)
     else:
-        before.described_ins = digest.describe(tensors, state)
+        tensors = []
+    others = _aliased_inputs(written, args, kwargs, tensor_type)
+    if not tensors and others is None:
+        return None
+    before = ts.Record(op, "", "", tensors, ())
+    before.described_ins = digest.labels_now(state, tensors, before)
+    if others is not None:
+        before.others = digest.labels_now(state, others, before)
     return before
+
+
+def _aliased_inputs(written, args, kwargs, tensor_type):
+    """The op's inputs (tensor arguments it does not write), when one of them holds the bytes
+    of a tensor it writes (the same tensor, or a view at the same address: torch refuses
+    partial overlaps); else None."""
+    if written is _SELF:  # add_(self, other, alpha): no walk
+        inputs = [a for a in args[1:] if isinstance(a, tensor_type)]
+        inputs += [v for v in kwargs.values() if isinstance(v, tensor_type)]
+        targets = args[:1]
+        if len(inputs) + 1 < len(args) + len(kwargs) and any(
+                isinstance(a, (list, tuple)) for a in (*args[1:], *kwargs.values())):
+            inputs = None  # a list of tensors among them: the walk below
+    else:
+        inputs = None
+    if inputs is None:
+        inputs = ts.collect_tensors([a for i, a in enumerate(args) if i not in written]
+                                    + [v for k, v in kwargs.items() if k not in written],
+                                    tensor_type, [])
+        targets = ts.collect_tensors([a for i, a in enumerate(args) if i in written]
+                                     + [v for k, v in kwargs.items() if k in written],
+                                     tensor_type, [])
+    if not inputs:
+        return None
+    try:
+        places = {t.data_ptr() for t in targets if t.numel()}
+        if any(t.numel() and t.data_ptr() in places for t in inputs):
+            return inputs
+    except RuntimeError:  # a tensor without storage: nothing to alias
+        pass
+    return None
 
 
 def _record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None,
@@ -317,15 +374,30 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
     phase, module = state.tracker.where()
     hidden = () if scratch is None else [j for j, t in enumerate(ins) if t is scratch]
     rec = ts.Record(op, phase, module, ins, outs, args=text, call=call, scratch_ins=hidden,
-                    gen=gen)
+                    gen=gen, described_ins=before.others if before is not None else None)
     rec.before = before
     ts.emit(state, stream, rec)
 
 
+# Ops ``self + alpha * product`` scaled by ``beta``: with ``beta=0`` they never read ``self``
+# (``torch.baddbmm(torch.empty(...), q, k, beta=0)``: attention scores into a fresh buffer).
+_BETA_OPS = frozenset("aten::" + n for n in (
+    "addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "addmv", "addmv_", "addr",
+    "addr_", "_addmm_activation"))
+
+
+def _ignores_self(op, kwargs):
+    """Whether the op ``op`` does not read its ``self`` (one of :data:`_BETA_OPS` with
+    ``beta=0``)."""
+    return kwargs.get("beta", 1) == 0 and op.partition(".")[0] in _BETA_OPS
+
+
 def _scratch_arg(func, op, args, kwargs):
     """The tensor argument of ``func`` that is scratch memory
-    (:data:`bitexact._trace.state.SCRATCH_ARGS`: an RNN workspace its backward reads), or
-    None."""
+    (:data:`bitexact._trace.state.SCRATCH_ARGS`: an RNN workspace its backward reads), or that
+    it does not read (``self`` of :func:`_ignores_self`), or None."""
+    if args and _ignores_self(op, kwargs):
+        return args[0]
     name = ts.SCRATCH_ARGS.get(op.partition(".")[0])
     if name is None:
         return None

@@ -112,10 +112,17 @@ def _general(t, max_bytes, hashed):
     """The label of one tensor off the fast path: ``label:-`` when it cannot be hashed (or
     ``max_bytes`` is None: scratch), else the label, with what to fingerprint appended to
     ``hashed``: its host view (:mod:`bitexact._digest`), or the tensor itself when it is
-    fingerprinted on its device (the caller fingerprints them together, :func:`_fingerprints`)."""
+    fingerprinted on its device (the caller fingerprints them together, :func:`_fingerprints`).
+    A DTensor is labelled by its local shard (the wrapper has no bytes of its own); another
+    tensor without storage of its own, ``label:-``."""
     kind = None
+    local = getattr(t, "to_local", None)
+    if local is not None:
+        t = local()
     try:
         if max_bytes is None or t.is_meta or t.numel() * t.element_size() > max_bytes:
+            raise ValueError
+        if not t.data_ptr() and t.nbytes:
             raise ValueError
         if device.fingerprinted_there(t):
             if device.capturing():  # a CUDA graph's op: no values until it is replayed
@@ -158,9 +165,18 @@ def _rows(shape, rows):
 
 
 def _head(t):
-    """``dtype[d0,d1,...]`` of a tensor, as :func:`_general` names it."""
+    """``dtype[d0,d1,...]`` of a tensor, as :func:`_general` names it (``dtype[?]`` for one
+    without a shape: a strided nested tensor)."""
     name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
-    return "%s[%s]" % (name, ",".join(str(d) for d in t.shape))
+    return "%s[%s]" % (name, ",".join(str(d) for d in _shape(t)))
+
+
+def _shape(t):
+    """``t.shape``, or ``("?",)`` for a tensor that has none (a strided nested tensor)."""
+    try:
+        return t.shape
+    except RuntimeError:
+        return ("?",)
 
 
 def _general_rows(t, n, max_bytes, hosts, slow, i):
@@ -207,10 +223,13 @@ def _host_items(tensors, max_bytes):
             nbytes = t.nbytes
             if nbytes > max_bytes:
                 return None
+            ptr = t.data_ptr()
+            if not ptr and nbytes:  # a wrapper without storage of its own (DTensor)
+                return None
             if t.is_contiguous():
-                items.append((t.data_ptr(), nbytes, name, t.shape))
+                items.append((ptr, nbytes, name, t.shape))
             else:
-                items.append((t.data_ptr(), nbytes, name, t.shape, t.stride()))
+                items.append((ptr, nbytes, name, t.shape, t.stride()))
     except (TypeError, RuntimeError):  # no bitexact dtype; a tensor without storage
         return None
     return items
@@ -264,7 +283,7 @@ def _sort(tensors, given, scratch, max_bytes, rows, snapshot, sketch_from):
         elif i in scratch:
             out[i] = _general(t, None, hosts)
         else:
-            n = _rows(t.shape, rows)
+            n = _rows(_shape(t), rows) if rows > 1 else 1
             digests = _general_rows(t, n, max_bytes, hosts, slow, i) if n > 1 else None
             if digests is not None:
                 sliced[i] = [None, digests]
@@ -317,8 +336,9 @@ def describe(tensors, state, scratch=(), sketch_from=None, rec=None, snapshot=Fa
     rows = getattr(state, "rows", 1)
     waiting = rec if later is not None and rows == 1 else None  # the writer hashes, later
     n = len(tensors)
-    fast = (_all_fast(tensors, state.max_bytes)
-            if rows == 1 and not scratch and not held and not snapshot else None)
+    fast = (_all_fast(tensors, state.max_bytes)  # (a record already waiting copies its own)
+            if rows == 1 and not scratch and not held and not snapshot
+            and not (waiting is not None and waiting.waits) else None)
     if fast is not None:  # the common case: all plain host tensors (none to stage, no sorting)
         out, sliced, places, owners, slow, hosts, on_device = (
             [None] * n, {}, _identity(n), tensors, (), (), ())
@@ -393,3 +413,22 @@ def _finish(out, sliced, slow, hosts, tensors, nat, waiting=None):
         if name is not None:  # the native module's name of the dtype
             head = name + head[head.index("["):]
         out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
+
+
+def labels_now(state, tensors, carrier):
+    """The labels of ``tensors`` as their bytes are now, before an op or a module's forward
+    that may change them: host tensors hashed on the calling thread (one native call for plain
+    ones); where the writer hashes later (``state.deferred``), a device tensor's values made or
+    copied on its stream without waiting, carried by ``carrier`` (a
+    :class:`bitexact._trace.state.Record` whose ``later``, ``keep``, ``waits`` and ``fills``
+    the record of the op then takes over, host tensors copied)."""
+    if not tensors:
+        return []
+    items = _all_fast(tensors, state.max_bytes) if state.rows == 1 else None
+    if items is not None:  # plain host tensors (the common case)
+        return _digest.native().trace_digests(items, CACHE)
+    if state.deferred and not device.capturing():  # (while captured: labelled :-)
+        if carrier.later is None:
+            carrier.later, carrier.keep, carrier.waits, carrier.fills = [], [], [], []
+        return describe(tensors, state, rec=carrier, snapshot=True)
+    return describe(tensors, state)

@@ -4,31 +4,59 @@ The state and record writing they share with the dispatch mode are in
 :mod:`bitexact._trace.state`."""
 
 import os
+import threading
 import weakref
 
-from . import compiled
+from . import compiled, digest
 from . import state as ts
 
 
 def module_hooks(state, torch):
     """``--trace modules``: every module's forward output (op ``module output``, phase
-    ``forward``, or ``recompute`` when a backward recomputes it; its inputs the forward's tensor
-    arguments, then the module's own parameters and buffers) and, before each optimizer
+    ``forward``, or ``recompute`` when a backward recomputes it; its inputs the module's own
+    parameters and persistent buffers, hashed before the forward (:func:`_state_of`), then the
+    forward's tensor arguments) and, before each optimizer
     step, every parameter's gradient (op ``parameter grad``, phase ``backward``, the
     parameter's name as module), in the stream of the thread that made them."""
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
 
     named = weakref.WeakSet()  # modules whose whole subtree's parameters have names
+    local = threading.local()  # .held: [(module, its state's labels before its forward)]
 
-    def after_forward(mod, args, output):
+    def recording(mod):
         # Compile-safe: silent while TorchDynamo traces it into a compiled module's graph, and
         # in a compiled call (recorded as one, see compiled).
         if torch.compiler.is_compiling() or compiled.silent(mod):
-            return
+            return None
         stream = ts.stream_of(state)
         if stream is None or not ts.mine(state) or not ts.in_steps(state, stream):
+            return None
+        return stream
+
+    def before_forward(mod, args):
+        if recording(mod) is None:
             return
+        held = getattr(local, "held", None)
+        if held is None or len(held) > 1 << 12:  # forwards that raised leave theirs behind
+            held = local.held = []
+        own = _state_of(mod)
+        before = None
+        if own:
+            before = ts.Record("module output", "", "", own, ())
+            before.described_ins = digest.labels_now(state, own, before)
+        held.append((mod, before))
+
+    def after_forward(mod, args, output):
+        stream = recording(mod)
+        if stream is None:
+            return
+        held, before = getattr(local, "held", None) or [], None
+        for k in range(len(held) - 1, -1, -1):  # its own entry, past any of forwards inside
+            if held[k][0] is mod:  # it that raised
+                before = held[k][1]
+                del held[k:]
+                break
         name = state.tracker.name(mod)
         # The parameters' names: the whole subtree's once, then (a parameter replaced mid-run)
         # the module's own, so a forward does not walk every parameter below it each time.
@@ -36,16 +64,11 @@ def module_hooks(state, torch):
         named.add(mod)
         for pname, p in mod.named_parameters(prefix=name, recurse=recurse):
             state.param_names.setdefault(id(p), pname)
-        # What the forward read: its arguments, then the module's own parameters and buffers
-        # (its children's are their own records' inputs), so a weight that differs (an
-        # optimizer step, weight noise, an EMA swap) shows at the module that reads it. Hashed
-        # after the forward: a buffer it updates (BatchNorm's running statistics) as it left it.
         ins = ts.collect_tensors(args, torch.Tensor, [])
-        ins += [t.detach() for t in mod.parameters(recurse=False)]
-        ins += [t for t in mod.buffers(recurse=False) if t is not None]
         outs = ts.collect_tensors(output, torch.Tensor, [])
-        ts.emit(state, stream, ts.Record("module output", state.tracker.forward_phase(), name,
-                                         ins, outs))
+        rec = ts.Record("module output", state.tracker.forward_phase(), name, ins, outs)
+        rec.before = before  # its parameters and buffers as the forward read them: first
+        ts.emit(state, stream, rec)
 
     def before_step(opt, _args, _kwargs):
         if torch.compiler.is_compiling():
@@ -60,8 +83,27 @@ def module_hooks(state, torch):
                     ts.emit(state, stream, ts.Record("parameter grad", "backward", name,
                                                      [p.detach()], [p.grad]))
 
-    return [nn_module.register_module_forward_hook(after_forward),
+    return [nn_module.register_module_forward_pre_hook(before_forward),
+            nn_module.register_module_forward_hook(after_forward),
             optimizer.register_optimizer_step_pre_hook(before_step)]
+
+
+def _state_of(mod):
+    """What a module's forward reads of its own (not its children's): its parameters and
+    its persistent buffers (a buffer left out of its ``state_dict``, such as a preallocated
+    KV cache, may hold memory never written), a DTensor's as this process holds it."""
+    own = [_local(p.detach()) for p in mod._parameters.values() if p is not None]
+    if mod._buffers:
+        skip = mod._non_persistent_buffers_set
+        own += [_local(b) for n, b in mod._buffers.items() if b is not None and n not in skip]
+    return own
+
+
+def _local(t):
+    """A parameter or buffer as this process holds it: a DTensor's local shard (the wrapper
+    has no bytes of its own)."""
+    local = getattr(t, "to_local", None)
+    return local() if local is not None else t
 
 
 def pause_loading():

@@ -228,7 +228,7 @@ class Record:
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
                  "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "held",
-                 "kernel", "src", "before")
+                 "kernel", "src", "before", "others")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -243,6 +243,7 @@ class Record:
         # an in-place op's written tensors as they were before it (their labels listed before
         # ``ins``' and their device values carried along: bitexact._trace._read_before)
         self.before = None
+        self.others = None  # (a record of values before an op) its inputs' labels, if taken
 
 
 def _is_capture(state, identity, thread, step, rec):
