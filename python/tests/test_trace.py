@@ -241,6 +241,11 @@ def _records_of(tmp_path, program, name="t.jsonl", **start):
     return [json.loads(line) for line in traced(tmp_path / name, program, **start).splitlines()]
 
 
+def scaled_input(rs):
+    """The label of x after ``torch.mul(x, 3, out=x)`` in the program below."""
+    return next(r for r in rs if r["op"] == "aten::mul.out")["out"][0]
+
+
 @pytest.mark.parametrize("background", [False, True])
 def test_an_in_place_op_reads_what_it_writes_as_it_was(tmp_path, monkeypatch, background):
     """An in-place op's first input is the tensor it writes as it was before the op; an input
@@ -256,8 +261,11 @@ def test_an_in_place_op_reads_what_it_writes_as_it_was(tmp_path, monkeypatch, ba
         torch.mul(x, 3, out=x)
         torch.empty(5).uniform_()
         torch.nn.functional.rrelu(torch.ones(3), training=True)
+        torch._foreach_mul_([x], torch.tensor(2.0))  # gradient clipping's: a list, a tensor
 
     rs = _records_of(tmp_path, program)
+    scaled = next(r for r in rs if r["op"] == "aten::_foreach_mul_.Tensor")
+    assert len(scaled["in"]) == 2 and scaled["in"][0] == scaled_input(rs), scaled
     made = [r for r in rs if r["op"] == "aten::arange.start_out" or r["op"].startswith(
         "aten::arange")][-1]["out"][0]
     add = next(r for r in rs if r["op"] == "aten::add_.Tensor")

@@ -320,15 +320,12 @@ def _aliased_inputs(written, args, kwargs, tensor_type):
     """The op's inputs (tensor arguments it does not write), when one of them holds the bytes
     of a tensor it writes (the same tensor, or a view at the same address: torch refuses
     partial overlaps); else None."""
-    if written is _SELF:  # add_(self, other, alpha): no walk
-        inputs = [a for a in args[1:] if isinstance(a, tensor_type)]
-        inputs += [v for v in kwargs.values() if isinstance(v, tensor_type)]
-        targets = args[:1]
-        if len(inputs) + 1 < len(args) + len(kwargs) and any(
-                isinstance(a, (list, tuple)) for a in (*args[1:], *kwargs.values())):
-            inputs = None  # a list of tensors among them: the walk below
-    else:
-        inputs = None
+    inputs = None
+    if written is _SELF and args and isinstance(args[0], tensor_type):  # add_: no walk
+        rest = (*args[1:], *kwargs.values())
+        if not any(isinstance(a, (list, tuple)) for a in rest):  # (else: the walk below)
+            inputs = [a for a in rest if isinstance(a, tensor_type)]
+            targets = args[:1]
     if inputs is None:
         inputs = ts.collect_tensors([a for i, a in enumerate(args) if i not in written]
                                     + [v for k, v in kwargs.items() if k not in written],
