@@ -642,3 +642,20 @@ def test_an_in_place_op_that_returns_nothing_records_what_it_wrote(tmp_path):
         tmp_path / "w.jsonl", lambda: (torch.full((3,), 2.0), torch.full((2,), 0.5))).splitlines()
         if json.loads(line)["op"] == "aten::full"]
     assert step[0]["out"] == want
+
+
+def test_the_partial_writes_the_reader_knows_are_never_read_before():
+    """``src/trace/program.rs`` PARTIAL_WRITES (records that hide a value their op read) lists
+    only ops whose written tensor the tracer does not hash before them."""
+    import re
+
+    from bitexact._trace import writes
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "src", "trace", "program.rs")
+    if not os.path.exists(path):
+        pytest.skip("not a checkout: no src/trace/program.rs")
+    with open(path) as f:
+        text = f.read()
+    block = text[text.index("const PARTIAL_WRITES"):]
+    names = re.findall(r'"(aten::\w+)"', block[:block.index("];")])
+    assert len(names) > 5 and set(names) <= writes.OVERWRITES, set(names) - writes.OVERWRITES

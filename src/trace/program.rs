@@ -173,8 +173,8 @@ pub const FINGERPRINT_VERSION: u32 = 4;
 /// The first record version whose in-place ops list the tensor they write among their inputs.
 pub const READS_WRITTEN_VERSION: u32 = 5;
 
-/// In-place ops that read only part of the tensor they write (`python/bitexact/_trace`,
-/// `_OVERWRITES`): the tracer does not list its value before the op as an input (the rest may
+/// In-place ops that read only part of the tensor they write (`python/bitexact/_trace/writes.py`,
+/// `OVERWRITES`): the tracer does not list its value before the op as an input (the rest may
 /// be memory never written), so their records hide a value they read.
 const PARTIAL_WRITES: &[&str] = &[
     "aten::index_put_",
@@ -191,7 +191,7 @@ const PARTIAL_WRITES: &[&str] = &[
 
 /// Whether a record of version `v` of `op` hides a value the op read: the tensor an in-place
 /// op wrote, as it was before ([`super::noise::in_place`]), which records before version 5
-/// leave out, and which partial writes ([`PARTIAL_WRITES`]) leave out still.
+/// leave out, and which partial writes (`PARTIAL_WRITES`) leave out still.
 pub fn hides_what_it_overwrote(op: &str, v: u32) -> bool {
     super::noise::in_place(op)
         && (v < READS_WRITTEN_VERSION

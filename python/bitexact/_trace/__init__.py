@@ -35,12 +35,13 @@ of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 - ``in``: the tensors the op reads. A tensor it writes (in-place ``self``, ``out=``) is a
   result, hashed after the op; an in-place ``self`` the op also reads (``add_``, ``mul_``, an
   optimizer's ``_foreach_*_``; not ``copy_``, ``fill_``, the random fills, partial writes such
-  as ``index_put_``: ``_OVERWRITES``), and the written arguments ``_READS_TOO`` names (a fused
-  optimizer's states, a batch norm's running statistics), are hashed before it too, as its
+  as ``index_put_``: ``writes.OVERWRITES``), and the written arguments
+  ``writes.READS_TOO`` names (a fused optimizer's states, a batch norm's running statistics),
+  are hashed before it too, as its
   first inputs, and so are its other inputs when one is a tensor it writes (``x.add_(x)``):
   an op whose tensor was changed where no traced op ran (numpy, ``.data``) is not called
-  nondeterministic. ``self`` of a ``beta=0`` product (``_BETA_OPS``), never read, is labelled
-  by dtype and shape only.
+  nondeterministic. ``self`` of a ``beta=0`` product (``writes.BETA_OPS``), never read, is
+  labelled by dtype and shape only (:mod:`bitexact._trace.writes`).
 - labels: the 128-bit trace fingerprint (``docs/concepts/fingerprint.md``, not the canonical
   SHA-256) of each tensor argument and result, from the native module for host tensors, one
   call per op, and on its device for a device tensor (:mod:`bitexact._trace.digest`: a tensor
@@ -98,8 +99,8 @@ import os
 import sys
 import warnings
 
-from .. import _digest, _protocol
-from . import c10d, compiled, device, digest, generator, kernels, record
+from .. import _protocol
+from . import c10d, compiled, digest, generator, kernels, record, writes
 from . import state as ts
 from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -177,7 +178,7 @@ def _make_mode(stream):
                                               torch.Tensor)
                 gen = known[3] and generator.before(torch, known[3], args, kwargs,
                                                            state.tracker)
-                before = _read_before(state, self.stream, kind, known[2], known[4], args,
+                before = writes.read_before(state, self.stream, kind, known[2], known[4], args,
                                       kwargs, torch.Tensor) if known[2] else None
                 result = func(*args, **kwargs)
                 _record(state, self.stream, func, kind, known[2], args, kwargs, result,
@@ -200,60 +201,8 @@ def _is_tracer(mode):
     return _tracer_class is not None and isinstance(mode, _tracer_class)
 
 
-# In-place ops that do not read the tensor they write, or read only part of it, whose other
-# part may be memory never written (``torch.empty(n).index_put_(...)``): its value before the
-# op is not one of their inputs (hashed, uninitialized bytes would make identical runs differ).
-# ``src/trace/program.rs`` lists the partial writes among them (PARTIAL_WRITES): their records
-# hide a value they read.
-_OVERWRITES = frozenset(
-    "aten::" + n for n in (
-        "fill_", "zero_", "copy_", "_copy_from", "uniform_", "normal_", "bernoulli_", "random_",
-        "exponential_", "cauchy_", "log_normal_", "geometric_", "_philox_normal_",
-        "_philox_uniform_", "_philox_randint_", "_fill_mem_eff_dropout_mask_",
-        "copy_sparse_to_sparse_", "index_put_", "_index_put_impl_", "index_fill_",
-        "index_copy_", "index_reduce_", "masked_fill_", "masked_scatter_", "scatter_",
-        "scatter_reduce_", "put_", "_foreach_copy_", "_foreach_zero_", "detach_"))
-
-# Written arguments other than ``self`` that an op reads, by op: an optimizer's state and
-# gradients, a batch norm's running statistics. Any other written argument is a result only
-# (``rrelu_with_noise``'s ``noise``, ``_fused_sgd_``'s momentum buffers on its first step and an
-# attention's ``out`` are made by ``torch.empty_like``: never read).
-_READS_TOO = {
-    "aten::_fused_adam_": ("grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"),
-    "aten::_fused_adamw_": ("grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"),
-    "aten::_fused_sgd_": ("grads",),
-    "aten::_fused_adagrad_": ("grads", "state_sums"),
-    "aten::_native_batch_norm_legit": ("running_mean", "running_var"),
-    "aten::_batch_norm_with_update": ("running_mean", "running_var"),
-    "aten::cudnn_batch_norm": ("running_mean", "running_var"),
-    "aten::miopen_batch_norm": ("running_mean", "running_var"),
-}
-
-
-def _written_args(func, name):
-    """``(written, read)``: positions and names of the arguments ``func`` (named ``name``)
-    writes (``Tensor(a!)``: in-place ``self``, ``out=``), results hashed after the op, and of
-    those it also reads, hashed before the op too (its first inputs): an in-place ``self``
-    unless the op overwrites it (:data:`_OVERWRITES`), and the arguments :data:`_READS_TOO`
-    names; never ``out=``."""
-    written, read = set(), set()
-    base = name.partition(".")[0]
-    reads = ("self",) if base not in _OVERWRITES else ()
-    reads += _READS_TOO.get(base, ())
-    for i, a in enumerate(func._schema.arguments):
-        if a.alias_info is not None and a.alias_info.is_write:
-            written.update((i, a.name))
-            if a.name in reads and not a.is_out:
-                read.update((i, a.name))
-    return (_SELF if written == _SELF else written), (_SELF if read == _SELF else read)
-
-
-_SELF = frozenset((0, "self"))  # what most in-place ops read and write
-
-
-# id(op overload) -> (the overload, its kind, _written_args' two sets, generator.spec): keyed by
-# id, with the overload
-# kept and compared, since an OpOverload's __hash__ is a Python method (a call per lookup,
+# id(op overload) -> (the overload, its kind, writes.written_args' two sets, generator.spec):
+# keyed by id, with the overload kept and compared, since an OpOverload's __hash__ is a Python method (a call per lookup,
 # every op the program dispatches).
 _ops = {}
 _COLLECTIVE, _SKIPPED = object(), object()
@@ -263,8 +212,8 @@ def _op(func):
     """``(func, kind, written, generator, read)``, remembered: how the mode treats ``func`` (a
     collective (:mod:`bitexact._trace.c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or
     not a computation: :data:`_NOT_COMPUTATION`), or recorded under its name), the arguments it
-    writes and those of them it reads (:func:`_written_args`) and where it takes its
-    generator, for a random op (:func:`bitexact._trace.generator.spec`)."""
+    writes and those of them it reads (:func:`bitexact._trace.writes.written_args`) and where
+    it takes its generator, for a random op (:func:`bitexact._trace.generator.spec`)."""
     name = func.name()
     if func.namespace in c10d.NAMESPACES:
         kind = _COLLECTIVE
@@ -275,81 +224,18 @@ def _op(func):
     if len(_ops) >= 1 << 16:
         _ops.clear()
     computes = kind is not _SKIPPED and kind is not _COLLECTIVE
-    written, read = _written_args(func, name) if computes else ((), ())
+    written, read = writes.written_args(func, name) if computes else ((), ())
     known = _ops[id(func)] = (func, kind, written,
                               generator.spec(func, name) if computes else None, read)
     return known
-
-
-def _read_before(state, stream, op, written, read, args, kwargs, tensor_type):
-    """The tensors an op that writes ``written`` reads and writes (``read``, see
-    :func:`_written_args`), hashed before it runs (their bytes are about to change), as a
-    :class:`bitexact._trace.state.Record` whose ``described_ins`` are their labels; and when
-    another input is a written tensor (``x.add_(x)``, ``torch.mul(x, 3, out=x)``), all its
-    other inputs too (``others``: their labels, as they were read). None when the op is not
-    recorded or there is nothing to hash before it. What tells an op whose written tensor
-    already differed (changed where no traced op ran: numpy, ``.data``, a DataLoader) from one
-    that computed differently.
-
-    Host tensors are hashed on the program's thread; where the writer hashes later
-    (``state.deferred``) and a tensor is on a device, its values are computed or copied on its
-    stream before the op and the record carries them (``later``, ``keep``, ``waits``,
-    ``fills``, with host tensors copied): the program does not wait for the device."""
-    if not ts.in_steps(state, stream) or ts.skipped(state, op):
-        return None
-    first = args[0] if args else None
-    if read is _SELF and isinstance(first, tensor_type):  # add_, mul_, ...: no walk
-        tensors = [] if kwargs and _ignores_self(op, kwargs) else [first]
-    elif read:
-        tensors = ts.collect_tensors([a for i, a in enumerate(args) if i in read]
-                                     + [v for k, v in kwargs.items() if k in read],
-                                     tensor_type, [])
-    else:
-        tensors = []
-    others = _aliased_inputs(written, args, kwargs, tensor_type)
-    if not tensors and others is None:
-        return None
-    before = ts.Record(op, "", "", tensors, ())
-    before.described_ins = digest.labels_now(state, tensors, before)
-    if others is not None:
-        before.others = digest.labels_now(state, others, before)
-    return before
-
-
-def _aliased_inputs(written, args, kwargs, tensor_type):
-    """The op's inputs (tensor arguments it does not write), when one of them holds the bytes
-    of a tensor it writes (the same tensor, or a view at the same address: torch refuses
-    partial overlaps); else None."""
-    inputs = None
-    if written is _SELF and args and isinstance(args[0], tensor_type):  # add_: no walk
-        rest = (*args[1:], *kwargs.values())
-        if not any(isinstance(a, (list, tuple)) for a in rest):  # (else: the walk below)
-            inputs = [a for a in rest if isinstance(a, tensor_type)]
-            targets = args[:1]
-    if inputs is None:
-        inputs = ts.collect_tensors([a for i, a in enumerate(args) if i not in written]
-                                    + [v for k, v in kwargs.items() if k not in written],
-                                    tensor_type, [])
-        targets = ts.collect_tensors([a for i, a in enumerate(args) if i in written]
-                                     + [v for k, v in kwargs.items() if k in written],
-                                     tensor_type, [])
-    if not inputs:
-        return None
-    try:
-        places = {t.data_ptr() for t in targets if t.numel()}
-        if any(t.numel() and t.data_ptr() in places for t in inputs):
-            return inputs
-    except RuntimeError:  # a tensor without storage: nothing to alias
-        pass
-    return None
 
 
 def _record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None,
             before=None):
     """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
     view): its inputs are what it read (``before``: the written tensors it read, hashed before
-    it ran, :func:`_read_before`; then its other tensor arguments), its outputs
-    what it returned (``written``: the arguments it writes in place or through ``out=``,
+    it ran, :func:`bitexact._trace.writes.read_before`; then its other tensor arguments), its
+    outputs what it returned (``written``: the arguments it writes in place or through ``out=``,
     results); ``gen``: a random op's generator and its state before the call
     (:mod:`bitexact._trace.generator`)."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
@@ -357,7 +243,7 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
     text = record.arguments(func, args, kwargs, tensor_type) if digest.SKETCH \
         else ""
     call = (func, args, kwargs, written)  # for a capture's replay (state.save)
-    scratch = _scratch_arg(func, op, args, kwargs)
+    scratch = writes.scratch_arg(func, op, args, kwargs)
     outs = ts.collect_tensors(result, tensor_type, [])
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         if not outs:  # one that returns nothing (``_foreach_add_``, ``_fused_adam_``): the
@@ -374,35 +260,6 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
                     gen=gen, described_ins=before.others if before is not None else None)
     rec.before = before
     ts.emit(state, stream, rec)
-
-
-# Ops ``self + alpha * product`` scaled by ``beta``: with ``beta=0`` they never read ``self``
-# (``torch.baddbmm(torch.empty(...), q, k, beta=0)``: attention scores into a fresh buffer).
-_BETA_OPS = frozenset("aten::" + n for n in (
-    "addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "addmv", "addmv_", "addr",
-    "addr_", "_addmm_activation"))
-
-
-def _ignores_self(op, kwargs):
-    """Whether the op ``op`` does not read its ``self`` (one of :data:`_BETA_OPS` with
-    ``beta=0``)."""
-    return kwargs.get("beta", 1) == 0 and op.partition(".")[0] in _BETA_OPS
-
-
-def _scratch_arg(func, op, args, kwargs):
-    """The tensor argument of ``func`` that is scratch memory
-    (:data:`bitexact._trace.state.SCRATCH_ARGS`: an RNN workspace its backward reads), or that
-    it does not read (``self`` of :func:`_ignores_self`), or None."""
-    if args and _ignores_self(op, kwargs):
-        return args[0]
-    name = ts.SCRATCH_ARGS.get(op.partition(".")[0])
-    if name is None:
-        return None
-    if name in kwargs:
-        return kwargs[name]
-    names = [a.name for a in func._schema.arguments]
-    i = names.index(name) if name in names else len(args)
-    return args[i] if i < len(args) else None
 
 
 def on_helper_step(i):

@@ -241,7 +241,7 @@ class Record:
         self.kernel = None  # a compiled region's kernel: its "kernel" field (trace/kernels.py)
         self.src = None  # its source line when not the stack's (a kernel's: its region's)
         # an in-place op's written tensors as they were before it (their labels listed before
-        # ``ins``' and their device values carried along: bitexact._trace._read_before)
+        # ``ins``' and their device values carried along: bitexact._trace.writes.read_before)
         self.before = None
         self.others = None  # (a record of values before an op) its inputs' labels, if taken
 
