@@ -189,6 +189,24 @@ pub const ARGUMENTS_DIFFER: &str = "arguments differ";
 /// nothing else is known: the words [`Divergence::under`] replaces.
 pub const NONDETERMINISTIC: &str = "this op is nondeterministic";
 
+/// [`NONDETERMINISTIC`] of a `--trace modules` record: a module's output (its forward) or a
+/// parameter's gradient (the backward that made it), which ran many ops the record does not
+/// show.
+const NONDETERMINISTIC_MODULE: &str =
+    "this module's forward is nondeterministic (--trace ops names the op)";
+const NONDETERMINISTIC_BACKWARD: &str =
+    "the backward that made this gradient is nondeterministic (--trace ops names the op)";
+
+/// The words for a record `x` whose inputs matched and whose output differed, nothing else
+/// known: [`NONDETERMINISTIC`], or what a `--trace modules` record stands for.
+fn nondeterministic(x: &TraceEntry) -> &'static str {
+    match x.op.as_str() {
+        "module output" => NONDETERMINISTIC_MODULE,
+        "parameter grad" => NONDETERMINISTIC_BACKWARD,
+        _ => NONDETERMINISTIC,
+    }
+}
+
 impl Divergence {
     /// The same divergence between two runs made under conditions that differ (`varied`):
     /// an op whose inputs were identical and whose output differs is then said to differ
@@ -209,6 +227,14 @@ impl Divergence {
         for (old, new) in [
             (
                 format!("output differs: {NONDETERMINISTIC}"),
+                format!("output differs {words}"),
+            ),
+            (
+                format!("output differs: {NONDETERMINISTIC_MODULE}"),
+                format!("output differs {words}"),
+            ),
+            (
+                format!("output differs: {NONDETERMINISTIC_BACKWARD}"),
                 format!("output differs {words}"),
             ),
             (
@@ -381,7 +407,10 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
     } else if inputs_matched && program && !x.generator.is_empty() {
         format!("first divergence: {at} — inputs and generator state identical, output differs: {NONDETERMINISTIC}")
     } else if inputs_matched && program {
-        format!("first divergence: {at} — inputs identical, output differs: {NONDETERMINISTIC}")
+        format!(
+            "first divergence: {at} — inputs identical, output differs: {}",
+            nondeterministic(x)
+        )
     } else if inputs_matched {
         format!(
             "first divergence at {at} ({} vs {}): same inputs, different output — {NONDETERMINISTIC}",

@@ -323,3 +323,36 @@ fn an_op_that_read_a_value_its_record_does_not_show_is_not_called_nondeterminist
         d.explanation
     );
 }
+
+#[test]
+fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
+    let x = |op: &str, out: &str| TraceEntry {
+        op: op.into(),
+        inputs: vec!["f32[2]:aa".into()],
+        output: out.into(),
+        phase: "forward".into(),
+        module: "Net.fc".into(),
+        source: "t.py:3".into(),
+        ..TraceEntry::default()
+    };
+    let words = |op: &str| {
+        first_divergence(&[x(op, "f32[2]:bb")], &[x(op, "f32[2]:cc")])
+            .expect("a divergence")
+            .explanation
+    };
+    let forward = words("module output");
+    assert!(
+        forward.ends_with(
+            "output differs: this module's forward is nondeterministic (--trace ops names the op)"
+        ),
+        "{forward}"
+    );
+    let grad = words("parameter grad");
+    assert!(
+        grad.ends_with(
+            "the backward that made this gradient is nondeterministic (--trace ops names the op)"
+        ),
+        "{grad}"
+    );
+    assert!(words("aten::mm").ends_with(NONDETERMINISTIC));
+}
