@@ -18,6 +18,11 @@
 use serde::{Deserialize, Serialize};
 
 pub use arg::{trace_digest, TraceArg};
+use words::{
+    generator_differs, nondeterministic, unseen_input, NONDETERMINISTIC_BACKWARD,
+    NONDETERMINISTIC_MODULE,
+};
+pub use words::{ARGUMENTS_DIFFER, GENERATOR_DIFFERS, NONDETERMINISTIC, SEEDED_DIFFERENTLY};
 
 /// One op call in a trace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -167,46 +172,6 @@ pub struct Divergence {
     pub kernel: Option<kernels::DivergentKernel>,
 }
 
-/// How an explanation says that a random op's generator was in another state before the call.
-pub const GENERATOR_DIFFERS: &str = "generator state differs before the call";
-
-/// Why, when nothing else is known: the op is deterministic given its generator's state.
-pub const SEEDED_DIFFERENTLY: &str = "seeded differently in the two runs";
-
-/// The generator of a random op whose state before the call differs between `x` and `y`
-/// (`torch's default CPU generator`), from the records' `who|digest`.
-fn generator_differs(x: &TraceEntry, y: &TraceEntry) -> Option<String> {
-    let (who, a) = x.generator.rsplit_once('|')?;
-    let (_, b) = y.generator.rsplit_once('|')?;
-    (a != b).then(|| who.to_string())
-}
-
-/// How an explanation says that an op's tensor inputs were identical and its other arguments
-/// (numbers, shapes, flags) were not.
-pub const ARGUMENTS_DIFFER: &str = "arguments differ";
-
-/// How an explanation calls an op whose inputs were identical and whose output differed when
-/// nothing else is known: the words [`Divergence::under`] replaces.
-pub const NONDETERMINISTIC: &str = "this op is nondeterministic";
-
-/// [`NONDETERMINISTIC`] of a `--trace modules` record: a module's output (its forward) or a
-/// parameter's gradient (the backward that made it), which ran many ops the record does not
-/// show.
-const NONDETERMINISTIC_MODULE: &str =
-    "this module's forward is nondeterministic (--trace ops names the op)";
-const NONDETERMINISTIC_BACKWARD: &str =
-    "the backward that made this gradient is nondeterministic (--trace ops names the op)";
-
-/// The words for a record `x` whose inputs matched and whose output differed, nothing else
-/// known: [`NONDETERMINISTIC`], or what a `--trace modules` record stands for.
-fn nondeterministic(x: &TraceEntry) -> &'static str {
-    match x.op.as_str() {
-        "module output" => NONDETERMINISTIC_MODULE,
-        "parameter grad" => NONDETERMINISTIC_BACKWARD,
-        _ => NONDETERMINISTIC,
-    }
-}
-
 impl Divergence {
     /// The same divergence between two runs made under conditions that differ (`varied`):
     /// an op whose inputs were identical and whose output differs is then said to differ
@@ -347,29 +312,6 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
         })
 }
 
-/// Why a record whose recorded inputs match may still have read a value that differed: an
-/// input recorded by dtype and shape only (`f32[4]:-`: over `--trace-max-bytes`, scratch
-/// memory), or a partial in-place write whose earlier value the record does not show
-/// ([`TraceEntry::hides_read`]). None when every value it read is in its record.
-fn unseen_input(x: &TraceEntry) -> Option<String> {
-    let unhashed: Vec<String> = (x.inputs.iter().enumerate())
-        .filter(|(_, label)| label.ends_with(":-"))
-        .map(|(i, _)| format!("input {i}"))
-        .collect();
-    if !unhashed.is_empty() {
-        return Some(format!(
-            "{} not hashed (dtype and shape only: over --trace-max-bytes, or scratch memory), \
-             so the difference may have come in with it",
-            unhashed.join(", ")
-        ));
-    }
-    x.hides_read.then(|| {
-        "it writes in place into a tensor whose earlier value its record does not show, so \
-         the difference may have come in with that tensor (changed where no traced op ran)"
-            .to_string()
-    })
-}
-
 /// The divergence at counterparts `x` and `y` (occurrence `occ`) that differ.
 fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
     let inputs_matched = x.inputs == y.inputs;
@@ -455,6 +397,7 @@ pub mod ranks;
 pub mod replay;
 pub mod sketch;
 pub mod streams;
+mod words;
 
 #[cfg(test)]
 mod tests;
