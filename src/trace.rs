@@ -76,8 +76,8 @@ pub struct TraceEntry {
     pub kernels: Vec<kernels::Kernel>,
     /// The op read a value its record does not show: the tensor an in-place op wrote, as it
     /// was before, in records before version 5 and for a partial write (`index_put_`)
-    /// ([`program::hides_what_it_overwrote`]); such an op is judged as downstream of any
-    /// difference ([`noise`]).
+    /// ([`program::hides_what_it_overwrote`]), or an input recorded by dtype and shape only
+    /// (`f32[4]:-`); such an op is judged as downstream of any difference ([`noise`]).
     #[serde(skip)]
     pub hides_read: bool,
 }

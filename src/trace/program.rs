@@ -292,7 +292,8 @@ pub fn read_jsonl_labelled(path: &Path) -> Result<Read> {
         let kernel = parsed.kernel.take();
         let v = parsed.v;
         let mut entry = entry(parsed, out.len());
-        entry.hides_read = hides_what_it_overwrote(&entry.op, v);
+        entry.hides_read = hides_what_it_overwrote(&entry.op, v)
+            || entry.inputs.iter().any(|label| label.ends_with(":-"));
         if let Some(k) = kernel {
             let waiting = kernels.entry(entry.thread.clone()).or_default();
             if waiting.len() == MAX_RECORDS {

@@ -111,6 +111,9 @@ fn version_4_and_5_in_place_records_never_mix_and_say_what_they_hide() {
         hidden(&v5),
         (Labels::FingerprintReadsWritten, vec![false, true, false])
     );
+    let unhashed = v5.replace("f32[2,2]:aa", "f32[2,2]:-");
+    std::fs::write(&p, &unhashed).unwrap();
+    assert!(read_jsonl_labelled(&p).unwrap().entries[0].hides_read);
     std::fs::write(&p, format!("{v4}\n{v5}\n")).unwrap();
     let e = read_jsonl_labelled(&p).unwrap_err().to_string();
     assert!(
