@@ -5,7 +5,9 @@ to ``.bitexact-capture.safetensors`` (``in0…``, ``out0…``) with, as safetens
 ``op`` (``aten.mean.default``), ``identity`` (the JSON identity) and ``call``: the call's
 arguments as JSON, a tensor as ``{"T": i}`` (``in<i>``), a float as ``{"f": repr}``, a dtype
 as ``{"dtype": name}``, a device ``{"device": …}``, a layout or memory format ``{"torch":
-name}``, a tensor the op writes in place ``{"W": name}`` (``bitexact._trace.state.call_spec``).
+name}``, a tensor the op writes in place ``{"T": i, "W": name}`` (``in<i>``: its values
+before the op) or, when the capture has not kept them, ``{"W": name}``
+(``bitexact._trace.state.call_spec``).
 
 This script replays each side's call in float64 (floating inputs cast to float64, floating
 dtype arguments made float64, on the CPU) with ``torch.ops.<ns>.<op>.<overload>`` and measures
@@ -47,17 +49,21 @@ def read(path):
     return meta, tensors
 
 
-def _decode(x, tensors):
-    """An argument of the recorded call, for the float64 replay."""
+def _decode(x, tensors, wrote=None):
+    """An argument of the recorded call, for the float64 replay; a tensor the op writes in
+    place (``{"T": i, "W": name}``) is appended to ``wrote`` too."""
     import torch
 
     if isinstance(x, list):
-        return [_decode(v, tensors) for v in x]
+        return [_decode(v, tensors, wrote) for v in x]
     if not isinstance(x, dict):
         return x
     if "T" in x:
         t = tensors["in%d" % x["T"]]
-        return t.to(torch.float64) if t.is_floating_point() else t
+        t = t.to(torch.float64) if t.is_floating_point() else t.clone()
+        if "W" in x and wrote is not None:
+            wrote.append(t)
+        return t
     if "f" in x:
         return float(x["f"])
     if "dtype" in x:
@@ -94,10 +100,12 @@ def replay(meta, tensors):
     ns, name, overload = meta["op"].split(".")
     op = getattr(getattr(getattr(torch.ops, ns), name), overload)
     call = json.loads(meta["call"])
-    args = [_decode(a, tensors) for a in call["args"]]
-    kwargs = {k: _decode(v, tensors) for k, v in call["kwargs"].items()}
+    wrote = []
+    args = [_decode(a, tensors, wrote) for a in call["args"]]
+    kwargs = {k: _decode(v, tensors, wrote) for k, v in call["kwargs"].items()}
     with torch.no_grad():
-        return _flat(op(*args, **kwargs), [])
+        results = _flat(op(*args, **kwargs), [])
+    return results or wrote  # an in-place op that returns nothing: what it wrote
 
 
 _BITS = {2: "int16", 4: "int32", 8: "int64"}

@@ -659,3 +659,33 @@ def test_the_partial_writes_the_reader_knows_are_never_read_before():
     block = text[text.index("const PARTIAL_WRITES"):]
     names = re.findall(r'"(aten::\w+)"', block[:block.index("];")])
     assert len(names) > 5 and set(names) <= writes.OVERWRITES, set(names) - writes.OVERWRITES
+
+
+@pytest.mark.parametrize("op, program", [
+    ("aten::add_.Tensor", lambda x, y: x.add_(y, alpha=0.5)),
+    ("aten::_foreach_mul_.Tensor", lambda x, y: torch._foreach_mul_([x, y], torch.tensor(3.0))),
+    ("aten::add_.Tensor", lambda x, y: x.add_(x)),
+])
+def test_a_captured_in_place_op_replays_from_what_it_read(tmp_path, monkeypatch, op, program):
+    """A capture of an in-place op keeps the values it read of what it writes, from before
+    it ran, so the float64 replay recomputes it (an op that returns nothing: from what it
+    wrote) and lands on the recorded result."""
+    from bitexact import _replay
+    from bitexact._trace import state as _trace_state
+
+    monkeypatch.delenv(_protocol.OUT_ENV, raising=False)
+
+    def run():
+        x, y = torch.arange(6.0).reshape(2, 3), torch.full((2, 3), 0.25)
+        _trace._state.capture = [0, "", 0, "forward", "", op, 0]
+        program(x, y)
+
+    from conftest import traced
+
+    traced(tmp_path / "t.jsonl", run)
+    path = str(tmp_path / _trace_state.CAPTURE_FILE)
+    meta, tensors = _replay.read(path)
+    assert '"W"' in meta["call"] and '"T"' in meta["call"], meta
+    answer = _replay.compare([path, path])
+    assert answer["outputs"] and all(s["max_ulp"] == 0 for o in answer["outputs"]
+                                     for s in o["sides"]), answer

@@ -228,7 +228,7 @@ class Record:
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
                  "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "held",
-                 "kernel", "src", "before", "others")
+                 "kernel", "src", "before", "others", "snaps")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -244,6 +244,7 @@ class Record:
         # ``ins``' and their device values carried along: bitexact._trace.writes.read_before)
         self.before = None
         self.others = None  # (a record of values before an op) its inputs' labels, if taken
+        self.snaps = None  # (the same, in a capture run) id(tensor) -> a copy of its values
 
 
 def _is_capture(state, identity, thread, step, rec):
@@ -269,7 +270,7 @@ def emit(state, stream, rec):
     identity = state.capture
     if identity is not None and _is_capture(state, identity, thread, step, rec):
         state.capture = None
-        save(state, rec.ins, rec.outs, identity, rec.call)
+        save(state, rec.ins, rec.outs, identity, rec.call, rec.before)
     ins, outs, op = rec.ins, rec.outs, rec.op
     scratch = _SCRATCH_RESULTS.get(op.partition(".")[0], ())
     if rec.scratch_outs:
@@ -340,9 +341,35 @@ def call_spec(x, tensor_type, found):
     return {"repr": repr(x)}
 
 
-def save(state, ins, outs, identity=None, call=None):
+def _kept(a, snaps, tensor_type):
+    """An argument with each tensor replaced by its copy in ``snaps`` (by id: its values
+    before the op); None when a tensor of it has none."""
+    if isinstance(a, tensor_type):
+        return snaps.get(id(a))
+    if isinstance(a, (list, tuple)) and any(isinstance(v, tensor_type) for v in a):
+        kept = [_kept(v, snaps, tensor_type) if isinstance(v, tensor_type) else v for v in a]
+        return None if any(k is None for k, v in zip(kept, a) if isinstance(v, tensor_type)) \
+            else kept
+    return None
+
+
+def _tagged(spec, name):
+    """A written argument's spec (:func:`call_spec`): each tensor's ``{"T": i}`` marked
+    ``"W": name``, so the replay knows what the op wrote."""
+    if isinstance(spec, dict) and "T" in spec:
+        spec["W"] = name
+    elif isinstance(spec, list):
+        for s in spec:
+            _tagged(s, name)
+    return spec
+
+
+def save(state, ins, outs, identity=None, call=None, before=None):
     """Writes the op's tensors to ``CAPTURE_FILE`` (host copies, bits kept), with the op, its
-    identity and, for an ATen call, its arguments as metadata (:func:`call_spec`)."""
+    identity and, for an ATen call, its arguments as metadata (:func:`call_spec`). ``before``:
+    the values an in-place op read of what it writes, copied before it ran
+    (:func:`bitexact._trace.writes.read_before`), saved as its inputs so the call can be
+    replayed (``{"T": i, "W": name}``); a written argument without them is ``{"W": name}``."""
     import json
 
     from .. import _safetensors
@@ -354,12 +381,25 @@ def save(state, ins, outs, identity=None, call=None):
     if call is not None:
         func, args, kwargs, written = call
         tensor_type = type(ins[0]) if ins else type(outs[0]) if outs else None
-        found = []
-        spec = {"args": [{"W": func._schema.arguments[i].name} if i in written
-                         else call_spec(a, tensor_type, found) for i, a in enumerate(args)],
-                "kwargs": {k: {"W": k} if k in written else call_spec(v, tensor_type, found)
-                           for k, v in kwargs.items()}}
-        if len(found) == len(ins):
+        found, snaps = [], before.snaps if before is not None and before.snaps else {}
+        names = [a.name for a in func._schema.arguments]
+        extra = []  # the tensors of written arguments among found
+
+        def spec_of(a, name, wrote):
+            kept = _kept(a, snaps, tensor_type)
+            if not wrote:
+                return call_spec(kept if kept is not None else a, tensor_type, found)
+            if kept is None:
+                return {"W": name}
+            mark = len(found)
+            spec = _tagged(call_spec(kept, tensor_type, found), name)
+            extra.extend(found[mark:])
+            return spec
+
+        spec = {"args": [spec_of(a, names[i] if i < len(names) else "#%d" % i, i in written)
+                         for i, a in enumerate(args)],
+                "kwargs": {k: spec_of(v, k, k in written) for k, v in kwargs.items()}}
+        if len(found) == len(ins) + len(extra):
             ins = found
             meta.update(op=str(func), call=json.dumps(spec))
     tensors = {"in%d" % i: t for i, t in enumerate(ins)}

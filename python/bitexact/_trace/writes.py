@@ -90,6 +90,8 @@ def read_before(state, stream, op, written, read, args, kwargs, tensor_type):
     if not tensors and others is None:
         return None
     before = ts.Record(op, "", "", tensors, ())
+    if state.capture is not None:  # a run that captures an op: what it read, for its replay
+        before.snaps = {id(t): t.detach().clone() for t in tensors + (others or [])}
     before.described_ins = digest.labels_now(state, tensors, before)
     if others is not None:
         before.others = digest.labels_now(state, others, before)
