@@ -74,8 +74,8 @@ def _decode(x, tensors, wrote=None):
     if "torch" in x:
         return getattr(torch, x["torch"])
     if "W" in x:
-        raise ValueError("the op writes its input %s in place, so the capture, made after "
-                         "the op, no longer holds what it read" % x["W"])
+        raise ValueError("the op writes %s, and the capture holds only its value after the "
+                         "op (an out= argument, or a capture by an older bitexact)" % x["W"])
     raise ValueError("an argument cannot be replayed: %s" % x.get("repr", x))
 
 
