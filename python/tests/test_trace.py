@@ -289,14 +289,26 @@ def test_a_tensor_an_op_does_not_read_is_not_hashed_and_a_nested_one_does_not_cr
         torch.baddbmm(torch.empty(2, 4, 4), q, k, beta=0.0)
         torch.baddbmm(torch.zeros(2, 4, 4), q, k, beta=0.5)
         torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).mul_(2)
+        torch.empty(2, 3).t_().unsqueeze_(0).fill_(1.0)  # shapes only, then a fill
 
     rs = _records_of(tmp_path, program)
+    assert not any(r["op"].startswith(("aten::t_", "aten::unsqueeze_")) for r in rs)
     inplace, zero, half = [r for r in rs if r["op"].startswith("aten::baddbmm")]
     assert len(inplace["in"]) == 2 and not any(t.endswith(":-") for t in inplace["in"])
     assert zero["in"][0] == "f32[2,4,4]:-" and not zero["in"][1].endswith(":-")
     assert not half["in"][0].endswith(":-")
     nested = next(r for r in rs if r["op"].startswith("aten::mul_"))
     assert nested["out"][0].startswith("f32[?]"), nested
+
+
+def test_a_lazy_module_is_traced_at_module_level(tmp_path):
+    """A lazy module's parameters do not exist before its first forward makes them: that
+    forward's record reads its argument only, the next one its parameters too."""
+    torch.manual_seed(0)
+    lazy = torch.nn.LazyLinear(4)
+    x = torch.ones(2, 8)
+    rs = _records_of(tmp_path, lambda: (lazy(x), lazy(x)), level="modules")
+    assert [len(r["in"]) for r in rs] == [1, 3], rs
 
 
 def test_a_dtensor_is_labelled_by_its_local_shard(tmp_path):

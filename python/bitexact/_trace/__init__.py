@@ -128,6 +128,10 @@ _NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::se
 # reshape of a result, ``_unsafe_view``): no new data, like a view; the next op that reads the
 # result hashes it (in nanoGPT's step, 9 records and 7.5 MB hashed for nothing).
 _SAME_BYTES = frozenset(["aten::_unsafe_view"])
+# Ops that give a tensor another shape in place, never reading its values (which may be memory
+# never written, ``torch.empty(2, 3).t_()``): like a view. By name, any overload.
+_SHAPE_ONLY = frozenset("aten::" + n for n in (
+    "t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_", "as_strided_"))
 
 
 _tracer_class = None
@@ -210,14 +214,16 @@ _COLLECTIVE, _SKIPPED = object(), object()
 
 def _op(func):
     """``(func, kind, written, generator, read)``, remembered: how the mode treats ``func`` (a
-    collective (:mod:`bitexact._trace.c10d`), skipped (a view or alias, :data:`_SAME_BYTES`, or
-    not a computation: :data:`_NOT_COMPUTATION`), or recorded under its name), the arguments it
+    collective (:mod:`bitexact._trace.c10d`), skipped (a view or alias, :data:`_SAME_BYTES`,
+    :data:`_SHAPE_ONLY`, or not a computation: :data:`_NOT_COMPUTATION`), or recorded under its
+    name), the arguments it
     writes and those of them it reads (:func:`bitexact._trace.writes.written_args`) and where
     it takes its generator, for a random op (:func:`bitexact._trace.generator.spec`)."""
     name = func.name()
     if func.namespace in c10d.NAMESPACES:
         kind = _COLLECTIVE
-    elif func.is_view or name in _SAME_BYTES or name.startswith(_NOT_COMPUTATION):
+    elif func.is_view or name in _SAME_BYTES or name.partition(".")[0] in _SHAPE_ONLY \
+            or name.startswith(_NOT_COMPUTATION):
         kind = _SKIPPED
     else:
         kind = name

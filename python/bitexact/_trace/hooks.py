@@ -21,6 +21,8 @@ def module_hooks(state, torch):
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
 
+    from torch.nn.parameter import is_lazy
+
     named = weakref.WeakSet()  # modules whose whole subtree's parameters have names
     local = threading.local()  # .held: [(module, its state's labels before its forward)]
 
@@ -40,7 +42,7 @@ def module_hooks(state, torch):
         held = getattr(local, "held", None)
         if held is None or len(held) > 1 << 12:  # forwards that raised leave theirs behind
             held = local.held = []
-        own = _state_of(mod)
+        own = _state_of(mod, is_lazy)
         before = None
         if own:
             before = ts.Record("module output", "", "", own, ())
@@ -88,14 +90,17 @@ def module_hooks(state, torch):
             optimizer.register_optimizer_step_pre_hook(before_step)]
 
 
-def _state_of(mod):
+def _state_of(mod, is_lazy):
     """What a module's forward reads of its own (not its children's): its parameters and
     its persistent buffers (a buffer left out of its ``state_dict``, such as a preallocated
-    KV cache, may hold memory never written), a DTensor's as this process holds it."""
-    own = [_local(p.detach()) for p in mod._parameters.values() if p is not None]
+    KV cache, may hold memory never written), a DTensor's as this process holds it; a lazy
+    module's, before its first forward makes them (``is_lazy``), none."""
+    own = [_local(p.detach()) for p in mod._parameters.values()
+           if p is not None and not is_lazy(p)]
     if mod._buffers:
         skip = mod._non_persistent_buffers_set
-        own += [_local(b) for n, b in mod._buffers.items() if b is not None and n not in skip]
+        own += [_local(b) for n, b in mod._buffers.items()
+                if b is not None and n not in skip and not is_lazy(b)]
     return own
 
 
