@@ -254,12 +254,10 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
     if written:  # in-place and out= ops: the written tensor is a result, not an input
         if not outs:  # one that returns nothing (``_foreach_add_``, ``_fused_adam_``): the
             # tensors it wrote are its results (an optimizer's step, on CUDA by default)
-            outs = ts.collect_tensors([a for i, a in enumerate(args) if i in written]
-                                      + [v for k, v in kwargs.items() if k in written],
-                                      tensor_type, [])
-        args = [a for i, a in enumerate(args) if i not in written]
-        kwargs = {k: v for k, v in kwargs.items() if k not in written}
-    ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
+            outs = writes.tensors_at(args, kwargs, written, tensor_type)
+        ins = writes.tensors_at(args, kwargs, written, tensor_type, among=False)
+    else:
+        ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     phase, module = state.tracker.where()
     hidden = () if scratch is None else [j for j, t in enumerate(ins) if t is scratch]
     rec = ts.Record(op, phase, module, ins, outs, args=text, call=call, scratch_ins=hidden,

@@ -93,22 +93,15 @@ def module_hooks(state, torch):
 def _state_of(mod, is_lazy):
     """What a module's forward reads of its own (not its children's): its parameters and
     its persistent buffers (a buffer left out of its ``state_dict``, such as a preallocated
-    KV cache, may hold memory never written), a DTensor's as this process holds it; a lazy
-    module's, before its first forward makes them (``is_lazy``), none."""
-    own = [_local(p.detach()) for p in mod._parameters.values()
-           if p is not None and not is_lazy(p)]
+    KV cache, may hold memory never written; a DTensor is hashed as this process's shard,
+    :func:`bitexact._trace.digest.describe`); a lazy module's, before its first forward makes
+    them (``is_lazy``), none."""
+    own = [p.detach() for p in mod._parameters.values() if p is not None and not is_lazy(p)]
     if mod._buffers:
         skip = mod._non_persistent_buffers_set
-        own += [_local(b) for n, b in mod._buffers.items()
+        own += [b for n, b in mod._buffers.items()
                 if b is not None and n not in skip and not is_lazy(b)]
     return own
-
-
-def _local(t):
-    """A parameter or buffer as this process holds it: a DTensor's local shard (the wrapper
-    has no bytes of its own)."""
-    local = getattr(t, "to_local", None)
-    return local() if local is not None else t
 
 
 def pause_loading():

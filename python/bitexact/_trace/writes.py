@@ -81,9 +81,7 @@ def read_before(state, stream, op, written, read, args, kwargs, tensor_type):
     if read is SELF and isinstance(first, tensor_type):  # add_, mul_, ...: no walk
         tensors = [] if kwargs and ignores_self(op, kwargs) else [first]
     elif read:
-        tensors = ts.collect_tensors([a for i, a in enumerate(args) if i in read]
-                                     + [v for k, v in kwargs.items() if k in read],
-                                     tensor_type, [])
+        tensors = tensors_at(args, kwargs, read, tensor_type)
     else:
         tensors = []
     others = _aliased_inputs(written, args, kwargs, tensor_type)
@@ -98,6 +96,14 @@ def read_before(state, stream, op, written, read, args, kwargs, tensor_type):
     return before
 
 
+def tensors_at(args, kwargs, keys, tensor_type, among=True):
+    """The tensors of the call's arguments whose position or name is in ``keys`` (``among``)
+    or not, in argument order."""
+    return ts.collect_tensors([a for i, a in enumerate(args) if (i in keys) == among]
+                              + [v for k, v in kwargs.items() if (k in keys) == among],
+                              tensor_type, [])
+
+
 def _aliased_inputs(written, args, kwargs, tensor_type):
     """The op's inputs (tensor arguments it does not write), when one of them holds the bytes
     of a tensor it writes (the same tensor, or a view at the same address: torch refuses
@@ -109,12 +115,8 @@ def _aliased_inputs(written, args, kwargs, tensor_type):
             inputs = [a for a in rest if isinstance(a, tensor_type)]
             targets = args[:1]
     if inputs is None:
-        inputs = ts.collect_tensors([a for i, a in enumerate(args) if i not in written]
-                                    + [v for k, v in kwargs.items() if k not in written],
-                                    tensor_type, [])
-        targets = ts.collect_tensors([a for i, a in enumerate(args) if i in written]
-                                     + [v for k, v in kwargs.items() if k in written],
-                                     tensor_type, [])
+        inputs = tensors_at(args, kwargs, written, tensor_type, among=False)
+        targets = tensors_at(args, kwargs, written, tensor_type)
     if not inputs:
         return None
     try:
