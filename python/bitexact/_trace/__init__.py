@@ -206,8 +206,8 @@ def _is_tracer(mode):
 
 
 # id(op overload) -> (the overload, its kind, writes.written_args' two sets, generator.spec):
-# keyed by id, with the overload kept and compared, since an OpOverload's __hash__ is a Python method (a call per lookup,
-# every op the program dispatches).
+# keyed by id, with the overload kept and compared, since an OpOverload's __hash__ is a Python
+# method (a call per lookup, every op the program dispatches).
 _ops = {}
 _COLLECTIVE, _SKIPPED = object(), object()
 
