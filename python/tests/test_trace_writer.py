@@ -42,6 +42,14 @@ def chain():
     kept = big.reshape(3, -1).t().clone()  # a result with strides: copied as it lies, gathered
     assert not kept.is_contiguous()  # and sketched on the writer's thread
     kept[::2] * 2  # a view spanning twice its bytes and more: gathered on the program's thread
+    m = torch.zeros(1 << 18)
+    for _ in range(3):  # an optimizer's chain: each op reads what the op before it just wrote,
+        m.mul_(0.9).addcmul_(x, x, value=0.1).sqrt_()  # held while the writer hashes it
+    kept.t().mul_(2)  # a strided view held
+    ctypes.memset(m.data_ptr(), 0, 8)  # changed where no op ran: a held copy, not a digest
+    m.add_(1)
+    with pytest.raises(RuntimeError):
+        m.add_(torch.ones(3))  # raises after its values were held: they are given back
 
 
 @pytest.mark.parametrize("cache", [True, False])
@@ -86,6 +94,24 @@ def test_a_record_needs_a_hole_per_tensor(tmp_path):
     writer.close()
     writer.write("[]\n", [])  # closed: nothing
     want = '["f32[2]:%s"]\n' % fingerprint(t)
+    assert (tmp_path / "w.jsonl").read_text() == want
+
+
+def test_values_held_before_an_op_are_what_its_record_shows(tmp_path):
+    writer = _digest.native().TraceWriter(str(tmp_path / "w.jsonl"))
+    t = torch.arange(1 << 12, dtype=torch.float32)
+    item = (t.data_ptr(), t.nbytes, "f32", [t.numel()])
+    was = fingerprint(t)
+    held = writer.hold([item, item], False)
+    assert len(held) == 2
+    ctypes.memset(t.data_ptr(), 0, t.nbytes)  # written after the hold: the held values stay
+    writer.write('["\0","\0","\0"]\n', [held, item, held])
+    assert len(held) == 0
+    with pytest.raises(ValueError, match="more times than were held"):
+        writer.write('["\0"]\n', [held])
+    writer.close()
+    label = "f32[%d]:" % t.numel()
+    want = '["%s%s","%s%s","%s%s"]\n' % (label, was, label, fingerprint(t), label, was)
     assert (tmp_path / "w.jsonl").read_text() == want
 
 

@@ -14,7 +14,9 @@
 //! - `trace::trace_digests`: an op's tensors for the op tracer, labelled as trace records
 //!   show them, with a cache of digests checked against the bytes (see `trace`).
 //! - `trace_writer::TraceWriter`: the op tracer's trace file, written in order by a
-//!   background thread that also hashes the records' tensors (see `trace_writer`).
+//!   background thread that also hashes the records' tensors (see `trace_writer`), and
+//!   `trace_hold::Held`: tensors' values taken before an op writes them in place, for its
+//!   record.
 //! - `pytest`: what the pytest plugin needs: `bitexact run` returning its report, the
 //!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
 //! - `cuda_status` / `digest_cuda_ptr`: the same digest of device memory, chunks hashed by
@@ -40,6 +42,7 @@ mod copy_pool;
 mod pytest;
 mod strided;
 mod trace;
+mod trace_hold;
 mod trace_record;
 mod trace_writer;
 
@@ -147,12 +150,15 @@ impl Host {
 
     /// [`Item`]s from the tracer, checked.
     fn items(items: Vec<Item>) -> PyResult<Vec<Host>> {
-        (items.into_iter())
-            .map(|item| match item {
-                Item::Plain(p, n, d, s) => Host::new(p, n, &d, s),
-                Item::Strided(p, n, d, s, st) => Host::with_strides(p, n, &d, s, Some(st)),
-            })
-            .collect()
+        items.into_iter().map(Host::item).collect()
+    }
+
+    /// An [`Item`] from the tracer, checked.
+    fn item(item: Item) -> PyResult<Host> {
+        match item {
+            Item::Plain(p, n, d, s) => Host::new(p, n, &d, s),
+            Item::Strided(p, n, d, s, st) => Host::with_strides(p, n, &d, s, Some(st)),
+        }
     }
 
     /// The bytes at the address: the tensor's, or all that a strided view spans (what the
@@ -363,6 +369,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::trace_fingerprints, m)?)?;
     m.add_function(wrap_pyfunction!(trace::fingerprint_bytes, m)?)?;
     m.add_class::<trace_writer::TraceWriter>()?;
+    m.add_class::<trace_hold::Held>()?;
     m.add_function(wrap_pyfunction!(pytest::run_report, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::explain, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::same, m)?)?;

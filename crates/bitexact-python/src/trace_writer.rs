@@ -31,6 +31,7 @@
 
 use super::copy_pool::{copy, copy_checked, copy_raw, recycle, SharedPool};
 use super::trace::{self, Seen, CACHE_ENTRIES};
+use super::trace_hold::{self, Held};
 use super::trace_record::{finish, raw_copy, Record, Shown, Slot, Source};
 use super::Host;
 use pyo3::exceptions::{PyIOError, PyValueError};
@@ -49,6 +50,12 @@ const QUEUED_BYTES: usize = 256 << 20;
 
 /// The writer's thread's result: the first write error, if any.
 type Done = JoinHandle<std::io::Result<()>>;
+
+/// An item made ready for its slot: a host tensor to look up, or a held value's slot.
+enum Pre {
+    Host(Host),
+    Slot(Slot),
+}
 
 /// Records waiting for the writer's thread, and whether the writer was closed.
 #[derive(Default)]
@@ -264,19 +271,26 @@ impl TraceWriter {
     /// the tensor whose sketch it shows, or -1, or the sketch's text; the line then has a byte
     /// 1 where its `"sk"` field goes. A byte 2 (a device value not filled in) is an error.
     /// After [`TraceWriter::close`], and in a forked child, does nothing.
+    /// An item may also be a [`Held`] (from [`TraceWriter::hold`]), once for each tensor it
+    /// holds: the next of its values.
     #[pyo3(signature = (line, items, cache=true, sketches=None))]
     fn write(
         &self,
         py: Python<'_>,
         line: String,
-        items: Vec<super::Item>,
+        items: Vec<Bound<'_, PyAny>>,
         cache: bool,
         sketches: Option<Vec<Shown>>,
     ) -> PyResult<()> {
         if !self.mine() {
             return Ok(());
         }
-        let tensors = Host::items(items)?;
+        let tensors = (items.into_iter())
+            .map(|e| match e.cast::<Held>() {
+                Ok(h) => h.get().take().map(Pre::Slot),
+                Err(_) => Host::item(e.extract()?).map(Pre::Host),
+            })
+            .collect::<PyResult<Vec<Pre>>>()?;
         if line.bytes().any(|b| b == 2) {
             // A device value's mark (`_trace.device.LATER`) left in: never valid JSON.
             return Err(PyValueError::new_err(
@@ -322,7 +336,10 @@ impl TraceWriter {
             // no allocation).
             let want = |i: usize| self.sketch && sketches.iter().any(|k| k.slot() == Some(i));
             let slots = (tensors.into_iter().enumerate())
-                .map(|(i, t)| self.slot(t, &mut c, cache, want(i)))
+                .map(|(i, t)| match t {
+                    Pre::Host(t) => self.slot(t, &mut c, cache, want(i)),
+                    Pre::Slot(s) => s,
+                })
                 .collect();
             let rec = Record {
                 line,
@@ -340,6 +357,26 @@ impl TraceWriter {
             q.records.push(rec);
             Ok(())
         })
+    }
+
+    /// The values of host tensors (as [`TraceWriter::write`] takes them) now, before an op
+    /// writes them in place, for that op's record ([`Held`]): each a digest from the cache
+    /// (with `cache`), or one the writer's thread is making, or a copy for it to hash, never
+    /// filed in the cache. In a forked child, holds nothing (no record is written there).
+    #[pyo3(signature = (items, cache=true))]
+    fn hold(&self, py: Python<'_>, items: Vec<super::Item>, cache: bool) -> PyResult<Held> {
+        let tensors = match self.mine() {
+            true => Host::items(items)?,
+            false => Vec::new(),
+        };
+        let limits = (&*self.queued, QUEUED_BYTES, &self.pool);
+        let slots = py.detach(|| {
+            let c = trace::cache();
+            (tensors.into_iter())
+                .map(|t| trace_hold::slot(t, &c, cache, limits))
+                .collect()
+        });
+        Ok(Held::new(slots, self.queued.clone(), self.pool.clone()))
     }
 
     /// Writes every queued record, closes the file and returns the first write error, if any

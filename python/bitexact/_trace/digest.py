@@ -421,11 +421,19 @@ def labels_now(state, tensors, carrier):
     ones); where the writer hashes later (``state.deferred``), a device tensor's values made or
     copied on its stream without waiting, carried by ``carrier`` (a
     :class:`bitexact._trace.state.Record` whose ``later``, ``keep``, ``waits`` and ``fills``
-    the record of the op then takes over, host tensors copied)."""
+    the record of the op then takes over, host tensors copied). There, plain host tensors are
+    held by the writer (``TraceWriter.hold``: a digest it has, or is still making for the op
+    that just wrote the tensor, or a copy for it to hash), put at the head of the carrier's
+    ``later``, once per tensor."""
     if not tensors:
         return []
     items = _all_fast(tensors, state.max_bytes) if state.rows == 1 else None
-    if items is not None:  # plain host tensors (the common case)
+    if items is not None and state.deferred:  # plain host tensors (the common case)
+        if carrier.later is None:
+            carrier.later, carrier.keep, carrier.waits, carrier.fills = [], [], [], []
+        carrier.later += [state.writer.hold(items, CACHE)] * len(items)
+        return [HOLE] * len(items)
+    if items is not None:
         return _digest.native().trace_digests(items, CACHE)
     if state.deferred and not device.capturing():  # (while captured: labelled :-)
         if carrier.later is None:
