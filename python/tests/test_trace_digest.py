@@ -7,6 +7,7 @@ are byte for byte the same."""
 import ctypes
 import json
 import os
+import types
 
 import pytest
 
@@ -314,6 +315,21 @@ def test_an_ops_arguments_text_for_each_kind_of_value():
     assert text(aten.sqrt.default, t, 5) == "#1=5"  # past the schema's arguments
     gen = torch.Generator()
     assert text(aten.bernoulli_.float, t, 0.5, generator=gen) == "p=0.5,generator=<Generator>"
+
+
+def test_a_complex_tensor_is_labelled_as_the_real_view_that_is_hashed(trace):
+    """``complex64[3]`` is hashed as its real view (real then imaginary, as ``bitexact.digest``
+    hashes it) and labelled as that view, ``f32[3,2]``; its ``abs`` is a real ``f32[3]``."""
+    z = torch.complex(torch.arange(3.0), torch.arange(3.0) + 1)
+    _trace.start(trace)
+    z.abs()
+    _trace.stop()
+    (rec,) = [r for r in records(trace) if r["op"] == "aten::abs"]
+    assert rec["in"] == ["f32[3,2]:" + fingerprint(torch.view_as_real(z))]
+    assert rec["out"] == ["f32[3]:" + fingerprint(z.abs())]
+    meta = _trace_digest.describe([torch.empty(3, dtype=torch.complex128, device="meta")],
+                                  types.SimpleNamespace(max_bytes=1 << 12, rows=1))
+    assert meta == ["f64[3,2]:-"]
 
 
 def test_a_real_tensor_with_the_negative_bit_is_hashed_as_its_values(trace):

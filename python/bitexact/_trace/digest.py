@@ -166,9 +166,17 @@ def _rows(shape, rows):
 
 def _head(t):
     """``dtype[d0,d1,...]`` of a tensor, as :func:`_general` names it (``dtype[?]`` for one
-    without a shape: a strided nested tensor)."""
-    name = _digest._torch_dtypes.get(t.dtype, (str(t.dtype).replace("torch.", ""), False))[0]
-    return "%s[%s]" % (name, ",".join(str(d) for d in _shape(t)))
+    without a shape: a strided nested tensor): a complex tensor as what is hashed, its real
+    view (``complex64[3]`` is ``f32[3,2]``: real then imaginary, as :mod:`bitexact._digest`
+    hashes it); a dtype bitexact has no name for, by torch's name (``qint8[3]``)."""
+    try:
+        name, is_complex = _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)
+    except TypeError:
+        name, is_complex = str(t.dtype).replace("torch.", ""), False
+    dims = [str(d) for d in _shape(t)]
+    if is_complex:
+        dims.append("2")
+    return "%s[%s]" % (name, ",".join(dims))
 
 
 def _shape(t):
