@@ -115,6 +115,29 @@ def test_values_held_before_an_op_are_what_its_record_shows(tmp_path):
     assert (tmp_path / "w.jsonl").read_text() == want
 
 
+HELD_BETWEEN = """
+import sys, torch, bitexact._digest as d
+writer = d.native().TraceWriter(sys.argv[1])
+t = torch.arange(1 << 12, dtype=torch.float32)
+item = (t.data_ptr(), t.nbytes, "f32", [t.numel()])
+held = writer.hold([item])  # a miss: copied for the writer
+writer.write('["\\0"]\\n', [item])  # a record queued in between reads the same bytes
+writer.write('["\\0"]\\n', [held])
+writer.write('["\\0"]\\n', [item])  # after it: the held copy's entry is a hit
+writer.close()
+"""
+
+
+def test_a_record_queued_between_a_hold_and_its_record_never_waits_for_it(tmp_path):
+    """A held copy is filed in the digest cache with its record, not at the hold: a record
+    queued in between that read the same bytes and waited for the held copy's digest would
+    wait for a record behind it, and the writer would never finish."""
+    path = tmp_path / "w.jsonl"
+    subprocess.run([sys.executable, "-c", HELD_BETWEEN, str(path)], check=True, timeout=60)
+    t = torch.arange(1 << 12, dtype=torch.float32)
+    assert path.read_text() == '["f32[%d]:%s"]\n' % (t.numel(), fingerprint(t)) * 3
+
+
 EXIT = """
 import atexit, os, sys, torch, bitexact._trace as t, bitexact._trace.digest as d
 d.BACKGROUND = True

@@ -8,12 +8,15 @@
 //! by the op just before (an optimizer's `exp_avg_sq.mul_(b2).addcmul_(g, g)`): that op's cache
 //! entry is still being hashed by the writer, so the lookup misses. Held, such a tensor waits
 //! for that entry instead (its bytes are checked, as any cache hit's, by an XXH3-128), and one
-//! the cache has not seen is copied for the writer's thread to hash. A copy is never filed in
-//! the cache: a record queued before this one could then wait for a digest that only a later
-//! record makes, and the writer, which handles records in order, would wait forever.
+//! the cache has not seen is copied for the writer's thread to hash. Such a copy is filed in
+//! the cache when the op's record is queued, not before: a record queued in between (a
+//! module's children, under `--trace modules`) could otherwise wait for a digest that only a
+//! later record makes, and the writer, which handles records in order, would wait forever.
+//! Filed late, the entry is still true (the digest of the bytes its XXH3-128 names), and a
+//! later read of unchanged bytes (a parameter's, by its gradient's record) is a hit.
 
 use super::copy_pool::{copy, copy_raw, recycle, SharedPool};
-use super::trace::{self, CacheMap};
+use super::trace::{self, CacheMap, Key, Seen};
 use super::trace_record::{raw_copy, Slot, Source};
 use super::Host;
 use pyo3::exceptions::PyValueError;
@@ -28,14 +31,18 @@ use twox_hash::XxHash3_128;
 /// object dropped before its record is written (the op raised) gives its copies back.
 #[pyclass(module = "bitexact._native", frozen)]
 pub struct Held {
-    slots: Mutex<VecDeque<Slot>>,
+    slots: Mutex<VecDeque<Taken>>,
     queued: Arc<AtomicUsize>,
     pool: SharedPool,
 }
 
+/// A tensor's value as held: its slot and, for one hashed after the hold, the cache entry to
+/// file when its record is queued.
+pub(crate) type Taken = (Slot, Option<(Key, Seen)>);
+
 impl Held {
     /// Values taken into `slots`, whose copies count in the writer's `queued` bytes.
-    pub(crate) fn new(slots: VecDeque<Slot>, queued: Arc<AtomicUsize>, pool: SharedPool) -> Held {
+    pub(crate) fn new(slots: VecDeque<Taken>, queued: Arc<AtomicUsize>, pool: SharedPool) -> Held {
         Held {
             slots: Mutex::new(slots),
             queued,
@@ -43,8 +50,8 @@ impl Held {
         }
     }
 
-    /// The next tensor's slot, for the record being written.
-    pub(crate) fn take(&self) -> PyResult<Slot> {
+    /// The next tensor's slot and cache entry, for the record being written.
+    pub(crate) fn take(&self) -> PyResult<Taken> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.pop_front().ok_or_else(|| {
             PyValueError::new_err("a record names held values more times than were held")
@@ -64,7 +71,7 @@ impl Drop for Held {
     /// Gives back the copies no record took: their bytes leave the writer's count.
     fn drop(&mut self) {
         let slots = std::mem::take(self.slots.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for s in slots {
+        for (s, _) in slots {
             if let Source::Hash(buf, _, _) = s.source {
                 self.queued.fetch_sub(buf.len(), Ordering::Relaxed);
                 recycle(&self.pool, buf);
@@ -76,38 +83,58 @@ impl Drop for Held {
 /// The slot of `host` as it is now: the digest of the cache entry `c` has for its bytes
 /// (ready, or one the writer is still making: waited for), else (`use_cache` off, or a miss) a
 /// copy for the writer's thread, counted in `queued`, or, past `limit` queued bytes, its
-/// fingerprint made now. Never filed in the cache (see the module doc).
+/// fingerprint made now; with `use_cache`, a miss's entry, to file when the record is queued
+/// (see the module doc).
 pub(crate) fn slot(
     host: Host,
     c: &CacheMap,
     use_cache: bool,
     (queued, limit, pool): (&AtomicUsize, usize, &SharedPool),
-) -> Slot {
+) -> Taken {
     let t = &host;
-    let hit = use_cache
-        .then(|| trace::seen(c, t, XxHash3_128::oneshot(t.data())))
-        .flatten()
+    let check = use_cache.then(|| XxHash3_128::oneshot(t.data()));
+    let hit = check
+        .and_then(|check| trace::seen(c, t, check))
         .map(|seen| match seen.hashed.get() {
             Some(h) => Source::Ready(h.clone()),
             None => Source::Wait(seen.hashed.clone()),
         });
-    let source = hit.unwrap_or_else(|| {
-        let raw = raw_copy(t);
-        let copied = if raw { t.data().len() } else { t.nbytes };
-        if queued.load(Ordering::Relaxed) + copied > limit {
-            return Source::Ready(trace::hash(t, false));
+    let (source, entry) = match hit {
+        Some(source) => (source, None),
+        None => {
+            let (source, hashed) = copied(t, queued, limit, pool);
+            let entry = check.map(|check| (trace::key(t), Seen::new(t, check, hashed)));
+            (source, entry)
         }
-        queued.fetch_add(copied, Ordering::Relaxed);
-        let bytes = match raw {
-            true => copy_raw(pool, t.data()),
-            false => copy(pool, t),
-        };
-        let strides = t.strides.clone().filter(|_| raw);
-        Source::Hash(bytes, strides, Arc::new(OnceLock::new()))
-    });
-    Slot {
+    };
+    let slot = Slot {
         dtype: host.dtype,
         shape: host.shape,
         source,
+    };
+    (slot, entry)
+}
+
+/// `t`'s bytes copied for the writer's thread to hash (counted in `queued`), or, past `limit`
+/// queued bytes, its fingerprint made now; and where its digest will be.
+fn copied(
+    t: &Host,
+    queued: &AtomicUsize,
+    limit: usize,
+    pool: &SharedPool,
+) -> (Source, Arc<OnceLock<trace::Hashed>>) {
+    let raw = raw_copy(t);
+    let copied = if raw { t.data().len() } else { t.nbytes };
+    if queued.load(Ordering::Relaxed) + copied > limit {
+        let h = trace::hash(t, false);
+        return (Source::Ready(h.clone()), Arc::new(OnceLock::from(h)));
     }
+    queued.fetch_add(copied, Ordering::Relaxed);
+    let bytes = match raw {
+        true => copy_raw(pool, t.data()),
+        false => copy(pool, t),
+    };
+    let strides = t.strides.clone().filter(|_| raw);
+    let hashed = Arc::new(OnceLock::new());
+    (Source::Hash(bytes, strides, hashed.clone()), hashed)
 }

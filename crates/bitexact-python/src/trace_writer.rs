@@ -51,10 +51,11 @@ const QUEUED_BYTES: usize = 256 << 20;
 /// The writer's thread's result: the first write error, if any.
 type Done = JoinHandle<std::io::Result<()>>;
 
-/// An item made ready for its slot: a host tensor to look up, or a held value's slot.
+/// An item made ready for its slot: a host tensor to look up, or a held value's slot and the
+/// cache entry to file with it.
 enum Pre {
     Host(Host),
-    Slot(Slot),
+    Slot(Slot, Option<(trace::Key, Seen)>),
 }
 
 /// Records waiting for the writer's thread, and whether the writer was closed.
@@ -287,7 +288,7 @@ impl TraceWriter {
         }
         let tensors = (items.into_iter())
             .map(|e| match e.cast::<Held>() {
-                Ok(h) => h.get().take().map(Pre::Slot),
+                Ok(h) => h.get().take().map(|(s, entry)| Pre::Slot(s, entry)),
                 Err(_) => Host::item(e.extract()?).map(Pre::Host),
             })
             .collect::<PyResult<Vec<Pre>>>()?;
@@ -338,7 +339,12 @@ impl TraceWriter {
             let slots = (tensors.into_iter().enumerate())
                 .map(|(i, t)| match t {
                     Pre::Host(t) => self.slot(t, &mut c, cache, want(i)),
-                    Pre::Slot(s) => s,
+                    Pre::Slot(s, entry) => {
+                        if let Some((key, seen)) = entry.filter(|_| cache) {
+                            c.insert(key, seen); // queued with this record: see trace_hold
+                        }
+                        s
+                    }
                 })
                 .collect();
             let rec = Record {
