@@ -6,7 +6,8 @@ to ``.bitexact-capture.safetensors`` (``in0…``, ``out0…``) with, as safetens
 arguments as JSON, a tensor as ``{"T": i}`` (``in<i>``), a float as ``{"f": repr}``, a dtype
 as ``{"dtype": name}``, a device ``{"device": …}``, a layout or memory format ``{"torch":
 name}``, a tensor the op writes in place ``{"T": i, "W": name}`` (``in<i>``: its values
-before the op) or, when the capture has not kept them, ``{"W": name}``
+before the op, read or not: an ``out=`` argument, a partly written tensor) or, in a
+capture by an older bitexact that did not keep them, ``{"W": name}``
 (``bitexact._trace.state.call_spec``).
 
 This script replays each side's call in float64 (floating inputs cast to float64, floating
@@ -75,7 +76,7 @@ def _decode(x, tensors, wrote=None):
         return getattr(torch, x["torch"])
     if "W" in x:
         raise ValueError("the op writes %s, and the capture holds only its value after the "
-                         "op (an out= argument, or a capture by an older bitexact)" % x["W"])
+                         "op (a capture by an older bitexact)" % x["W"])
     raise ValueError("an argument cannot be replayed: %s" % x.get("repr", x))
 
 

@@ -677,11 +677,14 @@ def test_the_partial_writes_the_reader_knows_are_never_read_before():
     ("aten::add_.Tensor", lambda x, y: x.add_(y, alpha=0.5)),
     ("aten::_foreach_mul_.Tensor", lambda x, y: torch._foreach_mul_([x, y], torch.tensor(3.0))),
     ("aten::add_.Tensor", lambda x, y: x.add_(x)),
+    ("aten::mul.out", lambda x, y: torch.mul(x, y, out=torch.empty(2, 3))),
+    ("aten::index_put_", lambda x, y: x.index_put_((torch.tensor([1]),), y[0])),
+    ("aten::copy_", lambda x, y: x.copy_(y)),
 ])
 def test_a_captured_in_place_op_replays_from_what_it_read(tmp_path, monkeypatch, op, program):
-    """A capture of an in-place op keeps the values it read of what it writes, from before
-    it ran, so the float64 replay recomputes it (an op that returns nothing: from what it
-    wrote) and lands on the recorded result."""
+    """A capture of an in-place or ``out=`` op keeps what it writes as it was before it ran
+    (read, overwritten or partly written), so the float64 replay recomputes it (an op that
+    returns nothing: from what it wrote) and lands on the recorded result."""
     from bitexact import _replay
     from bitexact._trace import state as _trace_state
 

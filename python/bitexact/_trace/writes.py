@@ -74,7 +74,9 @@ def read_before(state, stream, op, written, read, args, kwargs, tensor_type):
     Host tensors are hashed on the program's thread; where the writer hashes later
     (``state.deferred``) and a tensor is on a device, its values are computed or copied on its
     stream before the op and the record carries them (``later``, ``keep``, ``waits``,
-    ``fills``, with host tensors copied): the program does not wait for the device."""
+    ``fills``, with host tensors copied): the program does not wait for the device. In a run
+    that captures an op (``state.capture``), every written tensor is also copied as it was
+    (``snaps``), for the replay of the op."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return None
     first = args[0] if args else None
@@ -85,11 +87,15 @@ def read_before(state, stream, op, written, read, args, kwargs, tensor_type):
     else:
         tensors = []
     others = _aliased_inputs(written, args, kwargs, tensor_type)
-    if not tensors and others is None:
+    capturing = state.capture is not None  # a run that captures an op, for its replay
+    if not tensors and others is None and not capturing:
         return None
     before = ts.Record(op, "", "", tensors, ())
-    if state.capture is not None:  # a run that captures an op: what it read, for its replay
-        before.snaps = {id(t): t.detach().clone() for t in tensors + (others or [])}
+    if capturing:  # what it read, and what it writes as the op found it (an ``out=``
+        # argument, a partly written tensor): copied, never hashed, so the replay starts from
+        # the same bytes
+        kept = tensors_at(args, kwargs, written, tensor_type) + tensors + (others or [])
+        before.snaps = {id(t): t.detach().clone() for t in kept}
     before.described_ins = digest.labels_now(state, tensors, before)
     if others is not None:
         before.others = digest.labels_now(state, others, before)
