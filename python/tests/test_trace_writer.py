@@ -4,6 +4,7 @@ op saw even when the program changes them right after, every record written at e
 ``os._exit``, forked children left alone, malformed records refused."""
 
 import ctypes
+import json
 import subprocess
 import sys
 
@@ -46,6 +47,7 @@ def chain():
     for _ in range(3):  # an optimizer's chain: each op reads what the op before it just wrote,
         m.mul_(0.9).addcmul_(x, x, value=0.1).sqrt_()  # held while the writer hashes it
     kept.t().mul_(2)  # a strided view held
+    m.addcmul_(m, x)  # what it writes and an input that aliases it, held one after the other
     ctypes.memset(m.data_ptr(), 0, 8)  # changed where no op ran: a held copy, not a digest
     m.add_(1)
     with pytest.raises(RuntimeError):
@@ -128,14 +130,61 @@ writer.close()
 """
 
 
+def run_alone(script, *args, timeout=60):
+    """Runs a Python ``script`` in a session of its own; a hang (a failure) is killed with
+    every process it forked, never left behind."""
+    import os
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], start_new_session=True)
+    try:
+        assert proc.wait(timeout=timeout) == 0
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("hung for %d s" % timeout)
+
+
 def test_a_record_queued_between_a_hold_and_its_record_never_waits_for_it(tmp_path):
     """A held copy is filed in the digest cache with its record, not at the hold: a record
     queued in between that read the same bytes and waited for the held copy's digest would
     wait for a record behind it, and the writer would never finish."""
     path = tmp_path / "w.jsonl"
-    subprocess.run([sys.executable, "-c", HELD_BETWEEN, str(path)], check=True, timeout=60)
+    run_alone(HELD_BETWEEN, str(path))
     t = torch.arange(1 << 12, dtype=torch.float32)
     assert path.read_text() == '["f32[%d]:%s"]\n' % (t.numel(), fingerprint(t)) * 3
+
+
+FORK_RESTART = """
+import os, sys, torch, bitexact, bitexact._trace as t, bitexact._trace.digest as d
+torch.set_num_threads(1)  # OpenMP's threads are gone in a forked child
+d.BACKGROUND = True
+big = torch.ones(1 << 22)
+bitexact.digest(big)  # the parallel pool started in the parent: its threads are not the child's
+t.start(sys.argv[1] + ".parent")
+ms = [torch.ones(1 << 20) for _ in range(20)]
+for m in ms:
+    m.mul_(0.9)  # 80 MiB of results: the writer is still hashing the last ones at the fork
+pid = os.fork()
+if pid == 0:  # a child that traces on its own: its parent's unfinished digests are not its own
+    t.stop()
+    t.start(sys.argv[1])
+    ms[-1].add_(1)  # held before the op
+    ms[-1] + 1  # read by an op
+    t.stop()
+    bitexact.digest(big)
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+t.stop()
+"""
+
+
+def test_a_forked_child_that_traces_never_waits_for_its_parent_s_digests(tmp_path):
+    """Nor for its parent's threads: a child hashes a large tensor in a pool of its own."""
+    path = tmp_path / "child.jsonl"
+    run_alone(FORK_RESTART, str(path))
+    ops = [json.loads(line)["op"] for line in path.read_text().splitlines()]
+    assert ops == ["aten::add_.Tensor", "aten::add.Tensor"]
 
 
 EXIT = """
@@ -157,7 +206,7 @@ for i in range(300):
 
 def test_every_record_is_written_at_exit_and_a_forked_child_leaves_the_writer_alone(tmp_path):
     path = str(tmp_path / "t.jsonl")
-    subprocess.run([sys.executable, "-c", EXIT, path], check=True, timeout=300)
+    run_alone(EXIT, path, timeout=300)
     rs = records(path)
     assert [r["op"] for r in rs] == ["aten::ones"] + ["aten::add.Tensor"] * 300
     assert rs[-1]["out"] == ["f32[65536]:" + fingerprint(torch.full((1 << 16,), 301.0))]
@@ -187,7 +236,7 @@ writer.close()
 
 def test_the_native_writer_does_nothing_in_a_forked_child(tmp_path):
     path = str(tmp_path / "w.jsonl")
-    subprocess.run([sys.executable, "-c", CHILD, path], check=True, timeout=120)
+    run_alone(CHILD, path, timeout=120)
     label = '["f32[2]:%s"]\n' % fingerprint(torch.ones(2))
     assert (tmp_path / "w.jsonl").read_text() == label * 2
 

@@ -39,6 +39,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 mod copy_pool;
+mod fork_safe;
 mod pytest;
 mod strided;
 mod trace;
@@ -224,7 +225,7 @@ fn main(py: Python<'_>, argv: Vec<OsString>, python: PathBuf, package: Option<Pa
         program: python,
         args: vec!["-m".into(), "bitexact".into()],
     };
-    py.detach(|| bitexact::cli::main(argv, me))
+    fork_safe::detached(py, || bitexact::cli::main(argv, me))
 }
 
 /// The canonical hex digest of the `nbytes` bytes at address `ptr`, read as a `dtype` tensor
@@ -239,7 +240,7 @@ fn digest_ptr(
     shape: Vec<usize>,
 ) -> PyResult<String> {
     let t = Host::new(ptr, nbytes, dtype, shape)?;
-    Ok(py.detach(|| t.digest()).hex())
+    Ok(fork_safe::detached(py, || t.digest()).hex())
 }
 
 /// [`digest_ptr`] for many tensors at once, `(ptr, nbytes, dtype, shape)` each, hashed in
@@ -255,10 +256,12 @@ fn digests_ptr(
     // chunked in parallel inside `digest_parts`.
     let total: usize = tensors.iter().map(|t| t.nbytes).sum();
     if total <= digest::CHUNK_BYTES {
-        return Ok(py.detach(|| tensors.iter().map(|t| t.digest().hex()).collect()));
+        return Ok(fork_safe::detached(py, || {
+            tensors.iter().map(|t| t.digest().hex()).collect()
+        }));
     }
     let per_job = (digest::CHUNK_BYTES * tensors.len() / total).max(1);
-    Ok(py.detach(|| {
+    Ok(fork_safe::detached(py, || {
         tensors
             .par_iter()
             .with_min_len(per_job)
@@ -289,7 +292,9 @@ fn fingerprints_ptr(
         h.write(t.data());
         format!("{:032x}", h.finish_128())
     };
-    Ok(py.detach(|| tensors.par_iter().map(one).collect()))
+    Ok(fork_safe::detached(py, || {
+        tensors.par_iter().map(one).collect()
+    }))
 }
 
 /// The canonical hex digest of a `bytes` object read as a `dtype` tensor of `shape`.
@@ -297,14 +302,14 @@ fn fingerprints_ptr(
 fn digest_bytes(py: Python<'_>, data: &[u8], dtype: &str, shape: Vec<usize>) -> PyResult<String> {
     let d = self::dtype(dtype)?;
     expect_bytes(d, &shape, data.len())?;
-    Ok(py.detach(|| digest::digest_parts(d, &shape, data)).hex())
+    Ok(fork_safe::detached(py, || digest::digest_parts(d, &shape, data)).hex())
 }
 
 /// `None` when digests of CUDA memory can be computed on the device here, else the reason
 /// they cannot (no driver, no device, no NVRTC), as `bitexact report` words it.
 #[pyfunction]
 fn cuda_status(py: Python<'_>) -> Option<String> {
-    py.detach(|| bitexact::backend::cuda::Gpu::get().err())
+    fork_safe::detached(py, || bitexact::backend::cuda::Gpu::get().err())
 }
 
 /// The canonical hex digest of `nbytes` bytes of device memory at `ptr` on CUDA device 0 (in
@@ -323,9 +328,11 @@ fn digest_cuda_ptr(
 ) -> PyResult<String> {
     let d = self::dtype(dtype)?;
     expect_bytes(d, &shape, nbytes)?;
-    py.detach(|| bitexact::backend::cuda::ops::device_digest(ptr, nbytes, d, &shape, stream))
-        .map(|d| d.hex())
-        .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
+    fork_safe::detached(py, || {
+        bitexact::backend::cuda::ops::device_digest(ptr, nbytes, d, &shape, stream)
+    })
+    .map(|d| d.hex())
+    .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
 }
 
 /// Launches bitexact's fingerprint kernel on `stream` (torch's current stream of CUDA device 0)
@@ -347,13 +354,16 @@ fn trace_fingerprint_sums_cuda(
     use bitexact::backend::cuda::fingerprint::launch_sums;
     // SAFETY: the caller's contract, above. The GIL is released: the first call compiles the
     // kernel with NVRTC.
-    py.detach(|| unsafe { launch_sums(items, count, max_words, out, stream) })
-        .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
+    fork_safe::detached(py, || unsafe {
+        launch_sums(items, count, max_words, out, stream)
+    })
+    .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))
 }
 
 /// The module `bitexact._native`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    fork_safe::init();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("CHUNK_BYTES", digest::CHUNK_BYTES)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;

@@ -34,7 +34,7 @@ pub fn run_report(
     if let Some(dir) = package {
         bitexact::program::tracer::set_own_package(dir);
     }
-    py.detach(|| match bitexact::cli::run_report(argv) {
+    crate::fork_safe::detached(py, || match bitexact::cli::run_report(argv) {
         (code, Some(r)) => (
             code,
             Some(bitexact::report::render(Format::Text, &r)),
@@ -63,7 +63,9 @@ pub fn explain(
     b: (usize, usize, String, Vec<usize>),
 ) -> PyResult<String> {
     let (a, b) = (tensor(a)?, tensor(b)?);
-    Ok(py.detach(|| bitexact::explain_diff(name, runs, &a, &b).summary()))
+    Ok(crate::fork_safe::detached(py, || {
+        bitexact::explain_diff(name, runs, &a, &b).summary()
+    }))
 }
 
 /// Whether two tensors, each `(ptr, nbytes, dtype, shape)` as `digests_ptr` takes them, have
@@ -81,7 +83,7 @@ pub fn same(
     if a.dtype != b.dtype || a.shape != b.shape {
         return Ok(false);
     }
-    Ok(py.detach(|| a.data() == b.data()))
+    Ok(crate::fork_safe::detached(py, || a.data() == b.data()))
 }
 
 /// Parses hex digests by name.
@@ -136,8 +138,9 @@ pub fn snapshot_check(
         r.program = Some(info);
     }
     let controls = Controls::from_env().map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
-    let result =
-        py.detach(|| bitexact::snapshot::check_matches(&dir, &r, &controls, update, accept));
+    let result = crate::fork_safe::detached(py, || {
+        bitexact::snapshot::check_matches(&dir, &r, &controls, update, accept)
+    });
     Ok(match result {
         Ok(note) => (true, note),
         Err(msg) => (false, Some(msg)),

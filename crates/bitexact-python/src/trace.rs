@@ -23,7 +23,8 @@
 //! The tensors an op still has to hash (its results, mostly) are hashed in parallel when there
 //! are several and over [`PARALLEL_BYTES`]. The tracer's background writer
 //! ([`super::trace_writer`]) shares the cache: an entry it is still hashing is unset, and a
-//! lookup here treats it as a miss.
+//! lookup here treats it as a miss, except for the values it holds before an in-place op
+//! ([`super::trace_hold`]), which wait for it.
 
 use super::Host;
 use bitexact::fingerprint::{self, Fingerprint};
@@ -33,6 +34,7 @@ use pyo3::prelude::*;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use twox_hash::XxHash3_128;
 
@@ -142,9 +144,19 @@ pub(crate) fn hash(t: &Host, sketch: bool) -> Hashed {
 
 static CACHE: LazyLock<Mutex<CacheMap>> = LazyLock::new(Default::default);
 
-/// The digest cache, locked.
+/// [`super::trace_writer::forks_so_far`] when the cache was last used.
+static CACHE_FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// The digest cache, locked; emptied first in a forked child, where the digests its parent's
+/// writer was still making would never be made.
 pub(crate) fn cache() -> std::sync::MutexGuard<'static, CacheMap> {
-    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let forks = super::trace_writer::forks_so_far();
+    if CACHE_FORKS.load(Ordering::Relaxed) != forks {
+        c.clear();
+        CACHE_FORKS.store(forks, Ordering::Relaxed);
+    }
+    c
 }
 
 /// The buffer's key in the cache.
@@ -174,31 +186,45 @@ pub(crate) fn seen<'c>(c: &'c CacheMap, t: &Host, check: u128) -> Option<&'c See
     })
 }
 
+/// A tensor's digest as a lookup found it: made, or still being made by the background
+/// writer for a record queued before ([`super::trace_writer`]).
+pub(crate) enum Found {
+    /// Made (from the cache or just now).
+    Made(Hashed),
+    /// Being made by the writer's thread, in a record it handles before any queued later.
+    Pending(Arc<OnceLock<Hashed>>),
+}
+
 /// The XXH3-128 of `t`'s bytes and, when the cache saw those bytes in this buffer, their digest
-/// and sketch (`None` when it was never asked for).
-fn lookup(t: &Host) -> (u128, Option<Hashed>) {
+/// and sketch (`None` when it was never asked for), or the digest still being made (`wait`;
+/// without it, such an entry is a miss).
+fn lookup(t: &Host, wait: bool) -> (u128, Option<Found>) {
     let check = XxHash3_128::oneshot(t.data());
-    // An entry still being hashed (by the background writer) is a miss.
-    let hit = seen(&cache(), t, check).and_then(|s| s.hashed.get().cloned());
+    let hit = seen(&cache(), t, check).and_then(|s| match s.hashed.get() {
+        Some(h) => Some(Found::Made(h.clone())),
+        None => wait.then(|| Found::Pending(s.hashed.clone())),
+    });
     (check, hit)
 }
 
 /// The fingerprints of `tensors` (and the sketches of those `want` marks), from the cache
-/// (when `use_cache`) or computed: the ones to compute in parallel when there are several and
+/// (when `use_cache`; with `wait`, one the writer's thread is still making is
+/// [`Found::Pending`]) or computed: the ones to compute in parallel when there are several and
 /// enough bytes ([`PARALLEL_BYTES`]); a tensor over [`fingerprint::PAR_BYTES`] is also
 /// fingerprinted in parallel chunks. A cached fingerprint whose sketch is wanted and was never
-/// made is recomputed whole.
-fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
+/// made is recomputed whole. What is computed is filed in the cache.
+pub(crate) fn digests(tensors: &[Host], use_cache: bool, want: &[bool], wait: bool) -> Vec<Found> {
     let wants = |i: usize| want.get(i).copied().unwrap_or(false);
-    let looked: Vec<(u128, Option<Hashed>)> = if use_cache {
-        tensors.iter().map(lookup).collect()
+    let looked: Vec<(u128, Option<Found>)> = if use_cache {
+        tensors.iter().map(|t| lookup(t, wait)).collect()
     } else {
         tensors.iter().map(|_| (0, None)).collect()
     };
     let todo: Vec<usize> = (0..tensors.len())
         .filter(|&i| match &looked[i].1 {
             None => true,
-            Some((_, s)) => wants(i) && s.is_none(),
+            Some(Found::Made((_, s))) => wants(i) && s.is_none(),
+            Some(Found::Pending(_)) => false,
         })
         .collect();
     let bytes: usize = todo.iter().map(|&i| tensors[i].nbytes).sum();
@@ -224,8 +250,9 @@ fn digests(tensors: &[Host], use_cache: bool, want: &[bool]) -> Vec<Hashed> {
         .into_iter()
         .enumerate()
         .map(|(i, (_, hit))| match hit {
-            Some(h) if !(wants(i) && h.1.is_none()) => h,
-            _ => computed.next().expect("one per miss"),
+            Some(Found::Made(h)) if !(wants(i) && h.1.is_none()) => Found::Made(h),
+            Some(pending @ Found::Pending(_)) => pending,
+            _ => Found::Made(computed.next().expect("one per miss")),
         })
         .collect()
 }
@@ -269,12 +296,16 @@ pub fn trace_digests(
 ) -> PyResult<Py<PyAny>> {
     let tensors = Host::items(items)?;
     let want = sketch.clone().unwrap_or_default();
-    let (labels, sketches): (Vec<String>, Vec<String>) = py.detach(|| {
-        let ds = digests(&tensors, cache, &want);
-        tensors
-            .iter()
-            .zip(ds)
-            .map(|(t, (d, s))| (label(t, &d), s.as_deref().unwrap_or("").to_owned()))
+    let (labels, sketches): (Vec<String>, Vec<String>) = crate::fork_safe::detached(py, || {
+        let ds = digests(&tensors, cache, &want, false);
+        (tensors.iter().zip(ds))
+            .map(|(t, found)| {
+                let (d, s) = match &found {
+                    Found::Made(h) => h,
+                    Found::Pending(h) => h.wait(), // (none: asked without waiting)
+                };
+                (label(t, d), s.as_deref().unwrap_or("").to_owned())
+            })
             .unzip()
     });
     Ok(match sketch {
@@ -290,7 +321,7 @@ pub fn trace_digests(
 #[pyfunction]
 pub fn trace_fingerprints(py: Python<'_>, items: Vec<super::Item>) -> PyResult<Vec<String>> {
     let tensors = Host::items(items)?;
-    Ok(py.detach(|| {
+    Ok(crate::fork_safe::detached(py, || {
         (tensors.iter())
             .map(|t| t.fingerprint_strided().hex())
             .collect()
@@ -300,7 +331,7 @@ pub fn trace_fingerprints(py: Python<'_>, items: Vec<super::Item>) -> PyResult<V
 /// The trace fingerprint of `data`, a tensor's canonical bytes (32 hex digits).
 #[pyfunction]
 pub fn fingerprint_bytes(py: Python<'_>, data: &[u8]) -> String {
-    py.detach(|| fingerprint::fingerprint(data).hex())
+    crate::fork_safe::detached(py, || fingerprint::fingerprint(data).hex())
 }
 
 /// The sketch text (`src/trace/sketch.rs`'s format) of a `dtype` tensor from its parts, made by

@@ -31,7 +31,7 @@
 
 use super::copy_pool::{copy, copy_checked, copy_raw, recycle, SharedPool};
 use super::trace::{self, Seen, CACHE_ENTRIES};
-use super::trace_hold::{self, Held};
+use super::trace_hold::Held;
 use super::trace_record::{finish, raw_copy, Record, Shown, Slot, Source};
 use super::Host;
 use pyo3::exceptions::{PyIOError, PyValueError};
@@ -51,11 +51,10 @@ const QUEUED_BYTES: usize = 256 << 20;
 /// The writer's thread's result: the first write error, if any.
 type Done = JoinHandle<std::io::Result<()>>;
 
-/// An item made ready for its slot: a host tensor to look up, or a held value's slot and the
-/// cache entry to file with it.
+/// An item made ready for its slot: a host tensor to look up, or a held digest's slot.
 enum Pre {
     Host(Host),
-    Slot(Slot, Option<(trace::Key, Seen)>),
+    Slot(Slot),
 }
 
 /// Records waiting for the writer's thread, and whether the writer was closed.
@@ -80,6 +79,12 @@ const POLL: std::time::Duration = std::time::Duration::from_millis(1);
 /// nanoGPT step).
 static FORKS: AtomicU64 = AtomicU64::new(0);
 
+/// How many times this process's line of descent has forked since a trace writer was first
+/// made ([`FORKS`]; 0 before).
+pub(crate) fn forks_so_far() -> u64 {
+    FORKS.load(Ordering::Relaxed)
+}
+
 /// The child's side of a fork: see [`FORKS`] (an atomic increment: async-signal-safe).
 extern "C" fn forked() {
     FORKS.fetch_add(1, Ordering::Relaxed);
@@ -90,7 +95,7 @@ extern "C" fn forked() {
 static COUNTED: AtomicBool = AtomicBool::new(false);
 
 /// [`FORKS`] now, its handler registered first (once per process; a forked child inherits it).
-fn forks() -> u64 {
+pub(crate) fn forks() -> u64 {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
         // SAFETY: registers a handler that only increments an atomic; no other state is
@@ -288,7 +293,7 @@ impl TraceWriter {
         }
         let tensors = (items.into_iter())
             .map(|e| match e.cast::<Held>() {
-                Ok(h) => h.get().take().map(|(s, entry)| Pre::Slot(s, entry)),
+                Ok(h) => h.get().take().map(Pre::Slot),
                 Err(_) => Host::item(e.extract()?).map(Pre::Host),
             })
             .collect::<PyResult<Vec<Pre>>>()?;
@@ -322,7 +327,7 @@ impl TraceWriter {
                 tensors.len()
             )));
         }
-        py.detach(|| {
+        crate::fork_safe::detached(py, || {
             let (lock, _) = &*self.queue;
             if lock.lock().unwrap_or_else(|e| e.into_inner()).closed {
                 return Ok(());
@@ -339,12 +344,7 @@ impl TraceWriter {
             let slots = (tensors.into_iter().enumerate())
                 .map(|(i, t)| match t {
                     Pre::Host(t) => self.slot(t, &mut c, cache, want(i)),
-                    Pre::Slot(s, entry) => {
-                        if let Some((key, seen)) = entry.filter(|_| cache) {
-                            c.insert(key, seen); // queued with this record: see trace_hold
-                        }
-                        s
-                    }
+                    Pre::Slot(s) => s,
                 })
                 .collect();
             let rec = Record {
@@ -365,24 +365,17 @@ impl TraceWriter {
         })
     }
 
-    /// The values of host tensors (as [`TraceWriter::write`] takes them) now, before an op
-    /// writes them in place, for that op's record ([`Held`]): each a digest from the cache
-    /// (with `cache`), or one the writer's thread is making, or a copy for it to hash, never
-    /// filed in the cache. In a forked child, holds nothing (no record is written there).
+    /// The digests of host tensors (as [`TraceWriter::write`] takes them) as they are now,
+    /// before an op writes them in place, for that op's record ([`Held`]): from the cache
+    /// (with `cache`), or one the writer's thread is still making, or made now. In a forked
+    /// child, holds nothing (no record is written there).
     #[pyo3(signature = (items, cache=true))]
     fn hold(&self, py: Python<'_>, items: Vec<super::Item>, cache: bool) -> PyResult<Held> {
         let tensors = match self.mine() {
             true => Host::items(items)?,
             false => Vec::new(),
         };
-        let limits = (&*self.queued, QUEUED_BYTES, &self.pool);
-        let slots = py.detach(|| {
-            let c = trace::cache();
-            (tensors.into_iter())
-                .map(|t| trace_hold::slot(t, &c, cache, limits))
-                .collect()
-        });
-        Ok(Held::new(slots, self.queued.clone(), self.pool.clone()))
+        Ok(crate::fork_safe::detached(py, || Held::of(tensors, cache)))
     }
 
     /// Writes every queued record, closes the file and returns the first write error, if any

@@ -426,25 +426,23 @@ def _finish(out, sliced, slow, hosts, tensors, nat, waiting=None):
 def labels_now(state, tensors, carrier):
     """The labels of ``tensors`` as their bytes are now, before an op or a module's forward
     that may change them: host tensors hashed on the calling thread (one native call for plain
-    ones); where the writer hashes later (``state.deferred``), a device tensor's values made or
-    copied on its stream without waiting, carried by ``carrier`` (a
-    :class:`bitexact._trace.state.Record` whose ``later``, ``keep``, ``waits`` and ``fills``
-    the record of the op then takes over, host tensors copied). There, plain host tensors are
-    held by the writer (``TraceWriter.hold``: a digest it has, or is still making for the op
-    that just wrote the tensor, or a copy for it to hash), put at the head of the carrier's
-    ``later``, once per tensor."""
+    ones). Where the writer hashes later (``state.deferred``), what the record of the op then
+    takes over is appended to ``carrier``'s (a :class:`bitexact._trace.state.Record`) ``later``,
+    ``keep``, ``waits`` and ``fills``: plain host tensors are held by the writer
+    (``TraceWriter.hold``: the digest it has, or is still making for the op that just wrote
+    the tensor, or made now), once per tensor; a device tensor's values are made or copied on
+    its stream without waiting (host tensors among them copied)."""
     if not tensors:
         return []
     items = _all_fast(tensors, state.max_bytes) if state.rows == 1 else None
-    if items is not None and state.deferred:  # plain host tensors (the common case)
-        if carrier.later is None:
-            carrier.later, carrier.keep, carrier.waits, carrier.fills = [], [], [], []
+    if items is None and state.deferred and device.capturing():  # (labelled :-)
+        return describe(tensors, state)
+    if not state.deferred:
+        return _digest.native().trace_digests(items, CACHE) if items is not None \
+            else describe(tensors, state)
+    if carrier.later is None:
+        carrier.later, carrier.keep, carrier.waits, carrier.fills = [], [], [], []
+    if items is not None:  # plain host tensors (the common case)
         carrier.later += [state.writer.hold(items, CACHE)] * len(items)
         return [HOLE] * len(items)
-    if items is not None:
-        return _digest.native().trace_digests(items, CACHE)
-    if state.deferred and not device.capturing():  # (while captured: labelled :-)
-        if carrier.later is None:
-            carrier.later, carrier.keep, carrier.waits, carrier.fills = [], [], [], []
-        return describe(tensors, state, rec=carrier, snapshot=True)
-    return describe(tensors, state)
+    return describe(tensors, state, rec=carrier, snapshot=True)

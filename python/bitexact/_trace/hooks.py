@@ -40,7 +40,9 @@ def module_hooks(state, torch):
         if recording(mod) is None:
             return
         held = getattr(local, "held", None)
-        if held is None or len(held) > 1 << 12:  # forwards that raised leave theirs behind
+        # An outermost forward (the tracker's forward hook, before this one, has entered it):
+        # what forwards that raised left behind is dropped.
+        if held is None or state.tracker.depth() <= 1:
             held = local.held = []
         own = _state_of(mod, is_lazy)
         before = None

@@ -108,6 +108,11 @@ class Tracker:
             stack = self._local.stack = []
         return stack
 
+    def depth(self):
+        """How many module forwards this thread is inside (the one starting counts)."""
+        stack = getattr(self._local, "stack", None)
+        return len(stack) if stack else 0
+
     def where(self):
         """``(phase, module)`` of an op made now in this thread: ``forward``, ``backward`` or
         ``recompute``, and the innermost module running (``""`` outside every module)."""

@@ -109,14 +109,14 @@ class State:
     def flush(self):
         """Writes the :attr:`pending` records, each after waiting for its staged copies and
         device values (call with :attr:`lock` held)."""
-        for line, later, slots, _keep, waits, fills in self.pending:
+        pending, self.pending, self.pending_bytes = self.pending, [], 0  # each written once
+        for line, later, slots, _keep, waits, fills in pending:
             for events, _ in waits:
                 for event in events:
                     event.synchronize()
             if fills:
                 line, slots = device.fill(line, slots, fills)
             self.writer.write(line, later, digest.CACHE, slots)
-        self.pending, self.pending_bytes = [], 0
 
     def close(self):
         with self.lock:

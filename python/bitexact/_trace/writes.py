@@ -71,12 +71,13 @@ def read_before(state, stream, op, written, read, args, kwargs, tensor_type):
     already differed (changed where no traced op ran: numpy, ``.data``, a DataLoader) from one
     that computed differently.
 
-    Host tensors are hashed on the program's thread; where the writer hashes later
-    (``state.deferred``) and a tensor is on a device, its values are computed or copied on its
-    stream before the op and the record carries them (``later``, ``keep``, ``waits``,
-    ``fills``, with host tensors copied): the program does not wait for the device. In a run
-    that captures an op (``state.capture``), every written tensor is also copied as it was
-    (``snaps``), for the replay of the op."""
+    Host tensors are hashed on the program's thread, or, where the writer hashes later
+    (``state.deferred``), held by it; a device tensor's values are then computed or copied on
+    its stream before the op and the record carries them (``later``, ``keep``, ``waits``,
+    ``fills``): the program does not wait for the device
+    (:func:`bitexact._trace.digest.labels_now`). In a run that captures an op
+    (``state.capture``), that op's written tensors are also copied as they were (``snaps``),
+    for its replay."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return None
     first = args[0] if args else None
@@ -87,7 +88,7 @@ def read_before(state, stream, op, written, read, args, kwargs, tensor_type):
     else:
         tensors = []
     others = _aliased_inputs(written, args, kwargs, tensor_type)
-    capturing = state.capture is not None  # a run that captures an op, for its replay
+    capturing = state.capture is not None and state.capture[5] == op  # (see state._is_capture)
     if not tensors and others is None and not capturing:
         return None
     before = ts.Record(op, "", "", tensors, ())
