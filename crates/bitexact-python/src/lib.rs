@@ -15,7 +15,7 @@
 //!   show them, with a cache of digests checked against the bytes (see `trace`).
 //! - `trace_writer::TraceWriter`: the op tracer's trace file, written in order by a
 //!   background thread that also hashes the records' tensors (see `trace_writer`), and
-//!   `trace_hold::Held`: tensors' values taken before an op writes them in place, for its
+//!   `trace_hold::Held`: tensors' digests taken before an op writes them in place, for its
 //!   record.
 //! - `pytest`: what the pytest plugin needs: `bitexact run` returning its report, the
 //!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
@@ -23,6 +23,9 @@
 //!   the SHA-256 kernel on the GPU ([`bitexact::backend::cuda`]), where a CUDA device is usable.
 //! - `trace_fingerprint_sums_cuda`: trace fingerprints of device memory, one kernel launch for
 //!   many tensors ([`bitexact::backend::cuda::fingerprint`]) into a buffer torch allocated.
+//!
+//! Each of them releases the GIL through `fork_safe::detached`, so that in a forked child
+//! (a DataLoader worker) their parallel work runs in a thread pool of the child's own.
 //!
 //! The Python wrappers in `python/bitexact/_digest.py` keep the owning array or tensor alive
 //! for the whole call and check contiguity, dtype and byte order before an address crosses

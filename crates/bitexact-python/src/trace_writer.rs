@@ -278,7 +278,7 @@ impl TraceWriter {
     /// 1 where its `"sk"` field goes. A byte 2 (a device value not filled in) is an error.
     /// After [`TraceWriter::close`], and in a forked child, does nothing.
     /// An item may also be a [`Held`] (from [`TraceWriter::hold`]), once for each tensor it
-    /// holds: the next of its values.
+    /// holds: the next of its digests.
     #[pyo3(signature = (line, items, cache=true, sketches=None))]
     fn write(
         &self,
