@@ -5,6 +5,7 @@ environment."""
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -80,3 +81,17 @@ def trace(tmp_path):
     path = str(tmp_path / "t.jsonl")
     yield path
     _trace.stop()
+
+
+def run_alone(script, *args, timeout=60):
+    """Runs a Python ``script`` in a session of its own; a hang (a failure) is killed with
+    every process it forked, never left behind."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], start_new_session=True)
+    try:
+        assert proc.wait(timeout=timeout) == 0
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("hung for %d s" % timeout)

@@ -265,3 +265,40 @@ def test_a_stop_signal_kills_the_run_and_exits_128_plus_signal(tmp_path, sig):
     assert not alive(child), "the program outlived the stopped bitexact"
     leftovers = [n for n in os.listdir(str(tmp_path)) if n != "pid"]
     assert leftovers == [], leftovers
+
+
+GRANDCHILDREN = """
+import os, sys, threading, time, torch, bitexact
+torch.set_num_threads(1)  # OpenMP's threads are gone in a forked child
+t = torch.arange(1 << 24, dtype=torch.float32)  # 64 MiB: hashed in parallel chunks
+want = bitexact.digest(t)  # the parallel pool started here
+for _ in range(6):
+    child = os.fork()
+    if child == 0:  # a child whose thread makes its first native call (its pool) as it forks
+        th = threading.Thread(target=lambda: [bitexact.digest(t) for _ in range(3)])
+        th.start()
+        grandchild = os.fork()
+        if grandchild == 0:
+            os._exit(0 if bitexact.digest(t) == want else 3)
+        for _ in range(100):
+            done, status = os.waitpid(grandchild, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(grandchild, 9)
+            os._exit(9)
+        th.join()
+        os._exit(0 if status == 0 else 8)
+    status = os.waitpid(child, 0)[1]
+    assert status == 0, "a child or grandchild hung or digested wrong: %d" % status
+"""
+
+
+@pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
+def test_forked_children_and_grandchildren_digest_in_pools_of_their_own():
+    """rayon's pool has no threads in a forked child: each process forked since the module
+    loaded makes its own, without a lock a fork could leave held, and digests as its parent."""
+    from conftest import run_alone
+
+    run_alone(GRANDCHILDREN)

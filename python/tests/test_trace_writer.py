@@ -19,7 +19,7 @@ import bitexact  # noqa: E402
 from bitexact import _trace  # noqa: E402
 from bitexact._trace import digest as _trace_digest  # noqa: E402
 from bitexact._fingerprint import fingerprint  # noqa: E402
-from conftest import records, traced  # noqa: E402
+from conftest import records, run_alone, traced  # noqa: E402
 
 
 @pytest.fixture
@@ -130,21 +130,6 @@ writer.close()
 """
 
 
-def run_alone(script, *args, timeout=60):
-    """Runs a Python ``script`` in a session of its own; a hang (a failure) is killed with
-    every process it forked, never left behind."""
-    import os
-    import signal
-
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], start_new_session=True)
-    try:
-        assert proc.wait(timeout=timeout) == 0
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        pytest.fail("hung for %d s" % timeout)
-
-
 def test_a_record_queued_between_a_hold_and_its_record_never_waits_for_it(tmp_path):
     """A held copy is filed in the digest cache with its record, not at the hold: a record
     queued in between that read the same bytes and waited for the held copy's digest would
@@ -185,6 +170,45 @@ def test_a_forked_child_that_traces_never_waits_for_its_parent_s_digests(tmp_pat
     run_alone(FORK_RESTART, str(path))
     ops = [json.loads(line)["op"] for line in path.read_text().splitlines()]
     assert ops == ["aten::add_.Tensor", "aten::add.Tensor"]
+
+
+CHILD_EXITS = """
+import atexit, os, sys, threading, time, torch, bitexact._trace as t, bitexact._trace.digest as d
+torch.set_num_threads(1)  # OpenMP's threads are gone in a forked child
+d.BACKGROUND = True
+t.start(sys.argv[1])
+atexit.register(t.stop)  # as bitexact run --trace installs it
+done = False
+
+def work():  # a thread of the parent's in traced ops, holding the tracer's lock at times
+    b = torch.randn(1 << 20)
+    while not done:
+        b.mul_(1.0001)
+
+th = threading.Thread(target=work)
+th.start()
+time.sleep(0.2)
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # the interpreter's exit: atexit, so the tracer's stop, in the child
+    for _ in range(100):
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        done = True
+        sys.exit("a forked child hung at exit")
+done = True
+th.join()
+"""
+
+
+def test_a_forked_child_exits_while_its_parent_s_threads_trace(tmp_path):
+    """Its exit stops the tracer it inherited, whose lock a thread of the parent's may have
+    held when it forked (that thread is not in the child): stopping there leaves it alone."""
+    run_alone(CHILD_EXITS, str(tmp_path / "t.jsonl"))
 
 
 EXIT = """

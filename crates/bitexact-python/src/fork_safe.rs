@@ -9,13 +9,17 @@
 use pyo3::marker::Ungil;
 use pyo3::prelude::*;
 use rayon::{ThreadPool, ThreadPoolBuilder};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::OnceLock;
 
 /// [`super::trace_writer::forks_so_far`] when the module was loaded: its process's.
 static HOME: OnceLock<u64> = OnceLock::new();
 
-/// A forked child's pool and the fork count it was made in.
-static CHILD: Mutex<Option<(u64, Arc<ThreadPool>)>> = Mutex::new(None);
+/// A forked child's pool and the fork count it was made in; null before. No lock guards it:
+/// a lock held by another thread when the child forks again would be held forever in the
+/// grandchild. A pool stored here is never freed (an inherited one has no threads to stop,
+/// and a thread of the process may still be running work in it).
+static CHILD: AtomicPtr<(u64, ThreadPool)> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Counts forks from now on ([`super::trace_writer::forks_so_far`]): called when the module
 /// loads.
@@ -38,20 +42,28 @@ where
 
 /// The pool of a forked child (see the module doc); `None` in the process that loaded the
 /// module, or where no thread can be started (rayon could not run there either).
-fn child_pool() -> Option<Arc<ThreadPool>> {
+fn child_pool() -> Option<&'static ThreadPool> {
     let now = super::trace_writer::forks_so_far();
     if HOME.get().is_none_or(|&home| home == now) {
         return None;
     }
-    let mut child = CHILD.lock().unwrap_or_else(|e| e.into_inner());
-    match child.as_ref() {
-        Some((made, pool)) if *made == now => Some(pool.clone()),
-        _ => {
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let pool = ThreadPoolBuilder::new().num_threads(threads).build().ok();
-            let pool = pool.map(Arc::new);
-            *child = pool.clone().map(|p| (now, p));
-            pool
+    loop {
+        let seen = CHILD.load(Ordering::Acquire);
+        // SAFETY: a pointer stored in CHILD is a leaked Box: valid for the process's life.
+        if let Some((made, pool)) = unsafe { seen.as_ref() } {
+            if *made == now {
+                return Some(pool);
+            }
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
+        let mine = Box::into_raw(Box::new((now, pool)));
+        match CHILD.compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: `mine` was just leaked from a Box and is now stored: never freed.
+            Ok(_) => return Some(unsafe { &(*mine).1 }),
+            // Another thread stored its pool first: ours, never shared, is dropped; look again.
+            // SAFETY: `mine` came from Box::into_raw above and was not stored.
+            Err(_) => drop(unsafe { Box::from_raw(mine) }),
         }
     }
 }

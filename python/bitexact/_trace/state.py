@@ -119,10 +119,11 @@ class State:
             self.writer.write(line, later, digest.CACHE, slots)
 
     def close(self):
+        if _pid[0] != self.pid:  # a forked child: the writer is its parent's, and so may be
+            return  # the lock (held, for ever here, by a thread of the parent's)
         with self.lock:
-            if _pid[0] == self.pid:
-                self.flush()
-            self.writer.close()  # does nothing in a forked child
+            self.flush()
+            self.writer.close()
 
 
 # Records held back while their staged device tensors reach the host (State.pending): the
