@@ -3,7 +3,9 @@
 - ``classifier``: one training step of the small transformer classifier of
   examples/python/ops_trace.py;
 - ``nanogpt``: one training iteration of a nanoGPT-sized GPT (benches/nanogpt.py: 2 layers, 64
-  wide, AdamW, gradient clipping), and ``nanogpt_eval``: one of its no-grad eval forwards.
+  wide, AdamW, gradient clipping), and ``nanogpt_eval``: one of its no-grad eval forwards;
+- ``in_place_chain`` (CPU only): chains of in-place ops, each reading what the one before wrote
+  (:func:`in_place_chain`).
 
 Each under these modes, in one process, interleaved in rounds (every mode runs a few steps per
 round, so drift of the machine hits all modes alike); the median step time over all rounds, and
@@ -84,10 +86,24 @@ def classifier():
     return step
 
 
+def in_place_chain():
+    """Ten ``m.mul_(0.9).addcmul_(g, g, value=0.1).sqrt_()`` on 1 MiB tensors: each op reads,
+    in place, what the op before it just wrote (an optimizer's state), so its earlier value is
+    held by the background writer while the writer still hashes it (``TraceWriter.hold``)."""
+    m, g = torch.zeros(1 << 18), torch.randn(1 << 18, generator=torch.Generator().manual_seed(0))
+
+    def step():
+        for _ in range(10):
+            m.mul_(0.9).addcmul_(g, g, value=0.1).sqrt_()
+
+    return step
+
+
 def workloads():
     gpt = load("nanogpt", os.path.join(HERE, "nanogpt.py")).Workload(DEVICE)
     if DEVICE == "cpu":
-        return {"classifier": classifier(), "nanogpt": gpt.train, "nanogpt_eval": gpt.eval}
+        return {"classifier": classifier(), "nanogpt": gpt.train, "nanogpt_eval": gpt.eval,
+                "in_place_chain": in_place_chain()}
 
     def synced(step):
         def run():

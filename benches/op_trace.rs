@@ -1,7 +1,7 @@
 //! Op tracing cost: side by side in one Python process
 //! (`benches/op_trace.py`, modes interleaved in rounds), for a training step of a small
-//! transformer classifier and a training and an eval iteration of a nanoGPT-sized GPT
-//! (`benches/nanogpt.py`): untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
+//! transformer classifier, a training and an eval iteration of a nanoGPT-sized GPT
+//! (`benches/nanogpt.py`) and chains of in-place ops on 1 MiB tensors: untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
 //! tracer pays); bitexact's `--trace modules` and `--trace ops` (hashed on the background
 //! writer's thread where torch leaves a core free, and `_sync`: on the program's thread; and
 //! without the noise fields: each result's float64 sketch and the op's arguments);
@@ -45,8 +45,12 @@ fn main() {
         ("classifier", "classifier training step"),
         ("nanogpt", "nanoGPT training iteration"),
         ("nanogpt_eval", "nanoGPT eval iteration (no_grad forward)"),
+        ("in_place_chain", "in-place chains on 1 MiB tensors"),
     ] {
         let w = &v[work];
+        if w.is_null() {
+            continue; // (a workload of the CPU only, on a GPU run)
+        }
         let f = |k: &str| w[k].as_f64();
         let base = f("untraced").expect("untraced");
         println!("{what}:");
