@@ -16,10 +16,10 @@
 //! op's threshold `τ` ([`noise::threshold`] of the output's dtype and the record's reduction
 //! length). An integer or boolean output is within noise only when it equals the float64
 //! result's. The side with the smaller largest ULP distance (then the smaller absolute error)
-//! is **closer**. An in-place op is replayed from the values it read of what it writes, which
-//! a capture keeps from before the op (record version 5). Anything that stops the replay (no
-//! torch, an older capture of an in-place op, an `out=` argument, an argument that cannot be
-//! rebuilt) is said in one line.
+//! is **closer**. An op that writes a tensor (in place or through `out=`) is replayed from
+//! that tensor as the op found it, which a capture keeps from before the op. Anything that
+//! stops the replay (no torch, a capture by an older bitexact that kept only the value after
+//! the op, an argument that cannot be rebuilt) is said in one line.
 //!
 //! A replay of a receiver (an op whose inputs already differ, each side replayed on its own
 //! inputs) weighs its own step: `diff-trace` calls that receiver beyond noise when a side is

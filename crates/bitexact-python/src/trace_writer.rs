@@ -74,13 +74,14 @@ type SharedQueue = Arc<(Mutex<Queue>, Condvar)>;
 const POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How many times this process's line of descent has forked: incremented in each child by a
-/// `pthread_atfork` handler (registered with the first writer), so [`TraceWriter::mine`] is a
+/// `pthread_atfork` handler (registered when the module loads, `fork_safe::init`, or else with
+/// the first writer), so [`TraceWriter::mine`] is a
 /// load, not a `getpid` system call (about 3.5 µs in this VM, once a record: 2% of a traced
 /// nanoGPT step).
 static FORKS: AtomicU64 = AtomicU64::new(0);
 
-/// How many times this process's line of descent has forked since a trace writer was first
-/// made ([`FORKS`]; 0 before).
+/// How many times this process's line of descent has forked since the module loaded
+/// ([`FORKS`]).
 pub(crate) fn forks_so_far() -> u64 {
     FORKS.load(Ordering::Relaxed)
 }

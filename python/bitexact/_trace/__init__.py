@@ -216,9 +216,9 @@ def _op(func):
     """``(func, kind, written, generator, read)``, remembered: how the mode treats ``func`` (a
     collective (:mod:`bitexact._trace.c10d`), skipped (a view or alias, :data:`_SAME_BYTES`,
     :data:`_SHAPE_ONLY`, or not a computation: :data:`_NOT_COMPUTATION`), or recorded under its
-    name), the arguments it
-    writes and those of them it reads (:func:`bitexact._trace.writes.written_args`) and where
-    it takes its generator, for a random op (:func:`bitexact._trace.generator.spec`)."""
+    name), the arguments it writes and those of them it reads
+    (:func:`bitexact._trace.writes.written_args`) and where it takes its generator, for a
+    random op (:func:`bitexact._trace.generator.spec`)."""
     name = func.name()
     if func.namespace in c10d.NAMESPACES:
         kind = _COLLECTIVE
