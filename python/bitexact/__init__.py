@@ -75,18 +75,29 @@ def __getattr__(name):
 
 def _installed_version():
     """The version of :data:`_DISTRIBUTION` when its files hold this ``__init__.py``, else
-    :data:`_UNKNOWN_VERSION`."""
+    :data:`_UNKNOWN_VERSION`.
+
+    The distribution is looked for first beside this package's real directory, then on
+    ``sys.path``. The first finds it where the program's ``sys.path`` does not: the package
+    reached through a link from another environment, as ``bitexact run --trace`` gives a
+    program whose Python lacks bitexact (``.bitexact-inject/bitexact``). The second finds an
+    installed package whose directory is itself a link. ``_sitecustomize._installed_version``
+    does the first search too (it cannot import this package)."""
     import os
     from importlib import metadata
 
-    try:
-        dist = metadata.distribution(_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return _UNKNOWN_VERSION
     here = os.path.realpath(__file__)
-    if os.path.realpath(str(dist.locate_file(os.path.join("bitexact", "__init__.py")))) != here:
-        return _UNKNOWN_VERSION
-    return dist.version
+    for path in ([os.path.dirname(os.path.dirname(here))], None):
+        try:
+            where = {"path": path} if path else {}
+            for dist in metadata.distributions(name=_DISTRIBUTION, **where):
+                init = dist.locate_file(os.path.join("bitexact", "__init__.py"))
+                if os.path.realpath(str(init)) == here:
+                    return dist.version
+        except Exception:  # a broken *.dist-info: not this copy's
+            continue
+    return _UNKNOWN_VERSION
+
 
 __all__ = [
     "active",

@@ -168,8 +168,11 @@ fn the_tracer_runs_in_a_program_python_without_bitexact() {
     assert!(d.contains("aten::rand"), "{d}");
     assert!(d.contains("in module M (forward)"), "{d}");
     assert!(d.contains("inputs identical"), "{d}");
-    // The program imported bitexact's own package, through the private directory.
+    // The program imported bitexact's own package, through the private directory, and its
+    // version was read from bitexact's environment: no version note.
     assert!(which.contains(".bitexact-inject/bitexact/"), "{which}");
+    let notes = case["notes"].to_string();
+    assert!(!notes.contains("used bitexact"), "{notes}");
 }
 
 #[test]
