@@ -203,24 +203,43 @@ def test_install_from_env_needs_the_variables_and_only_the_first_process(tmp_pat
 def test_tracing_imports_no_dynamo_until_the_program_does(tmp_path):
     # Importing TorchDynamo costs a process about as much CPU as importing torch: a traced
     # program that never compiles must not pay it, and one that compiles later is traced as
-    # compiled (OptimizeContext patched, the mode's dispatch guarded from TorchDynamo).
+    # compiled (OptimizeContext patched, the mode's dispatch guarded from TorchDynamo). An
+    # optimizer loads TorchDynamo without compiling: the guard (a call per op) waits for the
+    # first compile.
     script = (
         "import sys, bitexact._trace as t, torch\n"
         "assert t.install_from_env()\n"
         "x = torch.ones(3) * 2\n"
         "print('torch._dynamo' in sys.modules)\n"
+        "opt = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))])\n"
         "import torch._dynamo.eval_frame as ef\n"
-        "mode = t._tracer_class.__dict__['__torch_dispatch__']\n"
-        "print(hasattr(ef.OptimizeContext.__call__, '__wrapped__'), hasattr(mode, '__wrapped__'))\n"
+        "mode = lambda: t._tracer_class.__dict__['__torch_dispatch__']\n"
+        "print(hasattr(ef.OptimizeContext.__call__, '__wrapped__'), hasattr(mode(), '__wrapped__'))\n"
         "f = torch.compile(lambda v: v + 1, backend='eager')\n"
+        "print(hasattr(mode(), '__wrapped__'))\n"
         "print(f(x).tolist())\n"
         "t.stop()\n"
     )
     env = _trace_env(tmp_path)
     out = _python(script, env).decode().split("\n")
-    assert out[:3] == ["False", "True True", "[3.0, 3.0, 3.0]"], out
+    assert out[:4] == ["False", "True False", "True", "[3.0, 3.0, 3.0]"], out
     ops = [r["op"] for r in records(tmp_path / ".bitexact-trace-rank0.jsonl")]
     assert ops[-1] == "compiled <lambda>", ops
+
+
+def test_a_tracer_started_after_a_compile_guards_its_dispatch_at_once(tmp_path):
+    script = (
+        "import sys, torch\n"
+        "f = torch.compile(lambda v: v + 1, backend='eager')\n"
+        "import bitexact._trace as t\n"
+        "t.start(sys.argv[1])\n"
+        "print(hasattr(t._tracer_class.__dict__['__torch_dispatch__'], '__wrapped__'))\n"
+        "print(f(torch.ones(2)).tolist())\n"
+        "t.stop()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "t.jsonl")],
+                         stdout=subprocess.PIPE, check=True, timeout=300).stdout
+    assert out.decode().split("\n")[:2] == ["True", "[2.0, 2.0]"], out
 
 
 def test_module_level_records_module_outputs_and_gradients(trace):

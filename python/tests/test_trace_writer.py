@@ -288,3 +288,48 @@ def test_os_exit_writes_every_queued_record(tmp_path):
         [(last.data_ptr(), last.nbytes, "f32", [1 << 18])], False, [True])
     assert rs[-1]["out"] == labels and rs[-1]["sk"] == sketches
     assert labels[0] == "f32[262144]:" + fingerprint(last)
+
+
+CHILD_TRAINS = """
+import os, sys, threading, time, torch, bitexact._trace as t
+torch.set_num_threads(1)  # OpenMP's threads are gone in a forked child
+t.start(sys.argv[1])
+state = t._state
+locks = [state.lock, state.tracker._lock, state.tracker._grads._lock]
+held, release = threading.Event(), threading.Event()
+
+def hold():  # a thread of the parent's inside the tracer's locks when the program forks
+    for lock in locks:
+        lock.acquire()
+    held.set()
+    release.wait()
+    for lock in locks:
+        lock.release()
+
+th = threading.Thread(target=hold, daemon=True)
+th.start()
+held.wait()
+pid = os.fork()
+if pid == 0:  # a fork pool's process that trains (Hogwild): module hooks, backward, a step
+    m = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    os._exit(0)
+for _ in range(200):
+    if os.waitpid(pid, os.WNOHANG)[0]:
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    sys.exit("the forked child hung on a lock its parent's thread held")
+release.set()
+th.join()
+t.stop()
+"""
+
+
+def test_a_forked_child_trains_while_its_parent_s_thread_holds_the_tracer_s_locks(tmp_path):
+    """The module tracker's, its gradient hooks' and the state's locks are made anew in a
+    forked child: the thread of the parent's that held one is not there to release it."""
+    run_alone(CHILD_TRAINS, str(tmp_path / "t.jsonl"), timeout=120)

@@ -157,8 +157,8 @@ def _make_mode(stream):
             def _should_skip_dynamo(cls):
                 # TorchDispatchMode wraps a subclass's __torch_dispatch__ in TorchDynamo's
                 # disable, which imports TorchDynamo at the first op (1.5 s of CPU) and costs
-                # every op a call; it is put on below once the program loads TorchDynamo, the
-                # only time it can matter (see compiled.when_dynamo_loads).
+                # every op a call (1-3 us); it is put on below once TorchDynamo may compile,
+                # the only time it can matter (see compiled.when_compiling).
                 return False
 
             @classmethod
@@ -189,13 +189,13 @@ def _make_mode(stream):
                         torch.Tensor, gen, before)
                 return result
 
-        def guard(_eval_frame):
-            # What TorchDispatchMode does for a subclass (skipped above), once TorchDynamo is
-            # loaded: its frame evaluation must not trace the recorder.
+        def guard():
+            # What TorchDispatchMode does for a subclass (skipped above), once TorchDynamo may
+            # compile: its frame evaluation must not trace the recorder.
             Tracer.__torch_dispatch__ = torch._disable_dynamo(
                 Tracer.__dict__["__torch_dispatch__"], recursive=True)
 
-        compiled.when_dynamo_loads(guard)
+        compiled.when_compiling(guard)
         _tracer_class = Tracer
     return _tracer_class(stream)
 

@@ -117,6 +117,47 @@ def when_dynamo_loads(then):
     return _imports.when_loaded(_EVAL_FRAME, then)
 
 
+def when_compiling(then):
+    """Calls ``then()`` once, when TorchDynamo may compile in this process: at the first
+    ``OptimizeContext`` made (what ``torch.compile``, ``torch._dynamo.optimize`` and export
+    make before any frame is compiled), or now when one may already have been made
+    (:func:`_may_have_compiled`). Loading TorchDynamo is not enough: torch's optimizers import
+    it in every training program, most of which never compile."""
+    def loaded(eval_frame):
+        if _may_have_compiled(eval_frame):
+            then()
+            return
+        cls = eval_frame.OptimizeContext
+        init, done = cls.__init__, []
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            if not done:
+                done.append(True)
+                then()
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__  # left in place: it costs a check per OptimizeContext made
+
+    when_dynamo_loads(loaded)
+
+
+def _may_have_compiled(eval_frame):
+    """Whether an ``OptimizeContext`` may exist already: a compile backend is registered (each
+    context registers its backend in ``cached_backends``; a ``DisableContext``, which torch's
+    own code makes, registers None), or a frame was compiled. Both are cleared by
+    ``torch._dynamo.reset()``: a context made before a reset and before tracing started, and
+    used only after both, is not seen. A torch without ``cached_backends``: True."""
+    import sys
+
+    backends = getattr(eval_frame, "cached_backends", None)
+    if backends is None:
+        return True
+    # Not loaded, or still being loaded (it imports eval_frame first): nothing compiled yet.
+    frames = getattr(sys.modules.get("torch._dynamo.convert_frame"), "FRAME_COUNTER", 0)
+    return frames > 0 or any(b is not None for b in list(backends.values()))
+
+
 class _Patch(_imports.Patch):
     """The handle :func:`install` returns: ``OptimizeContext.__call__`` wrapped once its module
     is loaded, put back by ``remove`` (or the wait for the module stopped); ``remove`` then

@@ -21,7 +21,8 @@ in each backward: the module is then entered or left a little early, never twice
 """
 
 import itertools
-import threading
+
+from . import state as ts
 
 
 class GradHooks:
@@ -30,7 +31,7 @@ class GradHooks:
 
     def __init__(self, torch):
         self._torch = torch
-        self._lock = threading.Lock()
+        self._lock = ts.fork_lock(self)  # made anew in a forked child
         self._keys = itertools.count()
         self._waiting = {}  # key -> [nodes, fn, forward generation, {task: count}]
         self._fallback = set()  # (key, task) already called without nodes

@@ -40,6 +40,7 @@ import threading
 import weakref
 
 from . import compiled, grad_hooks
+from . import state as ts
 
 FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"
 
@@ -55,7 +56,7 @@ class Tracker:
         self._named = weakref.WeakSet()  # modules whose children are named
         self._local = threading.local()  # .stack: [(name, recomputed)] of this thread
         self._backward = {}  # graph task id -> [module names entered in its backward]
-        self._lock = threading.Lock()
+        self._lock = ts.fork_lock(self)  # made anew in a forked child
         self._handles = []
         self._on = False
         self._follow_backward = True

@@ -5,6 +5,7 @@ neither, so the tracer's modules form no import cycle."""
 
 import os
 import threading
+import weakref
 
 from .. import _digest, _protocol
 from . import device, digest, record
@@ -77,7 +78,7 @@ class State:
         # millisecond's while the program computes).
         self.deferred = digest.background()
         self.writer = _digest.native().TraceWriter(path, digest.SKETCH)
-        self.lock = threading.Lock()
+        self.lock = fork_lock(self, "lock")  # made anew in a forked child
         self.rank = rank
         self.max_bytes = max_bytes
         self.rows = rows  # n > 1: tensors labelled by n row slices (digest.describe)
@@ -174,8 +175,26 @@ def collect_tensors(x, cls, out):
 # This process's id, kept by a fork handler: os.getpid() is a system call, and mine() runs on
 # every op the program dispatches.
 _pid = [os.getpid()]
+_renewed = weakref.WeakKeyDictionary()  # owner -> its lock's attribute (fork_lock)
+
+
+def _forked():
+    _pid[0] = os.getpid()
+    for owner, name in list(_renewed.items()):
+        setattr(owner, name, threading.Lock())
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+    os.register_at_fork(after_in_child=_forked)
+
+
+def fork_lock(owner, name="_lock"):
+    """A new lock for ``owner``'s attribute ``name``, which a forked child replaces with a new
+    one: a thread of the parent's may hold it at the fork, and no thread of the child would
+    ever release it (the module tracker's, taken on every module forward, and the state's,
+    taken after every optimizer step, also in a fork pool's process or a DataLoader worker)."""
+    _renewed[owner] = name
+    return threading.Lock()
 
 
 def pid():
