@@ -302,3 +302,50 @@ def test_forked_children_and_grandchildren_digest_in_pools_of_their_own():
     from conftest import run_alone
 
     run_alone(GRANDCHILDREN)
+
+
+CACHE_HELD = """
+import os, sys, threading, time, torch
+from bitexact import _digest
+torch.set_num_threads(1)  # OpenMP's threads are gone in a forked child
+nat = _digest.native()
+writer = nat.TraceWriter(sys.argv[1])
+done, writes = False, []
+
+def write():  # new bytes each time: copied for the writer with the digest cache locked
+    x = torch.zeros(1 << 23)
+    while not done:
+        x.add_(1)
+        writer.write('["\\0"]\\n', [(x.data_ptr(), x.nbytes, "f32", [1 << 23])])
+        writes.append(1)
+
+th = threading.Thread(target=write, daemon=True)
+th.start()
+time.sleep(0.3)
+t = torch.ones(4)
+for _ in range(6):
+    child = os.fork()
+    if child == 0:  # a child that traces on its own thread: the cache is its own
+        nat.trace_digests([(t.data_ptr(), t.nbytes, "f32", [4])], True)
+        os._exit(0)
+    for _ in range(200):
+        if os.waitpid(child, os.WNOHANG)[0]:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        sys.exit("a forked child hung on the digest cache's lock")
+assert th.is_alive() and len(writes) > 6, "the writing thread stopped"
+done = True
+th.join()
+writer.close()
+"""
+
+
+@pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
+def test_a_forked_child_has_a_digest_cache_of_its_own(tmp_path):
+    """A thread of the parent's may hold the digest cache's lock when the program forks (a
+    record's copies are made under it): a forked child uses a cache of its own."""
+    from conftest import run_alone
+
+    run_alone(CACHE_HELD, str(tmp_path / "t.jsonl"), timeout=120)

@@ -15,10 +15,8 @@ use std::sync::OnceLock;
 /// [`super::trace_writer::forks_so_far`] when the module was loaded: its process's.
 static HOME: OnceLock<u64> = OnceLock::new();
 
-/// A forked child's pool and the fork count it was made in; null before. No lock guards it:
-/// a lock held by another thread when the child forks again would be held forever in the
-/// grandchild. A pool stored here is never freed (an inherited one has no threads to stop,
-/// and a thread of the process may still be running work in it).
+/// A forked child's pool and the fork count it was made in; null before ([`per_process`]: an
+/// inherited pool has no threads to stop, and is never freed).
 static CHILD: AtomicPtr<(u64, ThreadPool)> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Counts forks from now on ([`super::trace_writer::forks_so_far`]): called when the module
@@ -47,21 +45,35 @@ fn child_pool() -> Option<&'static ThreadPool> {
     if HOME.get().is_none_or(|&home| home == now) {
         return None;
     }
+    per_process(&CHILD, || {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        ThreadPoolBuilder::new().num_threads(threads).build().ok()
+    })
+}
+
+/// This process's value in `slot`: the one made since its last fork
+/// ([`super::trace_writer::forks_so_far`]), else a new one from `make` (`None` when it makes
+/// none). No lock guards `slot`, and a value made before a fork is never freed or touched in
+/// the child: a lock inside it may be held forever there by a thread of the parent's (and a
+/// thread of this process may still use it).
+pub(crate) fn per_process<T>(
+    slot: &'static AtomicPtr<(u64, T)>,
+    make: impl Fn() -> Option<T>,
+) -> Option<&'static T> {
+    let now = super::trace_writer::forks_so_far();
     loop {
-        let seen = CHILD.load(Ordering::Acquire);
-        // SAFETY: a pointer stored in CHILD is a leaked Box: valid for the process's life.
-        if let Some((made, pool)) = unsafe { seen.as_ref() } {
+        let seen = slot.load(Ordering::Acquire);
+        // SAFETY: a pointer stored in a slot is a leaked Box: valid for the process's life.
+        if let Some((made, value)) = unsafe { seen.as_ref() } {
             if *made == now {
-                return Some(pool);
+                return Some(value);
             }
         }
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pool = ThreadPoolBuilder::new().num_threads(threads).build().ok()?;
-        let mine = Box::into_raw(Box::new((now, pool)));
-        match CHILD.compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Acquire) {
+        let mine = Box::into_raw(Box::new((now, make()?)));
+        match slot.compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Acquire) {
             // SAFETY: `mine` was just leaked from a Box and is now stored: never freed.
             Ok(_) => return Some(unsafe { &(*mine).1 }),
-            // Another thread stored its pool first: ours, never shared, is dropped; look again.
+            // Another thread stored its value first: ours, never shared, is dropped; look again.
             // SAFETY: `mine` came from Box::into_raw above and was not stored.
             Err(_) => drop(unsafe { Box::from_raw(mine) }),
         }

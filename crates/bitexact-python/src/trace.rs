@@ -34,8 +34,8 @@ use pyo3::prelude::*;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::atomic::AtomicPtr;
+use std::sync::{Arc, Mutex, OnceLock};
 use twox_hash::XxHash3_128;
 
 /// Hex digits of a fingerprint in a trace label.
@@ -142,21 +142,17 @@ pub(crate) fn hash(t: &Host, sketch: bool) -> Hashed {
     (fp, sketch.then(|| self::sketch(t.dtype, &values)))
 }
 
-static CACHE: LazyLock<Mutex<CacheMap>> = LazyLock::new(Default::default);
+/// The digest cache of this process, and the fork count it was made in
+/// ([`crate::fork_safe::per_process`]).
+static CACHE: AtomicPtr<(u64, Mutex<CacheMap>)> = AtomicPtr::new(std::ptr::null_mut());
 
-/// [`super::trace_writer::forks_so_far`] when the cache was last used.
-static CACHE_FORKS: AtomicU64 = AtomicU64::new(0);
-
-/// The digest cache, locked; emptied first in a forked child, where the digests its parent's
-/// writer was still making would never be made.
+/// The digest cache, locked: this process's own, so a forked child starts with an empty one.
+/// The parent's is left alone there: a thread of the parent's may have held its lock at the
+/// fork, and the digests its writer was still making would never be made.
 pub(crate) fn cache() -> std::sync::MutexGuard<'static, CacheMap> {
-    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let forks = super::trace_writer::forks_so_far();
-    if CACHE_FORKS.load(Ordering::Relaxed) != forks {
-        c.clear();
-        CACHE_FORKS.store(forks, Ordering::Relaxed);
-    }
-    c
+    let mine = crate::fork_safe::per_process(&CACHE, || Some(Mutex::default()));
+    let mine = mine.expect("a cache is always made");
+    mine.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The buffer's key in the cache.
