@@ -83,12 +83,27 @@ def trace(tmp_path):
     _trace.stop()
 
 
+# What run_alone puts before a script: ``waited(pid, seconds)``, whether a forked child ended
+# within that time (one that did not is killed).
+WAITED = """
+def waited(pid, seconds=10):
+    import os, time
+    for _ in range(int(seconds * 20)):
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return True
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    return False
+"""
+
+
 def run_alone(script, *args, timeout=60):
-    """Runs a Python ``script`` in a session of its own; a hang (a failure) is killed with
-    every process it forked, never left behind."""
+    """Runs a Python ``script`` (after :data:`WAITED`) in a session of its own; a hang (a
+    failure) is killed with every process it forked, never left behind."""
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", WAITED + script, *args],
+                            start_new_session=True)
     try:
         assert proc.wait(timeout=timeout) == 0
     except subprocess.TimeoutExpired:

@@ -328,12 +328,7 @@ for _ in range(6):
     if child == 0:  # a child that traces on its own thread: the cache is its own
         nat.trace_digests([(t.data_ptr(), t.nbytes, "f32", [4])], True)
         os._exit(0)
-    for _ in range(200):
-        if os.waitpid(child, os.WNOHANG)[0]:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(child, 9)
+    if not waited(child):
         sys.exit("a forked child hung on the digest cache's lock")
 assert th.is_alive() and len(writes) > 6, "the writing thread stopped"
 done = True

@@ -192,12 +192,7 @@ for _ in range(6):
     pid = os.fork()
     if pid == 0:
         sys.exit(0)  # the interpreter's exit: atexit, so the tracer's stop, in the child
-    for _ in range(100):
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
+    if not waited(pid, 5):
         done = True
         sys.exit("a forked child hung at exit")
 done = True
@@ -316,12 +311,7 @@ if pid == 0:  # a fork pool's process that trains (Hogwild): module hooks, backw
     m(torch.ones(1, 2)).sum().backward()
     opt.step()
     os._exit(0)
-for _ in range(200):
-    if os.waitpid(pid, os.WNOHANG)[0]:
-        break
-    time.sleep(0.05)
-else:
-    os.kill(pid, 9)
+if not waited(pid):
     sys.exit("the forked child hung on a lock its parent's thread held")
 release.set()
 th.join()
