@@ -100,7 +100,7 @@ import sys
 import warnings
 
 from .. import _protocol
-from . import c10d, compiled, digest, generator, kernels, record, writes
+from . import c10d, compiled, digest, generator, kernels, plain, record, writes
 from . import state as ts
 from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -245,6 +245,9 @@ def _record(state, stream, func, op, written, args, kwargs, result, tensor_type,
     results); ``gen``: a random op's generator and its state before the call
     (:mod:`bitexact._trace.generator`)."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
+        return
+    if not written and gen is None and plain.record(state, stream, func, op, args, kwargs,
+                                                    result, tensor_type):
         return
     text = record.arguments(func, args, kwargs, tensor_type) if digest.SKETCH \
         else ""
