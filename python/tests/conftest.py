@@ -84,9 +84,11 @@ def trace(tmp_path):
 
 
 # What run_alone puts before a script: ``waited(pid, seconds)``, whether a forked child ended
-# within that time (one that did not is killed).
+# within that time (one that did not is killed). A hang is for ever: the default is generous,
+# since a forked child of a torch program takes about a second to exit on an idle 2-core
+# machine, and several times that while CI's Rust tests run beside pytest.
 WAITED = """
-def waited(pid, seconds=10):
+def waited(pid, seconds=30):
     import os, time
     for _ in range(int(seconds * 20)):
         if os.waitpid(pid, os.WNOHANG)[0]:

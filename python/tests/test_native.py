@@ -343,4 +343,4 @@ def test_a_forked_child_has_a_digest_cache_of_its_own(tmp_path):
     record's copies are made under it): a forked child uses a cache of its own."""
     from conftest import run_alone
 
-    run_alone(CACHE_HELD, str(tmp_path / "t.jsonl"), timeout=120)
+    run_alone(CACHE_HELD, str(tmp_path / "t.jsonl"), timeout=300)

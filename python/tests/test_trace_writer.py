@@ -192,7 +192,7 @@ for _ in range(6):
     pid = os.fork()
     if pid == 0:
         sys.exit(0)  # the interpreter's exit: atexit, so the tracer's stop, in the child
-    if not waited(pid, 5):
+    if not waited(pid):
         done = True
         sys.exit("a forked child hung at exit")
 done = True
@@ -203,7 +203,7 @@ th.join()
 def test_a_forked_child_exits_while_its_parent_s_threads_trace(tmp_path):
     """Its exit stops the tracer it inherited, whose lock a thread of the parent's may have
     held when it forked (that thread is not in the child): stopping there leaves it alone."""
-    run_alone(CHILD_EXITS, str(tmp_path / "t.jsonl"))
+    run_alone(CHILD_EXITS, str(tmp_path / "t.jsonl"), timeout=300)
 
 
 EXIT = """
@@ -322,4 +322,4 @@ t.stop()
 def test_a_forked_child_trains_while_its_parent_s_thread_holds_the_tracer_s_locks(tmp_path):
     """The module tracker's, its gradient hooks' and the state's locks are made anew in a
     forked child: the thread of the parent's that held one is not there to release it."""
-    run_alone(CHILD_TRAINS, str(tmp_path / "t.jsonl"), timeout=120)
+    run_alone(CHILD_TRAINS, str(tmp_path / "t.jsonl"), timeout=300)
