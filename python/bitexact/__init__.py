@@ -87,9 +87,8 @@ def _installed_version():
     from importlib import metadata
 
     here = os.path.realpath(__file__)
-    for path in ([os.path.dirname(os.path.dirname(here))], None):
+    for where in ({"path": [os.path.dirname(os.path.dirname(here))]}, {}):
         try:
-            where = {"path": path} if path else {}
             for dist in metadata.distributions(name=_DISTRIBUTION, **where):
                 init = dist.locate_file(os.path.join("bitexact", "__init__.py"))
                 if os.path.realpath(str(init)) == here:

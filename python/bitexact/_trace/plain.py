@@ -28,7 +28,7 @@ def record(state, stream, func, op, args, kwargs, result, tensor_type):
     """Writes the record of ``op`` (which writes no argument and has no generator) the fast
     way and returns True, or returns False when it must take the general path."""
     if not state.deferred or state.rows != 1 or state.capture is not None \
-            or state.pending or not _plain_op(op) or device.capturing():
+            or not _plain_op(op) or device.capturing():
         return False
     ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     outs = ts.collect_tensors(result, tensor_type, [])
@@ -48,7 +48,5 @@ def record(state, stream, func, op, args, kwargs, result, tensor_type):
                              _record_line.source(state.skip_dirs), [digest.HOLE] * n,
                              [digest.HOLE] * len(outs), stream.label, text, sketches)
     with state.lock:
-        if state.pending:  # queued by another thread meanwhile: written first, in order
-            state.flush()
-        state.writer.write(line, items, digest.CACHE, slots)
+        state.write(line, items, slots)
     return True

@@ -119,9 +119,16 @@ class State:
                 line, slots = device.fill(line, slots, fills)
             self.writer.write(line, later, digest.CACHE, slots)
 
+    def write(self, line, later, slots):
+        """Writes a record whose tensors can be read now, after the :attr:`pending` ones
+        (written in order, before its tensors can change; call with :attr:`lock` held)."""
+        if self.pending:
+            self.flush()
+        self.writer.write(line, later, digest.CACHE, slots)
+
     def close(self):
-        if _pid[0] != self.pid:  # a forked child: the writer is its parent's, and so may be
-            return  # the lock (held, for ever here, by a thread of the parent's)
+        if _pid[0] != self.pid:  # a forked child: the writer is its parent's (its lock is
+            return  # the child's own, see fork_lock)
         with self.lock:
             self.flush()
             self.writer.close()
@@ -295,7 +302,6 @@ def emit(state, stream, rec):
     scratch = _SCRATCH_RESULTS.get(op.partition(".")[0], ())
     if rec.scratch_outs:
         scratch = set(scratch) | set(rec.scratch_outs)
-    writer = state.writer
     before = rec.before
     if state.deferred:
         if before is not None and before.later is not None:  # its values come first
@@ -332,11 +338,9 @@ def emit(state, stream, rec):
                                  or device.reaches_host(op, ins, outs, rec.args)):
                 state.flush()
         else:  # keep holds the tensors until their bytes are read
-            if state.pending:  # written in order, before this record's tensors can change
-                state.flush()
             if rec.fills:  # device values on no CUDA stream: there already
                 line, slots = device.fill(line, slots, rec.fills)
-            writer.write(line, rec.later or (), digest.CACHE, slots)
+            state.write(line, rec.later or (), slots)
 
 
 def call_spec(x, tensor_type, found):
