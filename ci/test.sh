@@ -13,7 +13,8 @@
 #    example's tests and the doctests. Its `bitexact run` and Python-package tests use that venv
 #    (~/.cache/bitexact/python-path).
 # 5. `cargo test -p bitexact-python`: the bindings crate's unit tests (the trace writer's copy
-#    pool); its Python-facing behaviour is tested by pytest in step 3.
+#    pool, the native lane's JSON quoting); its Python-facing behaviour is tested by pytest in
+#    step 3.
 # The script fails when any of them fails, after all have run.
 # With CI=true nothing is written (a snapshot mismatch fails with the case, the tensors and
 # what differs in the platform fingerprint), and a test whose tool is missing (torch,

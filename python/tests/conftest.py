@@ -73,6 +73,17 @@ def traced(path, fn, **start):
         return f.read()
 
 
+def no_host_lanes(monkeypatch):
+    """Every record of the tracer sorted by ``describe``: neither its all-host lane
+    (``bitexact._trace.digest._all_fast``) nor the native lanes of ``bitexact._trace.plain``,
+    which read host tensors themselves (so that host tensors can stand for device tensors, or
+    the lanes be compared with sorting)."""
+    from bitexact._trace import digest, plain
+
+    monkeypatch.setattr(digest, "_all_fast", lambda tensors, max_bytes: None)
+    monkeypatch.setattr(plain, "NATIVE", False)
+
+
 @pytest.fixture
 def trace(tmp_path):
     """A trace file's path; the tracer is stopped after the test."""

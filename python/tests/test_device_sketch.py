@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact.
 
 from bitexact._trace import device as _trace_device  # noqa: E402
 from bitexact._trace import digest as _trace_digest  # noqa: E402
-from conftest import traced  # noqa: E402
+from conftest import no_host_lanes, traced  # noqa: E402
 
 
 def native_sketch(t):
@@ -141,7 +141,7 @@ def all_on_device(monkeypatch):
     sketched where it lives (here by torch's ops on the CPU): the general path, and no record
     takes the all-host shortcut."""
     monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: None)
-    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+    no_host_lanes(monkeypatch)
     monkeypatch.setattr(_trace_device, "fingerprinted_there", lambda t: True)
 
 
@@ -151,7 +151,7 @@ def on_device(monkeypatch, which):
     (``_trace_digest._all_fast``, which a real device tensor fails by ``is_cpu``)."""
     monkeypatch.setattr(_trace_device, "any_on_device", lambda: True)
     monkeypatch.setattr(_trace_device, "on_device", which)
-    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+    no_host_lanes(monkeypatch)
 
 
 @pytest.mark.parametrize("background", [False, True])
@@ -330,7 +330,7 @@ def two_d_on_device(monkeypatch):
     fast = _trace_digest._fast
     monkeypatch.setattr(_trace_digest, "_fast", lambda t, max_bytes, strided=False: (
         None if t.dim() == 2 else fast(t, max_bytes, strided)))
-    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+    no_host_lanes(monkeypatch)
     monkeypatch.setattr(_trace_device, "fingerprinted_there", lambda t: t.dim() == 2)
 
 

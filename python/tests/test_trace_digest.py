@@ -24,7 +24,7 @@ from bitexact._trace import record as _trace_record  # noqa: E402
 from bitexact._fingerprint import fingerprint  # noqa: E402
 
 
-from conftest import records, trace, traced  # noqa: E402,F401  (the shared trace fixture)
+from conftest import no_host_lanes, records, trace, traced  # noqa: E402,F401  (the shared trace fixture)
 
 
 def _set(x):
@@ -218,7 +218,8 @@ def _views_and_odd_tensors():
 def test_the_all_host_lane_writes_what_sorting_each_tensor_writes(tmp_path, monkeypatch,
                                                                   background):
     """An op whose tensors are all plain host tensors skips sorting and staging
-    (``_trace_digest._all_fast``): the same trace, byte for byte, as with every op sorted."""
+    (``_trace_digest._all_fast``, and the native lanes): the same trace, byte for byte, as with
+    every op sorted."""
     monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
 
     def both():
@@ -226,7 +227,7 @@ def test_the_all_host_lane_writes_what_sorting_each_tensor_writes(tmp_path, monk
         _views_and_odd_tensors()
 
     lane = traced(tmp_path / "lane.jsonl", both)
-    monkeypatch.setattr(_trace_digest, "_all_fast", lambda tensors, max_bytes: None)
+    no_host_lanes(monkeypatch)
     assert traced(tmp_path / "sorted.jsonl", both) == lane
     (cat,) = [r for r in map(json.loads, lane.splitlines()) if r["op"] == "aten::cat"]
     assert len(cat["in"]) == 40 and all(x == cat["in"][0] for x in cat["in"])

@@ -47,6 +47,8 @@ mod pytest;
 mod strided;
 mod trace;
 mod trace_hold;
+mod trace_lane;
+mod trace_line;
 mod trace_record;
 mod trace_writer;
 
@@ -383,6 +385,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::fingerprint_bytes, m)?)?;
     m.add_class::<trace_writer::TraceWriter>()?;
     m.add_class::<trace_hold::Held>()?;
+    m.add_class::<trace_lane::Lane>()?;
     m.add_function(wrap_pyfunction!(pytest::run_report, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::explain, m)?)?;
     m.add_function(wrap_pyfunction!(pytest::same, m)?)?;

@@ -52,7 +52,7 @@ const QUEUED_BYTES: usize = 256 << 20;
 type Done = JoinHandle<std::io::Result<()>>;
 
 /// An item made ready for its slot: a host tensor to look up, or a held digest's slot.
-enum Pre {
+pub(crate) enum Pre {
     Host(Host),
     Slot(Slot),
 }
@@ -234,7 +234,7 @@ impl TraceWriter {
     }
 
     /// Whether this process is the one that started the writer's thread.
-    fn mine(&self) -> bool {
+    pub(crate) fn mine(&self) -> bool {
         match COUNTED.load(Ordering::Relaxed) {
             true => FORKS.load(Ordering::Relaxed) == self.forks,
             false => std::process::id() == self.pid,
@@ -298,6 +298,54 @@ impl TraceWriter {
                 Err(_) => Host::item(e.extract()?).map(Pre::Host),
             })
             .collect::<PyResult<Vec<Pre>>>()?;
+        self.queue(py, line, tensors, cache, sketches.unwrap_or_default())
+    }
+
+    /// The digests of host tensors (as [`TraceWriter::write`] takes them) as they are now,
+    /// before an op writes them in place, for that op's record ([`Held`]): from the cache
+    /// (with `cache`), or one the writer's thread is still making, or made now. In a forked
+    /// child, holds nothing (no record is written there).
+    #[pyo3(signature = (items, cache=true))]
+    fn hold(&self, py: Python<'_>, items: Vec<super::Item>, cache: bool) -> PyResult<Held> {
+        let tensors = match self.mine() {
+            true => Host::items(items)?,
+            false => Vec::new(),
+        };
+        Ok(crate::fork_safe::detached(py, || Held::of(tensors, cache)))
+    }
+
+    /// Writes every queued record, closes the file and returns the first write error, if any
+    /// (idempotent). In a forked child, does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.mine() {
+            return Ok(());
+        }
+        close_queue(&self.queue);
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match thread {
+            None => Ok(()),
+            Some(t) => match py.detach(|| t.join()) {
+                Ok(result) => result.map_err(|e| PyIOError::new_err(format!("trace: {e}"))),
+                Err(_) => Err(PyIOError::new_err("the trace writer panicked")),
+            },
+        }
+    }
+}
+
+impl TraceWriter {
+    /// [`TraceWriter::write`] of tensors made ready (for the op tracer's native lane too,
+    /// [`super::trace_lane`]): checks the line's holes and marks against them, then queues it.
+    pub(crate) fn queue(
+        &self,
+        py: Python<'_>,
+        line: String,
+        tensors: Vec<Pre>,
+        cache: bool,
+        sketches: Vec<Shown>,
+    ) -> PyResult<()> {
+        if !self.mine() {
+            return Ok(());
+        }
         if line.bytes().any(|b| b == 2) {
             // A device value's mark (`_trace.device.LATER`) left in: never valid JSON.
             return Err(PyValueError::new_err(
@@ -311,7 +359,6 @@ impl TraceWriter {
                 tensors.len()
             )));
         }
-        let sketches = sketches.unwrap_or_default();
         let marks = line.bytes().filter(|&b| b == 1).count();
         let plain = |t: &str| {
             t.bytes()
@@ -364,36 +411,6 @@ impl TraceWriter {
             q.records.push(rec);
             Ok(())
         })
-    }
-
-    /// The digests of host tensors (as [`TraceWriter::write`] takes them) as they are now,
-    /// before an op writes them in place, for that op's record ([`Held`]): from the cache
-    /// (with `cache`), or one the writer's thread is still making, or made now. In a forked
-    /// child, holds nothing (no record is written there).
-    #[pyo3(signature = (items, cache=true))]
-    fn hold(&self, py: Python<'_>, items: Vec<super::Item>, cache: bool) -> PyResult<Held> {
-        let tensors = match self.mine() {
-            true => Host::items(items)?,
-            false => Vec::new(),
-        };
-        Ok(crate::fork_safe::detached(py, || Held::of(tensors, cache)))
-    }
-
-    /// Writes every queued record, closes the file and returns the first write error, if any
-    /// (idempotent). In a forked child, does nothing.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.mine() {
-            return Ok(());
-        }
-        close_queue(&self.queue);
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match thread {
-            None => Ok(()),
-            Some(t) => match py.detach(|| t.join()) {
-                Ok(result) => result.map_err(|e| PyIOError::new_err(format!("trace: {e}"))),
-                Err(_) => Err(PyIOError::new_err("the trace writer panicked")),
-            },
-        }
     }
 }
 

@@ -180,6 +180,11 @@ def _make_mode(stream):
                 if kind is _COLLECTIVE:
                     return c10d.record(state, self.stream, func, args, kwargs,
                                               torch.Tensor)
+                if known[2] is writes.SELF and known[4] is writes.SELF and not known[3]:
+                    result = plain.in_place(state, self.stream, func, kind, args, kwargs,
+                                            torch.Tensor, _record)
+                    if result is not plain.NOT_TAKEN:
+                        return result
                 gen = known[3] and generator.before(torch, known[3], args, kwargs,
                                                            state.tracker)
                 before = writes.read_before(state, self.stream, kind, known[2], known[4], args,

@@ -1,0 +1,476 @@
+//! [`Lane`]: the op tracer's fast lanes (`python/bitexact/_trace/plain.py`) as one native call
+//! per record. `plain` decides whether a record may take a lane (no generator, recorded while
+//! the background writer hashes); this makes and queues its line:
+//! - [`Lane::record`]: an op that writes no argument;
+//! - [`Lane::hold_self`] before and [`Lane::written`] after an in-place op that reads and
+//!   writes its `self` only (`add_`, `mul_`, `addcmul_`: an optimizer's chain): `self` held as
+//!   it was ([`Held`], as `TraceWriter.hold` holds it for `writes.read_before`), listed first
+//!   among the record's inputs.
+//!
+//! The op's tensors are collected from its arguments and result, each one's address, dtype,
+//! shape and strides read through torch's Python API (about 0.7 us of torch's per tensor: what
+//! bounds a tracer that reads tensors from Python); its text (arguments, module and phase,
+//! source line, the JSON line: [`super::trace_line`]) goes with them to
+//! [`TraceWriter::queue`] without a Python object per tensor.
+//!
+//! Byte for byte what the general path (`bitexact._trace.state.emit`) and `plain`'s Python
+//! write, which stay the reference: whatever this does not handle itself (a dtype seen for
+//! the first time, an argument that is not a number, a bool or a list of them, a file name
+//! the source memo has not judged yet) it asks the Python functions for; a tensor off the
+//! host's fast path, a list among an in-place op's arguments, an input that holds the bytes
+//! the op writes, or a string that is not valid UTF-8 makes it return `False` (or `None`),
+//! having done nothing, and the record takes the general path. The tests compare the lanes'
+//! traces with both (`python/tests/test_trace_lane.py`).
+
+use super::trace_hold::Held;
+use super::trace_line::Fields;
+use super::trace_record::Shown;
+use super::trace_writer::{Pre, TraceWriter};
+use super::Host;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUnicodeEncodeError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+
+/// What the lane needs of torch and of the tracer's Python modules, taken once when tracing
+/// starts (`plain.lane()`).
+#[pyclass(module = "bitexact._native", frozen)]
+pub struct Lane {
+    /// `torch.Tensor`.
+    pub(crate) tensor: Py<PyType>,
+    /// `torch.strided`.
+    pub(crate) strided: Py<PyAny>,
+    /// `bitexact._digest._torch_dtypes`: a torch dtype → `(name, is_complex)`.
+    pub(crate) dtypes: Py<PyDict>,
+    /// `bitexact._trace.digest` (its `CACHE` and `SKETCH` switches, `_plain`).
+    pub(crate) digest: Py<PyModule>,
+    /// `bitexact._trace.record` (`_shown`, `_shown_for`, `source`, `_value`,
+    /// `_argument_names`, `_MEMO_MAX`).
+    pub(crate) record: Py<PyModule>,
+    /// The trace record version (`bitexact._protocol.TRACE_RECORD_VERSION`).
+    pub(crate) version: u32,
+}
+
+/// A tensor attribute that raised TypeError or RuntimeError (no bitexact dtype, no storage):
+/// `None`, as `digest._host_items` treats it; any other error is the caller's.
+fn tolerated<T>(r: PyResult<T>, py: Python<'_>) -> PyResult<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyRuntimeError>(py) => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[pymethods]
+impl Lane {
+    #[new]
+    fn new(
+        tensor: Py<PyType>,
+        strided: Py<PyAny>,
+        dtypes: Py<PyDict>,
+        digest: Py<PyModule>,
+        record: Py<PyModule>,
+        version: u32,
+    ) -> Lane {
+        Lane {
+            tensor,
+            strided,
+            dtypes,
+            digest,
+            record,
+            version,
+        }
+    }
+
+    /// Writes the record of `op` (its name) of `stream` in `state`, called as
+    /// `func(*args, **kwargs)` with `result`, and returns True; or returns False, having done
+    /// nothing, when one of its tensors is off the host's fast path, or `state.writer` is not
+    /// the native writer, or `args` is not a tuple or `kwargs` not a dict. The caller has
+    /// checked the rest (`plain.record`).
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+        func: &Bound<'_, PyAny>,
+        op: &Bound<'_, PyString>,
+        args: &Bound<'_, PyAny>,
+        kwargs: &Bound<'_, PyAny>,
+        result: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let Some(call) = Call::of(state, func, op, args, kwargs)? else {
+            return Ok(false);
+        };
+        let tensor = self.tensor.bind(py);
+        let mut tensors = Vec::new();
+        collect(call.args.as_any(), tensor, &mut tensors)?;
+        collect(call.kwargs.as_any(), tensor, &mut tensors)?;
+        let n = tensors.len();
+        collect(result, tensor, &mut tensors)?;
+        let Some(mut ins) = self.hosts(py, state, &tensors)? else {
+            return Ok(false);
+        };
+        let outs = ins.split_off(n);
+        self.finish(py, state, stream, &call, None, ins, outs)
+    }
+
+    /// Before an in-place op that reads and writes its `self` (`args[0]`) only
+    /// (`writes.SELF`): the digest of `self` as it is now (`TraceWriter.hold`), for
+    /// [`Lane::written`] to record after the op; or `None`, having done nothing, where the
+    /// general path must take it: a tensor off the host's fast path, a list among the
+    /// arguments, an input holding the bytes of `self` (`writes._aliased_inputs`), or what
+    /// [`Lane::record`] refuses. The caller has checked the rest (`plain.in_place`).
+    fn hold_self(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        func: &Bound<'_, PyAny>,
+        op: &Bound<'_, PyString>,
+        args: &Bound<'_, PyAny>,
+        kwargs: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Held>> {
+        let Some(call) = Call::of(state, func, op, args, kwargs)? else {
+            return Ok(None);
+        };
+        let Some(mut hosts) = self.self_and_inputs(py, state, &call)? else {
+            return Ok(None);
+        };
+        let inputs = hosts.split_off(1);
+        let target = &hosts[0];
+        let numel = |h: &Host| h.shape.iter().product::<usize>();
+        if numel(target) > 0 && inputs.iter().any(|t| numel(t) > 0 && t.ptr == target.ptr) {
+            return Ok(None); // x.add_(x): the general path hashes its inputs before the op
+        }
+        let cache = self
+            .digest
+            .bind(py)
+            .getattr(intern!(py, "CACHE"))?
+            .is_truthy()?;
+        let writer = call.writer.borrow();
+        let held = match writer.mine() {
+            true => hosts,
+            false => Vec::new(),
+        };
+        Ok(Some(crate::fork_safe::detached(py, || {
+            Held::of(held, cache)
+        })))
+    }
+
+    /// After the op [`Lane::hold_self`] held `self` for: writes its record (its inputs: `self`
+    /// as it was, then its other tensors; its results: `result`'s tensors, or `self` when it
+    /// returned none) and returns True; or returns False, `held` untouched, where the general
+    /// path must take it (the caller then hands it `held` as the op's values before).
+    #[allow(clippy::too_many_arguments)]
+    fn written(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+        func: &Bound<'_, PyAny>,
+        op: &Bound<'_, PyString>,
+        args: &Bound<'_, PyAny>,
+        kwargs: &Bound<'_, PyAny>,
+        result: &Bound<'_, PyAny>,
+        held: &Bound<'_, Held>,
+    ) -> PyResult<bool> {
+        let Some(call) = Call::of(state, func, op, args, kwargs)? else {
+            return Ok(false);
+        };
+        let Some(mut ins) = self.self_and_inputs(py, state, &call)? else {
+            return Ok(false);
+        };
+        let target = ins.remove(0);
+        let tensor = self.tensor.bind(py);
+        let mut results = Vec::new();
+        collect(result, tensor, &mut results)?;
+        let outs = match results.is_empty() {
+            true => vec![target],
+            false => match self.hosts(py, state, &results)? {
+                Some(outs) => outs,
+                None => return Ok(false),
+            },
+        };
+        self.finish(py, state, stream, &call, Some(held.get()), ins, outs)
+    }
+}
+
+/// What a lane needs of a call: the native writer, and the arguments as a tuple and a dict.
+struct Call<'a, 'py> {
+    writer: Bound<'py, TraceWriter>,
+    func: &'a Bound<'py, PyAny>,
+    op: &'a Bound<'py, PyString>,
+    args: Bound<'py, PyTuple>,
+    kwargs: Bound<'py, PyDict>,
+}
+
+impl<'a, 'py> Call<'a, 'py> {
+    /// The call, or `None` where `state.writer` is not the native writer, or the arguments are
+    /// not a tuple and a dict.
+    fn of(
+        state: &Bound<'py, PyAny>,
+        func: &'a Bound<'py, PyAny>,
+        op: &'a Bound<'py, PyString>,
+        args: &Bound<'py, PyAny>,
+        kwargs: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Call<'a, 'py>>> {
+        let writer = state.getattr(intern!(state.py(), "writer"))?;
+        let (Ok(writer), Ok(args), Ok(kwargs)) = (
+            writer.cast_into::<TraceWriter>(),
+            args.cast::<PyTuple>(),
+            kwargs.cast::<PyDict>(),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Call {
+            writer,
+            func,
+            op,
+            args: args.clone(),
+            kwargs: kwargs.clone(),
+        }))
+    }
+}
+
+impl Lane {
+    /// `self` (`args[0]`) and the other tensor arguments of an in-place op, as the writer
+    /// takes them; `None` where one is off the host's fast path, `self` is not a tensor, or
+    /// a list or tuple is among the arguments (the general path walks it).
+    fn self_and_inputs(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        call: &Call<'_, '_>,
+    ) -> PyResult<Option<Vec<Host>>> {
+        let tensor = self.tensor.bind(py);
+        let mut tensors = Vec::with_capacity(call.args.len() + call.kwargs.len());
+        for (i, a) in call.args.iter().chain(call.kwargs.values()).enumerate() {
+            if a.is_instance_of::<PyList>() || a.is_instance_of::<PyTuple>() {
+                return Ok(None);
+            }
+            if i == 0 || is_tensor(&a, tensor)? {
+                tensors.push(a);
+            }
+        }
+        if tensors.is_empty() || !is_tensor(&tensors[0], tensor)? {
+            return Ok(None);
+        }
+        self.hosts(py, state, &tensors)
+    }
+
+    /// Queues a lane's record: `before` (a held value of the tensor an in-place op wrote, as
+    /// it was), then `ins` are its inputs, `outs` its results; returns False, having done
+    /// nothing, where a string is not valid UTF-8 (a lone surrogate: Python's path quotes it).
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+        call: &Call<'_, '_>,
+        before: Option<&Held>,
+        ins: Vec<Host>,
+        outs: Vec<Host>,
+    ) -> PyResult<bool> {
+        let digest = self.digest.bind(py);
+        let sketch = digest.getattr(intern!(py, "SKETCH"))?.is_truthy()?;
+        let n = usize::from(before.is_some()) + ins.len();
+        let line = match self.line_of(py, state, stream, call, n, outs.len(), sketch) {
+            Ok(line) => line,
+            Err(e) if e.is_instance_of::<PyUnicodeEncodeError>(py) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let sketches = match sketch {
+            true => (n..n + outs.len()).map(|i| Shown::Slot(i as i64)).collect(),
+            false => Vec::new(),
+        };
+        let cache = digest.getattr(intern!(py, "CACHE"))?.is_truthy()?;
+        let mut items = Vec::with_capacity(n + outs.len());
+        if let Some(held) = before {
+            items.push(Pre::Slot(held.take()?));
+        }
+        items.extend(ins.into_iter().chain(outs).map(Pre::Host));
+        let lock = state.getattr(intern!(py, "lock"))?;
+        lock.call_method0(intern!(py, "acquire"))?;
+        let written = (|| {
+            if state.getattr(intern!(py, "pending"))?.is_truthy()? {
+                state.call_method0(intern!(py, "flush"))?;
+            }
+            call.writer.borrow().queue(py, line, items, cache, sketches)
+        })();
+        lock.call_method0(intern!(py, "release"))?;
+        written.map(|()| true)
+    }
+}
+
+/// `isinstance(x, torch.Tensor)`, answered without the call for the builtin types an op's
+/// arguments mostly are (the call costs about 0.2 us for a non-tensor: torch's metaclass).
+pub(crate) fn is_tensor(x: &Bound<'_, PyAny>, tensor: &Bound<'_, PyType>) -> PyResult<bool> {
+    if x.is_none()
+        || x.is_exact_instance_of::<PyTuple>()
+        || x.is_exact_instance_of::<PyList>()
+        || x.is_exact_instance_of::<PyDict>()
+        || x.is_exact_instance_of::<PyInt>()
+        || x.is_exact_instance_of::<PyFloat>()
+        || x.is_exact_instance_of::<PyBool>()
+        || x.is_exact_instance_of::<PyString>()
+    {
+        return Ok(false);
+    }
+    x.is_instance(tensor)
+}
+
+/// Appends the tensors in `x` (nested tuples, lists and dict values) to `out`, as
+/// `bitexact._trace.state.collect_tensors` does.
+fn collect<'py>(
+    x: &Bound<'py, PyAny>,
+    tensor: &Bound<'py, PyType>,
+    out: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    if is_tensor(x, tensor)? {
+        out.push(x.clone());
+        return Ok(());
+    }
+    let values = match x.cast::<PyDict>() {
+        Ok(d) => d.values().into_any(),
+        Err(_) if x.is_instance_of::<PyList>() || x.is_instance_of::<PyTuple>() => x.clone(),
+        Err(_) => return Ok(()),
+    };
+    for v in values.try_iter()? {
+        let v = v?;
+        if is_tensor(&v, tensor)? {
+            out.push(v);
+        } else if v.is_instance_of::<PyList>()
+            || v.is_instance_of::<PyTuple>()
+            || v.is_instance_of::<PyDict>()
+        {
+            collect(&v, tensor, out)?;
+        }
+    }
+    Ok(())
+}
+
+impl Lane {
+    /// Each tensor as the writer takes it, read as `digest._host_items` reads it, or `None`
+    /// when one is not on the host's fast path.
+    fn hosts(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        tensors: &[Bound<'_, PyAny>],
+    ) -> PyResult<Option<Vec<Host>>> {
+        let max_bytes: usize = state.getattr(intern!(py, "max_bytes"))?.extract()?;
+        let mut hosts = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            match tolerated(self.host(py, t, max_bytes), py)? {
+                Some(Some(h)) => hosts.push(h),
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(hosts))
+    }
+
+    /// One tensor of [`Lane::hosts`].
+    fn host(
+        &self,
+        py: Python<'_>,
+        t: &Bound<'_, PyAny>,
+        max_bytes: usize,
+    ) -> PyResult<Option<Host>> {
+        if !t.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
+            return Ok(None);
+        }
+        let Some(name) = self.plain_name(py, t)? else {
+            return Ok(None);
+        };
+        let shape: Vec<usize> = t.getattr(intern!(py, "shape"))?.extract()?;
+        let name = name.to_cow()?;
+        // torch's `nbytes`: the elements times their size, whatever the strides
+        let size = super::dtype(&name)?.size();
+        let Some(nbytes) = shape.iter().try_fold(size, |n, &d| n.checked_mul(d)) else {
+            return Ok(None);
+        };
+        if nbytes > max_bytes {
+            return Ok(None);
+        }
+        let ptr: usize = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
+        if ptr == 0 && nbytes > 0 {
+            return Ok(None); // a wrapper without storage of its own (DTensor)
+        }
+        let strides = match t.call_method0(intern!(py, "is_contiguous"))?.is_truthy()? {
+            true => None,
+            false => Some(t.call_method0(intern!(py, "stride"))?.extract()?),
+        };
+        Host::with_strides(ptr, nbytes, &name, shape, strides).map(Some)
+    }
+
+    /// `bitexact._digest.plain_name(t)`: from its memo of dtypes, or by calling it.
+    fn plain_name<'py>(
+        &self,
+        py: Python<'py>,
+        t: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyString>>> {
+        let dtype = t.getattr(intern!(py, "dtype"))?;
+        let Some(known) = self.dtypes.bind(py).get_item(&dtype)? else {
+            let name = self
+                .digest
+                .bind(py)
+                .getattr(intern!(py, "_plain"))?
+                .call1((t,))?;
+            return Ok(name.cast_into::<PyString>().ok());
+        };
+        let (name, complex): (Bound<'py, PyString>, bool) = known.extract()?;
+        if complex
+            || !t.getattr(intern!(py, "layout"))?.is(self.strided.bind(py))
+            || t.call_method0(intern!(py, "is_neg"))?.is_truthy()?
+        {
+            return Ok(None);
+        }
+        Ok(Some(name))
+    }
+}
+
+impl Lane {
+    /// The line of [`Lane::record`]: its fields read from the tracer's state, the stream and
+    /// the call.
+    #[allow(clippy::too_many_arguments)]
+    fn line_of(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+        call: &Call<'_, '_>,
+        ins: usize,
+        outs: usize,
+        sketch: bool,
+    ) -> PyResult<String> {
+        let text = match sketch {
+            true => self.arguments(py, call.func, &call.args, &call.kwargs)?,
+            false => None,
+        };
+        let place = state
+            .getattr(intern!(py, "tracker"))?
+            .call_method0(intern!(py, "where"))?;
+        let (phase, module): (Bound<'_, PyString>, Bound<'_, PyString>) = place.extract()?;
+        let src = self.source(py, &state.getattr(intern!(py, "skip_dirs"))?)?;
+        let src = src.cast_into::<PyString>()?;
+        let thread = stream
+            .getattr(intern!(py, "label"))?
+            .cast_into::<PyString>()?;
+        let (phase, module, op) = (phase.to_cow()?, module.to_cow()?, call.op.to_cow()?);
+        let (src, thread) = (src.to_cow()?, thread.to_cow()?);
+        let fields = Fields {
+            step: stream.getattr(intern!(py, "step"))?.extract()?,
+            rank: state.getattr(intern!(py, "rank"))?.extract()?,
+            phase: &phase,
+            module: &module,
+            op: &op,
+            src: &src,
+            thread: &thread,
+            args: text.as_deref(),
+        };
+        Ok(self.line(&fields, ins, outs, sketch))
+    }
+}
