@@ -45,6 +45,10 @@ def program():
     torch.cat([a, a.t().t()], 0)  # a list of tensors
     torch.stack((a, a), dim=1).transpose(0, 1).contiguous()
     a.t() @ a  # strided inputs
+    torch.addmm(torch.ones(6), a, a.t())  # a linear layer's op
+    torch.addmm(torch.zeros(6, 6), a, a.t(), beta=0)  # self not read: the general path
+    c = torch.ones(6, 6)
+    c.addmm_(a, a.t(), beta=0.5).addmm_(a, a.t(), beta=0)
     torch.zeros(0, 3) + 1  # empty
     torch.tensor(3.5) * a[2, 2]  # 0-dimensional
     torch.view_as_real(torch.randn(3, dtype=torch.complex64) * 2)  # complex: general path

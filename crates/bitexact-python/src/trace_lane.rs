@@ -262,7 +262,8 @@ impl Lane {
 
     /// Queues a lane's record: `before` (a held value of the tensor an in-place op wrote, as
     /// it was), then `ins` are its inputs, `outs` its results; returns False, having done
-    /// nothing, where a string is not valid UTF-8 (a lone surrogate: Python's path quotes it).
+    /// nothing, where a string is not valid UTF-8 (a lone surrogate: Python's path quotes it)
+    /// or a field is not a string.
     #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
@@ -279,7 +280,14 @@ impl Lane {
         let n = usize::from(before.is_some()) + ins.len();
         let line = match self.line_of(py, state, stream, call, n, outs.len(), sketch) {
             Ok(line) => line,
-            Err(e) if e.is_instance_of::<PyUnicodeEncodeError>(py) => return Ok(false),
+            // a string that is not valid UTF-8 (a lone surrogate), a field that is not a string:
+            // the general path writes what Python makes of it
+            Err(e)
+                if e.is_instance_of::<PyUnicodeEncodeError>(py)
+                    || e.is_instance_of::<PyTypeError>(py) =>
+            {
+                return Ok(false)
+            }
             Err(e) => return Err(e),
         };
         let sketches = match sketch {

@@ -33,17 +33,20 @@ from . import state as ts
 NATIVE = True
 _lanes = []  # [the native lane, or None where the native module has none], once made
 
-_plain = {}  # op name -> whether its records may take this lane (by name only)
+_plain = {}  # op name -> whether its records may take a lane, by name (_BETA: see _plain_op)
+_BETA = "beta"
 
 
-def _plain_op(op):
-    """Whether ``op`` has no scratch results or arguments and always reads ``self``."""
+def _plain_op(op, kwargs):
+    """Whether ``op`` has no scratch results or arguments and reads ``self``: by name, and for
+    one of :data:`bitexact._trace.writes.BETA_OPS` (``addmm``: a linear layer), unless its
+    ``beta`` is 0 (:func:`bitexact._trace.writes.ignores_self`)."""
     known = _plain.get(op)
     if known is None:
         base = op.partition(".")[0]
-        known = _plain[op] = (base not in ts._SCRATCH_RESULTS and base not in ts.SCRATCH_ARGS
-                              and base not in writes.BETA_OPS)
-    return known
+        known = _plain[op] = _BETA if base in writes.BETA_OPS else (
+            base not in ts._SCRATCH_RESULTS and base not in ts.SCRATCH_ARGS)
+    return known is True or known is _BETA and not writes.ignores_self(op, kwargs)
 
 
 def _lane():
@@ -58,16 +61,16 @@ def _lane():
     return _lanes[0]
 
 
-def _open(state, op):
-    """Whether a record of ``op`` may take a lane now."""
-    return state.deferred and state.rows == 1 and state.capture is None and _plain_op(op) \
-        and not device.capturing()
+def _open(state, op, kwargs):
+    """Whether a record of ``op`` called with ``kwargs`` may take a lane now."""
+    return state.deferred and state.rows == 1 and state.capture is None \
+        and _plain_op(op, kwargs) and not device.capturing()
 
 
 def record(state, stream, func, op, args, kwargs, result, tensor_type):
     """Writes the record of ``op`` (which writes no argument and has no generator) the fast
     way and returns True, or returns False when it must take the general path."""
-    if not _open(state, op):
+    if not _open(state, op, kwargs):
         return False
     lane = (_lanes[0] if _lanes else _lane()) if NATIVE else None
     if lane is not None:
@@ -85,7 +88,7 @@ def in_place(state, stream, func, op, args, kwargs, tensor_type, general):
     after. Returns the op's result, or :data:`NOT_TAKEN`, having done nothing, when the general
     path must take it. Where the op ran but its record cannot take the lane (a result off the
     host's fast path), ``general`` (``_trace._record``) writes it with the value held."""
-    if not NATIVE or not _open(state, op) or not ts.in_steps(state, stream) \
+    if not NATIVE or not _open(state, op, kwargs) or not ts.in_steps(state, stream) \
             or ts.skipped(state, op):
         return NOT_TAKEN
     lane = _lanes[0] if _lanes else _lane()
