@@ -1,8 +1,9 @@
 """The op tracer's native lane (``bitexact._native.Lane``, ``crates/bitexact-python/src/
 trace_lane.rs``): the records it makes, of ops that write nothing and of in-place ops that read
-and write their ``self``, are byte for byte those of the Python lane and of the general path it
-replaces (``bitexact._trace.plain``), whatever the arguments, module names, source files and
-threads; whatever it does not handle takes the general path."""
+and write their ``self``, hashed by the background writer or on the program's thread, are byte
+for byte those of the Python lane and of the general path it replaces
+(``bitexact._trace.plain``), whatever the arguments, module names, source files and threads;
+whatever it does not handle takes the general path."""
 
 import json
 import os
@@ -93,10 +94,13 @@ def test_the_native_lane_writes_what_the_python_lane_and_the_general_path_write(
     monkeypatch.setattr(_trace_digest, "SKETCH", sketch)
     native, calls = lane_calls(lambda: traced(tmp_path / "native.jsonl", program), plain._lane())
     assert calls["record"] >= 20 and calls["hold_self"] >= 10 and calls["written"] >= 10
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", False)  # hashed on the program's thread
+    now, calls = lane_calls(lambda: traced(tmp_path / "now.jsonl", program), plain._lane())
+    assert now == native and calls["record"] >= 20 and calls["written"] >= 10
     monkeypatch.setattr(plain, "NATIVE", False)
+    assert traced(tmp_path / "general.jsonl", program) == native  # every record: the general path
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
     assert traced(tmp_path / "python.jsonl", program) == native
-    monkeypatch.setattr(_trace_digest, "BACKGROUND", False)  # every record: the general path
-    assert traced(tmp_path / "general.jsonl", program) == native
     rows = [json.loads(line) for line in native.splitlines()]
     assert any(r["module"].endswith("ünï€😀") for r in rows)
     assert any(r.get("thread") == 'worker "é"#0' for r in rows)

@@ -13,8 +13,8 @@
 //! when large), and filed in the cache; nothing is copied, so a held value costs no memory
 //! while its op runs (or raised).
 
-use super::trace::{self, Found};
-use super::trace_record::{Slot, Source};
+use super::trace;
+use super::trace_record::Slot;
 use super::Host;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -34,14 +34,7 @@ impl Held {
     pub(crate) fn of(tensors: Vec<Host>, use_cache: bool) -> Held {
         let found = trace::digests(&tensors, use_cache, &[], true);
         let slots = (tensors.into_iter().zip(found))
-            .map(|(t, found)| Slot {
-                dtype: t.dtype,
-                shape: t.shape,
-                source: match found {
-                    Found::Made(h) => Source::Ready(h),
-                    Found::Pending(h) => Source::Wait(h),
-                },
-            })
+            .map(|(t, found)| Slot::found(t, found))
             .collect();
         Held {
             slots: Mutex::new(slots),

@@ -22,9 +22,10 @@
 //! having done nothing, and the record takes the general path. The tests compare the lanes'
 //! traces with both (`python/tests/test_trace_lane.py`).
 
+use super::trace::digests;
 use super::trace_hold::Held;
 use super::trace_line::Fields;
-use super::trace_record::Shown;
+use super::trace_record::{fill, Record, Shown, Slot};
 use super::trace_writer::{Pre, TraceWriter};
 use super::Host;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUnicodeEncodeError};
@@ -295,11 +296,34 @@ impl Lane {
             false => Vec::new(),
         };
         let cache = digest.getattr(intern!(py, "CACHE"))?.is_truthy()?;
-        let mut items = Vec::with_capacity(n + outs.len());
-        if let Some(held) = before {
-            items.push(Pre::Slot(held.take()?));
-        }
-        items.extend(ins.into_iter().chain(outs).map(Pre::Host));
+        let held = before.map(Held::take).transpose()?;
+        let hosts: Vec<Host> = ins.into_iter().chain(outs).collect();
+        let (line, items, sketches) = match state.getattr(intern!(py, "deferred"))?.is_truthy()? {
+            true => {
+                let items = held.map(Pre::Slot).into_iter();
+                (
+                    line,
+                    items.chain(hosts.into_iter().map(Pre::Host)).collect(),
+                    sketches,
+                )
+            }
+            false => {
+                // Hashed now, on the program's thread, as the general path's `describe` does:
+                // the writer is handed the finished line.
+                let k = usize::from(held.is_some());
+                let want: Vec<bool> = (0..hosts.len()).map(|j| sketch && j + k >= n).collect();
+                let found = crate::fork_safe::detached(py, || digests(&hosts, cache, &want, false));
+                let slots = held.into_iter();
+                let slots =
+                    slots.chain(hosts.into_iter().zip(found).map(|(t, f)| Slot::found(t, f)));
+                let rec = Record {
+                    line,
+                    slots: slots.collect(),
+                    sketches,
+                };
+                (fill(&rec), Vec::new(), Vec::new())
+            }
+        };
         let lock = state.getattr(intern!(py, "lock"))?;
         lock.call_method0(intern!(py, "acquire"))?;
         let written = (|| {

@@ -4,7 +4,7 @@
 
 use super::copy_pool::{recycle, take, SharedPool};
 use super::strided;
-use super::trace::{self, Hashed};
+use super::trace::{self, Found, Hashed};
 use super::Host;
 use bitexact::fingerprint::fingerprint_serial;
 use bitexact::DType;
@@ -39,6 +39,20 @@ pub(crate) struct Slot {
     pub(crate) dtype: DType,
     pub(crate) shape: Vec<usize>,
     pub(crate) source: Source,
+}
+
+impl Slot {
+    /// The slot of host tensor `t` whose digest was `found` ([`super::trace::digests`]).
+    pub(crate) fn found(t: Host, found: Found) -> Slot {
+        Slot {
+            dtype: t.dtype,
+            shape: t.shape,
+            source: match found {
+                Found::Made(h) => Source::Ready(h),
+                Found::Pending(h) => Source::Wait(h),
+            },
+        }
+    }
 }
 
 /// A record: its line with a NUL for each slot's label (and a byte 1 for its sketches), and
@@ -90,6 +104,19 @@ pub(crate) fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketc
         }
         done += raw.len();
     }
+    let line = fill(&rec);
+    for s in rec.slots {
+        if let Source::Hash(buf, _, _) = s.source {
+            recycle(pool, buf);
+        }
+    }
+    queued.fetch_sub(done, Ordering::Relaxed);
+    line
+}
+
+/// The line of `rec`, its labels and sketches filled in, once every slot's digest is known or
+/// being made (a copy's, by [`finish`]; waited for).
+pub(crate) fn fill(rec: &Record) -> String {
     let hashed: Vec<&Hashed> = (rec.slots.iter())
         .map(|s| match &s.source {
             Source::Ready(h) => h,
@@ -113,12 +140,6 @@ pub(crate) fn finish(rec: Record, queued: &AtomicUsize, pool: &SharedPool, sketc
         }
     }
     line.push_str(&rec.line[start..]);
-    for s in rec.slots {
-        if let Source::Hash(buf, _, _) = s.source {
-            recycle(pool, buf);
-        }
-    }
-    queued.fetch_sub(done, Ordering::Relaxed);
     line
 }
 

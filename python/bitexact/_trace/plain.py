@@ -1,5 +1,4 @@
-"""The op tracer's fast lanes for its most common records, made while the background writer
-hashes (:attr:`bitexact._trace.state.State.deferred`), of ops without a generator whose
+"""The op tracer's fast lanes for its most common records, of ops without a generator whose
 tensors are all plain host tensors:
 
 - :func:`record`: an op that writes none of its arguments;
@@ -17,9 +16,11 @@ writes) takes the general path.
 Where the native module has it (always, in a built package), a record is made by one native
 call, ``bitexact._native.Lane`` (``crates/bitexact-python/src/trace_lane.rs``): the op's
 tensors read through torch's Python API, its arguments' text, module, phase and source line,
-and the JSON line, queued without a Python object per tensor. This module's Python,
-:func:`_python_record`, is the reference the tests hold it to (``python/tests/
-test_trace_lane.py``), and the fallback where it is missing; the in-place lane has no Python
+and the JSON line, queued without a Python object per tensor: to be hashed by the
+background writer (:attr:`bitexact._trace.state.State.deferred`), or hashed then on the
+program's thread, as the general path's :func:`bitexact._trace.digest.describe` does. This
+module's Python (:func:`_python_record`, for the background writer only) is the reference the
+tests hold it to (``python/tests/test_trace_lane.py``), and the fallback where it is missing; the in-place lane has no Python
 of its own (without the native module, :func:`in_place` leaves the op to the general path).
 :data:`NATIVE` off makes every record take the Python. Per op, on a loop of 64-float
 ``torch.add``: 17.5 µs traced with the Python lane, 15.2–15.4 µs with the native one;
@@ -62,9 +63,10 @@ def _lane():
 
 
 def _open(state, op, kwargs):
-    """Whether a record of ``op`` called with ``kwargs`` may take a lane now."""
-    return state.deferred and state.rows == 1 and state.capture is None \
-        and _plain_op(op, kwargs) and not device.capturing()
+    """Whether a record of ``op`` called with ``kwargs`` may take a native lane now (the
+    Python lane also needs :attr:`~bitexact._trace.state.State.deferred`)."""
+    return state.rows == 1 and state.capture is None and _plain_op(op, kwargs) \
+        and not device.capturing()
 
 
 def record(state, stream, func, op, args, kwargs, result, tensor_type):
@@ -75,6 +77,8 @@ def record(state, stream, func, op, args, kwargs, result, tensor_type):
     lane = (_lanes[0] if _lanes else _lane()) if NATIVE else None
     if lane is not None:
         return lane.record(state, stream, func, op, args, kwargs, result)
+    if not state.deferred:
+        return False
     return _python_record(state, stream, func, op, args, kwargs, result, tensor_type)
 
 
