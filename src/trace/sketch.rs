@@ -54,19 +54,24 @@ fn reader(dtype: DType) -> Option<fn(&[u8]) -> f64> {
     })
 }
 
+/// Accumulators of [`accumulate`]: 16 independent sums, so that the vectorized loop is not held
+/// up by the latency of one addition after another (8 ran the f32 sketch at 17 GB/s on this
+/// project's machine, as slow as the fingerprint beside it).
+const LANES: usize = 16;
+
 /// Sum of squares and largest magnitude of the finite values of `data` (elements of `S` bytes,
 /// read by `read`), and the count of others. First without looking at finiteness: element `i`
-/// goes to accumulator `i % 8`, eight elements a block, so the loop vectorizes (the order is
-/// fixed by the index). Only when that sum is not finite (a NaN or infinity, or f64 overflow)
+/// goes to accumulator `i % LANES`, [`LANES`] elements a block, so the loop vectorizes (the
+/// order is fixed by the index). Only when that sum is not finite (a NaN or infinity, or f64 overflow)
 /// again, value by value, with the same accumulators.
 #[inline(always)]
 fn accumulate<const S: usize>(data: &[u8], read: impl Fn([u8; S]) -> f64) -> (f64, f64, u64) {
     let at = |b: &[u8]| read(b.try_into().expect("S bytes"));
-    let (mut sq, mut mx) = ([0f64; 8], [0f64; 8]);
-    let blocks = data.chunks_exact(8 * S);
+    let (mut sq, mut mx) = ([0f64; LANES], [0f64; LANES]);
+    let blocks = data.chunks_exact(LANES * S);
     let tail = blocks.remainder();
     for block in blocks {
-        for lane in 0..8 {
+        for lane in 0..LANES {
             let v = at(&block[lane * S..(lane + 1) * S]);
             sq[lane] += v * v;
             let a = v.abs();
@@ -82,9 +87,9 @@ fn accumulate<const S: usize>(data: &[u8], read: impl Fn([u8; S]) -> f64) -> (f6
     if total.is_finite() {
         return (total, mx.iter().fold(0f64, |a, &b| a.max(b)), 0);
     }
-    let (mut sq, mut mx, mut bad) = ([0f64; 8], [0f64; 8], 0u64);
+    let (mut sq, mut mx, mut bad) = ([0f64; LANES], [0f64; LANES], 0u64);
     for (i, b) in data.chunks_exact(S).enumerate() {
-        let (v, lane) = (at(b), i & 7);
+        let (v, lane) = (at(b), i % LANES);
         if v.is_finite() {
             sq[lane] += v * v;
             mx[lane] = mx[lane].max(v.abs());
@@ -376,17 +381,17 @@ mod tests {
         }
 
         /// The vectorized accumulation gives exactly the plain loop's bits: element `i` into
-        /// accumulator `i % 8`, finite elements only, NaNs and infinities counted.
+        /// accumulator `i % LANES`, finite elements only, NaNs and infinities counted.
         #[test]
         fn the_fast_accumulation_is_the_plain_one(
             v in proptest::collection::vec(
                 proptest::prop_oneof![8 => -1e30f32..1e30, 1 => proptest::num::f32::ANY], 0..100)) {
-            let (mut sq, mut mx, mut bad) = ([0f64; 8], [0f64; 8], 0u64);
+            let (mut sq, mut mx, mut bad) = ([0f64; LANES], [0f64; LANES], 0u64);
             for (i, &x) in v.iter().enumerate() {
                 let x = x as f64;
                 if x.is_finite() {
-                    sq[i % 8] += x * x;
-                    mx[i % 8] = mx[i % 8].max(x.abs());
+                    sq[i % LANES] += x * x;
+                    mx[i % LANES] = mx[i % LANES].max(x.abs());
                 } else {
                     bad += 1;
                 }
