@@ -1,17 +1,19 @@
 //! [`Lane`]: the op tracer's fast lanes (`python/bitexact/_trace/plain.py`) as one native call
-//! per record. `plain` decides whether a record may take a lane (no generator, recorded while
-//! the background writer hashes); this makes and queues its line:
+//! per record. `plain` decides whether a record may take a lane (no generator, no capture, no
+//! row slices); this makes and queues its line:
 //! - [`Lane::record`]: an op that writes no argument;
-//! - [`Lane::hold_self`] before and [`Lane::written`] after an in-place op that reads and
-//!   writes its `self` only (`add_`, `mul_`, `addcmul_`: an optimizer's chain): `self` held as
-//!   it was ([`Held`], as `TraceWriter.hold` holds it for `writes.read_before`), listed first
-//!   among the record's inputs.
+//! - [`Lane::hold_self`] before, and [`Lane::record`] with what it held after, an in-place op
+//!   that reads and writes its `self` only (`add_`, `mul_`, `addcmul_`: an optimizer's chain):
+//!   `self` held as it was ([`Held`], as `TraceWriter.hold` holds it for
+//!   `writes.read_before`), listed first among the record's inputs.
 //!
 //! The op's tensors are collected from its arguments and result, each one's address, dtype,
 //! shape and strides read through torch's Python API (about 0.7 us of torch's per tensor: what
 //! bounds a tracer that reads tensors from Python); its text (arguments, module and phase,
 //! source line, the JSON line: [`super::trace_line`]) goes with them to
-//! [`TraceWriter::queue`] without a Python object per tensor.
+//! [`TraceWriter::queue`] without a Python object per tensor: hashed there by the writer's
+//! thread, or first on the program's thread where it hashes (`state.deferred` off), the line
+//! then filled as the writer fills it ([`super::trace_record::fill`]).
 //!
 //! Byte for byte what the general path (`bitexact._trace.state.emit`) and `plain`'s Python
 //! write, which stay the reference: whatever this does not handle itself (a dtype seen for
@@ -87,10 +89,16 @@ impl Lane {
 
     /// Writes the record of `op` (its name) of `stream` in `state`, called as
     /// `func(*args, **kwargs)` with `result`, and returns True; or returns False, having done
-    /// nothing, when one of its tensors is off the host's fast path, or `state.writer` is not
-    /// the native writer, or `args` is not a tuple or `kwargs` not a dict. The caller has
-    /// checked the rest (`plain.record`).
+    /// nothing, where the general path must take it: a tensor off the host's fast path,
+    /// `state.writer` not the native writer, `args` not a tuple or `kwargs` not a dict. The
+    /// caller has checked the rest (`plain.record`, `plain.in_place`). Without `held`, an op
+    /// that writes no argument: its inputs are its tensor arguments, its results `result`'s
+    /// tensors. With `held` (from [`Lane::hold_self`] before the op), an in-place op: its inputs
+    /// are `self` as it was, then its other tensors; its results `result`'s tensors, or `self`
+    /// when it returned none; `held` is left untouched when it returns False (the caller then
+    /// hands it to the general path as the op's values before).
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (state, stream, func, op, args, kwargs, result, held=None))]
     fn record(
         &self,
         py: Python<'_>,
@@ -101,26 +109,24 @@ impl Lane {
         args: &Bound<'_, PyAny>,
         kwargs: &Bound<'_, PyAny>,
         result: &Bound<'_, PyAny>,
+        held: Option<&Bound<'_, Held>>,
     ) -> PyResult<bool> {
         let Some(call) = Call::of(state, func, op, args, kwargs)? else {
             return Ok(false);
         };
-        let tensor = self.tensor.bind(py);
-        let mut tensors = Vec::new();
-        collect(call.args.as_any(), tensor, &mut tensors)?;
-        collect(call.kwargs.as_any(), tensor, &mut tensors)?;
-        let n = tensors.len();
-        collect(result, tensor, &mut tensors)?;
-        let Some(mut ins) = self.hosts(py, state, &tensors)? else {
+        let tensors = match held {
+            None => self.of_plain(py, state, &call, result)?,
+            Some(_) => self.of_in_place(py, state, &call, result)?,
+        };
+        let Some((ins, outs)) = tensors else {
             return Ok(false);
         };
-        let outs = ins.split_off(n);
-        self.finish(py, state, stream, &call, None, ins, outs)
+        self.finish(py, state, stream, &call, held.map(Bound::get), ins, outs)
     }
 
     /// Before an in-place op that reads and writes its `self` (`args[0]`) only
     /// (`writes.SELF`): the digest of `self` as it is now (`TraceWriter.hold`), for
-    /// [`Lane::written`] to record after the op; or `None`, having done nothing, where the
+    /// [`Lane::record`] to record after the op; or `None`, having done nothing, where the
     /// general path must take it: a tensor off the host's fast path, a list among the
     /// arguments, an input holding the bytes of `self` (`writes._aliased_inputs`), or what
     /// [`Lane::record`] refuses. The caller has checked the rest (`plain.in_place`).
@@ -158,43 +164,6 @@ impl Lane {
         Ok(Some(crate::fork_safe::detached(py, || {
             Held::of(held, cache)
         })))
-    }
-
-    /// After the op [`Lane::hold_self`] held `self` for: writes its record (its inputs: `self`
-    /// as it was, then its other tensors; its results: `result`'s tensors, or `self` when it
-    /// returned none) and returns True; or returns False, `held` untouched, where the general
-    /// path must take it (the caller then hands it `held` as the op's values before).
-    #[allow(clippy::too_many_arguments)]
-    fn written(
-        &self,
-        py: Python<'_>,
-        state: &Bound<'_, PyAny>,
-        stream: &Bound<'_, PyAny>,
-        func: &Bound<'_, PyAny>,
-        op: &Bound<'_, PyString>,
-        args: &Bound<'_, PyAny>,
-        kwargs: &Bound<'_, PyAny>,
-        result: &Bound<'_, PyAny>,
-        held: &Bound<'_, Held>,
-    ) -> PyResult<bool> {
-        let Some(call) = Call::of(state, func, op, args, kwargs)? else {
-            return Ok(false);
-        };
-        let Some(mut ins) = self.self_and_inputs(py, state, &call)? else {
-            return Ok(false);
-        };
-        let target = ins.remove(0);
-        let tensor = self.tensor.bind(py);
-        let mut results = Vec::new();
-        collect(result, tensor, &mut results)?;
-        let outs = match results.is_empty() {
-            true => vec![target],
-            false => match self.hosts(py, state, &results)? {
-                Some(outs) => outs,
-                None => return Ok(false),
-            },
-        };
-        self.finish(py, state, stream, &call, Some(held.get()), ins, outs)
     }
 }
 
@@ -236,6 +205,48 @@ impl<'a, 'py> Call<'a, 'py> {
 }
 
 impl Lane {
+    /// The inputs and results of [`Lane::record`] of an op that writes no argument.
+    fn of_plain(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        call: &Call<'_, '_>,
+        result: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(Vec<Host>, Vec<Host>)>> {
+        let tensor = self.tensor.bind(py);
+        let mut tensors = Vec::new();
+        collect(call.args.as_any(), tensor, &mut tensors)?;
+        collect(call.kwargs.as_any(), tensor, &mut tensors)?;
+        let n = tensors.len();
+        collect(result, tensor, &mut tensors)?;
+        Ok(self.hosts(py, state, &tensors)?.map(|mut ins| {
+            let outs = ins.split_off(n);
+            (ins, outs)
+        }))
+    }
+
+    /// The inputs (but `self` as it was, held) and results of [`Lane::record`] of an
+    /// in-place op.
+    fn of_in_place(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        call: &Call<'_, '_>,
+        result: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(Vec<Host>, Vec<Host>)>> {
+        let Some(mut ins) = self.self_and_inputs(py, state, call)? else {
+            return Ok(None);
+        };
+        let target = ins.remove(0);
+        let tensor = self.tensor.bind(py);
+        let mut results = Vec::new();
+        collect(result, tensor, &mut results)?;
+        if results.is_empty() {
+            return Ok(Some((ins, vec![target])));
+        }
+        Ok(self.hosts(py, state, &results)?.map(|outs| (ins, outs)))
+    }
+
     /// `self` (`args[0]`) and the other tensor arguments of an in-place op, as the writer
     /// takes them; `None` where one is off the host's fast path, `self` is not a tensor, or
     /// a list or tuple is among the arguments (the general path walks it).

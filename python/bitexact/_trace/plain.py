@@ -100,7 +100,7 @@ def in_place(state, stream, func, op, args, kwargs, tensor_type, general):
     if held is None:
         return NOT_TAKEN
     result = func(*args, **kwargs)
-    if not lane.written(state, stream, func, op, args, kwargs, result, held):
+    if not lane.record(state, stream, func, op, args, kwargs, result, held):
         before = ts.Record(op, "", "", [args[0]], ())
         before.later, before.keep, before.waits, before.fills = [held], [], [], []
         before.described_ins = [digest.HOLE]
