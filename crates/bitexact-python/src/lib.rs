@@ -17,6 +17,8 @@
 //!   background thread that also hashes the records' tensors (see `trace_writer`), and
 //!   `trace_hold::Held`: tensors' digests taken before an op writes them in place, for its
 //!   record.
+//! - `trace_lane::Lane`: the op tracer's fast lanes, one native call per record of its
+//!   commonest ops (see `trace_lane`; their text: `trace_line`).
 //! - `pytest`: what the pytest plugin needs: `bitexact run` returning its report, the
 //!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
 //! - `cuda_status` / `digest_cuda_ptr`: the same digest of device memory, chunks hashed by
