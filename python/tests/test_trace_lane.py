@@ -110,11 +110,12 @@ def test_the_native_lane_writes_what_the_python_lane_and_the_general_path_write(
     assert sum(here in r["src"] for r in rows) > 40
 
 
+@pytest.mark.parametrize("background", [True, False])
 def test_the_native_lane_asks_the_general_path_for_what_it_does_not_handle(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, background):
     """A record the lane refuses after its op ran (a result off the host's fast path) is
-    written by the general path with the value the lane held."""
-    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    written by the general path with the value the lane held, whoever hashes."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
 
     lane = plain._lane()
     # An in-place op's record refused, as for a result too large or on a device; the others

@@ -14,7 +14,7 @@
 //! while its op runs (or raised).
 
 use super::trace;
-use super::trace_record::Slot;
+use super::trace_record::{fill, Record, Slot};
 use super::Host;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -52,6 +52,18 @@ impl Held {
 
 #[pymethods]
 impl Held {
+    /// The next tensor's label (`dtype[shape]:fingerprint`), taken: for a record whose tensors
+    /// the program's thread hashes, so that its inputs are labels rather than holes
+    /// (`bitexact._trace.plain.in_place`); the writer's own filling of a hole.
+    fn label(&self) -> PyResult<String> {
+        let rec = Record {
+            line: "\0".into(),
+            slots: vec![self.take()?],
+            sketches: Vec::new(),
+        };
+        Ok(fill(&rec))
+    }
+
     /// How many tensors' digests are still held (not yet taken by a record).
     fn __len__(&self) -> usize {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()

@@ -20,8 +20,9 @@ and the JSON line, queued without a Python object per tensor: to be hashed by th
 background writer (:attr:`bitexact._trace.state.State.deferred`), or hashed then on the
 program's thread, as the general path's :func:`bitexact._trace.digest.describe` does. This
 module's Python (:func:`_python_record`, for the background writer only) is the reference the
-tests hold it to (``python/tests/test_trace_lane.py``), and the fallback where it is missing; the in-place lane has no Python
-of its own (without the native module, :func:`in_place` leaves the op to the general path).
+tests hold it to (``python/tests/test_trace_lane.py``), and the fallback where it is missing;
+the in-place lane has no Python of its own (without the native module, :func:`in_place` leaves
+the op to the general path).
 :data:`NATIVE` off makes every record take the Python. Per op, on a loop of 64-float
 ``torch.add``: 17.5 µs traced with the Python lane, 15.2–15.4 µs with the native one;
 ``x.add_(y)``: 29.5 µs on the general path, 16.4 µs in the native lane."""
@@ -101,9 +102,12 @@ def in_place(state, stream, func, op, args, kwargs, tensor_type, general):
         return NOT_TAKEN
     result = func(*args, **kwargs)
     if not lane.record(state, stream, func, op, args, kwargs, result, held):
-        before = ts.Record(op, "", "", [args[0]], ())
-        before.later, before.keep, before.waits, before.fills = [held], [], [], []
-        before.described_ins = [digest.HOLE]
+        before = ts.Record(op, "", "", [args[0]], ())  # what read_before would have made
+        if state.deferred:
+            before.later, before.keep, before.waits, before.fills = [held], [], [], []
+            before.described_ins = [digest.HOLE]
+        else:  # the program's thread hashes: a label
+            before.described_ins = [held.label()]
         general(state, stream, func, op, writes.SELF, args, kwargs, result, tensor_type,
                 None, before)
     return result
