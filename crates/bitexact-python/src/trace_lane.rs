@@ -52,6 +52,8 @@ pub struct Lane {
     pub(crate) record: Py<PyModule>,
     /// The trace record version (`bitexact._protocol.TRACE_RECORD_VERSION`).
     pub(crate) version: u32,
+    /// `record._MEMO_MAX`: past this many files, `record.source`'s memo starts over.
+    pub(crate) memo_max: usize,
 }
 
 /// A tensor attribute that raised TypeError or RuntimeError (no bitexact dtype, no storage):
@@ -70,21 +72,27 @@ fn tolerated<T>(r: PyResult<T>, py: Python<'_>) -> PyResult<Option<T>> {
 impl Lane {
     #[new]
     fn new(
+        py: Python<'_>,
         tensor: Py<PyType>,
         strided: Py<PyAny>,
         dtypes: Py<PyDict>,
         digest: Py<PyModule>,
         record: Py<PyModule>,
         version: u32,
-    ) -> Lane {
-        Lane {
+    ) -> PyResult<Lane> {
+        let memo_max = record
+            .bind(py)
+            .getattr(intern!(py, "_MEMO_MAX"))?
+            .extract()?;
+        Ok(Lane {
             tensor,
             strided,
             dtypes,
             digest,
             record,
             version,
-        }
+            memo_max,
+        })
     }
 
     /// Writes the record of `op` (its name) of `stream` in `state`, called as

@@ -125,8 +125,7 @@ impl Lane {
         let shown = record
             .getattr(intern!(py, "_shown"))?
             .cast_into::<PyDict>()?;
-        let most: usize = record.getattr(intern!(py, "_MEMO_MAX"))?.extract()?;
-        if !shown_for.get_item(0)?.is(skip_dirs) || shown.len() >= most {
+        if !shown_for.get_item(0)?.is(skip_dirs) || shown.len() >= self.memo_max {
             return call();
         }
         // SAFETY: the GIL is held; the frame is borrowed from the running thread's state and
