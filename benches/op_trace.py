@@ -25,7 +25,9 @@ that falls behind costs; the round's timed steps plus ``stop()``, over their num
   writer's thread where torch leaves a core free (``_trace_digest.background()``);
   ``ops_sync`` / ``modules_sync``: digests on the program's thread; ``ops_nosketch`` and
   ``ops_sync_nosketch``: as ``ops`` and ``ops_sync`` without sketches and arguments
-  (``_trace_digest.SKETCH`` off), to measure their cost;
+  (``_trace_digest.SKETCH`` off), to measure their cost; ``ops_observer`` and
+  ``ops_sync_observer``: as ``ops`` and ``ops_sync`` through the observer driver (torch's
+  RecordFunction callbacks instead of a dispatch mode, ``bitexact._trace.observer``);
 - ``debugmode`` / ``debugmode_inputs``: torch's DebugMode with
   ``log_tensor_hashes(hash_fn="hash_tensor")`` (the cheaper of its hashes, an order-blind XOR;
   outputs only, its default), and with ``hash_inputs=True`` too (what bitexact records).
@@ -130,15 +132,16 @@ class Mode:
 
 
 def bitexact_mode(level, tmp, stats, sketch=True, background=None, kernel=True,
-                  stage_max=_trace_device.STAGE_MAX):
-    path = os.path.join(tmp, "%s%s%s%s%s.jsonl" % (level, sketch, background, kernel, stage_max))
+                  stage_max=_trace_device.STAGE_MAX, driver="mode"):
+    path = os.path.join(tmp, "%s%s%s%s%s%s.jsonl" % (level, sketch, background, kernel, stage_max,
+                                                     driver))
 
     def enter():
         _trace_digest.SKETCH = sketch
         _trace_digest.BACKGROUND = background
         _fingerprint.KERNEL = kernel
         _trace_device.STAGE_MAX = stage_max
-        tracer.start(path, level=level)
+        tracer.start(path, level=level, driver=driver)
 
     def leave():
         tracer.stop()
@@ -162,6 +165,10 @@ def modes(tmp, stats):
         out[level] = bitexact_mode(level, tmp, stats[level])
         stats[level + "_sync"] = {}
         out[level + "_sync"] = bitexact_mode(level, tmp, stats[level + "_sync"], background=False)
+    for name, background in (("ops_observer", None), ("ops_sync_observer", False)):
+        stats[name] = {}
+        out[name] = bitexact_mode("ops", tmp, stats[name], background=background,
+                                  driver="observer")
     stats["ops_nosketch"] = {}
     out["ops_nosketch"] = bitexact_mode("ops", tmp, stats["ops_nosketch"], sketch=False)
     stats["ops_sync_nosketch"] = {}

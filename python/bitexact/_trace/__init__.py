@@ -117,13 +117,19 @@ CAPTURE_ENV = _protocol.TRACE_CAPTURE_ENV
 # (the larger-batch run of `bitexact run --vary batch`, n = B/A; see digest.describe).
 ROWS_ENV = _protocol.TRACE_ROWS_ENV
 FILE_PREFIX = _protocol.TRACE_FILE_PREFIX
+# How ops reach the tracer: "mode" (a TorchDispatchMode) or "observer" (experimental).
+DRIVER_ENV = "BITEXACT_TRACE_DRIVER"
 
 _state = None
+_torch = None  # the torch module, once tracing started
 
 # Ops that are not computation and are not recorded: allocations of uninitialized memory,
 # pointing a tensor at existing storage (how a DataLoader batch is received from a worker, at a
-# moment that depends on worker timing), and the profiler's markers (DDP's forward).
-_NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_", "profiler::")
+# moment that depends on worker timing), the profiler's markers (DDP's forward), and cutting a
+# tensor from autograd's graph in place (``detach_``: no dispatch mode sees it, torch's
+# observer callbacks do, from an optimizer's step).
+_NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_", "profiler::",
+                    "aten::detach_")
 # Ops that return their input's bytes under another shape without being views (matmul's
 # reshape of a result, ``_unsafe_view``): no new data, like a view; the next op that reads the
 # result hashes it (in nanoGPT's step, 9 records and 7.5 MB hashed for nothing).
@@ -172,26 +178,13 @@ def _make_mode(stream):
                 known = _ops.get(id(func))
                 if known is None or known[0] is not func:
                     known = _op(func)
-                kind = known[1]
-                state = _state
-                if kind is _SKIPPED or state is None or not ts.mine(state) \
-                        or compiled.running():
-                    return func(*args, **kwargs)
-                if kind is _COLLECTIVE:
-                    return c10d.record(state, self.stream, func, args, kwargs,
-                                              torch.Tensor)
-                if known[2] is writes.SELF and known[4] is writes.SELF and not known[3]:
-                    result = plain.in_place(state, self.stream, func, kind, args, kwargs,
-                                            torch.Tensor, _record)
-                    if result is not plain.NOT_TAKEN:
-                        return result
-                gen = known[3] and generator.before(torch, known[3], args, kwargs,
-                                                           state.tracker)
-                before = writes.read_before(state, self.stream, kind, known[2], known[4], args,
-                                      kwargs, torch.Tensor) if known[2] else None
+                if known[1] is _COLLECTIVE and _state is not None and ts.mine(_state) \
+                        and not compiled.running():
+                    return c10d.record(_state, self.stream, func, args, kwargs, torch.Tensor)
+                token = _before(known, self.stream, args, kwargs)
                 result = func(*args, **kwargs)
-                _record(state, self.stream, func, kind, known[2], args, kwargs, result,
-                        torch.Tensor, gen, before)
+                if token is not None:
+                    after_op(token, func, args, kwargs, result)
                 return result
 
         def guard():
@@ -239,6 +232,76 @@ def _op(func):
     known = _ops[id(func)] = (func, kind, written,
                               generator.spec(func, name) if computes else None, read)
     return known
+
+
+_LANE = object()  # a token's generator slot: the op takes plain's in-place lane
+
+
+def _before(known, stream, args, kwargs):
+    """What the tracer does before a computing op runs (``known``: :func:`_op`'s answer for
+    it; not a collective): returns the token :func:`after_op` takes after it ran, or None
+    where the op is not recorded (skipped, not the program's own, inside a compiled call).
+    An in-place op that reads and writes only its ``self`` has ``self`` held by plain's lane
+    (:func:`bitexact._trace.plain.hold`); a random op's generator state
+    (:mod:`bitexact._trace.generator`) and the written tensors an op reads
+    (:func:`bitexact._trace.writes.read_before`) are read now. Shared by the dispatch mode and
+    the observer driver (:mod:`bitexact._trace.observer`)."""
+    kind, state = known[1], _state
+    if kind is _SKIPPED or state is None or not ts.mine(state) or compiled.running():
+        return None
+    func, written, gen_spec = known[0], known[2], known[3]
+    if written is writes.SELF and known[4] is writes.SELF and not gen_spec:
+        held = plain.hold(state, stream, func, kind, args, kwargs)
+        if held is not None:
+            return (state, stream, known, _LANE, held)
+    gen = gen_spec and generator.before(_torch, gen_spec, args, kwargs, state.tracker)
+    before = writes.read_before(state, stream, kind, written, known[4], args, kwargs,
+                                _torch.Tensor) if written else None
+    return (state, stream, known, gen, before)
+
+
+def after_op(token, func, args, kwargs, result):
+    """Records the op :func:`_before` returned ``token`` for, now that it returned
+    ``result``."""
+    state, stream, known, gen, before = token
+    if gen is _LANE:
+        plain.finish(state, stream, func, known[1], args, kwargs, result, before,
+                     _torch.Tensor, _record)
+    else:
+        _record(state, stream, func, known[1], known[2], args, kwargs, result, _torch.Tensor,
+                gen, before)
+
+
+def _resolve(name, overload):
+    """The observer driver's question, once per operator: its OpOverload, and whether the
+    tracer records it (not a view, not a collective: the observer does not record those)."""
+    ns, base = name.split("::", 1)
+    func = getattr(getattr(getattr(_torch.ops, ns), base), overload or "default")
+    kind = _op(func)[1]
+    return func, kind is not _SKIPPED and kind is not _COLLECTIVE
+
+
+def _observed(func, args, kwargs):
+    """The observer driver's start of a recorded op: :func:`_before` in the calling thread's
+    stream (None in a thread the tracer does not follow)."""
+    state = _state
+    stream = ts.stream_of(state) if state is not None else None
+    if stream is None:
+        return None
+    known = _ops.get(id(func))
+    if known is None or known[0] is not func:
+        known = _op(func)
+    return _before(known, stream, args, kwargs)
+
+
+class _Observing:
+    """Stands for the dispatch mode in :data:`_active` under the observer driver."""
+
+    def __init__(self, observer):
+        self._observer = observer
+
+    def __exit__(self, *exc):
+        self._observer.stop()
 
 
 def _record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None,
@@ -364,14 +427,18 @@ def install_from_env():
 _active = None  # (mode or None, tracker, hook handles) while tracing
 
 
-def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops", rows=None):
+def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops", rows=None,
+          driver=None):
     """Traces this process into ``path`` until :func:`stop` (``bitexact run --trace ops``
     calls it through :func:`install_from_env`; benchmarks call it directly). ``level`` is
     ``ops`` (every ATen op) or ``modules`` (module outputs and parameter gradients only: the
     cheaper rung, for long runs). ``rows`` (default: ``$BITEXACT_TRACE_ROWS``, else 1): n > 1
     labels each tensor whose first dimension is a multiple of n by its n row slices' digests
-    (``f32[8,4]/8:<d1>,...,<d8>``; the larger-batch run of ``bitexact run --vary batch``)."""
-    global _state, _active
+    (``f32[8,4]/8:<d1>,...,<d8>``; the larger-batch run of ``bitexact run --vary batch``).
+    ``driver`` (default: ``$BITEXACT_TRACE_DRIVER``, else ``mode``): how ops reach the
+    tracer at ``ops``: a Python dispatch mode, or ``observer``, torch's RecordFunction
+    callbacks (experimental: :mod:`bitexact._trace.observer`)."""
+    global _state, _active, _torch
     import torch
     import torch.optim.optimizer as optimizer
 
@@ -380,11 +447,19 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
+    driver = driver or os.environ.get(DRIVER_ENV) or "mode"
+    if driver not in ("mode", "observer"):
+        raise ValueError("bitexact: %s must be mode or observer, not %r" % (DRIVER_ENV, driver))
+    if driver == "observer" and level == "ops":
+        from . import observer
+
+        observer.library()  # built or loaded now: observer.Unavailable before tracing starts
     if rows is None:
         rows = int(os.environ.get(ROWS_ENV) or 1)
     if rows < 1:
         raise ValueError("bitexact: %s must be a positive integer, not %d" % (ROWS_ENV, rows))
     state = ts.State(path, rank, max_bytes, steps, skip, rows)
+    _torch = torch
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
@@ -405,10 +480,14 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     mode = None
     if level == "modules":
         hooks += _hooks.module_hooks(state, torch)
+    elif driver == "observer":
+        observer.start(_resolve, _observed, after_op)
+        mode = _Observing(observer)
     else:
         mode = _make_mode(state.main)
         mode.__enter__()
-    hooks += threads.follow(state, _make_mode if mode is not None else None, torch_dir)
+    hooks += threads.follow(state, _make_mode if driver == "mode" and level == "ops" else None,
+                            torch_dir)
     hooks.append(compiled.install(state, _is_tracer, level))
     if level == "ops" and kernels.enabled():
         hooks.append(kernels.install())

@@ -2,7 +2,7 @@
 tensors are all plain host tensors:
 
 - :func:`record`: an op that writes none of its arguments;
-- :func:`in_place`: an in-place op that reads and writes its ``self`` only
+- :func:`hold` and :func:`finish`: an in-place op that reads and writes its ``self`` only
   (:data:`bitexact._trace.writes.SELF`: ``add_``, ``mul_``, ``addcmul_``, an optimizer's
   chain), ``self`` held before the op as :func:`bitexact._trace.writes.read_before` holds it.
 
@@ -21,7 +21,7 @@ background writer (:attr:`bitexact._trace.state.State.deferred`), or hashed then
 program's thread, as the general path's :func:`bitexact._trace.digest.describe` does. This
 module's Python (:func:`_python_record`, for the background writer only) is the reference the
 tests hold it to (``python/tests/test_trace_lane.py``), and the fallback where it is missing;
-the in-place lane has no Python of its own (without the native module, :func:`in_place` leaves
+the in-place lane has no Python of its own (without the native module, :func:`hold` leaves
 the op to the general path).
 :data:`NATIVE` off makes every record take the Python. Per op, on a loop of 64-float
 ``torch.add``: 17.5 µs traced with the Python lane, 15.2–15.4 µs with the native one;
@@ -83,34 +83,31 @@ def record(state, stream, func, op, args, kwargs, result, tensor_type):
     return _python_record(state, stream, func, op, args, kwargs, result, tensor_type)
 
 
-NOT_TAKEN = object()  # what in_place returns when the general path must run the op
-
-
-def in_place(state, stream, func, op, args, kwargs, tensor_type, general):
-    """Runs ``func(*args, **kwargs)``, an in-place op that reads and writes its ``self`` only
-    (``writes.SELF``) and has no generator, and records it the native lane's way: ``self`` held
-    before the op (as :func:`bitexact._trace.writes.read_before` holds it), the record written
-    after. Returns the op's result, or :data:`NOT_TAKEN`, having done nothing, when the general
-    path must take it. Where the op ran but its record cannot take the lane (a result off the
-    host's fast path), ``general`` (``_trace._record``) writes it with the value held."""
+def hold(state, stream, func, op, args, kwargs):
+    """Before an in-place op that reads and writes its ``self`` only and has no generator:
+    ``self`` held natively (as :func:`bitexact._trace.writes.read_before` holds it) for
+    :func:`finish`, or None, having done nothing, when the general path must take the op."""
     if not NATIVE or not _open(state, op, kwargs) or not ts.in_steps(state, stream) \
             or ts.skipped(state, op):
-        return NOT_TAKEN
+        return None
     lane = _lanes[0] if _lanes else _lane()
-    held = lane.hold_self(state, func, op, args, kwargs) if lane is not None else None
-    if held is None:
-        return NOT_TAKEN
-    result = func(*args, **kwargs)
-    if not lane.record(state, stream, func, op, args, kwargs, result, held):
-        before = ts.Record(op, "", "", [args[0]], ())  # what read_before would have made
-        if state.deferred:
-            before.later, before.keep, before.waits, before.fills = [held], [], [], []
-            before.described_ins = [digest.HOLE]
-        else:  # the program's thread hashes: a label
-            before.described_ins = [held.label()]
-        general(state, stream, func, op, writes.SELF, args, kwargs, result, tensor_type,
-                None, before)
-    return result
+    return lane.hold_self(state, func, op, args, kwargs) if lane is not None else None
+
+
+def finish(state, stream, func, op, args, kwargs, result, held, tensor_type, general):
+    """After the op :func:`hold` held ``self`` for: writes its record. Where the record cannot
+    take the lane (a result off the host's fast path), ``general`` (``_trace._record``) writes
+    it with the value held."""
+    if _lanes[0].record(state, stream, func, op, args, kwargs, result, held):
+        return
+    before = ts.Record(op, "", "", [args[0]], ())  # what read_before would have made
+    if state.deferred:
+        before.later, before.keep, before.waits, before.fills = [held], [], [], []
+        before.described_ins = [digest.HOLE]
+    else:  # the program's thread hashes: a label
+        before.described_ins = [held.label()]
+    general(state, stream, func, op, writes.SELF, args, kwargs, result, tensor_type, None,
+            before)
 
 
 def _python_record(state, stream, func, op, args, kwargs, result, tensor_type):

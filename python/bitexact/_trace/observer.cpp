@@ -1,0 +1,210 @@
+// The op tracer's observer driver (bitexact._trace.observer; experimental): torch's
+// RecordFunction callbacks, the hook torch's profiler uses, call the tracer's record path at
+// every op instead of a Python TorchDispatchMode. Compiled against the running torch on first
+// use (observer.py says how, and where it is kept).
+//
+// Which ops: those a dispatch mode would see. An op (RecordScope::FUNCTION) is traced when no
+// CompositeImplicitAutograd kernel decomposes it above autograd (the ops it decomposes into
+// are seen instead) and no traced op is running in this thread (a kernel's own calls run
+// below the dispatch key, where a mode never sees them). benches/native_floor/opset.py checked
+// the rule on three workloads: the same ops, but for autograd's gradient accumulation (add_
+// here, add under a dispatch mode, which makes autograd accumulate out of place).
+//
+// Per traced op, once per operator: `resolve(name, overload)` -> (the OpOverload, whether the
+// tracer records it). For a recorded one, with the GIL: `before(func, args, kwargs)` at its
+// start, with the arguments a dispatch mode would get (parse_arguments: torch's
+// parseIValuesToPyArgsKwargs, not exported by libtorch_python), returns a token or None; at
+// its end `after(token, func, args, kwargs, result)`. Ops run by those callbacks themselves
+// are not traced. An op that raised (no outputs where its schema returns some) is not
+// recorded, as the dispatch mode records nothing for it.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+struct Op {
+    const c10::FunctionSchema* schema = nullptr;
+    bool recorded = false;
+    PyObject* overload = nullptr;  // a strong reference, kept for the process's life
+};
+
+std::mutex ops_lock;
+std::unordered_map<const c10::FunctionSchema*, Op> ops;
+PyObject* resolve_cb = nullptr;
+PyObject* before_cb = nullptr;
+PyObject* after_cb = nullptr;
+at::CallbackHandle handle = 0;
+
+thread_local std::vector<char> open_calls;  // per started RecordFunction: a traced op?
+thread_local int traced_depth = 0;
+thread_local bool in_python = false;
+
+struct Pending : at::ObserverContext {
+    bool returns;  // whether the op's schema returns anything
+    PyObject* token;
+    PyObject* func;
+    PyObject* args;
+    PyObject* kwargs;
+};
+
+bool is_default(const c10::Argument& arg, const c10::IValue& value) {
+    return arg.default_value().has_value() && *arg.default_value() == value;
+}
+
+bool is_kind(const c10::Argument& arg, c10::TypeKind kind) {
+    const auto& t = arg.real_type();
+    if (t->kind() == kind) return true;
+    auto opt = t->cast<c10::OptionalType>();
+    return opt && opt->getElementType()->kind() == kind;
+}
+
+py::object to_python(const c10::Argument& arg, const c10::IValue& value) {
+    if (value.isNone()) return py::none();
+    if (is_kind(arg, c10::ScalarTypeType::Kind))
+        return py::reinterpret_borrow<py::object>(
+            reinterpret_cast<PyObject*>(torch::getTHPDtype(value.toScalarType())));
+    if (is_kind(arg, c10::LayoutType::Kind))
+        return py::reinterpret_borrow<py::object>(
+            reinterpret_cast<PyObject*>(torch::getTHPLayout(value.toLayout())));
+    if (is_kind(arg, c10::MemoryFormatType::Kind))
+        return py::reinterpret_borrow<py::object>(
+            torch::utils::getTHPMemoryFormat(value.toMemoryFormat()));
+    return torch::jit::toPyObject(value);
+}
+
+// The (args, kwargs) a TorchDispatchMode gets for this call: positional arguments up to the
+// last one that differs from its default, keyword-only ones that differ from theirs.
+std::pair<py::tuple, py::dict> parse_arguments(const c10::FunctionSchema& schema,
+                                               c10::ArrayRef<const c10::IValue> values) {
+    const auto& params = schema.arguments();
+    size_t kwarg_start = values.size();
+    while (kwarg_start > 0 && params[kwarg_start - 1].kwarg_only()) --kwarg_start;
+    size_t positional = kwarg_start;
+    while (positional > 0 && is_default(params[positional - 1], values[positional - 1]))
+        --positional;
+    py::tuple args(positional);
+    for (size_t i = 0; i < positional; ++i) args[i] = to_python(params[i], values[i]);
+    py::dict kwargs;
+    for (size_t i = kwarg_start; i < values.size(); ++i)
+        if (!is_default(params[i], values[i]))
+            kwargs[py::str(params[i].name())] = to_python(params[i], values[i]);
+    return {std::move(args), std::move(kwargs)};
+}
+
+// The operator of a call the tracer sees (else nullptr), resolved once.
+const Op* traced_op(const at::RecordFunction& fn) {
+    auto name = fn.operator_name();
+    if (!name) return nullptr;
+    auto op = c10::Dispatcher::singleton().findOp(*name);
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
+        return nullptr;
+    const auto* key = &op->schema();
+    {
+        std::lock_guard<std::mutex> guard(ops_lock);
+        auto it = ops.find(key);
+        if (it != ops.end()) return &it->second;
+    }
+    py::gil_scoped_acquire gil;
+    Op resolved;
+    resolved.schema = key;
+    py::object got = py::reinterpret_steal<py::object>(PyObject_CallFunction(
+        resolve_cb, "ss", name->name.c_str(), name->overload_name.c_str()));
+    if (!got) {
+        PyErr_WriteUnraisable(resolve_cb);
+    } else {
+        auto pair = got.cast<py::tuple>();
+        resolved.overload = py::object(pair[0]).release().ptr();
+        resolved.recorded = pair[1].cast<bool>();
+    }
+    std::lock_guard<std::mutex> guard(ops_lock);
+    return &ops.emplace(key, resolved).first->second;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    const Op* known = nullptr;
+    if (fn.scope() == at::RecordScope::FUNCTION && traced_depth == 0 && !in_python)
+        known = traced_op(fn);
+    open_calls.push_back(known != nullptr);
+    if (known == nullptr) return nullptr;
+    ++traced_depth;
+    if (!known->recorded || known->overload == nullptr) return nullptr;
+    py::gil_scoped_acquire gil;
+    auto [args, kwargs] = parse_arguments(*known->schema, fn.inputs());
+    in_python = true;
+    PyObject* token = PyObject_CallFunctionObjArgs(before_cb, known->overload, args.ptr(),
+                                                   kwargs.ptr(), nullptr);
+    in_python = false;
+    if (token == nullptr) {
+        PyErr_WriteUnraisable(before_cb);
+        return nullptr;
+    }
+    if (token == Py_None) {
+        Py_DECREF(token);
+        return nullptr;
+    }
+    auto pending = std::make_unique<Pending>();
+    pending->returns = !known->schema->returns().empty();
+    pending->token = token;
+    pending->func = Py_NewRef(known->overload);
+    pending->args = args.release().ptr();
+    pending->kwargs = kwargs.release().ptr();
+    return pending;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
+    if (open_calls.empty()) return;  // started before the observer was added
+    bool traced = open_calls.back();
+    open_calls.pop_back();
+    if (traced) --traced_depth;
+    auto* pending = static_cast<Pending*>(context);
+    if (pending == nullptr) return;
+    py::gil_scoped_acquire gil;
+    const auto& outs = fn.outputs();
+    if (!outs.empty() || !pending->returns) {  // else the op raised
+        py::object result = torch::jit::createPyObjectForStack(
+            std::vector<c10::IValue>(outs.begin(), outs.end()));
+        in_python = true;
+        PyObject* done = PyObject_CallFunctionObjArgs(after_cb, pending->token, pending->func,
+                                                      pending->args, pending->kwargs,
+                                                      result.ptr(), nullptr);
+        in_python = false;
+        if (done == nullptr) PyErr_WriteUnraisable(after_cb);
+        Py_XDECREF(done);
+    }
+    Py_CLEAR(pending->token);
+    Py_CLEAR(pending->func);
+    Py_CLEAR(pending->args);
+    Py_CLEAR(pending->kwargs);
+}
+
+}  // namespace
+
+extern "C" int bitexact_observer_start(PyObject* resolve, PyObject* before, PyObject* after) {
+    if (handle != 0) return 0;
+    resolve_cb = Py_NewRef(resolve);
+    before_cb = Py_NewRef(before);
+    after_cb = Py_NewRef(after);
+    handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                       .needsInputs(true)
+                                       .needsOutputs(true)
+                                       .needsIds(false)
+                                       .scopes({at::RecordScope::FUNCTION}));
+    return 1;
+}
+
+extern "C" void bitexact_observer_stop() {
+    if (handle == 0) return;
+    at::removeCallback(handle);
+    handle = 0;
+}

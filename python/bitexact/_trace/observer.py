@@ -1,0 +1,101 @@
+"""The op tracer's observer driver (experimental; ``start(..., driver="observer")``, or
+``$BITEXACT_TRACE_DRIVER=observer``): torch's RecordFunction callbacks (``observer.cpp``, the
+hook torch's profiler uses) call the tracer's record path, :func:`bitexact._trace.before_op`
+and :func:`bitexact._trace.after_op`, at every op the program dispatches, in place of a Python
+``TorchDispatchMode``. It is the first step of issue 47's route to a traced step within 2×
+untraced: the intercepting itself costs no Python frame and no round trip of the op's
+arguments, and an op the tracer does not record (a view) costs no Python at all.
+
+The same ops are recorded with the same lines (``python/tests/test_trace_observer.py``), with
+one difference that is the observer's to keep: autograd accumulates a gradient in place
+(``aten::add_``) where no dispatch mode is on, and out of place (``aten::add``) under one.
+Not yet covered, each left to the dispatch mode's driver: threads other than the one that
+started tracing, ``torch.compile``'s regions, collectives, :func:`bitexact._trace.paused`
+(bitexact's own work), and ops on devices (all untested here).
+
+``observer.cpp`` is compiled against the running torch's headers by the system C++ compiler
+(``$CXX``, else ``c++``) the first time it is needed, into
+``~/.cache/bitexact/observer/<key>/`` (``$BITEXACT_CACHE_DIR`` instead of
+``~/.cache/bitexact``), where ``key`` hashes the source, torch's version and path and the
+Python version, and is written atomically: a second process waits for nothing and at worst
+compiles it again. :class:`Unavailable` says why it cannot be built or loaded."""
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import sysconfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "observer.cpp")
+_lib = []  # the loaded library, once
+
+
+class Unavailable(RuntimeError):
+    """The observer cannot be built or loaded here; the message says why."""
+
+
+def cache_dir():
+    """Where compiled observers are kept."""
+    root = os.environ.get("BITEXACT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bitexact")
+    return os.path.join(root, "observer")
+
+
+def _key(torch):
+    h = hashlib.sha256()
+    with open(SOURCE, "rb") as f:
+        h.update(f.read())
+    h.update(("%s|%s|%s" % (torch.__version__, torch.__file__, sys.version)).encode())
+    return h.hexdigest()[:16]
+
+
+def _compile(torch, lib):
+    root = os.path.dirname(torch.__file__)
+    include = os.path.join(root, "include")
+    cmd = [os.environ.get("CXX", "c++"), "-O2", "-std=c++20", "-shared", "-fPIC", "-DNDEBUG",
+           "-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI),
+           "-I" + include, "-I" + os.path.join(include, "torch", "csrc", "api", "include"),
+           "-I" + sysconfig.get_paths()["include"], SOURCE,
+           "-L" + os.path.join(root, "lib"), "-lc10", "-ltorch_cpu", "-ltorch_python",
+           "-Wl,-rpath," + os.path.join(root, "lib"), "-o", lib]
+    os.makedirs(os.path.dirname(lib), exist_ok=True)
+    tmp = "%s.%d.tmp" % (lib, os.getpid())
+    try:
+        done = subprocess.run(cmd[:-1] + [tmp], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    except OSError as e:
+        raise Unavailable("cannot run the C++ compiler %r: %s" % (cmd[0], e)) from None
+    if done.returncode != 0:
+        raise Unavailable("compiling %s failed (%s):\n%s" % (SOURCE, " ".join(cmd),
+                                                            done.stdout[-4000:]))
+    os.replace(tmp, lib)
+
+
+def library():
+    """The observer's library, compiled if needed and loaded (once per process)."""
+    if not _lib:
+        import torch
+
+        lib = os.path.join(cache_dir(), _key(torch), "observer.so")
+        if not os.path.exists(lib):
+            _compile(torch, lib)
+        so = ctypes.PyDLL(lib)  # its functions are called with the GIL held
+        so.bitexact_observer_start.argtypes = [ctypes.py_object] * 3
+        so.bitexact_observer_start.restype = ctypes.c_int
+        _lib.append(so)
+    return _lib[0]
+
+
+def start(resolve, before, after):
+    """Adds the observer: ``resolve(name, overload)`` -> ``(OpOverload, recorded)`` once per
+    operator, ``before(func, args, kwargs)`` -> a token or None at the start of each
+    recorded op, ``after(token, func, args, kwargs, result)`` at its end."""
+    library().bitexact_observer_start(resolve, before, after)
+
+
+def stop():
+    """Removes the observer (its compiled library stays loaded)."""
+    if _lib:
+        _lib[0].bitexact_observer_stop()

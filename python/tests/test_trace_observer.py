@@ -1,0 +1,118 @@
+"""The op tracer's observer driver (``bitexact._trace.observer``: torch's RecordFunction
+callbacks in place of a ``TorchDispatchMode``) writes the dispatch mode's records byte for byte,
+hashed by the background writer or on the program's thread, but for autograd's gradient
+accumulation: in place (``aten::add_``) without a dispatch mode, out of place (``aten::add``)
+under one, with the same tensors. A compiler it cannot run, or a driver that does not exist, is
+named before tracing starts."""
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from bitexact import _digest  # noqa: E402
+
+pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
+
+from bitexact import _trace  # noqa: E402
+from bitexact._trace import digest as _trace_digest  # noqa: E402
+from bitexact._trace import observer  # noqa: E402
+from conftest import traced  # noqa: E402
+from test_trace_lane import program as lane_program  # noqa: E402
+
+
+@pytest.fixture
+def built():
+    """The observer's library, built or loaded; a missing compiler skips, but fails in CI."""
+    try:
+        observer.library()
+    except observer.Unavailable as e:
+        if os.environ.get("BITEXACT_REQUIRE_TOOLS") == "1":
+            raise
+        pytest.skip(str(e))
+
+
+class Block(torch.nn.Module):
+    """A residual block: its input's gradient is accumulated from two paths."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+        self.drop = torch.nn.Dropout(0.25)
+
+    def forward(self, x):
+        return x + self.drop(torch.nn.functional.gelu(self.norm(self.fc(x))))
+
+
+def training():
+    """Two AdamW steps of two residual blocks with dropout, a seeded generator's noise, an
+    ``out=`` op and an aliased in-place op, then the native lane's program."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Block(), Block())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(2):
+        x = torch.randn(4, 8, generator=g)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    out = torch.empty(4, 8)
+    torch.add(x, 1.5, out=out)
+    out.add_(out)
+    lane_program()
+
+
+def same_but_accumulation(mode, observed):
+    """Asserts the traces' records are equal but for gradient accumulations (``add`` under the
+    mode, ``add_`` under the observer, in a backward); returns how many those are."""
+    a, b = mode.decode().splitlines(), observed.decode().splitlines()
+    assert len(a) == len(b)
+    accumulations = 0
+    for x, y in zip(a, b):
+        if x != y:
+            rx, ry = json.loads(x), json.loads(y)
+            assert (rx["op"], ry["op"], rx["phase"]) == ("aten::add.Tensor", "aten::add_.Tensor",
+                                                         "backward"), (x, y)
+            ry["op"] = rx["op"]
+            assert rx == ry
+            accumulations += 1
+    return accumulations
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_observer_records_what_the_dispatch_mode_records(tmp_path, monkeypatch, built,
+                                                             background):
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+    mode = traced(tmp_path / "mode.jsonl", training)
+    observed = traced(tmp_path / "observer.jsonl", training, driver="observer")
+    # The second block's input (the first's needs no gradient), in each of two steps.
+    assert same_but_accumulation(mode, observed) == 2
+    monkeypatch.setenv(_trace.DRIVER_ENV, "observer")
+    assert traced(tmp_path / "env.jsonl", training) == observed
+    rows = [json.loads(line) for line in observed.decode().splitlines()]
+    ops = {r["op"] for r in rows}
+    assert {"aten::addmm", "aten::bernoulli_.float", "aten::randn.generator", "aten::add.out",
+            "aten::addcmul_", "aten::native_layer_norm_backward"} <= ops, ops
+    assert any(r.get("thread") == 'worker "é"#0' for r in rows)
+    assert _trace._state is None
+
+
+def test_a_compiler_that_cannot_run_is_named_before_tracing_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(observer, "_lib", [])
+    monkeypatch.setenv("BITEXACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    with pytest.raises(observer.Unavailable, match="cannot run the C\\+\\+ compiler .*no-such-c"):
+        _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
+    assert _trace._state is None
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_driver_that_does_not_exist_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv(_trace.DRIVER_ENV, "observr")
+    with pytest.raises(ValueError, match="BITEXACT_TRACE_DRIVER must be mode or observer, not "
+                                         "'observr'"):
+        _trace.start(str(tmp_path / "t.jsonl"))
+    assert _trace._state is None
