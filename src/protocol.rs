@@ -76,6 +76,13 @@ names! {
     /// Python: `0` turns off the records of the kernels a compiled region launches under
     /// `--trace ops` (`python/bitexact/_trace/kernels.py`); unset or `1`, they are made.
     TRACE_KERNELS_ENV = "BITEXACT_TRACE_KERNELS";
+    /// Python: how ops reach the tracer: `mode` (a `TorchDispatchMode`, the default) or
+    /// `observer` (torch's RecordFunction callbacks, compiled on first use; experimental:
+    /// `python/bitexact/_trace/observer.py`).
+    TRACE_DRIVER_ENV = "BITEXACT_TRACE_DRIVER";
+    /// Python: the directory of bitexact's caches (the tracer's compiled observer), instead of
+    /// `~/.cache/bitexact`.
+    CACHE_DIR_ENV = "BITEXACT_CACHE_DIR";
     /// `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
     SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING";
     /// Python: the process of a rank that seeded (its children do not seed again).

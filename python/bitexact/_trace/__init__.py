@@ -118,7 +118,7 @@ CAPTURE_ENV = _protocol.TRACE_CAPTURE_ENV
 ROWS_ENV = _protocol.TRACE_ROWS_ENV
 FILE_PREFIX = _protocol.TRACE_FILE_PREFIX
 # How ops reach the tracer: "mode" (a TorchDispatchMode) or "observer" (experimental).
-DRIVER_ENV = "BITEXACT_TRACE_DRIVER"
+DRIVER_ENV = _protocol.TRACE_DRIVER_ENV
 
 _state = None
 _torch = None  # the torch module, once tracing started
@@ -273,25 +273,52 @@ def after_op(token, func, args, kwargs, result):
 
 
 def _resolve(name, overload):
-    """The observer driver's question, once per operator: its OpOverload, and whether the
-    tracer records it (not a view, not a collective: the observer does not record those)."""
+    """The observer driver's question, once per operator: its OpOverload, and how the tracer
+    records it (:data:`bitexact._trace.observer.IGNORED`: a view, or a collective, which the
+    observer does not record; ``PLAIN``: it writes no argument and takes no generator;
+    ``OTHER``)."""
+    from . import observer
+
     ns, base = name.split("::", 1)
     func = getattr(getattr(getattr(_torch.ops, ns), base), overload or "default")
-    kind = _op(func)[1]
-    return func, kind is not _SKIPPED and kind is not _COLLECTIVE
+    known = _op(func)
+    if known[1] is _COLLECTIVE:
+        sys.stderr.write("bitexact: the tracer's observer driver does not record collectives "
+                         "yet: this trace has no %s records\n" % func.name())
+    if known[1] is _SKIPPED or known[1] is _COLLECTIVE:
+        return func, observer.IGNORED
+    return func, observer.OTHER if known[2] or known[3] else observer.PLAIN
+
+
+def _stream():
+    """The calling thread's stream while tracing (None in a thread the tracer does not
+    follow, or when not tracing)."""
+    state = _state
+    return ts.stream_of(state) if state is not None else None
 
 
 def _observed(func, args, kwargs):
-    """The observer driver's start of a recorded op: :func:`_before` in the calling thread's
-    stream (None in a thread the tracer does not follow)."""
-    state = _state
-    stream = ts.stream_of(state) if state is not None else None
+    """The observer driver's start of an op that writes or takes a generator:
+    :func:`_before`."""
+    stream = _stream()
     if stream is None:
         return None
     known = _ops.get(id(func))
     if known is None or known[0] is not func:
         known = _op(func)
     return _before(known, stream, args, kwargs)
+
+
+def _observed_plain(func, args, kwargs, result):
+    """The observer driver's end of an op that writes no argument and takes no generator:
+    :func:`_before`'s checks, then its record."""
+    stream, state = _stream(), _state
+    if stream is None or not ts.mine(state) or compiled.running():
+        return
+    known = _ops.get(id(func))
+    if known is None or known[0] is not func:
+        known = _op(func)
+    _record(state, stream, func, known[1], (), args, kwargs, result, _torch.Tensor)
 
 
 class _Observing:
@@ -453,6 +480,10 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     if driver == "observer" and level == "ops":
         from . import observer
 
+        if os.environ.get("WORLD_SIZE", "1") != "1":
+            raise Unavailable("the observer driver (%s=observer) does not record collectives "
+                              "yet; this is a run of %s ranks: unset %s to trace it" % (
+                                  DRIVER_ENV, os.environ["WORLD_SIZE"], DRIVER_ENV))
         observer.library()  # built or loaded now: observer.Unavailable before tracing starts
     if rows is None:
         rows = int(os.environ.get(ROWS_ENV) or 1)
@@ -481,7 +512,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     if level == "modules":
         hooks += _hooks.module_hooks(state, torch)
     elif driver == "observer":
-        observer.start(_resolve, _observed, after_op)
+        observer.start(_resolve, _observed, after_op, _observed_plain)
         mode = _Observing(observer)
     else:
         mode = _make_mode(state.main)

@@ -10,11 +10,13 @@
 // the rule on three workloads: the same ops, but for autograd's gradient accumulation (add_
 // here, add under a dispatch mode, which makes autograd accumulate out of place).
 //
-// Per traced op, once per operator: `resolve(name, overload)` -> (the OpOverload, whether the
-// tracer records it). For a recorded one, with the GIL: `before(func, args, kwargs)` at its
-// start, with the arguments a dispatch mode would get (parse_arguments: torch's
+// Per traced op, once per operator: `resolve(name, overload)` -> (the OpOverload, how the
+// tracer records it: IGNORED, PLAIN (it writes no argument and takes no generator: nothing to
+// read before it runs) or OTHER). For an OTHER op, with the GIL: `before(func, args, kwargs)`
+// at its start, with the arguments a dispatch mode would get (parse_arguments: torch's
 // parseIValuesToPyArgsKwargs, not exported by libtorch_python), returns a token or None; at
-// its end `after(token, func, args, kwargs, result)`. Ops run by those callbacks themselves
+// its end `after(token, func, args, kwargs, result)`. A PLAIN op makes one call, at its end:
+// `plain(func, args, kwargs, result)`. Ops run by those callbacks themselves
 // are not traced. An op that raised (no outputs where its schema returns some) is not
 // recorded, as the dispatch mode records nothing for it.
 #include <ATen/ATen.h>
@@ -33,9 +35,11 @@ namespace py = pybind11;
 
 namespace {
 
+enum Kind : int { IGNORED = 0, PLAIN = 1, OTHER = 2 };
+
 struct Op {
     const c10::FunctionSchema* schema = nullptr;
-    bool recorded = false;
+    int kind = IGNORED;
     PyObject* overload = nullptr;  // a strong reference, kept for the process's life
 };
 
@@ -44,6 +48,7 @@ std::unordered_map<const c10::FunctionSchema*, Op> ops;
 PyObject* resolve_cb = nullptr;
 PyObject* before_cb = nullptr;
 PyObject* after_cb = nullptr;
+PyObject* plain_cb = nullptr;
 at::CallbackHandle handle = 0;
 
 thread_local std::vector<char> open_calls;  // per started RecordFunction: a traced op?
@@ -52,7 +57,11 @@ thread_local bool in_python = false;
 
 struct Pending : at::ObserverContext {
     bool returns;  // whether the op's schema returns anything
-    PyObject* token;
+    const Op* op;
+    PyObject* token;  // nullptr for a PLAIN op
+    // A PLAIN op's arguments, kept for its end: the inputs RecordFunction hands the start
+    // callback are boxed for that call only (Dispatcher::callWithDispatchKeySlowPath).
+    std::vector<c10::IValue> inputs;
     PyObject* func;
     PyObject* args;
     PyObject* kwargs;
@@ -125,7 +134,7 @@ const Op* traced_op(const at::RecordFunction& fn) {
     } else {
         auto pair = got.cast<py::tuple>();
         resolved.overload = py::object(pair[0]).release().ptr();
-        resolved.recorded = pair[1].cast<bool>();
+        resolved.kind = pair[1].cast<int>();
     }
     std::lock_guard<std::mutex> guard(ops_lock);
     return &ops.emplace(key, resolved).first->second;
@@ -138,7 +147,15 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     open_calls.push_back(known != nullptr);
     if (known == nullptr) return nullptr;
     ++traced_depth;
-    if (!known->recorded || known->overload == nullptr) return nullptr;
+    if (known->kind == IGNORED || known->overload == nullptr) return nullptr;
+    auto pending = std::make_unique<Pending>();
+    pending->returns = !known->schema->returns().empty();
+    pending->op = known;
+    pending->token = pending->args = pending->kwargs = nullptr;
+    if (known->kind == PLAIN) {  // all of it at the end
+        pending->inputs.assign(fn.inputs().begin(), fn.inputs().end());
+        return pending;
+    }
     py::gil_scoped_acquire gil;
     auto [args, kwargs] = parse_arguments(*known->schema, fn.inputs());
     in_python = true;
@@ -153,10 +170,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         Py_DECREF(token);
         return nullptr;
     }
-    auto pending = std::make_unique<Pending>();
-    pending->returns = !known->schema->returns().empty();
     pending->token = token;
-    pending->func = Py_NewRef(known->overload);
     pending->args = args.release().ptr();
     pending->kwargs = kwargs.release().ptr();
     return pending;
@@ -169,32 +183,44 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
     if (traced) --traced_depth;
     auto* pending = static_cast<Pending*>(context);
     if (pending == nullptr) return;
-    py::gil_scoped_acquire gil;
     const auto& outs = fn.outputs();
+    py::gil_scoped_acquire gil;
     if (!outs.empty() || !pending->returns) {  // else the op raised
         py::object result = torch::jit::createPyObjectForStack(
             std::vector<c10::IValue>(outs.begin(), outs.end()));
-        in_python = true;
-        PyObject* done = PyObject_CallFunctionObjArgs(after_cb, pending->token, pending->func,
-                                                      pending->args, pending->kwargs,
-                                                      result.ptr(), nullptr);
+        PyObject* func = pending->op->overload;
+        PyObject* done = nullptr;
+        if (pending->token == nullptr) {
+            auto [args, kwargs] = parse_arguments(
+                *pending->op->schema,
+                c10::ArrayRef<const c10::IValue>(pending->inputs.data(), pending->inputs.size()));
+            in_python = true;
+            done = PyObject_CallFunctionObjArgs(plain_cb, func, args.ptr(), kwargs.ptr(),
+                                                result.ptr(), nullptr);
+        } else {
+            in_python = true;
+            done = PyObject_CallFunctionObjArgs(after_cb, pending->token, func, pending->args,
+                                                pending->kwargs, result.ptr(), nullptr);
+        }
         in_python = false;
-        if (done == nullptr) PyErr_WriteUnraisable(after_cb);
+        if (done == nullptr) PyErr_WriteUnraisable(func);
         Py_XDECREF(done);
     }
     Py_CLEAR(pending->token);
-    Py_CLEAR(pending->func);
     Py_CLEAR(pending->args);
     Py_CLEAR(pending->kwargs);
+    pending->inputs.clear();  // with the GIL: a tensor's last reference may free its PyObject
 }
 
 }  // namespace
 
-extern "C" int bitexact_observer_start(PyObject* resolve, PyObject* before, PyObject* after) {
+extern "C" int bitexact_observer_start(PyObject* resolve, PyObject* before, PyObject* after,
+                                       PyObject* plain) {
     if (handle != 0) return 0;
     resolve_cb = Py_NewRef(resolve);
     before_cb = Py_NewRef(before);
     after_cb = Py_NewRef(after);
+    plain_cb = Py_NewRef(plain);
     handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
                                        .needsInputs(true)
                                        .needsOutputs(true)

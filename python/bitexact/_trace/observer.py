@@ -27,18 +27,22 @@ import subprocess
 import sys
 import sysconfig
 
+from .. import _protocol
+from . import Unavailable as _TracerUnavailable
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "observer.cpp")
 _lib = []  # the loaded library, once
 
 
-class Unavailable(RuntimeError):
-    """The observer cannot be built or loaded here; the message says why."""
+class Unavailable(_TracerUnavailable):
+    """The observer cannot be built or loaded here; the message says why (``bitexact run
+    --trace ops`` fails the run with it)."""
 
 
 def cache_dir():
     """Where compiled observers are kept."""
-    root = os.environ.get("BITEXACT_CACHE_DIR") or os.path.join(
+    root = os.environ.get(_protocol.CACHE_DIR_ENV) or os.path.join(
         os.path.expanduser("~"), ".cache", "bitexact")
     return os.path.join(root, "observer")
 
@@ -82,17 +86,22 @@ def library():
         if not os.path.exists(lib):
             _compile(torch, lib)
         so = ctypes.PyDLL(lib)  # its functions are called with the GIL held
-        so.bitexact_observer_start.argtypes = [ctypes.py_object] * 3
+        so.bitexact_observer_start.argtypes = [ctypes.py_object] * 4
         so.bitexact_observer_start.restype = ctypes.c_int
         _lib.append(so)
     return _lib[0]
 
 
-def start(resolve, before, after):
-    """Adds the observer: ``resolve(name, overload)`` -> ``(OpOverload, recorded)`` once per
-    operator, ``before(func, args, kwargs)`` -> a token or None at the start of each
-    recorded op, ``after(token, func, args, kwargs, result)`` at its end."""
-    library().bitexact_observer_start(resolve, before, after)
+IGNORED, PLAIN, OTHER = 0, 1, 2  # how resolve says the tracer records an operator
+
+
+def start(resolve, before, after, plain):
+    """Adds the observer: ``resolve(name, overload)`` -> ``(OpOverload, kind)`` once per
+    operator (:data:`IGNORED`; :data:`PLAIN`: it writes no argument and takes no generator;
+    :data:`OTHER`); for an OTHER op ``before(func, args, kwargs)`` -> a token or None at its
+    start and ``after(token, func, args, kwargs, result)`` at its end; for a PLAIN one
+    ``plain(func, args, kwargs, result)`` at its end."""
+    library().bitexact_observer_start(resolve, before, after, plain)
 
 
 def stop():
