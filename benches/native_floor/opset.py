@@ -3,7 +3,7 @@ see the ops bitexact's tracer records? ``python benches/native_floor/opset.py [W
 runs one step of each workload of ``benches/op_trace.py`` (default: classifier, nanogpt,
 nanogpt_eval) twice: under bitexact's tracer (``--trace ops``: a ``TorchDispatchMode``), reading
 the ops of its records, and under ``observer.cpp``'s ``names`` mode, whose ops then go through
-the tracer's own filter (``bitexact._trace._op``: views, aliases, allocations and collectives
+the tracer's own filter (``bitexact._trace.calls.op``: views, aliases, allocations and collectives
 are not records). Prints, per workload, both counts and every difference as a unified diff of
 the two op streams, then the ops only one of them has. Exit status 0 either way: a design
 check, not a test.
@@ -25,6 +25,7 @@ from collections import Counter
 import torch
 
 import bitexact._trace as tracer
+from bitexact._trace import calls
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,7 +42,7 @@ def recorded(name):
     ns, rest = name.split("::", 1)
     base, _, overload = rest.partition(".")
     func = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
-    kind = tracer._op(func)[1]
+    kind = calls.op(func)[1]
     return isinstance(kind, str)
 
 

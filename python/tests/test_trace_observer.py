@@ -105,7 +105,7 @@ def test_a_compiler_that_cannot_run_is_named_before_tracing_starts(tmp_path, mon
     monkeypatch.setattr(observer, "_lib", [])
     monkeypatch.setenv("BITEXACT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
-    with pytest.raises(observer.Unavailable, match="cannot run the C\\+\\+ compiler .*no-such-c"):
+    with pytest.raises(_trace.Unavailable, match="cannot run the C\\+\\+ compiler .*no-such-c"):
         _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
     assert _trace._state is None
     assert not (tmp_path / "t.jsonl").exists()

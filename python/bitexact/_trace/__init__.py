@@ -100,7 +100,7 @@ import sys
 import warnings
 
 from .. import _protocol
-from . import c10d, compiled, digest, generator, kernels, plain, record, writes
+from . import c10d, calls, compiled, kernels
 from . import state as ts
 from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -121,24 +121,6 @@ FILE_PREFIX = _protocol.TRACE_FILE_PREFIX
 DRIVER_ENV = _protocol.TRACE_DRIVER_ENV
 
 _state = None
-_torch = None  # the torch module, once tracing started
-
-# Ops that are not computation and are not recorded: allocations of uninitialized memory,
-# pointing a tensor at existing storage (how a DataLoader batch is received from a worker, at a
-# moment that depends on worker timing), the profiler's markers (DDP's forward), and cutting a
-# tensor from autograd's graph in place (``detach_``: no dispatch mode sees it, torch's
-# observer callbacks do, from an optimizer's step).
-_NOT_COMPUTATION = ("aten::empty", "aten::new_empty", "aten::resize_", "aten::set_", "profiler::",
-                    "aten::detach_")
-# Ops that return their input's bytes under another shape without being views (matmul's
-# reshape of a result, ``_unsafe_view``): no new data, like a view; the next op that reads the
-# result hashes it (in nanoGPT's step, 9 records and 7.5 MB hashed for nothing).
-_SAME_BYTES = frozenset(["aten::_unsafe_view"])
-# Ops that give a tensor another shape in place, never reading its values (which may be memory
-# never written, ``torch.empty(2, 3).t_()``): like a view. By name, any overload.
-_SHAPE_ONLY = frozenset("aten::" + n for n in (
-    "t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_", "as_strided_"))
-
 
 _tracer_class = None
 
@@ -175,16 +157,17 @@ def _make_mode(stream):
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                known = _ops.get(id(func))
+                known = calls.ops.get(id(func))
                 if known is None or known[0] is not func:
-                    known = _op(func)
-                if known[1] is _COLLECTIVE and _state is not None and ts.mine(_state) \
+                    known = calls.op(func)
+                state = _state
+                if known[1] is calls.COLLECTIVE and state is not None and ts.mine(state) \
                         and not compiled.running():
-                    return c10d.record(_state, self.stream, func, args, kwargs, torch.Tensor)
-                token = _before(known, self.stream, args, kwargs)
+                    return c10d.record(state, self.stream, func, args, kwargs, torch.Tensor)
+                token = calls.before(state, known, self.stream, args, kwargs)
                 result = func(*args, **kwargs)
                 if token is not None:
-                    after_op(token, func, args, kwargs, result)
+                    calls.after(token, func, args, kwargs, result)
                 return result
 
         def guard():
@@ -203,75 +186,6 @@ def _is_tracer(mode):
     return _tracer_class is not None and isinstance(mode, _tracer_class)
 
 
-# id(op overload) -> (the overload, its kind, writes.written_args' two sets, generator.spec):
-# keyed by id, with the overload kept and compared, since an OpOverload's __hash__ is a Python
-# method (a call per lookup, every op the program dispatches).
-_ops = {}
-_COLLECTIVE, _SKIPPED = object(), object()
-
-
-def _op(func):
-    """``(func, kind, written, generator, read)``, remembered: how the mode treats ``func`` (a
-    collective (:mod:`bitexact._trace.c10d`), skipped (a view or alias, :data:`_SAME_BYTES`,
-    :data:`_SHAPE_ONLY`, or not a computation: :data:`_NOT_COMPUTATION`), or recorded under its
-    name), the arguments it writes and those of them it reads
-    (:func:`bitexact._trace.writes.written_args`) and where it takes its generator, for a
-    random op (:func:`bitexact._trace.generator.spec`)."""
-    name = func.name()
-    if func.namespace in c10d.NAMESPACES:
-        kind = _COLLECTIVE
-    elif func.is_view or name in _SAME_BYTES or name.partition(".")[0] in _SHAPE_ONLY \
-            or name.startswith(_NOT_COMPUTATION):
-        kind = _SKIPPED
-    else:
-        kind = name
-    if len(_ops) >= 1 << 16:
-        _ops.clear()
-    computes = kind is not _SKIPPED and kind is not _COLLECTIVE
-    written, read = writes.written_args(func, name) if computes else ((), ())
-    known = _ops[id(func)] = (func, kind, written,
-                              generator.spec(func, name) if computes else None, read)
-    return known
-
-
-_LANE = object()  # a token's generator slot: the op takes plain's in-place lane
-
-
-def _before(known, stream, args, kwargs):
-    """What the tracer does before a computing op runs (``known``: :func:`_op`'s answer for
-    it; not a collective): returns the token :func:`after_op` takes after it ran, or None
-    where the op is not recorded (skipped, not the program's own, inside a compiled call).
-    An in-place op that reads and writes only its ``self`` has ``self`` held by plain's lane
-    (:func:`bitexact._trace.plain.hold`); a random op's generator state
-    (:mod:`bitexact._trace.generator`) and the written tensors an op reads
-    (:func:`bitexact._trace.writes.read_before`) are read now. Shared by the dispatch mode and
-    the observer driver (:mod:`bitexact._trace.observer`)."""
-    kind, state = known[1], _state
-    if kind is _SKIPPED or state is None or not ts.mine(state) or compiled.running():
-        return None
-    func, written, gen_spec = known[0], known[2], known[3]
-    if written is writes.SELF and known[4] is writes.SELF and not gen_spec:
-        held = plain.hold(state, stream, func, kind, args, kwargs)
-        if held is not None:
-            return (state, stream, known, _LANE, held)
-    gen = gen_spec and generator.before(_torch, gen_spec, args, kwargs, state.tracker)
-    before = writes.read_before(state, stream, kind, written, known[4], args, kwargs,
-                                _torch.Tensor) if written else None
-    return (state, stream, known, gen, before)
-
-
-def after_op(token, func, args, kwargs, result):
-    """Records the op :func:`_before` returned ``token`` for, now that it returned
-    ``result``."""
-    state, stream, known, gen, before = token
-    if gen is _LANE:
-        plain.finish(state, stream, func, known[1], args, kwargs, result, before,
-                     _torch.Tensor, _record)
-    else:
-        _record(state, stream, func, known[1], known[2], args, kwargs, result, _torch.Tensor,
-                gen, before)
-
-
 def _resolve(name, overload):
     """The observer driver's question, once per operator: its OpOverload, and how the tracer
     records it (:data:`bitexact._trace.observer.IGNORED`: a view, or a collective, which the
@@ -280,12 +194,12 @@ def _resolve(name, overload):
     from . import observer
 
     ns, base = name.split("::", 1)
-    func = getattr(getattr(getattr(_torch.ops, ns), base), overload or "default")
-    known = _op(func)
-    if known[1] is _COLLECTIVE:
+    func = getattr(getattr(getattr(calls.torch.ops, ns), base), overload or "default")
+    known = calls.op(func)
+    if known[1] is calls.COLLECTIVE:
         sys.stderr.write("bitexact: the tracer's observer driver does not record collectives "
                          "yet: this trace has no %s records\n" % func.name())
-    if known[1] is _SKIPPED or known[1] is _COLLECTIVE:
+    if known[1] is calls.SKIPPED or known[1] is calls.COLLECTIVE:
         return func, observer.IGNORED
     return func, observer.OTHER if known[2] or known[3] else observer.PLAIN
 
@@ -299,26 +213,26 @@ def _stream():
 
 def _observed(func, args, kwargs):
     """The observer driver's start of an op that writes or takes a generator:
-    :func:`_before`."""
+    :func:`bitexact._trace.calls.before`."""
     stream = _stream()
     if stream is None:
         return None
-    known = _ops.get(id(func))
+    known = calls.ops.get(id(func))
     if known is None or known[0] is not func:
-        known = _op(func)
-    return _before(known, stream, args, kwargs)
+        known = calls.op(func)
+    return calls.before(_state, known, stream, args, kwargs)
 
 
 def _observed_plain(func, args, kwargs, result):
     """The observer driver's end of an op that writes no argument and takes no generator:
-    :func:`_before`'s checks, then its record."""
+    the checks of :func:`bitexact._trace.calls.before`, then its record."""
     stream, state = _stream(), _state
     if stream is None or not ts.mine(state) or compiled.running():
         return
-    known = _ops.get(id(func))
+    known = calls.ops.get(id(func))
     if known is None or known[0] is not func:
-        known = _op(func)
-    _record(state, stream, func, known[1], (), args, kwargs, result, _torch.Tensor)
+        known = calls.op(func)
+    calls.record(state, stream, func, known[1], (), args, kwargs, result, calls.torch.Tensor)
 
 
 class _Observing:
@@ -329,39 +243,6 @@ class _Observing:
 
     def __exit__(self, *exc):
         self._observer.stop()
-
-
-def _record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None,
-            before=None):
-    """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
-    view): its inputs are what it read (``before``: the written tensors it read, hashed before
-    it ran, :func:`bitexact._trace.writes.read_before`; then its other tensor arguments), its
-    outputs what it returned (``written``: the arguments it writes in place or through ``out=``,
-    results); ``gen``: a random op's generator and its state before the call
-    (:mod:`bitexact._trace.generator`)."""
-    if not ts.in_steps(state, stream) or ts.skipped(state, op):
-        return
-    if not written and gen is None and plain.record(state, stream, func, op, args, kwargs,
-                                                    result, tensor_type):
-        return
-    text = record.arguments(func, args, kwargs, tensor_type) if digest.SKETCH \
-        else ""
-    call = (func, args, kwargs, written)  # for a capture's replay (state.save)
-    scratch = writes.scratch_arg(func, op, args, kwargs)
-    outs = ts.collect_tensors(result, tensor_type, [])
-    if written:  # in-place and out= ops: the written tensor is a result, not an input
-        if not outs:  # one that returns nothing (``_foreach_add_``, ``_fused_adam_``): the
-            # tensors it wrote are its results (an optimizer's step, on CUDA by default)
-            outs = writes.tensors_at(args, kwargs, written, tensor_type)
-        ins = writes.tensors_at(args, kwargs, written, tensor_type, among=False)
-    else:
-        ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
-    phase, module = state.tracker.where()
-    hidden = () if scratch is None else [j for j, t in enumerate(ins) if t is scratch]
-    rec = ts.Record(op, phase, module, ins, outs, args=text, call=call, scratch_ins=hidden,
-                    gen=gen, described_ins=before.others if before is not None else None)
-    rec.before = before
-    ts.emit(state, stream, rec)
 
 
 def on_helper_step(i):
@@ -465,7 +346,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     ``driver`` (default: ``$BITEXACT_TRACE_DRIVER``, else ``mode``): how ops reach the
     tracer at ``ops``: a Python dispatch mode, or ``observer``, torch's RecordFunction
     callbacks (experimental: :mod:`bitexact._trace.observer`)."""
-    global _state, _active, _torch
+    global _state, _active
     import torch
     import torch.optim.optimizer as optimizer
 
@@ -484,13 +365,16 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
             raise Unavailable("the observer driver (%s=observer) does not record collectives "
                               "yet; this is a run of %s ranks: unset %s to trace it" % (
                                   DRIVER_ENV, os.environ["WORLD_SIZE"], DRIVER_ENV))
-        observer.library()  # built or loaded now: observer.Unavailable before tracing starts
+        try:
+            observer.library()  # built or loaded now, before tracing starts
+        except observer.Unavailable as e:
+            raise Unavailable(str(e)) from None
     if rows is None:
         rows = int(os.environ.get(ROWS_ENV) or 1)
     if rows < 1:
         raise ValueError("bitexact: %s must be a positive integer, not %d" % (ROWS_ENV, rows))
     state = ts.State(path, rank, max_bytes, steps, skip, rows)
-    _torch = torch
+    calls.bind(torch)
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     here = os.path.dirname(os.path.abspath(__file__))
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
@@ -512,7 +396,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     if level == "modules":
         hooks += _hooks.module_hooks(state, torch)
     elif driver == "observer":
-        observer.start(_resolve, _observed, after_op, _observed_plain)
+        observer.start(_resolve, _observed, calls.after, _observed_plain)
         mode = _Observing(observer)
     else:
         mode = _make_mode(state.main)

@@ -1,7 +1,7 @@
 """The op tracer's observer driver (experimental; ``start(..., driver="observer")``, or
 ``$BITEXACT_TRACE_DRIVER=observer``): torch's RecordFunction callbacks (``observer.cpp``, the
-hook torch's profiler uses) call the tracer's record path, :func:`bitexact._trace.before_op`
-and :func:`bitexact._trace.after_op`, at every op the program dispatches, in place of a Python
+hook torch's profiler uses) call the tracer's record path, :func:`bitexact._trace.calls.before`
+and :func:`bitexact._trace.calls.after`, at every op the program dispatches, in place of a Python
 ``TorchDispatchMode``. It is the first step of issue 47's route to a traced step within 2×
 untraced: the intercepting itself costs no Python frame and no round trip of the op's
 arguments, and an op the tracer does not record (a view) costs no Python at all.
@@ -28,16 +28,16 @@ import sys
 import sysconfig
 
 from .. import _protocol
-from . import Unavailable as _TracerUnavailable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "observer.cpp")
 _lib = []  # the loaded library, once
 
 
-class Unavailable(_TracerUnavailable):
-    """The observer cannot be built or loaded here; the message says why (``bitexact run
-    --trace ops`` fails the run with it)."""
+class Unavailable(RuntimeError):
+    """The observer cannot be built or loaded here; the message says why (the tracer's
+    ``start`` raises it as its own ``Unavailable``, which fails a ``bitexact run --trace
+    ops``)."""
 
 
 def cache_dir():
