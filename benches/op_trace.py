@@ -27,7 +27,8 @@ that falls behind costs; the round's timed steps plus ``stop()``, over their num
   ``ops_sync_nosketch``: as ``ops`` and ``ops_sync`` without sketches and arguments
   (``_trace_digest.SKETCH`` off), to measure their cost; ``ops_observer`` and
   ``ops_sync_observer``: as ``ops`` and ``ops_sync`` through the observer driver (torch's
-  RecordFunction callbacks instead of a dispatch mode, ``bitexact._trace.observer``);
+  RecordFunction callbacks instead of a dispatch mode, ``bitexact._trace.observer``; on the
+  CPU only, where it can be compiled, else ``observer_error`` says why);
 - ``debugmode`` / ``debugmode_inputs``: torch's DebugMode with
   ``log_tensor_hashes(hash_fn="hash_tensor")`` (the cheaper of its hashes, an order-blind XOR;
   outputs only, its default), and with ``hash_inputs=True`` too (what bitexact records).
@@ -56,6 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import bitexact._trace as tracer
 import bitexact._trace.device as _trace_device
 import bitexact._trace.digest as _trace_digest
+from bitexact._trace import observer as _observer
 from bitexact import _fingerprint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -165,10 +167,16 @@ def modes(tmp, stats):
         out[level] = bitexact_mode(level, tmp, stats[level])
         stats[level + "_sync"] = {}
         out[level + "_sync"] = bitexact_mode(level, tmp, stats[level + "_sync"], background=False)
-    for name, background in (("ops_observer", None), ("ops_sync_observer", False)):
-        stats[name] = {}
-        out[name] = bitexact_mode("ops", tmp, stats[name], background=background,
-                                  driver="observer")
+    if DEVICE == "cpu":  # the observer does not see autograd's device threads yet
+        try:
+            _observer.library()
+        except _observer.Unavailable as e:
+            stats["observer_error"] = str(e)
+        else:
+            for name, background in (("ops_observer", None), ("ops_sync_observer", False)):
+                stats[name] = {}
+                out[name] = bitexact_mode("ops", tmp, stats[name], background=background,
+                                          driver="observer")
     stats["ops_nosketch"] = {}
     out["ops_nosketch"] = bitexact_mode("ops", tmp, stats["ops_nosketch"], sketch=False)
     stats["ops_sync_nosketch"] = {}
@@ -250,8 +258,9 @@ def measure(step, reps, tmp):
     for name in ("ops", "ops_nosketch"):
         if "bytes" in stats[name]:
             out[name + "_trace_bytes_per_step"] = stats[name]["bytes"] / steps
-    if "debugmode_error" in stats:
-        out["debugmode_error"] = stats["debugmode_error"]
+    for name in ("debugmode_error", "observer_error"):
+        if name in stats:
+            out[name] = stats[name]
     return out
 
 

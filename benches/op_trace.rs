@@ -4,7 +4,8 @@
 //! (`benches/nanogpt.py`) and chains of in-place ops on 1 MiB tensors: untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
 //! tracer pays); bitexact's `--trace modules` and `--trace ops` (hashed on the background
 //! writer's thread where torch leaves a core free, and `_sync`: on the program's thread; and
-//! without the noise fields: each result's float64 sketch and the op's arguments);
+//! without the noise fields: each result's float64 sketch and the op's arguments; and through
+//! the observer driver, torch's RecordFunction callbacks, on the CPU);
 //! PyTorch's DebugMode with
 //! `log_tensor_hashes(hash_fn="hash_tensor")` (outputs only, and with inputs). Goals (a
 //! nanoGPT training step): `--trace ops` ≤ 4× untraced, `--trace modules` ≤ 1.5×, both ≤
@@ -21,7 +22,7 @@
 #[path = "common/python.rs"]
 mod python;
 
-const MODES: [(&str, &str); 10] = [
+const MODES: [(&str, &str); 12] = [
     ("untraced", "untraced"),
     ("floor", "do-nothing dispatch mode (floor)"),
     ("modules", "bitexact --trace modules"),
@@ -30,6 +31,8 @@ const MODES: [(&str, &str); 10] = [
     ("ops_nosketch", "  without sketches/args"),
     ("ops_sync", "  hashed on the program's thread"),
     ("ops_sync_nosketch", "  ... without sketches/args"),
+    ("ops_observer", "  through the observer driver"),
+    ("ops_sync_observer", "  ... hashed on the program's thread"),
     ("debugmode", "DebugMode + hash_tensor (outputs)"),
     ("debugmode_inputs", "DebugMode + hash_tensor (+inputs)"),
 ];
@@ -70,6 +73,10 @@ fn main() {
                     c * 1e3,
                     h * 1e3,
                 ),
+                _ if key.ends_with("observer") => match w["observer_error"].as_str() {
+                    Some(e) => println!("  {name:35} unavailable: {e}"),
+                    None => println!("  {name:35} unavailable: CPU only"),
+                },
                 _ => println!("  {name:35} unavailable: {}", w["debugmode_error"]),
             }
         }
