@@ -3,7 +3,7 @@ callbacks in place of a ``TorchDispatchMode``) writes the dispatch mode's record
 hashed by the background writer or on the program's thread, but for autograd's gradient
 accumulation: in place (``aten::add_``) without a dispatch mode, out of place (``aten::add``)
 under one, with the same tensors. A compiler it cannot run, or a driver that does not exist, is
-named before tracing starts."""
+named before tracing starts. Collectives are recorded as the dispatch mode records them."""
 
 import json
 import os
@@ -119,9 +119,32 @@ def test_a_driver_that_does_not_exist_is_named(tmp_path, monkeypatch):
     assert _trace._state is None
 
 
-def test_a_distributed_run_is_refused_by_the_observer(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(_trace.Unavailable, match="does not record collectives yet; this is a "
-                                                 "run of 2 ranks: unset BITEXACT_TRACE_DRIVER"):
-        _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
-    assert _trace._state is None
+def collectives():
+    """Collectives of a world of one (gloo): an all-reduce, a broadcast, an all-gather into
+    uninitialized buffers, and ops on what they wrote."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        x = torch.arange(4.0)
+        dist.all_reduce(x)
+        dist.broadcast(x, src=0)
+        gathered = [torch.empty(4)]
+        dist.all_gather(gathered, x * 2)
+        (gathered[0] + x).sum()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_observer_records_collectives_as_the_dispatch_mode_does(tmp_path, monkeypatch, built,
+                                                                    background):
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("no gloo")
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+    mode = traced(tmp_path / "mode.jsonl", collectives)
+    assert traced(tmp_path / "observer.jsonl", collectives, driver="observer") == mode
+    ops = [json.loads(line)["op"] for line in mode.decode().splitlines()]
+    assert {"c10d::allreduce_", "c10d::broadcast_", "c10d::allgather_"} <= set(ops), ops

@@ -100,7 +100,7 @@ import sys
 import warnings
 
 from .. import _protocol
-from . import c10d, calls, compiled, kernels
+from . import calls, compiled, kernels
 from . import state as ts
 from .state import paused  # noqa: F401  (bitexact.dump pauses the tracer with it)
 
@@ -160,11 +160,7 @@ def _make_mode(stream):
                 known = calls.ops.get(id(func))
                 if known is None or known[0] is not func:
                     known = calls.op(func)
-                state = _state
-                if known[1] is calls.COLLECTIVE and state is not None and ts.mine(state) \
-                        and not compiled.running():
-                    return c10d.record(state, self.stream, func, args, kwargs, torch.Tensor)
-                token = calls.before(state, known, self.stream, args, kwargs)
+                token = calls.before(_state, known, self.stream, args, kwargs)
                 result = func(*args, **kwargs)
                 if token is not None:
                     calls.after(token, func, args, kwargs, result)
@@ -188,20 +184,17 @@ def _is_tracer(mode):
 
 def _resolve(name, overload):
     """The observer driver's question, once per operator: its OpOverload, and how the tracer
-    records it (:data:`bitexact._trace.observer.IGNORED`: a view, or a collective, which the
-    observer does not record; ``PLAIN``: it writes no argument and takes no generator;
-    ``OTHER``)."""
+    records it (:data:`bitexact._trace.observer.IGNORED`: a view, an allocation; ``PLAIN``: it
+    writes no argument and takes no generator, and is not a collective; ``OTHER``)."""
     from . import observer
 
     ns, base = name.split("::", 1)
     func = getattr(getattr(getattr(calls.torch.ops, ns), base), overload or "default")
     known = calls.op(func)
-    if known[1] is calls.COLLECTIVE:
-        sys.stderr.write("bitexact: the tracer's observer driver does not record collectives "
-                         "yet: this trace has no %s records\n" % func.name())
-    if known[1] is calls.SKIPPED or known[1] is calls.COLLECTIVE:
+    if known[1] is calls.SKIPPED:
         return func, observer.IGNORED
-    return func, observer.OTHER if known[2] or known[3] else observer.PLAIN
+    plain = not known[2] and not known[3] and known[1] is not calls.COLLECTIVE
+    return func, observer.PLAIN if plain else observer.OTHER
 
 
 def _stream():
@@ -212,7 +205,7 @@ def _stream():
 
 
 def _observed(func, args, kwargs):
-    """The observer driver's start of an op that writes or takes a generator:
+    """The observer driver's start of an op that writes, takes a generator or is a collective:
     :func:`bitexact._trace.calls.before`."""
     stream = _stream()
     if stream is None:
@@ -361,10 +354,6 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     if driver == "observer" and level == "ops":
         from . import observer
 
-        if os.environ.get("WORLD_SIZE", "1") != "1":
-            raise Unavailable("the observer driver (%s=observer) does not record collectives "
-                              "yet; this is a run of %s ranks: unset %s to trace it" % (
-                                  DRIVER_ENV, os.environ["WORLD_SIZE"], DRIVER_ENV))
         try:
             observer.library()  # built or loaded now, before tracing starts
         except observer.Unavailable as e:

@@ -108,19 +108,24 @@ def inputs(func, args, kwargs, tensor_type):
     return out
 
 
-def record(state, stream, func, args, kwargs, tensor_type):
-    """Runs collective ``func`` and records it in ``stream``: its inputs (:func:`inputs`) are hashed
-    **before** the call (``c10d`` ops write their tensors in place without saying so in their
-    schema) and, after waiting for its ``Work``, its results (what the rank received).
-    Functional collectives return tensors still being written: their results are recorded by
-    dtype and shape only (the op that waits for them shows the values). Waiting early changes
-    when the program blocks, never what it computes."""
+def before(state, stream, func, args, kwargs, tensor_type):
+    """Before collective ``func`` runs: its inputs (:func:`inputs`) hashed now (``c10d`` ops
+    write their tensors in place without saying so in their schema). Returns the token
+    :func:`after` takes, or None where it is not recorded (a step not traced, a skipped op)."""
     op = func.name()
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
-        return func(*args, **kwargs)
+        return None
     ins = inputs(func, args, kwargs, tensor_type)
-    before = ts.describe(ins, state)
-    result = func(*args, **kwargs)
+    return (state, stream, func, op, ins, ts.describe(ins, state), tensor_type)
+
+
+def after(token, result):
+    """Records the collective :func:`before` returned ``token`` for: after waiting for its
+    ``Work``, its results (what the rank received). Functional collectives return tensors
+    still being written: their results are recorded by dtype and shape only (the op that waits
+    for them shows the values). Waiting early changes when the program blocks, never what it
+    computes."""
+    state, stream, func, op, ins, described, tensor_type = token
     parts = result if isinstance(result, (tuple, list)) else (result,)
     for r in parts:
         if not isinstance(r, tensor_type) and hasattr(r, "wait"):
@@ -128,5 +133,4 @@ def record(state, stream, func, args, kwargs, tensor_type):
     outs = ts.collect_tensors(result, tensor_type, [])
     scratch = range(len(outs)) if func.namespace == "_c10d_functional" else ()
     phase, module = state.tracker.where()
-    ts.emit(state, stream, ts.Record(op, phase, module, ins, outs, before, scratch))
-    return result
+    ts.emit(state, stream, ts.Record(op, phase, module, ins, outs, described, scratch))

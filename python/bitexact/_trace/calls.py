@@ -66,12 +66,14 @@ def op(func):
 
 
 _LANE = object()  # a token's generator slot: the op takes plain's in-place lane
+_C10D = object()  # a token's generator slot: a collective (its c10d token in the next)
 
 
 def before(state, known, stream, args, kwargs):
-    """What the tracer does before a computing op runs (``known``: :func:`op`'s answer for
-    it; not a collective): returns the token :func:`after` takes after it ran, or None
-    where the op is not recorded (skipped, not the program's own, inside a compiled call).
+    """What the tracer does before an op runs (``known``: :func:`op`'s answer for it):
+    returns the token :func:`after` takes after it ran, or None where the op is not recorded
+    (skipped, not the program's own, inside a compiled call). A collective's inputs are
+    hashed now (:func:`bitexact._trace.c10d.before`).
     An in-place op that reads and writes only its ``self`` has ``self`` held by plain's lane
     (:func:`bitexact._trace.plain.hold`); a random op's generator state
     (:mod:`bitexact._trace.generator`) and the written tensors an op reads
@@ -81,6 +83,9 @@ def before(state, known, stream, args, kwargs):
     if kind is SKIPPED or state is None or not ts.mine(state) or compiled.running():
         return None
     func, written, gen_spec = known[0], known[2], known[3]
+    if kind is COLLECTIVE:
+        token = c10d.before(state, stream, func, args, kwargs, torch.Tensor)
+        return None if token is None else (state, stream, known, _C10D, token)
     if written is writes.SELF and known[4] is writes.SELF and not gen_spec:
         held = plain.hold(state, stream, func, kind, args, kwargs)
         if held is not None:
@@ -95,7 +100,9 @@ def after(token, func, args, kwargs, result):
     """Records the op :func:`before` returned ``token`` for, now that it returned
     ``result``."""
     state, stream, known, gen, read = token
-    if gen is _LANE:
+    if gen is _C10D:
+        c10d.after(read, result)
+    elif gen is _LANE:
         plain.finish(state, stream, func, known[1], args, kwargs, result, read, torch.Tensor,
                      record)
     else:
