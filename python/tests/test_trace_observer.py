@@ -148,3 +148,13 @@ def test_the_observer_records_collectives_as_the_dispatch_mode_does(tmp_path, mo
     assert traced(tmp_path / "observer.jsonl", collectives, driver="observer") == mode
     ops = [json.loads(line)["op"] for line in mode.decode().splitlines()]
     assert {"c10d::allreduce_", "c10d::broadcast_", "c10d::allgather_"} <= set(ops), ops
+
+
+def test_a_machine_with_a_gpu_is_refused_by_the_observer(tmp_path, monkeypatch):
+    """A backward's CUDA ops run on autograd's device threads, which the observer does not
+    follow yet: their records would be missing."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(_trace.Unavailable, match="does not follow autograd's device threads "
+                                                 "yet: unset it on a machine with a GPU"):
+        _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
+    assert _trace._state is None

@@ -354,6 +354,10 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     if driver == "observer" and level == "ops":
         from . import observer
 
+        if torch.cuda.is_available():
+            raise Unavailable("the observer driver (%s=observer) does not follow autograd's "
+                              "device threads yet: unset it on a machine with a GPU" % DRIVER_ENV)
+
         try:
             observer.library()  # built or loaded now, before tracing starts
         except observer.Unavailable as e:

@@ -6,12 +6,13 @@ and :func:`bitexact._trace.calls.after`, at every op the program dispatches, in 
 untraced: the intercepting itself costs no Python frame and no round trip of the op's
 arguments, and an op the tracer does not record (a view) costs no Python at all.
 
-The same ops are recorded with the same lines (``python/tests/test_trace_observer.py``), with
-one difference that is the observer's to keep: autograd accumulates a gradient in place
-(``aten::add_``) where no dispatch mode is on, and out of place (``aten::add``) under one.
-Not yet covered, each left to the dispatch mode's driver: threads other than the one that
-started tracing, ``torch.compile``'s regions, collectives, :func:`bitexact._trace.paused`
-(bitexact's own work), and ops on devices (all untested here).
+The same ops are recorded with the same lines (``python/tests/test_trace_observer.py``:
+threads, collectives, a raising op, both hashing modes), with one difference that is the
+observer's to keep: autograd accumulates a gradient in place (``aten::add_``) where no dispatch
+mode is on, and out of place (``aten::add``) under one. Not covered yet: ops on devices (their
+backward runs on autograd's device threads, where the Python thread's stream is not set, so
+those ops would not be recorded: the tracer's start refuses the driver on a machine with a
+GPU).
 
 ``observer.cpp`` is compiled against the running torch's headers by the system C++ compiler
 (``$CXX``, else ``c++``) the first time it is needed, into
