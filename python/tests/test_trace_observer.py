@@ -158,3 +158,26 @@ def test_a_machine_with_a_gpu_is_refused_by_the_observer(tmp_path, monkeypatch):
                                                  "yet: unset it on a machine with a GPU"):
         _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
     assert _trace._state is None
+
+
+def test_an_error_in_the_tracer_leaves_the_program_running(tmp_path, monkeypatch, built):
+    """An exception in a callback is reported as unraisable and its op goes unrecorded; the
+    program's ops run as they would."""
+    from bitexact._trace import calls
+
+    def broken(*args):
+        raise RuntimeError("planted")
+
+    seen = []
+    monkeypatch.setattr("sys.unraisablehook", lambda u: seen.append(str(u.exc_value)))
+    monkeypatch.setattr(calls, "before", broken)
+    x = torch.ones(3)
+
+    def program():
+        x.mul_(2)  # an in-place op: its before() raises
+        return torch.add(x, 1)  # a plain op: recorded
+
+    out = traced(tmp_path / "t.jsonl", program, driver="observer")
+    assert x.tolist() == [2.0, 2.0, 2.0]
+    assert "planted" in seen
+    assert [json.loads(line)["op"] for line in out.decode().splitlines()] == ["aten::add.Tensor"]

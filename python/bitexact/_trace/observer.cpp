@@ -18,7 +18,8 @@
 // its end `after(token, func, args, kwargs, result)`. A PLAIN op makes one call, at its end:
 // `plain(func, args, kwargs, result)`. Ops run by those callbacks themselves
 // are not traced. An op that raised (no outputs where its schema returns some) is not
-// recorded, as the dispatch mode records nothing for it.
+// recorded, as the dispatch mode records nothing for it. No exception leaves a callback: a
+// Python error is printed as unraisable and the op goes unrecorded, never the program stopped.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
@@ -27,6 +28,8 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
 
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -50,10 +53,37 @@ PyObject* before_cb = nullptr;
 PyObject* after_cb = nullptr;
 PyObject* plain_cb = nullptr;
 at::CallbackHandle handle = 0;
+std::atomic<uint64_t> generation{0};  // bumped by each start: a thread's state from before resets
 
 thread_local std::vector<char> open_calls;  // per started RecordFunction: a traced op?
 thread_local int traced_depth = 0;
 thread_local bool in_python = false;
+thread_local uint64_t thread_generation = 0;
+
+PyObject* new_ref(PyObject* o) {  // Py_NewRef is Python 3.10+
+    Py_INCREF(o);
+    return o;
+}
+
+// Runs `body` with `in_python` set (ops it runs are not traced); false if it threw.
+template <typename F>
+bool python_call(F body) {
+    in_python = true;
+    bool ok = true;
+    try {
+        body();
+    } catch (py::error_already_set& e) {
+        e.restore();
+        PyErr_WriteUnraisable(nullptr);
+        ok = false;
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        PyErr_WriteUnraisable(nullptr);
+        ok = false;
+    }
+    in_python = false;
+    return ok;
+}
 
 struct Pending : at::ObserverContext {
     bool returns;  // whether the op's schema returns anything
@@ -62,7 +92,6 @@ struct Pending : at::ObserverContext {
     // A PLAIN op's arguments, kept for its end: the inputs RecordFunction hands the start
     // callback are boxed for that call only (Dispatcher::callWithDispatchKeySlowPath).
     std::vector<c10::IValue> inputs;
-    PyObject* func;
     PyObject* args;
     PyObject* kwargs;
 };
@@ -127,20 +156,22 @@ const Op* traced_op(const at::RecordFunction& fn) {
     py::gil_scoped_acquire gil;
     Op resolved;
     resolved.schema = key;
-    py::object got = py::reinterpret_steal<py::object>(PyObject_CallFunction(
-        resolve_cb, "ss", name->name.c_str(), name->overload_name.c_str()));
-    if (!got) {
-        PyErr_WriteUnraisable(resolve_cb);
-    } else {
-        auto pair = got.cast<py::tuple>();
-        resolved.overload = py::object(pair[0]).release().ptr();
+    python_call([&] {  // an operator it cannot resolve stays IGNORED
+        py::tuple pair = py::handle(resolve_cb)(name->name, name->overload_name);
         resolved.kind = pair[1].cast<int>();
-    }
+        resolved.overload = py::object(pair[0]).release().ptr();
+    });
     std::lock_guard<std::mutex> guard(ops_lock);
     return &ops.emplace(key, resolved).first->second;
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    uint64_t now = generation.load(std::memory_order_relaxed);
+    if (thread_generation != now) {  // calls left open when the observer was last removed
+        open_calls.clear();
+        traced_depth = 0;
+        thread_generation = now;
+    }
     const Op* known = nullptr;
     if (fn.scope() == at::RecordScope::FUNCTION && traced_depth == 0 && !in_python)
         known = traced_op(fn);
@@ -157,20 +188,15 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         return pending;
     }
     py::gil_scoped_acquire gil;
-    auto [args, kwargs] = parse_arguments(*known->schema, fn.inputs());
-    in_python = true;
-    PyObject* token = PyObject_CallFunctionObjArgs(before_cb, known->overload, args.ptr(),
-                                                   kwargs.ptr(), nullptr);
-    in_python = false;
-    if (token == nullptr) {
-        PyErr_WriteUnraisable(before_cb);
-        return nullptr;
-    }
-    if (token == Py_None) {
-        Py_DECREF(token);
-        return nullptr;
-    }
-    pending->token = token;
+    py::object token, args, kwargs;
+    bool ok = python_call([&] {
+        auto parsed = parse_arguments(*known->schema, fn.inputs());
+        args = std::move(parsed.first);
+        kwargs = std::move(parsed.second);
+        token = py::handle(before_cb)(py::handle(known->overload), args, kwargs);
+    });
+    if (!ok || token.is_none()) return nullptr;
+    pending->token = token.release().ptr();
     pending->args = args.release().ptr();
     pending->kwargs = kwargs.release().ptr();
     return pending;
@@ -186,25 +212,23 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
     const auto& outs = fn.outputs();
     py::gil_scoped_acquire gil;
     if (!outs.empty() || !pending->returns) {  // else the op raised
-        py::object result = torch::jit::createPyObjectForStack(
-            std::vector<c10::IValue>(outs.begin(), outs.end()));
-        PyObject* func = pending->op->overload;
-        PyObject* done = nullptr;
-        if (pending->token == nullptr) {
-            auto [args, kwargs] = parse_arguments(
-                *pending->op->schema,
-                c10::ArrayRef<const c10::IValue>(pending->inputs.data(), pending->inputs.size()));
-            in_python = true;
-            done = PyObject_CallFunctionObjArgs(plain_cb, func, args.ptr(), kwargs.ptr(),
-                                                result.ptr(), nullptr);
-        } else {
-            in_python = true;
-            done = PyObject_CallFunctionObjArgs(after_cb, pending->token, func, pending->args,
-                                                pending->kwargs, result.ptr(), nullptr);
-        }
-        in_python = false;
-        if (done == nullptr) PyErr_WriteUnraisable(func);
-        Py_XDECREF(done);
+        py::handle func(pending->op->overload);
+        python_call([&] {
+            py::object result = torch::jit::createPyObjectForStack(
+                std::vector<c10::IValue>(outs.begin(), outs.end()));
+            if (pending->token == nullptr) {
+                auto [args, kwargs] = parse_arguments(
+                    *pending->op->schema,
+                    c10::ArrayRef<const c10::IValue>(pending->inputs.data(),
+                                                     pending->inputs.size()));
+                py::handle plain(plain_cb);
+                plain(func, args, kwargs, result);
+            } else {
+                py::handle after(after_cb);
+                after(py::handle(pending->token), func, py::handle(pending->args),
+                      py::handle(pending->kwargs), result);
+            }
+        });
     }
     Py_CLEAR(pending->token);
     Py_CLEAR(pending->args);
@@ -217,10 +241,15 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 extern "C" int bitexact_observer_start(PyObject* resolve, PyObject* before, PyObject* after,
                                        PyObject* plain) {
     if (handle != 0) return 0;
-    resolve_cb = Py_NewRef(resolve);
-    before_cb = Py_NewRef(before);
-    after_cb = Py_NewRef(after);
-    plain_cb = Py_NewRef(plain);
+    Py_XDECREF(resolve_cb);
+    Py_XDECREF(before_cb);
+    Py_XDECREF(after_cb);
+    Py_XDECREF(plain_cb);
+    resolve_cb = new_ref(resolve);
+    before_cb = new_ref(before);
+    after_cb = new_ref(after);
+    plain_cb = new_ref(plain);
+    generation.fetch_add(1);
     handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
                                        .needsInputs(true)
                                        .needsOutputs(true)
