@@ -15,7 +15,7 @@ those ops would not be recorded: the tracer's start refuses the driver on a mach
 GPU).
 
 ``observer.cpp`` is compiled against the running torch's headers by the system C++ compiler
-(``$CXX``, else ``c++``) the first time it is needed, into
+(``$CXX``, else ``c++``, else ``g++``) the first time it is needed, into
 ``~/.cache/bitexact/observer/<key>/`` (``$BITEXACT_CACHE_DIR`` instead of
 ``~/.cache/bitexact``), where ``key`` hashes the source, torch's version and path and the
 Python version, and is written atomically: a second process waits for nothing and at worst
@@ -24,6 +24,7 @@ compiles it again. :class:`Unavailable` says why it cannot be built or loaded.""
 import ctypes
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -59,7 +60,8 @@ def _key(torch):
 def _compile(torch, lib):
     root = os.path.dirname(torch.__file__)
     include = os.path.join(root, "include")
-    cmd = [os.environ.get("CXX", "c++"), "-O2", "-std=c++20", "-shared", "-fPIC", "-DNDEBUG",
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+    cmd = [compiler, "-O2", "-std=c++20", "-shared", "-fPIC", "-DNDEBUG",
            "-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI),
            "-I" + include, "-I" + os.path.join(include, "torch", "csrc", "api", "include"),
            "-I" + sysconfig.get_paths()["include"], SOURCE,
