@@ -8,21 +8,14 @@
 //            stood in for by a vectorized sum of the words) and the outputs of each leaf op
 //            (fingerprinted with the trace fingerprint's arithmetic, docs/concepts/
 //            fingerprint.md, both lanes, 16 accumulators a lane as src/fingerprint.rs).
-//   names:   records the name of each op a tracer at the Python dispatch key would see (an op
-//            not decomposed by a CompositeImplicitAutograd kernel, not called inside another
-//            such op: the rule opset.py checks against bitexact's tracer).
 // No records are written and nothing is cached: an estimate of a native tracer's floor, not
 // a tracer. CPU tensors only.
 #include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
-#include <string>
-#include <vector>
 
 namespace {
 
@@ -31,38 +24,6 @@ std::atomic<uint64_t> ops{0}, fingerprinted{0}, checked{0}, sink{0};
 int hashing = 0;
 thread_local int depth = 0;
 thread_local bool leaf = false;
-// names mode: the ops seen, and per thread a stack of whether each open call is a named op.
-std::mutex names_lock;
-std::vector<std::string> names;
-thread_local std::vector<bool> named_stack;
-thread_local int named_depth = 0;
-
-// Whether `fn` is an op the Python dispatch key sees: one that CompositeImplicitAutograd does
-// not decompose above it (autograd and the kernels below it call no dispatch mode).
-bool dispatched(const at::RecordFunction& fn) {
-    auto name = fn.operator_name();
-    if (!name) return false;
-    auto op = c10::Dispatcher::singleton().findOp(*name);
-    return op && !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-}
-
-std::unique_ptr<at::ObserverContext> on_start_names(const at::RecordFunction& fn) {
-    bool named = fn.scope() == at::RecordScope::FUNCTION && named_depth == 0 && dispatched(fn);
-    if (named) {
-        auto name = fn.operator_name();
-        std::lock_guard<std::mutex> guard(names_lock);
-        names.push_back(name->name + (name->overload_name.empty() ? "" : "." + name->overload_name));
-        ++named_depth;
-    }
-    named_stack.push_back(named);
-    return nullptr;
-}
-
-void on_end_names(const at::RecordFunction&, at::ObserverContext*) {
-    if (named_stack.empty()) return;  // started before the callback was added
-    if (named_stack.back()) --named_depth;
-    named_stack.pop_back();
-}
 
 inline uint64_t mix(uint64_t x) {
     x ^= x >> 30;
@@ -151,13 +112,6 @@ extern "C" void observer_start(int hash) {
             .needsOutputs(hash != 0)
             .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
 }
-extern "C" void observer_start_names() {
-    names.clear();
-    handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start_names, on_end_names)
-        .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
-}
-extern "C" size_t observer_names() { return names.size(); }
-extern "C" const char* observer_name(size_t i) { return names[i].c_str(); }
 extern "C" void observer_stop() { at::removeCallback(handle); }
 extern "C" uint64_t observer_ops() { return ops.load(); }
 extern "C" uint64_t observer_fingerprinted() { return fingerprinted.load(); }

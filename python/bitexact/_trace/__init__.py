@@ -157,7 +157,7 @@ def _make_mode(stream):
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                known = calls.ops.get(id(func))
+                known = calls.ops.get(id(func))  # calls.known, inlined: every op runs it
                 if known is None or known[0] is not func:
                     known = calls.op(func)
                 token = calls.before(_state, known, self.stream, args, kwargs)
@@ -206,25 +206,21 @@ def _stream():
 
 def _observed(func, args, kwargs):
     """The observer driver's start of an op that writes, takes a generator or is a collective:
-    :func:`bitexact._trace.calls.before`."""
+    :func:`bitexact._trace.calls.before` in the calling thread's stream."""
     stream = _stream()
     if stream is None:
         return None
-    known = calls.ops.get(id(func))
-    if known is None or known[0] is not func:
-        known = calls.op(func)
-    return calls.before(_state, known, stream, args, kwargs)
+    return calls.before(_state, calls.known(func), stream, args, kwargs)
 
 
 def _observed_plain(func, args, kwargs, result):
-    """The observer driver's end of an op that writes no argument and takes no generator:
-    the checks of :func:`bitexact._trace.calls.before`, then its record."""
+    """The observer driver's end of an op that writes no argument and takes no generator
+    (nothing to read before it ran): the checks of :func:`bitexact._trace.calls.before`, then
+    its record (no token: the op's one Python call)."""
     stream, state = _stream(), _state
     if stream is None or not ts.mine(state) or compiled.running():
         return
-    known = calls.ops.get(id(func))
-    if known is None or known[0] is not func:
-        known = calls.op(func)
+    known = calls.known(func)
     calls.record(state, stream, func, known[1], (), args, kwargs, result, calls.torch.Tensor)
 
 
@@ -357,7 +353,6 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
         if torch.cuda.is_available():
             raise Unavailable("the observer driver (%s=observer) does not follow autograd's "
                               "device threads yet: unset it on a machine with a GPU" % DRIVER_ENV)
-
         try:
             observer.library()  # built or loaded now, before tracing starts
         except observer.Unavailable as e:

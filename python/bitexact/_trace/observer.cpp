@@ -86,7 +86,6 @@ bool python_call(F body) {
 }
 
 struct Pending : at::ObserverContext {
-    bool returns;  // whether the op's schema returns anything
     const Op* op;
     PyObject* token;  // nullptr for a PLAIN op
     // A PLAIN op's arguments, kept for its end: the inputs RecordFunction hands the start
@@ -180,7 +179,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     ++traced_depth;
     if (known->kind == IGNORED || known->overload == nullptr) return nullptr;
     auto pending = std::make_unique<Pending>();
-    pending->returns = !known->schema->returns().empty();
     pending->op = known;
     pending->token = pending->args = pending->kwargs = nullptr;
     if (known->kind == PLAIN) {  // all of it at the end
@@ -211,7 +209,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
     if (pending == nullptr) return;
     const auto& outs = fn.outputs();
     py::gil_scoped_acquire gil;
-    if (!outs.empty() || !pending->returns) {  // else the op raised
+    if (!outs.empty() || pending->op->schema->returns().empty()) {  // else the op raised
         py::handle func(pending->op->overload);
         python_call([&] {
             py::object result = torch::jit::createPyObjectForStack(

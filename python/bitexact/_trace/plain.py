@@ -96,8 +96,8 @@ def hold(state, stream, func, op, args, kwargs):
 
 def finish(state, stream, func, op, args, kwargs, result, held, tensor_type, general):
     """After the op :func:`hold` held ``self`` for: writes its record. Where the record cannot
-    take the lane (a result off the host's fast path), ``general`` (:func:`bitexact._trace.calls.record`) writes
-    it with the value held."""
+    take the lane (a result off the host's fast path), ``general``
+    (:func:`bitexact._trace.calls.record`) writes it with the value held."""
     if _lanes[0].record(state, stream, func, op, args, kwargs, result, held):
         return
     before = ts.Record(op, "", "", [args[0]], ())  # what read_before would have made
