@@ -7,6 +7,7 @@ whatever it does not handle takes the general path."""
 
 import json
 import os
+import struct
 import sys
 import threading
 
@@ -153,3 +154,43 @@ def test_a_native_lane_refuses_what_is_not_its_own(tmp_path, monkeypatch):
     assert len(lane.hold_self(state, add, "aten::add_.Tensor", (a, a[:0]), {})) == 1
     state.writer.close()
     assert (tmp_path / "w.jsonl").read_bytes() == b""
+
+
+def described(ins, outs):
+    """The words the observer driver hands the lane for an op with tensors ``ins`` and
+    ``outs`` (``observer.cpp``'s ``describe``)."""
+    words = [len(ins), len(outs)]
+    for t in ins + outs:
+        contiguous = t.is_contiguous()
+        words += [id(t.dtype), t.data_ptr(), t.dim() + (1 << 32 if contiguous else 0), *t.shape]
+        words += [] if contiguous else list(t.stride())
+    return struct.pack("%dq" % len(words), *words)
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_native_lane_takes_the_tensors_the_observer_read(tmp_path, monkeypatch,
+                                                            background):
+    """Given the op's tensors as words, the lane records those (not the Python tensors'), as
+    strided or contiguous; words cut short, or of a dtype it has not met, it does not trust:
+    it reads the Python tensors."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+    a, b = torch.ones(4, 3), torch.arange(12.0).reshape(3, 4).t()
+    alien = object()
+    words = described([b, b], [b])
+    given = {2: None,  # by the op's alpha: none, b's, cut short, of a dtype it has not met
+             3: words,
+             4: words[:-4],
+             5: words.replace(struct.pack("q", id(b.dtype)), struct.pack("q", id(alien)), 1)}
+    record = plain.record
+    scope = {"record": record, "given": given}
+    exec(compile("def giving(*args):\n"  # a "<...>" file: a frame the source walk skips
+                 "    return record(*args[:8], given[args[5]['alpha']])\n",
+                 "<giving>", "exec"), scope)
+    monkeypatch.setattr(plain, "record", scope["giving"])
+    out = traced(tmp_path / "t.jsonl", lambda: [torch.add(a, a, alpha=k) for k in given])
+    rows = [json.loads(line) for line in out.decode().splitlines()]
+    assert [r["args"] for r in rows] == ["alpha=%d" % k for k in given]
+    ins = [r["in"] for r in rows]
+    assert ins[0] == ins[2] == ins[3] == [ins[0][0]] * 2  # a, a: the Python tensors
+    assert ins[1] == rows[1]["out"] * 2 != ins[0]  # b, b -> b: the words' tensors
+    assert ins[1][0].startswith("f32[4,3]:")

@@ -1,9 +1,10 @@
 """The op tracer's observer driver (``bitexact._trace.observer``: torch's RecordFunction
 callbacks in place of a ``TorchDispatchMode``) writes the dispatch mode's records byte for byte,
-hashed by the background writer or on the program's thread, but for autograd's gradient
-accumulation: in place (``aten::add_``) without a dispatch mode, out of place (``aten::add``)
-under one, with the same tensors. A compiler it cannot run, or a driver that does not exist, is
-named before tracing starts. Collectives are recorded as the dispatch mode records them."""
+hashed by the background writer or on the program's thread, but where torch computes in place
+without a dispatch mode and out of place under one (autograd's gradient accumulation: ``add_``
+under the observer, ``add`` under the mode; the same tensors). A compiler it cannot run, or a
+driver that does not exist, is named before tracing starts. Collectives are recorded as the
+dispatch mode records them."""
 
 import json
 import os
@@ -11,13 +12,14 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 from bitexact import _digest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
 from bitexact import _trace  # noqa: E402
 from bitexact._trace import digest as _trace_digest  # noqa: E402
-from bitexact._trace import observer  # noqa: E402
+from bitexact._trace import observer, plain  # noqa: E402
 from conftest import traced  # noqa: E402
 from test_trace_lane import program as lane_program  # noqa: E402
 
@@ -47,40 +49,66 @@ class Block(torch.nn.Module):
         return x + self.drop(torch.nn.functional.gelu(self.norm(self.fc(x))))
 
 
+class Doubled(torch.autograd.Function):
+    """Doubles; its backward adds in place, after a backward of its own (reentrant: there
+    autograd accumulates a gradient, inside the outer backward's node)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        with torch.enable_grad():
+            a = grad.detach().requires_grad_()
+            (inner,) = torch.autograd.grad((a * 2 + a * 3).sum(), a)
+        return grad.mul(2).add_(inner.mul(0))
+
+
 def training():
-    """Two AdamW steps of two residual blocks with dropout, a seeded generator's noise, an
-    ``out=`` op and an aliased in-place op, then the native lane's program."""
+    """Three AdamW steps of two residual blocks with dropout and :class:`Doubled` (the second
+    block checkpointed in the last: a reentrant backward; gradients kept at zero before it), a
+    seeded generator's noise, an ``out=`` op and an aliased in-place op, then the native lane's
+    program."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(Block(), Block())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     g = torch.Generator().manual_seed(1)
-    for _ in range(2):
+    for step in range(3):
         x = torch.randn(4, 8, generator=g)
-        loss = model(x).square().mean()
-        loss.backward()
+        if step < 2:
+            y = model(x)
+        else:
+            y = checkpoint(model[1], model[0](x), use_reentrant=True)
+        Doubled.apply(y).square().mean().backward()
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=step == 0)
     out = torch.empty(4, 8)
     torch.add(x, 1.5, out=out)
     out.add_(out)
     lane_program()
 
 
-def same_but_accumulation(mode, observed):
-    """Asserts the traces' records are equal but for gradient accumulations (``add`` under the
-    mode, ``add_`` under the observer, in a backward); returns how many those are."""
+def in_place(op):
+    """The in-place variant's name of ``op`` (``aten::add.Tensor`` -> ``aten::add_.Tensor``)."""
+    name, dot, overload = op.partition(".")
+    return name + "_" + dot + overload
+
+
+def same_but_in_place(mode, observed):
+    """Asserts the traces' records are equal but where the observer's op is the in-place
+    variant of the mode's (the same tensors); returns those ops' (name, phase)."""
     a, b = mode.decode().splitlines(), observed.decode().splitlines()
     assert len(a) == len(b)
-    accumulations = 0
+    differ = []
     for x, y in zip(a, b):
         if x != y:
             rx, ry = json.loads(x), json.loads(y)
-            assert (rx["op"], ry["op"], rx["phase"]) == ("aten::add.Tensor", "aten::add_.Tensor",
-                                                         "backward"), (x, y)
+            assert ry["op"] == in_place(rx["op"]), (x, y)
             ry["op"] = rx["op"]
             assert rx == ry
-            accumulations += 1
-    return accumulations
+            differ.append((rx["op"], rx["phase"]))
+    return differ
 
 
 @pytest.mark.parametrize("background", [True, False])
@@ -88,12 +116,21 @@ def test_the_observer_records_what_the_dispatch_mode_records(tmp_path, monkeypat
                                                              background):
     monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
     mode = traced(tmp_path / "mode.jsonl", training)
+    described, record = [], plain.record
+    scope = {"record": record, "described": described}
+    exec(compile("def counting(*args):\n"  # a "<...>" file: a frame the source walk skips
+                 "    described.append(args[8] is not None)\n"
+                 "    return record(*args)\n", "<counting>", "exec"), scope)
+    monkeypatch.setattr(plain, "record", scope["counting"])
     observed = traced(tmp_path / "observer.jsonl", training, driver="observer")
-    # The second block's input (the first's needs no gradient), in each of two steps.
-    assert same_but_accumulation(mode, observed) == 2
+    # autograd's gradient accumulations only (in place without a dispatch mode)
+    assert same_but_in_place(mode, observed) == [("aten::add.Tensor", "backward")] * 5
+    rows = [json.loads(line) for line in observed.decode().splitlines()]
+    # The observer read the tensors of every op that writes nothing itself (host tensors all).
+    assert len(described) >= 100 and all(described), described
+    monkeypatch.setattr(plain, "record", record)
     monkeypatch.setenv(_trace.DRIVER_ENV, "observer")
     assert traced(tmp_path / "env.jsonl", training) == observed
-    rows = [json.loads(line) for line in observed.decode().splitlines()]
     ops = {r["op"] for r in rows}
     assert {"aten::addmm", "aten::bernoulli_.float", "aten::randn.generator", "aten::add.out",
             "aten::addcmul_", "aten::native_layer_norm_backward"} <= ops, ops

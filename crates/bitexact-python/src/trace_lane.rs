@@ -26,14 +26,14 @@
 
 use super::trace::digests;
 use super::trace_hold::Held;
-use super::trace_line::Fields;
+use super::trace_line::{Fields, Sources};
 use super::trace_record::{fill, Record, Shown, Slot};
 use super::trace_writer::{Pre, TraceWriter};
 use super::Host;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUnicodeEncodeError};
-use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::{ffi, intern};
 
 /// What the lane needs of torch and of the tracer's Python modules, taken once when tracing
 /// starts (`plain.lane()`).
@@ -52,8 +52,11 @@ pub struct Lane {
     pub(crate) record: Py<PyModule>,
     /// The trace record version (`bitexact._protocol.TRACE_RECORD_VERSION`).
     pub(crate) version: u32,
-    /// `record._MEMO_MAX`: past this many files, `record.source`'s memo starts over.
+    /// `record._MEMO_MAX`: past this many files, `record.source`'s memo starts over (and past
+    /// this many code objects, [`Lane::source`]'s).
     pub(crate) memo_max: usize,
+    /// [`Lane::source`]'s memo.
+    pub(crate) sources: std::sync::Mutex<Sources>,
 }
 
 /// A tensor attribute that raised TypeError or RuntimeError (no bitexact dtype, no storage):
@@ -92,6 +95,7 @@ impl Lane {
             record,
             version,
             memo_max,
+            sources: Default::default(),
         })
     }
 
@@ -105,8 +109,11 @@ impl Lane {
     /// are `self` as it was, then its other tensors; its results `result`'s tensors, or `self`
     /// when it returned none; `held` is left untouched when it returns False (the caller then
     /// hands it to the general path as the op's values before).
+    ///
+    /// `tensors` (an op that writes no argument, from the observer driver): its tensors as
+    /// the observer read them ([`Described`]), taken instead of the Python tensors'.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (state, stream, func, op, args, kwargs, result, held=None))]
+    #[pyo3(signature = (state, stream, func, op, args, kwargs, result, held=None, tensors=None))]
     fn record(
         &self,
         py: Python<'_>,
@@ -118,13 +125,20 @@ impl Lane {
         kwargs: &Bound<'_, PyAny>,
         result: &Bound<'_, PyAny>,
         held: Option<&Bound<'_, Held>>,
+        tensors: Option<&Bound<'_, PyBytes>>,
     ) -> PyResult<bool> {
         let Some(call) = Call::of(state, func, op, args, kwargs)? else {
             return Ok(false);
         };
-        let tensors = match held {
-            None => self.of_plain(py, state, &call, result)?,
-            Some(_) => self.of_in_place(py, state, &call, result)?,
+        let described = match (held, tensors) {
+            (None, Some(words)) => self.described(py, state, words.as_bytes())?,
+            _ => Described::Unread,
+        };
+        let tensors = match (described, held) {
+            (Described::Read(ins, outs), _) => Some((ins, outs)),
+            (Described::OffLane, _) => None,
+            (Described::Unread, None) => self.of_plain(py, state, &call, result)?,
+            (Described::Unread, Some(_)) => self.of_in_place(py, state, &call, result)?,
         };
         let Some((ins, outs)) = tensors else {
             return Ok(false);
@@ -209,6 +223,79 @@ impl<'a, 'py> Call<'a, 'py> {
             args: args.clone(),
             kwargs: kwargs.clone(),
         }))
+    }
+}
+
+/// An op's tensors as the observer driver read them (`observer.cpp`'s `describe`).
+enum Described {
+    /// Its inputs and results, read.
+    Read(Vec<Host>, Vec<Host>),
+    /// One is off the host's fast path: the record takes the general path.
+    OffLane,
+    /// To be read from the Python tensors (none given, or a dtype the lane has not met).
+    Unread,
+}
+
+impl Lane {
+    /// [`Lane::record`]'s `tensors`: int64 words `[inputs, results]`, then per tensor its
+    /// dtype (the address of a `torch.dtype`, alive as long as torch), its address, its
+    /// dimensions + (1 << 32 where contiguous), its shape, then its strides unless contiguous.
+    fn described(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        words: &[u8],
+    ) -> PyResult<Described> {
+        let mut w = words
+            .chunks_exact(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap_or_default()));
+        let (Some(n_in), Some(n_out)) = (w.next(), w.next()) else {
+            return Ok(Described::Unread);
+        };
+        let (Ok(n_in), Ok(n_out)) = (usize::try_from(n_in), usize::try_from(n_out)) else {
+            return Ok(Described::Unread);
+        };
+        let max_bytes: usize = state.getattr(intern!(py, "max_bytes"))?.extract()?;
+        let mut hosts = Vec::with_capacity(n_in + n_out);
+        for _ in 0..n_in + n_out {
+            let (Some(dtype), Some(ptr), Some(dims)) = (w.next(), w.next(), w.next()) else {
+                return Ok(Described::Unread);
+            };
+            // SAFETY: the observer wrote torch::getTHPDtype's answer: a dtype object that
+            // torch keeps for the process's life
+            let dtype =
+                unsafe { Bound::from_borrowed_ptr(py, dtype as usize as *mut ffi::PyObject) };
+            let Some(known) = self.dtypes.bind(py).get_item(&dtype)? else {
+                return Ok(Described::Unread);
+            };
+            let (name, complex): (Bound<'_, PyString>, bool) = known.extract()?;
+            let ndim = (dims & 0xffff_ffff) as usize;
+            let shape: Vec<usize> = w.by_ref().take(ndim).map(|d| d as usize).collect();
+            let strides = match dims >> 32 {
+                1 => None,
+                _ => Some(
+                    w.by_ref()
+                        .take(ndim)
+                        .map(|d| d as usize)
+                        .collect::<Vec<_>>(),
+                ),
+            };
+            if shape.len() != ndim || strides.as_ref().is_some_and(|s| s.len() != ndim) {
+                return Ok(Described::Unread); // cut short: not the observer's words
+            }
+            let name = name.to_cow()?;
+            let size = super::dtype(&name)?.size();
+            let nbytes = shape.iter().try_fold(size, |n, &d| n.checked_mul(d));
+            match nbytes {
+                _ if complex => return Ok(Described::OffLane),
+                Some(n) if n <= max_bytes && (ptr != 0 || n == 0) => {
+                    hosts.push(Host::with_strides(ptr as usize, n, &name, shape, strides)?)
+                }
+                _ => return Ok(Described::OffLane),
+            }
+        }
+        let outs = hosts.split_off(n_in);
+        Ok(Described::Read(hosts, outs))
     }
 }
 
@@ -506,12 +593,11 @@ impl Lane {
             .call_method0(intern!(py, "where"))?;
         let (phase, module): (Bound<'_, PyString>, Bound<'_, PyString>) = place.extract()?;
         let src = self.source(py, &state.getattr(intern!(py, "skip_dirs"))?)?;
-        let src = src.cast_into::<PyString>()?;
         let thread = stream
             .getattr(intern!(py, "label"))?
             .cast_into::<PyString>()?;
         let (phase, module, op) = (phase.to_cow()?, module.to_cow()?, call.op.to_cow()?);
-        let (src, thread) = (src.to_cow()?, thread.to_cow()?);
+        let thread = thread.to_cow()?;
         let fields = Fields {
             step: stream.getattr(intern!(py, "step"))?.extract()?,
             rank: state.getattr(intern!(py, "rank"))?.extract()?,

@@ -213,15 +213,17 @@ def _observed(func, args, kwargs):
     return calls.before(_state, calls.known(func), stream, args, kwargs)
 
 
-def _observed_plain(func, args, kwargs, result):
+def _observed_plain(func, args, kwargs, result, tensors):
     """The observer driver's end of an op that writes no argument and takes no generator
     (nothing to read before it ran): the checks of :func:`bitexact._trace.calls.before`, then
-    its record (no token: the op's one Python call)."""
+    its record (no token: the op's one Python call; ``tensors``: the op's tensors as the
+    observer read them, for the native lane)."""
     stream, state = _stream(), _state
     if stream is None or not ts.mine(state) or compiled.running():
         return
     known = calls.known(func)
-    calls.record(state, stream, func, known[1], (), args, kwargs, result, calls.torch.Tensor)
+    calls.record(state, stream, func, known[1], (), args, kwargs, result, calls.torch.Tensor,
+                 tensors=tensors)
 
 
 class _Observing:

@@ -118,17 +118,18 @@ def after(token, func, args, kwargs, result):
 
 
 def record(state, stream, func, op, written, args, kwargs, result, tensor_type, gen=None,
-            before=None):
+            before=None, tensors=None):
     """Records one computing op ``op`` (its name) of ``stream`` (not a collective, not a
     view): its inputs are what it read (``before``: the written tensors it read, hashed before
     it ran, :func:`bitexact._trace.writes.read_before`; then its other tensor arguments), its
     outputs what it returned (``written``: the arguments it writes in place or through ``out=``,
     results); ``gen``: a random op's generator and its state before the call
-    (:mod:`bitexact._trace.generator`)."""
+    (:mod:`bitexact._trace.generator`); ``tensors``: its tensors as the observer driver read
+    them (:func:`bitexact._trace.plain.record`)."""
     if not ts.in_steps(state, stream) or ts.skipped(state, op):
         return
     if not written and gen is None and plain.record(state, stream, func, op, args, kwargs,
-                                                    result, tensor_type):
+                                                    result, tensor_type, tensors):
         return
     text = _line.arguments(func, args, kwargs, tensor_type) if digest.SKETCH \
         else ""

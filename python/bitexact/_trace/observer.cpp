@@ -16,9 +16,10 @@
 // at its start, with the arguments a dispatch mode would get (parse_arguments: torch's
 // parseIValuesToPyArgsKwargs, not exported by libtorch_python), returns a token or None; at
 // its end `after(token, func, args, kwargs, result)`. A PLAIN op makes one call, at its end:
-// `plain(func, args, kwargs, result)`. Ops run by those callbacks themselves
-// are not traced. An op that raised (no outputs where its schema returns some) is not
-// recorded, as the dispatch mode records nothing for it. No exception leaves a callback: a
+// `plain(func, args, kwargs, result, tensors)`, `tensors` its tensors read here (describe:
+// for the native lane, which then reads none through torch's Python API). Ops run by those
+// callbacks themselves are not traced. An op that raised (no outputs where its schema returns
+// some) is not recorded, as the dispatch mode records nothing for it. No exception leaves a callback: a
 // Python error is printed as unraisable and the op goes unrecorded, never the program stopped.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -139,6 +140,60 @@ std::pair<py::tuple, py::dict> parse_arguments(const c10::FunctionSchema& schema
     return {std::move(args), std::move(kwargs)};
 }
 
+// Appends the tensors in `v` (nested lists and tuples) to `out`, as the tracer's
+// state.collect_tensors finds them in the Python objects made of it: not an undefined tensor
+// (None there), nor a number wrapped as a tensor (`x / 2`: a Python number there).
+void collect(const c10::IValue& v, std::vector<at::Tensor>& out) {
+    auto add = [&](const at::Tensor& t) {
+        if (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number()) out.push_back(t);
+    };
+    if (v.isTensor()) {
+        add(v.toTensor());
+    } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorVector()) add(t);
+    } else if (v.isList()) {
+        for (const c10::IValue& e : v.toListRef()) collect(e, out);
+    } else if (v.isTuple()) {
+        for (const c10::IValue& e : v.toTupleRef().elements()) collect(e, out);
+    }
+}
+
+// Whether the lane may take `t` as this reads it: a plain host tensor with storage of its own
+// (not another device or layout, not a negative or conjugate view, not a tensor subclass that
+// handles its own ops).
+bool readable(const at::Tensor& t) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    return t.is_cpu() && t.layout() == c10::kStrided && !t.is_neg() && !t.is_conj() &&
+           impl->has_storage() && !impl->key_set().has(c10::DispatchKey::Python);
+}
+
+// A PLAIN op's tensors as int64 words, for the native lane (bitexact._native.Lane.record's
+// `tensors`): [inputs, results], then each tensor, inputs first (in the schema's order: a
+// dispatch mode's args, then kwargs) then results, as [its dtype (a THPDtype*), its address,
+// its dimensions + (contiguous ? 1 << 32 : 0), its shape, then its strides unless contiguous].
+// None where one is not readable(): the lane then reads the Python tensors.
+py::object describe(c10::ArrayRef<const c10::IValue> inputs,
+                    c10::ArrayRef<const c10::IValue> outputs) {
+    std::vector<at::Tensor> tensors;
+    for (const auto& v : inputs) collect(v, tensors);
+    size_t n_in = tensors.size();
+    for (const auto& v : outputs) collect(v, tensors);
+    std::vector<int64_t> words{static_cast<int64_t>(n_in),
+                               static_cast<int64_t>(tensors.size() - n_in)};
+    for (const at::Tensor& t : tensors) {
+        if (!readable(t)) return py::none();
+        bool contiguous = t.is_contiguous();
+        words.push_back(reinterpret_cast<int64_t>(torch::getTHPDtype(t.scalar_type())));
+        words.push_back(reinterpret_cast<int64_t>(t.data_ptr()));
+        words.push_back(t.dim() + (contiguous ? (int64_t{1} << 32) : 0));
+        for (int64_t d : t.sizes()) words.push_back(d);
+        if (!contiguous)
+            for (int64_t s : t.strides()) words.push_back(s);
+    }
+    return py::bytes(reinterpret_cast<const char*>(words.data()),
+                     words.size() * sizeof(int64_t));
+}
+
 // The operator of a call the tracer sees (else nullptr), resolved once.
 const Op* traced_op(const at::RecordFunction& fn) {
     auto name = fn.operator_name();
@@ -215,12 +270,12 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
             py::object result = torch::jit::createPyObjectForStack(
                 std::vector<c10::IValue>(outs.begin(), outs.end()));
             if (pending->token == nullptr) {
-                auto [args, kwargs] = parse_arguments(
-                    *pending->op->schema,
-                    c10::ArrayRef<const c10::IValue>(pending->inputs.data(),
-                                                     pending->inputs.size()));
+                auto inputs = c10::ArrayRef<const c10::IValue>(pending->inputs.data(),
+                                                               pending->inputs.size());
+                auto [args, kwargs] = parse_arguments(*pending->op->schema, inputs);
                 py::handle plain(plain_cb);
-                plain(func, args, kwargs, result);
+                auto outputs = c10::ArrayRef<const c10::IValue>(outs.data(), outs.size());
+                plain(func, args, kwargs, result, describe(inputs, outputs));
             } else {
                 py::handle after(after_cb);
                 after(py::handle(pending->token), func, py::handle(pending->args),

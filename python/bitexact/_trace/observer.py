@@ -103,7 +103,9 @@ def start(resolve, before, after, plain):
     operator (:data:`IGNORED`; :data:`PLAIN`: it writes no argument and takes no generator;
     :data:`OTHER`); for an OTHER op ``before(func, args, kwargs)`` -> a token or None at its
     start and ``after(token, func, args, kwargs, result)`` at its end; for a PLAIN one
-    ``plain(func, args, kwargs, result)`` at its end."""
+    ``plain(func, args, kwargs, result, tensors)`` at its end, ``tensors`` its tensors as
+    ``bitexact._native.Lane.record`` reads them (or None: read them from the Python
+    objects)."""
     library().bitexact_observer_start(resolve, before, after, plain)
 
 

@@ -70,14 +70,16 @@ def _open(state, op, kwargs):
         and not device.capturing()
 
 
-def record(state, stream, func, op, args, kwargs, result, tensor_type):
+def record(state, stream, func, op, args, kwargs, result, tensor_type, tensors=None):
     """Writes the record of ``op`` (which writes no argument and has no generator) the fast
-    way and returns True, or returns False when it must take the general path."""
+    way and returns True, or returns False when it must take the general path. ``tensors``:
+    its tensors as the observer driver read them (:mod:`bitexact._trace.observer`), which
+    the native lane then takes instead of reading the Python tensors."""
     if not _open(state, op, kwargs):
         return False
     lane = (_lanes[0] if _lanes else _lane()) if NATIVE else None
     if lane is not None:
-        return lane.record(state, stream, func, op, args, kwargs, result)
+        return lane.record(state, stream, func, op, args, kwargs, result, None, tensors)
     if not state.deferred:
         return False
     return _python_record(state, stream, func, op, args, kwargs, result, tensor_type)
