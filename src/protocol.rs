@@ -76,9 +76,10 @@ names! {
     /// Python: `0` turns off the records of the kernels a compiled region launches under
     /// `--trace ops` (`python/bitexact/_trace/kernels.py`); unset or `1`, they are made.
     TRACE_KERNELS_ENV = "BITEXACT_TRACE_KERNELS";
-    /// Python: how ops reach the tracer: `mode` (a `TorchDispatchMode`, the default) or
-    /// `observer` (torch's RecordFunction callbacks, compiled on first use; experimental:
-    /// `python/bitexact/_trace/observer.py`).
+    /// Python: how ops reach the tracer: `auto` (the default: the observer where it can be
+    /// built and the machine has no GPU, else the mode), `observer` (torch's RecordFunction
+    /// callbacks, compiled on first use: `python/bitexact/_trace/observer.py`) or `mode` (a
+    /// `TorchDispatchMode`).
     TRACE_DRIVER_ENV = "BITEXACT_TRACE_DRIVER";
     /// Python: the directory of bitexact's caches (the tracer's compiled observer), instead of
     /// `~/.cache/bitexact`.

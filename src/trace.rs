@@ -99,6 +99,18 @@ impl TraceEntry {
         )
     }
 
+    /// What the record is aligned by with another run's, without its occurrence number.
+    fn aligned(&self) -> streams::Aligned<'_> {
+        (
+            self.rank,
+            &self.thread,
+            self.step,
+            &self.phase,
+            &self.module,
+            streams::aligned_op(&self.op),
+        )
+    }
+
     /// `step 3, rank 0, thread ema#0, aten::mm (call 17 of aten::mm) in module enc.fc1
     /// (backward), train.py:88` for program records (no thread for the main one; a
     /// recomputation says so); `call 4 `matmul`` for a case's.
@@ -218,8 +230,8 @@ impl Divergence {
     }
 }
 
-use streams::identities;
-pub use streams::{identity_json, parse_identity};
+use streams::{alignments, identities};
+pub use streams::{identity_json, in_place_in_one, parse_identity};
 
 impl Divergence {
     /// The explanation without its verdict, when it has one: `step 0, rank 0, aten::addmm
@@ -256,22 +268,19 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
 }
 
 /// The first divergence of one rank: in `a`'s order, the first record whose counterpart in
-/// `b` (same rank, thread, step, phase, module, op and occurrence) is missing or differs. A
+/// `b` (same rank, thread, step, phase, module, op and occurrence, the op's in-place variant
+/// counting as the op: [`streams::aligned_op`]) is missing or differs. A
 /// missing counterpart means control flow diverged (said with what `b` does at that position
 /// of the same thread's stream); one
 /// whose inputs matched is the origin (this op is nondeterministic); one whose inputs already
 /// differed received the difference from outside the traced ops. Records of `b` with no
 /// counterpart in `a` are reported after `a` is done.
 fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
-    let (ia, ib) = (identities(a), identities(b));
-    let index: std::collections::HashMap<_, usize> = b
-        .iter()
-        .zip(&ib)
-        .enumerate()
-        .map(|(j, (e, &n))| ((e.key(), n), j))
-        .collect();
-    for (pos, (x, &n)) in a.iter().zip(&ia).enumerate() {
-        let Some(&j) = index.get(&(x.key(), n)) else {
+    let (ia, ib) = (identities(a), identities(b)); // for the messages
+    let (la, lb) = (alignments(a), alignments(b));
+    let index = streams::aligned_index(b);
+    for (pos, (x, (&n, &l))) in a.iter().zip(ia.iter().zip(&la)).enumerate() {
+        let Some(&j) = index.get(&(x.aligned(), l)) else {
             let other = streams::counterpart(a, b, pos)
                 .map_or("makes no more op calls".to_string(), |k| {
                     format!("calls {}", b[k].describe(ib[k] + 1))
@@ -294,11 +303,11 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
         return Some(differing(x, y, n + 1));
     }
     let seen: std::collections::HashSet<_> =
-        a.iter().zip(&ia).map(|(e, &n)| (e.key(), n)).collect();
+        a.iter().zip(&la).map(|(e, &l)| (e.aligned(), l)).collect();
     b.iter()
-        .zip(&ib)
-        .find(|(e, &n)| !seen.contains(&(e.key(), n)))
-        .map(|(y, &n)| Divergence {
+        .zip(ib.iter().zip(&lb))
+        .find(|(e, (_, &l))| !seen.contains(&(e.aligned(), l)))
+        .map(|(y, (&n, _))| Divergence {
             call: y.call,
             op: y.op.clone(),
             inputs_matched: false,

@@ -20,7 +20,7 @@ TRACE_OWNER_ENV = "BITEXACT_TRACE_OWNER"  # Python: the process of a rank that c
 TRACE_ROWS_ENV = "BITEXACT_TRACE_ROWS"  # `n` > 1: the tracer labels each tensor whose first dimension is a multiple of `n` by the digests of its `n` row slices (the larger-batch run of `--vary batch`: `n` = B/A).
 TRACE_BACKGROUND_ENV = "BITEXACT_TRACE_BACKGROUND"  # Python: `1` makes the tracer hash on a background thread (the trace writer), `0` on the program's thread; unset, the background thread is used on a machine with an NVIDIA GPU or where torch leaves a core free.
 TRACE_KERNELS_ENV = "BITEXACT_TRACE_KERNELS"  # Python: `0` turns off the records of the kernels a compiled region launches under `--trace ops` (`python/bitexact/_trace/kernels.py`); unset or `1`, they are made.
-TRACE_DRIVER_ENV = "BITEXACT_TRACE_DRIVER"  # Python: how ops reach the tracer: `mode` (a `TorchDispatchMode`, the default) or `observer` (torch's RecordFunction callbacks, compiled on first use; experimental: `python/bitexact/_trace/observer.py`).
+TRACE_DRIVER_ENV = "BITEXACT_TRACE_DRIVER"  # Python: how ops reach the tracer: `auto` (the default: the observer where it can be built and the machine has no GPU, else the mode), `observer` (torch's RecordFunction callbacks, compiled on first use: `python/bitexact/_trace/observer.py`) or `mode` (a `TorchDispatchMode`).
 CACHE_DIR_ENV = "BITEXACT_CACHE_DIR"  # Python: the directory of bitexact's caches (the tracer's compiled observer), instead of `~/.cache/bitexact`.
 SEED_EVERYTHING_ENV = "BITEXACT_SEED_EVERYTHING"  # `1`: the injected `sitecustomize` calls `bitexact.seed_everything()` (`--seed-everything`).
 SEEDED_ENV = "BITEXACT_SEEDED"  # Python: the process of a rank that seeded (its children do not seed again).

@@ -205,7 +205,7 @@ def test_tracing_imports_no_dynamo_until_the_program_does(tmp_path):
     # program that never compiles must not pay it, and one that compiles later is traced as
     # compiled (OptimizeContext patched, the mode's dispatch guarded from TorchDynamo). An
     # optimizer loads TorchDynamo without compiling: the guard (a call per op) waits for the
-    # first compile.
+    # first compile. (The dispatch mode's: the observer driver has no dispatch to guard.)
     script = (
         "import sys, bitexact._trace as t, torch\n"
         "assert t.install_from_env()\n"
@@ -220,7 +220,7 @@ def test_tracing_imports_no_dynamo_until_the_program_does(tmp_path):
         "print(f(x).tolist())\n"
         "t.stop()\n"
     )
-    env = _trace_env(tmp_path)
+    env = dict(_trace_env(tmp_path), BITEXACT_TRACE_DRIVER="mode")
     out = _python(script, env).decode().split("\n")
     assert out[:4] == ["False", "True False", "True", "[3.0, 3.0, 3.0]"], out
     ops = [r["op"] for r in records(tmp_path / ".bitexact-trace-rank0.jsonl")]
@@ -232,7 +232,7 @@ def test_a_tracer_started_after_a_compile_guards_its_dispatch_at_once(tmp_path):
         "import sys, torch\n"
         "f = torch.compile(lambda v: v + 1, backend='eager')\n"
         "import bitexact._trace as t\n"
-        "t.start(sys.argv[1])\n"
+        "t.start(sys.argv[1], driver='mode')\n"
         "print(hasattr(t._tracer_class.__dict__['__torch_dispatch__'], '__wrapped__'))\n"
         "print(f(torch.ones(2)).tolist())\n"
         "t.stop()\n"

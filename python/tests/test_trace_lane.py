@@ -194,3 +194,31 @@ def test_the_native_lane_takes_the_tensors_the_observer_read(tmp_path, monkeypat
     assert ins[0] == ins[2] == ins[3] == [ins[0][0]] * 2  # a, a: the Python tensors
     assert ins[1] == rows[1]["out"] * 2 != ins[0]  # b, b -> b: the words' tensors
     assert ins[1][0].startswith("f32[4,3]:")
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_in_place_lane_takes_the_tensors_the_observer_read(tmp_path, monkeypatch,
+                                                              background):
+    """An in-place op's words: held before it (``self`` first), and after it."""
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
+    b, c = torch.arange(12.0).reshape(3, 4).t(), torch.full((4, 3), 7.0)
+    hold, finish = plain.hold, plain.finish
+    scope = {"hold": hold, "finish": finish, "w": lambda: described([b, c], [b])}
+    exec(compile("def holding(*args):\n"  # "<...>": frames the source walk skips
+                 "    return hold(*args[:6], w() if args[5].get('alpha') == 3 else None)\n"
+                 "def finishing(*args):\n"
+                 "    return finish(*args[:10], w() if args[5].get('alpha') == 3 else None)\n",
+                 "<giving>", "exec"), scope)
+    monkeypatch.setattr(plain, "hold", scope["holding"])
+    monkeypatch.setattr(plain, "finish", scope["finishing"])
+
+    def program():
+        for k in (2, 3):
+            torch.ones(4, 3).add_(torch.ones(4, 3), alpha=k)
+
+    rows = [json.loads(line) for line in traced(tmp_path / "t.jsonl", program).decode()
+            .splitlines() if "add_" in line]
+    assert [r["args"] for r in rows] == ["alpha=2", "alpha=3"]
+    assert rows[0]["in"][0] == rows[0]["in"][1]  # ones, ones
+    assert rows[1]["in"] == rows[1]["out"] + [rows[1]["in"][1]]  # b as held, c; b
+    assert len({rows[0]["in"][0], *rows[1]["in"]}) == 3

@@ -115,22 +115,31 @@ def same_but_in_place(mode, observed):
 def test_the_observer_records_what_the_dispatch_mode_records(tmp_path, monkeypatch, built,
                                                              background):
     monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
-    mode = traced(tmp_path / "mode.jsonl", training)
-    described, record = [], plain.record
-    scope = {"record": record, "described": described}
+    mode = traced(tmp_path / "mode.jsonl", training, driver="mode")
+    described, held, record, hold = [], [], plain.record, plain.hold
+    scope = {"record": record, "hold": hold, "described": described, "held": held}
     exec(compile("def counting(*args):\n"  # a "<...>" file: a frame the source walk skips
                  "    described.append(args[8] is not None)\n"
-                 "    return record(*args)\n", "<counting>", "exec"), scope)
+                 "    return record(*args)\n"
+                 "def holding(*args):\n"
+                 "    held.append(args[6] is not None)\n"
+                 "    return hold(*args)\n", "<counting>", "exec"), scope)
     monkeypatch.setattr(plain, "record", scope["counting"])
+    monkeypatch.setattr(plain, "hold", scope["holding"])
     observed = traced(tmp_path / "observer.jsonl", training, driver="observer")
     # autograd's gradient accumulations only (in place without a dispatch mode)
     assert same_but_in_place(mode, observed) == [("aten::add.Tensor", "backward")] * 5
     rows = [json.loads(line) for line in observed.decode().splitlines()]
-    # The observer read the tensors of every op that writes nothing itself (host tensors all).
+    # The observer read the tensors of every op that writes nothing, and of every in-place op
+    # that reads its self only, itself (host tensors all).
     assert len(described) >= 100 and all(described), described
+    assert len(held) >= 50 and all(held), held
     monkeypatch.setattr(plain, "record", record)
+    monkeypatch.setattr(plain, "hold", hold)
     monkeypatch.setenv(_trace.DRIVER_ENV, "observer")
     assert traced(tmp_path / "env.jsonl", training) == observed
+    monkeypatch.delenv(_trace.DRIVER_ENV)
+    assert traced(tmp_path / "auto.jsonl", training) == observed  # the default: auto
     ops = {r["op"] for r in rows}
     assert {"aten::addmm", "aten::bernoulli_.float", "aten::randn.generator", "aten::add.out",
             "aten::addcmul_", "aten::native_layer_norm_backward"} <= ops, ops
@@ -150,8 +159,8 @@ def test_a_compiler_that_cannot_run_is_named_before_tracing_starts(tmp_path, mon
 
 def test_a_driver_that_does_not_exist_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(_trace.DRIVER_ENV, "observr")
-    with pytest.raises(ValueError, match="BITEXACT_TRACE_DRIVER must be mode or observer, not "
-                                         "'observr'"):
+    with pytest.raises(ValueError, match="BITEXACT_TRACE_DRIVER must be auto, mode or observer, "
+                                         "not 'observr'"):
         _trace.start(str(tmp_path / "t.jsonl"))
     assert _trace._state is None
 
@@ -181,7 +190,7 @@ def test_the_observer_records_collectives_as_the_dispatch_mode_does(tmp_path, mo
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("no gloo")
     monkeypatch.setattr(_trace_digest, "BACKGROUND", background)
-    mode = traced(tmp_path / "mode.jsonl", collectives)
+    mode = traced(tmp_path / "mode.jsonl", collectives, driver="mode")
     assert traced(tmp_path / "observer.jsonl", collectives, driver="observer") == mode
     ops = [json.loads(line)["op"] for line in mode.decode().splitlines()]
     assert {"c10d::allreduce_", "c10d::broadcast_", "c10d::allgather_"} <= set(ops), ops
@@ -189,12 +198,43 @@ def test_the_observer_records_collectives_as_the_dispatch_mode_does(tmp_path, mo
 
 def test_a_machine_with_a_gpu_is_refused_by_the_observer(tmp_path, monkeypatch):
     """A backward's CUDA ops run on autograd's device threads, which the observer does not
-    follow yet: their records would be missing."""
+    follow yet: their records would be missing. ``auto`` takes the dispatch mode there."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(_trace.Unavailable, match="does not follow autograd's device threads "
                                                  "yet: unset it on a machine with a GPU"):
         _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
     assert _trace._state is None
+    _trace.start(str(tmp_path / "t.jsonl"))
+    try:
+        assert not isinstance(_trace._active[0], _trace._Observing)
+    finally:
+        _trace.stop()
+
+
+def test_auto_takes_the_mode_where_the_observer_cannot_be_built_and_says_so_once(
+        tmp_path, monkeypatch, capfd):
+    """A compiler that cannot run: ``auto`` traces through the dispatch mode and says why, once
+    per process; the failure is remembered, so the next start does not compile again (``observer``
+    retries)."""
+    monkeypatch.setattr(observer, "_lib", [])
+    monkeypatch.setattr(observer, "_noted", [])
+    monkeypatch.setenv("BITEXACT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    compiles, compile_ = [], observer._compile
+    monkeypatch.setattr(observer, "_compile", lambda *a: compiles.append(1) or compile_(*a))
+
+    def program():
+        torch.ones(3).add_(1).mul(2)
+
+    runs = [traced(tmp_path / ("t%d.jsonl" % i), program) for i in range(2)]
+    assert runs[0] == runs[1] == traced(tmp_path / "mode.jsonl", program, driver="mode")
+    err = capfd.readouterr().err
+    assert err.count("bitexact: tracing through a dispatch mode, slower: cannot run the C++ "
+                     "compiler") == 1, err
+    assert "BITEXACT_TRACE_DRIVER=mode skips the observer" in err and len(compiles) == 1
+    with pytest.raises(_trace.Unavailable, match="cannot run the C\\+\\+ compiler"):
+        _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
+    assert len(compiles) == 2 and _trace._state is None
 
 
 def test_an_error_in_the_tracer_leaves_the_program_running(tmp_path, monkeypatch, built):

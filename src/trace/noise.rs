@@ -216,16 +216,14 @@ pub fn classify_noise_with(
     b: &[TraceEntry],
     own: Option<&OwnStep>,
 ) -> NoiseClassification {
-    let (ia, ib) = (super::identities(a), super::identities(b));
-    let index: HashMap<_, usize> = (b.iter().zip(&ib).enumerate())
-        .map(|(j, (e, &n))| ((e.key(), n), j))
-        .collect();
+    let (ia, la) = (super::identities(a), super::alignments(a)); // the messages', the index's
+    let index = super::streams::aligned_index(b);
     let mut j = NoiseClassification::default();
     let mut steps: std::collections::BTreeMap<u64, StepGrowth> = Default::default();
     let mut seen: Seen = Default::default();
     let mut so_far = 0f64;
-    for (pos, (x, &n)) in a.iter().zip(&ia).enumerate() {
-        let Some(&k) = index.get(&(x.key(), n)) else {
+    for (pos, (x, (&n, &l))) in a.iter().zip(ia.iter().zip(&la)).enumerate() {
+        let Some(&k) = index.get(&(x.aligned(), l)) else {
             continue;
         };
         let y = &b[k];

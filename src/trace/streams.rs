@@ -14,6 +14,21 @@ use std::collections::HashMap;
 /// module, op).
 pub type Key<'a> = (u64, &'a str, u64, &'a str, &'a str, &'a str);
 
+/// What two runs' records are aligned by, without the occurrence number: [`Key`], the op as
+/// [`aligned_op`] gives it.
+pub type Aligned<'a> = (u64, &'a str, u64, &'a str, &'a str, (&'a str, &'a str));
+
+/// An op's name as two runs' records are aligned by: without the in-place variant's
+/// underscore, then the overload (`aten::add_.Tensor` and `aten::add.Tensor` both give
+/// `("aten::add", ".Tensor")`). torch computes some ops in place without a dispatch mode and
+/// out of place under one (autograd's gradient accumulation, the mask of scaled-dot-product
+/// attention's math path): the tracer's two drivers record the same tensors under the two
+/// names there, and a run traced by each still has its counterpart. The values decide.
+pub fn aligned_op(op: &str) -> (&str, &str) {
+    let (name, overload) = op.split_at(op.find('.').unwrap_or(op.len()));
+    (name.strip_suffix('_').unwrap_or(name), overload)
+}
+
 /// The stream a record belongs to: (rank, thread).
 pub fn stream(e: &TraceEntry) -> (u64, &str) {
     (e.rank, &e.thread)
@@ -22,15 +37,50 @@ pub fn stream(e: &TraceEntry) -> (u64, &str) {
 /// The occurrence number of each record of `trace` among the records with the same key: with
 /// the key, the identity two traces are aligned by.
 pub fn identities(trace: &[TraceEntry]) -> Vec<usize> {
-    let mut seen: HashMap<Key, usize> = HashMap::new();
+    occurrences(trace, TraceEntry::key)
+}
+
+/// The occurrence number of each record of `trace` among the records with the same
+/// [`Aligned`] key: with it, what two runs' records are aligned by.
+pub fn alignments(trace: &[TraceEntry]) -> Vec<usize> {
+    occurrences(trace, TraceEntry::aligned)
+}
+
+/// The occurrence number of each record of `trace` among the records with the same `key`.
+fn occurrences<'a, K: Eq + std::hash::Hash>(
+    trace: &'a [TraceEntry],
+    key: impl Fn(&'a TraceEntry) -> K,
+) -> Vec<usize> {
+    let mut seen: HashMap<K, usize> = HashMap::new();
     trace
         .iter()
         .map(|e| {
-            let n = seen.entry(e.key()).or_insert(0);
+            let n = seen.entry(key(e)).or_insert(0);
             *n += 1;
             *n - 1
         })
         .collect()
+}
+
+/// Where each record of `b` is, by what it is aligned by (its [`Aligned`] key and its
+/// occurrence number among those records, [`alignments`]).
+pub fn aligned_index(b: &[TraceEntry]) -> HashMap<(Aligned<'_>, usize), usize> {
+    (b.iter().zip(alignments(b)).enumerate())
+        .map(|(j, (e, l))| ((e.aligned(), l), j))
+        .collect()
+}
+
+/// How many records of `a` have their counterpart in `b` under the op's other name (in place
+/// in one run, out of place in the other: [`aligned_op`]).
+pub fn in_place_in_one(a: &[TraceEntry], b: &[TraceEntry]) -> usize {
+    let index = aligned_index(b);
+    (a.iter().zip(alignments(a)))
+        .filter(|(e, l)| {
+            index
+                .get(&(e.aligned(), *l))
+                .is_some_and(|&j| b[j].op != e.op)
+        })
+        .count()
 }
 
 /// The identity of record `index` of `trace`, as the tracer's capture request reads it
@@ -147,6 +197,31 @@ mod tests {
             identity_json(&a, 3),
             r#"[0,"ema#0",0,"forward","","aten::mul",1]"#
         );
+    }
+
+    #[test]
+    fn an_op_and_its_in_place_variant_are_counterparts() {
+        assert_eq!(aligned_op("aten::add_.Tensor"), ("aten::add", ".Tensor"));
+        assert_eq!(aligned_op("aten::add.Tensor"), ("aten::add", ".Tensor"));
+        assert_eq!(aligned_op("aten::relu_"), ("aten::relu", ""));
+        assert_ne!(aligned_op("aten::add.out"), aligned_op("aten::add_.Tensor"));
+        // The mode's out-of-place accumulation against the observer's in place: equal values
+        // agree; a differing output is named at that op, with its own name and occurrence.
+        let a = interleaved(&[0, 1, 2, 3], "d");
+        let mut b = a.clone();
+        b[1].op = "aten::add_".into();
+        assert_eq!(crate::trace::first_divergence(&a, &b), None);
+        assert_eq!((in_place_in_one(&a, &b), in_place_in_one(&a, &a)), (1, 0));
+        b[1].output = "x".into();
+        let d = crate::trace::first_divergence(&a, &b).expect("differs");
+        assert_eq!(
+            (d.call, d.op.as_str(), d.inputs_matched),
+            (1, "aten::add", true)
+        );
+        // The identity a capture asks for keeps the op's own name and count.
+        b.insert(2, rec("", "aten::add", "y"));
+        assert_eq!(identities(&b)[..3], [0, 0, 0]);
+        assert_eq!(alignments(&b)[..3], [0, 0, 1]);
     }
 
     #[test]

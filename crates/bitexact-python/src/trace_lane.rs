@@ -110,8 +110,9 @@ impl Lane {
     /// when it returned none; `held` is left untouched when it returns False (the caller then
     /// hands it to the general path as the op's values before).
     ///
-    /// `tensors` (an op that writes no argument, from the observer driver): its tensors as
-    /// the observer read them ([`Described`]), taken instead of the Python tensors'.
+    /// `tensors` (from the observer driver): the op's tensors as the observer read them
+    /// ([`Described`]: for an in-place op, `self` as it is now first), taken instead of the
+    /// Python tensors'.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (state, stream, func, op, args, kwargs, result, held=None, tensors=None))]
     fn record(
@@ -131,11 +132,16 @@ impl Lane {
             return Ok(false);
         };
         let described = match (held, tensors) {
-            (None, Some(words)) => self.described(py, state, words.as_bytes())?,
-            _ => Described::Unread,
+            (Some(_), _) if !self.in_place_lane(py, &call)? => return Ok(false),
+            (_, Some(words)) => self.described(py, state, words.as_bytes())?,
+            (_, None) => Described::Unread,
         };
         let tensors = match (described, held) {
-            (Described::Read(ins, outs), _) => Some((ins, outs)),
+            (Described::Read(ins, outs), None) => Some((ins, outs)),
+            (Described::Read(mut ins, outs), Some(_)) => {
+                let target = ins.remove(0);
+                Some((ins, if outs.is_empty() { vec![target] } else { outs }))
+            }
             (Described::OffLane, _) => None,
             (Described::Unread, None) => self.of_plain(py, state, &call, result)?,
             (Described::Unread, Some(_)) => self.of_in_place(py, state, &call, result)?,
@@ -152,6 +158,11 @@ impl Lane {
     /// general path must take it: a tensor off the host's fast path, a list among the
     /// arguments, an input holding the bytes of `self` (`writes._aliased_inputs`), or what
     /// [`Lane::record`] refuses. The caller has checked the rest (`plain.in_place`).
+    ///
+    /// `tensors` (from the observer driver): the op's tensors as the observer read them
+    /// ([`Described`]: its inputs, `self` first), taken instead of the Python tensors'.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (state, func, op, args, kwargs, tensors=None))]
     fn hold_self(
         &self,
         py: Python<'_>,
@@ -160,11 +171,24 @@ impl Lane {
         op: &Bound<'_, PyString>,
         args: &Bound<'_, PyAny>,
         kwargs: &Bound<'_, PyAny>,
+        tensors: Option<&Bound<'_, PyBytes>>,
     ) -> PyResult<Option<Held>> {
         let Some(call) = Call::of(state, func, op, args, kwargs)? else {
             return Ok(None);
         };
-        let Some(mut hosts) = self.self_and_inputs(py, state, &call)? else {
+        if !self.in_place_lane(py, &call)? {
+            return Ok(None);
+        }
+        let described = match tensors {
+            Some(words) => self.described(py, state, words.as_bytes())?,
+            None => Described::Unread,
+        };
+        let hosts = match described {
+            Described::Read(ins, _) if !ins.is_empty() => Some(ins),
+            Described::Read(..) | Described::OffLane => None,
+            Described::Unread => self.self_and_inputs(py, state, &call)?,
+        };
+        let Some(mut hosts) = hosts else {
             return Ok(None);
         };
         let inputs = hosts.split_off(1);
@@ -342,9 +366,24 @@ impl Lane {
         Ok(self.hosts(py, state, &results)?.map(|outs| (ins, outs)))
     }
 
-    /// `self` (`args[0]`) and the other tensor arguments of an in-place op, as the writer
-    /// takes them; `None` where one is off the host's fast path, `self` is not a tensor, or
-    /// a list or tuple is among the arguments (the general path walks it).
+    /// Whether an in-place op may take the lane: its `self` (`args[0]`) a tensor, and no list
+    /// or tuple among its arguments (the general path walks it).
+    fn in_place_lane(&self, py: Python<'_>, call: &Call<'_, '_>) -> PyResult<bool> {
+        let tensor = self.tensor.bind(py);
+        for a in call.args.iter().chain(call.kwargs.values()) {
+            if a.is_instance_of::<PyList>() || a.is_instance_of::<PyTuple>() {
+                return Ok(false);
+            }
+        }
+        match call.args.len() {
+            0 => Ok(false),
+            _ => is_tensor(&call.args.get_item(0)?, tensor),
+        }
+    }
+
+    /// `self` (`args[0]`) and the other tensor arguments of an in-place op that may take the
+    /// lane ([`Lane::in_place_lane`]), as the writer takes them; `None` where one is off the
+    /// host's fast path.
     fn self_and_inputs(
         &self,
         py: Python<'_>,
@@ -353,16 +392,10 @@ impl Lane {
     ) -> PyResult<Option<Vec<Host>>> {
         let tensor = self.tensor.bind(py);
         let mut tensors = Vec::with_capacity(call.args.len() + call.kwargs.len());
-        for (i, a) in call.args.iter().chain(call.kwargs.values()).enumerate() {
-            if a.is_instance_of::<PyList>() || a.is_instance_of::<PyTuple>() {
-                return Ok(None);
-            }
-            if i == 0 || is_tensor(&a, tensor)? {
+        for a in call.args.iter().chain(call.kwargs.values()) {
+            if is_tensor(&a, tensor)? {
                 tensors.push(a);
             }
-        }
-        if tensors.is_empty() || !is_tensor(&tensors[0], tensor)? {
-            return Ok(None);
         }
         self.hosts(py, state, &tensors)
     }

@@ -197,6 +197,30 @@ def _resolve(name, overload):
     return func, observer.PLAIN if plain else observer.OTHER
 
 
+def _driver(torch, driver):
+    """The driver ``auto`` or ``observer`` traces with: the observer, built or loaded now,
+    before tracing starts. Not on a machine with a GPU (a backward's device ops run on
+    autograd's device threads, which it does not follow yet), nor where it cannot be built:
+    ``auto`` then takes the dispatch mode (saying why, where it could not be built: a slower
+    trace, the same records but for what torch computes in place without a dispatch mode);
+    ``observer`` fails."""
+    from . import observer
+
+    if torch.cuda.is_available():
+        if driver == "observer":
+            raise Unavailable("the observer driver (%s=observer) does not follow autograd's "
+                              "device threads yet: unset it on a machine with a GPU" % DRIVER_ENV)
+        return "mode"
+    try:
+        observer.library(retry=driver == "observer")
+    except observer.Unavailable as e:
+        if driver == "observer":
+            raise Unavailable(str(e)) from None
+        observer.note_fallback(e)
+        return "mode"
+    return "observer"
+
+
 def _stream():
     """The calling thread's stream while tracing (None in a thread the tracer does not
     follow, or when not tracing)."""
@@ -204,13 +228,14 @@ def _stream():
     return ts.stream_of(state) if state is not None else None
 
 
-def _observed(func, args, kwargs):
+def _observed(func, args, kwargs, tensors):
     """The observer driver's start of an op that writes, takes a generator or is a collective:
-    :func:`bitexact._trace.calls.before` in the calling thread's stream."""
+    :func:`bitexact._trace.calls.before` in the calling thread's stream (``tensors``: the op's
+    tensors as the observer read them)."""
     stream = _stream()
     if stream is None:
         return None
-    return calls.before(_state, calls.known(func), stream, args, kwargs)
+    return calls.before(_state, calls.known(func), stream, args, kwargs, tensors)
 
 
 def _observed_plain(func, args, kwargs, result, tensors):
@@ -334,9 +359,11 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     cheaper rung, for long runs). ``rows`` (default: ``$BITEXACT_TRACE_ROWS``, else 1): n > 1
     labels each tensor whose first dimension is a multiple of n by its n row slices' digests
     (``f32[8,4]/8:<d1>,...,<d8>``; the larger-batch run of ``bitexact run --vary batch``).
-    ``driver`` (default: ``$BITEXACT_TRACE_DRIVER``, else ``mode``): how ops reach the
-    tracer at ``ops``: a Python dispatch mode, or ``observer``, torch's RecordFunction
-    callbacks (experimental: :mod:`bitexact._trace.observer`)."""
+    ``driver`` (default: ``$BITEXACT_TRACE_DRIVER``, else ``auto``): how ops reach the
+    tracer at ``ops``: ``observer``, torch's RecordFunction callbacks
+    (:mod:`bitexact._trace.observer`), or ``mode``, a Python dispatch mode; ``auto`` is the
+    observer where it can be built and the machine has no GPU, else the mode
+    (:func:`_driver`)."""
     global _state, _active
     import torch
     import torch.optim.optimizer as optimizer
@@ -346,19 +373,12 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
 
     if _state is not None:
         raise RuntimeError("bitexact: op tracing is already on")
-    driver = driver or os.environ.get(DRIVER_ENV) or "mode"
-    if driver not in ("mode", "observer"):
-        raise ValueError("bitexact: %s must be mode or observer, not %r" % (DRIVER_ENV, driver))
-    if driver == "observer" and level == "ops":
-        from . import observer
-
-        if torch.cuda.is_available():
-            raise Unavailable("the observer driver (%s=observer) does not follow autograd's "
-                              "device threads yet: unset it on a machine with a GPU" % DRIVER_ENV)
-        try:
-            observer.library()  # built or loaded now, before tracing starts
-        except observer.Unavailable as e:
-            raise Unavailable(str(e)) from None
+    driver = driver or os.environ.get(DRIVER_ENV) or "auto"
+    if driver not in ("auto", "mode", "observer"):
+        raise ValueError("bitexact: %s must be auto, mode or observer, not %r"
+                         % (DRIVER_ENV, driver))
+    if level == "ops" and driver != "mode":
+        driver = _driver(torch, driver)
     if rows is None:
         rows = int(os.environ.get(ROWS_ENV) or 1)
     if rows < 1:
@@ -386,6 +406,8 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     if level == "modules":
         hooks += _hooks.module_hooks(state, torch)
     elif driver == "observer":
+        from . import observer
+
         observer.start(_resolve, _observed, calls.after, _observed_plain)
         mode = _Observing(observer)
     else:

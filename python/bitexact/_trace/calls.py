@@ -76,7 +76,7 @@ _LANE = object()  # a token's generator slot: the op takes plain's in-place lane
 _C10D = object()  # a token's generator slot: a collective (its c10d token in the next)
 
 
-def before(state, known, stream, args, kwargs):
+def before(state, known, stream, args, kwargs, tensors=None):
     """What the tracer does before an op runs (``known``: :func:`op`'s answer for it):
     returns the token :func:`after` takes after it ran, or None where the op is not recorded
     (skipped, not the program's own, inside a compiled call). A collective's inputs are
@@ -85,7 +85,8 @@ def before(state, known, stream, args, kwargs):
     (:func:`bitexact._trace.plain.hold`); a random op's generator state
     (:mod:`bitexact._trace.generator`) and the written tensors an op reads
     (:func:`bitexact._trace.writes.read_before`) are read now. Shared by the dispatch mode and
-    the observer driver (:mod:`bitexact._trace.observer`)."""
+    the observer driver (:mod:`bitexact._trace.observer`; ``tensors``: the op's tensors as it
+    read them, for plain's lane)."""
     kind = known[1]
     if kind is SKIPPED or state is None or not ts.mine(state) or compiled.running():
         return None
@@ -94,7 +95,7 @@ def before(state, known, stream, args, kwargs):
         token = c10d.before(state, stream, func, args, kwargs, torch.Tensor)
         return None if token is None else (state, stream, known, _C10D, token)
     if written is writes.SELF and known[4] is writes.SELF and not gen_spec:
-        held = plain.hold(state, stream, func, kind, args, kwargs)
+        held = plain.hold(state, stream, func, kind, args, kwargs, tensors)
         if held is not None:
             return (state, stream, known, _LANE, held)
     gen = gen_spec and generator.before(torch, gen_spec, args, kwargs, state.tracker)
@@ -103,15 +104,15 @@ def before(state, known, stream, args, kwargs):
     return (state, stream, known, gen, read)
 
 
-def after(token, func, args, kwargs, result):
+def after(token, func, args, kwargs, result, tensors=None):
     """Records the op :func:`before` returned ``token`` for, now that it returned
-    ``result``."""
+    ``result`` (``tensors``: as :func:`before`'s)."""
     state, stream, known, gen, read = token
     if gen is _C10D:
         c10d.after(read, result)
     elif gen is _LANE:
         plain.finish(state, stream, func, known[1], args, kwargs, result, read, torch.Tensor,
-                     record)
+                     record, tensors)
     else:
         record(state, stream, func, known[1], known[2], args, kwargs, result, torch.Tensor, gen,
                read)

@@ -12,12 +12,13 @@
 //
 // Per traced op, once per operator: `resolve(name, overload)` -> (the OpOverload, how the
 // tracer records it: IGNORED, PLAIN (it writes no argument and takes no generator: nothing to
-// read before it runs) or OTHER). For an OTHER op, with the GIL: `before(func, args, kwargs)`
-// at its start, with the arguments a dispatch mode would get (parse_arguments: torch's
-// parseIValuesToPyArgsKwargs, not exported by libtorch_python), returns a token or None; at
-// its end `after(token, func, args, kwargs, result)`. A PLAIN op makes one call, at its end:
-// `plain(func, args, kwargs, result, tensors)`, `tensors` its tensors read here (describe:
-// for the native lane, which then reads none through torch's Python API). Ops run by those
+// read before it runs) or OTHER). For an OTHER op, with the GIL: `before(func, args, kwargs,
+// tensors)` at its start, with the arguments a dispatch mode would get (parse_arguments:
+// torch's parseIValuesToPyArgsKwargs, not exported by libtorch_python), returns a token or
+// None; at its end `after(token, func, args, kwargs, result, tensors)`. A PLAIN op makes one
+// call, at its end: `plain(func, args, kwargs, result, tensors)`. `tensors`: the op's tensors
+// read here (describe: its inputs, then at its end its results), for the native lane, which
+// then reads none through torch's Python API. Ops run by those
 // callbacks themselves are not traced. An op that raised (no outputs where its schema returns
 // some) is not recorded, as the dispatch mode records nothing for it. No exception leaves a callback: a
 // Python error is printed as unraisable and the op goes unrecorded, never the program stopped.
@@ -89,7 +90,7 @@ bool python_call(F body) {
 struct Pending : at::ObserverContext {
     const Op* op;
     PyObject* token;  // nullptr for a PLAIN op
-    // A PLAIN op's arguments, kept for its end: the inputs RecordFunction hands the start
+    // The op's arguments, kept for its end: the inputs RecordFunction hands the start
     // callback are boxed for that call only (Dispatcher::callWithDispatchKeySlowPath).
     std::vector<c10::IValue> inputs;
     PyObject* args;
@@ -163,17 +164,18 @@ void collect(const c10::IValue& v, std::vector<at::Tensor>& out) {
 // handles its own ops).
 bool readable(const at::Tensor& t) {
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    return t.is_cpu() && t.layout() == c10::kStrided && !t.is_neg() && !t.is_conj() &&
-           impl->has_storage() && !impl->key_set().has(c10::DispatchKey::Python);
+    return t.is_cpu() && t.layout() == c10::kStrided && !t.is_nested() && !t.is_neg() &&
+           !t.is_conj() && impl->has_storage() && !impl->key_set().has(c10::DispatchKey::Python);
 }
 
 // A PLAIN op's tensors as int64 words, for the native lane (bitexact._native.Lane.record's
 // `tensors`): [inputs, results], then each tensor, inputs first (in the schema's order: a
 // dispatch mode's args, then kwargs) then results, as [its dtype (a THPDtype*), its address,
 // its dimensions + (contiguous ? 1 << 32 : 0), its shape, then its strides unless contiguous].
-// None where one is not readable(): the lane then reads the Python tensors.
+// None where one is not readable(), or reading one threw: the lane then reads the Python
+// tensors.
 py::object describe(c10::ArrayRef<const c10::IValue> inputs,
-                    c10::ArrayRef<const c10::IValue> outputs) {
+                    c10::ArrayRef<const c10::IValue> outputs) try {
     std::vector<at::Tensor> tensors;
     for (const auto& v : inputs) collect(v, tensors);
     size_t n_in = tensors.size();
@@ -192,6 +194,8 @@ py::object describe(c10::ArrayRef<const c10::IValue> inputs,
     }
     return py::bytes(reinterpret_cast<const char*>(words.data()),
                      words.size() * sizeof(int64_t));
+} catch (const std::exception&) {
+    return py::none();
 }
 
 // The operator of a call the tracer sees (else nullptr), resolved once.
@@ -236,17 +240,16 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     auto pending = std::make_unique<Pending>();
     pending->op = known;
     pending->token = pending->args = pending->kwargs = nullptr;
-    if (known->kind == PLAIN) {  // all of it at the end
-        pending->inputs.assign(fn.inputs().begin(), fn.inputs().end());
-        return pending;
-    }
+    pending->inputs.assign(fn.inputs().begin(), fn.inputs().end());
+    if (known->kind == PLAIN) return pending;  // all of it at the end
     py::gil_scoped_acquire gil;
     py::object token, args, kwargs;
     bool ok = python_call([&] {
         auto parsed = parse_arguments(*known->schema, fn.inputs());
         args = std::move(parsed.first);
         kwargs = std::move(parsed.second);
-        token = py::handle(before_cb)(py::handle(known->overload), args, kwargs);
+        token = py::handle(before_cb)(py::handle(known->overload), args, kwargs,
+                                      describe(fn.inputs(), {}));
     });
     if (!ok || token.is_none()) return nullptr;
     pending->token = token.release().ptr();
@@ -269,17 +272,17 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
         python_call([&] {
             py::object result = torch::jit::createPyObjectForStack(
                 std::vector<c10::IValue>(outs.begin(), outs.end()));
+            auto inputs = c10::ArrayRef<const c10::IValue>(pending->inputs.data(),
+                                                           pending->inputs.size());
+            auto outputs = c10::ArrayRef<const c10::IValue>(outs.data(), outs.size());
             if (pending->token == nullptr) {
-                auto inputs = c10::ArrayRef<const c10::IValue>(pending->inputs.data(),
-                                                               pending->inputs.size());
                 auto [args, kwargs] = parse_arguments(*pending->op->schema, inputs);
                 py::handle plain(plain_cb);
-                auto outputs = c10::ArrayRef<const c10::IValue>(outs.data(), outs.size());
                 plain(func, args, kwargs, result, describe(inputs, outputs));
             } else {
                 py::handle after(after_cb);
                 after(py::handle(pending->token), func, py::handle(pending->args),
-                      py::handle(pending->kwargs), result);
+                      py::handle(pending->kwargs), result, describe(inputs, outputs));
             }
         });
     }

@@ -22,6 +22,7 @@ Python version, and is written atomically: a second process waits for nothing an
 compiles it again. :class:`Unavailable` says why it cannot be built or loaded."""
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -75,19 +76,68 @@ def _compile(torch, lib):
     except OSError as e:
         raise Unavailable("cannot run the C++ compiler %r: %s" % (cmd[0], e)) from None
     if done.returncode != 0:
-        raise Unavailable("compiling %s failed (%s):\n%s" % (SOURCE, " ".join(cmd),
-                                                            done.stdout[-4000:]))
+        errors = [line for line in done.stdout.splitlines() if "error" in line] or [""]
+        raise Unavailable("compiling %s failed: %s\n%s\n%s" % (
+            SOURCE, errors[0].strip(), " ".join(cmd), done.stdout[-4000:]))
     os.replace(tmp, lib)
 
 
-def library():
-    """The observer's library, compiled if needed and loaded (once per process)."""
+def _build(torch, lib, retry):
+    """Compiles ``lib`` unless another process did meanwhile, or a build failed before (and not
+    ``retry``)."""
+    failed = os.path.join(os.path.dirname(lib), "failed")
+    if not retry and os.path.exists(failed):
+        with open(failed, encoding="utf-8", errors="replace") as f:
+            raise Unavailable(f.read())
+    os.makedirs(os.path.dirname(lib), exist_ok=True)
+    with open(lib + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(lib):
+            return
+        sys.stderr.write("bitexact: compiling the op tracer's observer for torch %s (once for "
+                         "this torch, about 20 s)\n" % torch.__version__)
+        sys.stderr.flush()
+        try:
+            _compile(torch, lib)
+        except Unavailable as e:
+            _write(failed, str(e))
+            raise
+        if os.path.exists(failed):
+            os.remove(failed)
+
+
+def _write(path, text):
+    """Writes ``text`` to ``path`` atomically."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+_noted = []  # whether note_fallback wrote its line in this process
+
+
+def note_fallback(error):
+    """Says once per process why tracing takes the dispatch mode (``auto``, where the observer
+    cannot be built): the first line of ``error``."""
+    if not _noted:
+        _noted.append(True)
+        sys.stderr.write("bitexact: tracing through a dispatch mode, slower: %s (%s=mode skips "
+                         "the observer)\n" % (str(error).splitlines()[0],
+                                              _protocol.TRACE_DRIVER_ENV))
+
+
+def library(retry=True):
+    """The observer's library, compiled if needed and loaded (once per process). A build that
+    failed is remembered beside where the library would be (``failed``: the reason), and
+    :class:`Unavailable` is raised again at once from it unless ``retry``. One process
+    compiles at a time (a lock file); the others wait and load what it built."""
     if not _lib:
         import torch
 
         lib = os.path.join(cache_dir(), _key(torch), "observer.so")
         if not os.path.exists(lib):
-            _compile(torch, lib)
+            _build(torch, lib, retry)
         so = ctypes.PyDLL(lib)  # its functions are called with the GIL held
         so.bitexact_observer_start.argtypes = [ctypes.py_object] * 4
         so.bitexact_observer_start.restype = ctypes.c_int
@@ -101,11 +151,11 @@ IGNORED, PLAIN, OTHER = 0, 1, 2  # how resolve says the tracer records an operat
 def start(resolve, before, after, plain):
     """Adds the observer: ``resolve(name, overload)`` -> ``(OpOverload, kind)`` once per
     operator (:data:`IGNORED`; :data:`PLAIN`: it writes no argument and takes no generator;
-    :data:`OTHER`); for an OTHER op ``before(func, args, kwargs)`` -> a token or None at its
-    start and ``after(token, func, args, kwargs, result)`` at its end; for a PLAIN one
-    ``plain(func, args, kwargs, result, tensors)`` at its end, ``tensors`` its tensors as
-    ``bitexact._native.Lane.record`` reads them (or None: read them from the Python
-    objects)."""
+    :data:`OTHER`); for an OTHER op ``before(func, args, kwargs, tensors)`` -> a token or
+    None at its start and ``after(token, func, args, kwargs, result, tensors)`` at its end;
+    for a PLAIN one ``plain(func, args, kwargs, result, tensors)`` at its end. ``tensors``:
+    the op's tensors (its inputs, then at its end its results) as ``bitexact._native.Lane``
+    reads them, or None (read them from the Python objects)."""
     library().bitexact_observer_start(resolve, before, after, plain)
 
 

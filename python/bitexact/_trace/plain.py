@@ -85,22 +85,25 @@ def record(state, stream, func, op, args, kwargs, result, tensor_type, tensors=N
     return _python_record(state, stream, func, op, args, kwargs, result, tensor_type)
 
 
-def hold(state, stream, func, op, args, kwargs):
+def hold(state, stream, func, op, args, kwargs, tensors=None):
     """Before an in-place op that reads and writes its ``self`` only and has no generator:
     ``self`` held natively (as :func:`bitexact._trace.writes.read_before` holds it) for
-    :func:`finish`, or None, having done nothing, when the general path must take the op."""
+    :func:`finish`, or None, having done nothing, when the general path must take the op.
+    ``tensors``: its tensors as the observer driver read them (see :func:`record`)."""
     if not NATIVE or not _open(state, op, kwargs) or not ts.in_steps(state, stream) \
             or ts.skipped(state, op):
         return None
     lane = _lanes[0] if _lanes else _lane()
-    return lane.hold_self(state, func, op, args, kwargs) if lane is not None else None
+    return lane.hold_self(state, func, op, args, kwargs, tensors) if lane is not None else None
 
 
-def finish(state, stream, func, op, args, kwargs, result, held, tensor_type, general):
+def finish(state, stream, func, op, args, kwargs, result, held, tensor_type, general,
+           tensors=None):
     """After the op :func:`hold` held ``self`` for: writes its record. Where the record cannot
     take the lane (a result off the host's fast path), ``general``
-    (:func:`bitexact._trace.calls.record`) writes it with the value held."""
-    if _lanes[0].record(state, stream, func, op, args, kwargs, result, held):
+    (:func:`bitexact._trace.calls.record`) writes it with the value held. ``tensors``: its
+    tensors as the observer driver read them (see :func:`record`)."""
+    if _lanes[0].record(state, stream, func, op, args, kwargs, result, held, tensors):
         return
     before = ts.Record(op, "", "", [args[0]], ())  # what read_before would have made
     if state.deferred:

@@ -100,6 +100,7 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
             },
             "records": [ta.len(), tb.len()],
             "identical": d.is_none(),
+            "in_place_in_one": trace::in_place_in_one(&ta, &tb),
             "divergence": d,
             "capture": origin,
             "replay": replay.as_ref().map(|r| match r {
@@ -113,8 +114,26 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
     for line in platforms.lines() {
         println!("{line}");
     }
-    match &d {
-        None => println!("identical op traces ({} op calls)", ta.len()),
+    print_verdict(d.as_ref(), replay.as_ref(), &ta, &tb);
+    Ok(code)
+}
+
+/// `diff-trace`'s text after the platforms: the divergence `d` (its noise judgement and
+/// growth) or that the traces `ta` and `tb` are identical, then the fp64 replay.
+fn print_verdict(
+    d: Option<&trace::Divergence>,
+    replay: Option<&Replayed>,
+    ta: &[trace::TraceEntry],
+    tb: &[trace::TraceEntry],
+) {
+    match d {
+        None => match trace::in_place_in_one(ta, tb) {
+            0 => println!("identical op traces ({} op calls)", ta.len()),
+            n => println!(
+                "identical op traces ({} op calls; {n} of them in place in one run and out of place in the other, with the same values: torch computes some ops out of place under a dispatch mode, how the tracer reaches ops on a machine with a GPU or without a C++ compiler)",
+                ta.len()
+            ),
+        },
         Some(d) => {
             println!("{}", d.explanation);
             if let Some(j) = &d.noise {
@@ -127,12 +146,11 @@ fn diff_program_traces(a: &Path, b: &Path, json: bool) -> Result<u8> {
             }
         }
     }
-    match &replay {
+    match replay {
         Some(Replayed::Done(r, _)) => println!("{}", r.line),
         Some(Replayed::Not(why)) => println!("fp64 replay: {why}"),
         None => {}
     }
-    Ok(code)
 }
 
 /// What `diff-trace` says of an fp64 replay ([`replay`]).
