@@ -4,8 +4,9 @@
 //! (`benches/nanogpt.py`) and chains of in-place ops on 1 MiB tensors: untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
 //! tracer pays); bitexact's `--trace modules` and `--trace ops` (hashed on the background
 //! writer's thread where torch leaves a core free, and `_sync`: on the program's thread; and
-//! without the noise fields: each result's float64 sketch and the op's arguments; and through
-//! the observer driver, torch's RecordFunction callbacks, on the CPU);
+//! without the noise fields: each result's float64 sketch and the op's arguments; through the
+//! dispatch mode driver (`ops`: how `--trace ops` reaches ops on a GPU machine) and the
+//! observer driver, torch's RecordFunction callbacks (`ops_observer`: its default on the CPU));
 //! PyTorch's DebugMode with
 //! `log_tensor_hashes(hash_fn="hash_tensor")` (outputs only, and with inputs). Goals (a
 //! nanoGPT training step): `--trace ops` ≤ 4× untraced, `--trace modules` ≤ 1.5×, both ≤
@@ -27,11 +28,11 @@ const MODES: [(&str, &str); 12] = [
     ("floor", "do-nothing dispatch mode (floor)"),
     ("modules", "bitexact --trace modules"),
     ("modules_sync", "  hashed on the program's thread"),
-    ("ops", "bitexact --trace ops"),
+    ("ops", "bitexact --trace ops, dispatch mode driver"),
     ("ops_nosketch", "  without sketches/args"),
     ("ops_sync", "  hashed on the program's thread"),
     ("ops_sync_nosketch", "  ... without sketches/args"),
-    ("ops_observer", "  through the observer driver"),
+    ("ops_observer", "  through the observer (CPU default)"),
     ("ops_sync_observer", "  ... hashed on the program's thread"),
     ("debugmode", "DebugMode + hash_tensor (outputs)"),
     ("debugmode_inputs", "DebugMode + hash_tensor (+inputs)"),

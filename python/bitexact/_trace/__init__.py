@@ -3,8 +3,9 @@
 
 ``bitexact run --trace ops`` puts a ``sitecustomize`` on the program's ``PYTHONPATH`` that
 calls :func:`install_from_env` (and then runs any ``sitecustomize`` it shadows), so a script
-that never imports bitexact is traced. Every ATen op call the process makes (a
-``TorchDispatchMode``: forward and backward) becomes one JSON line in
+that never imports bitexact is traced. Every ATen op call the process makes (forward and
+backward: torch's RecordFunction callbacks, :mod:`bitexact._trace.observer`, on a machine
+without a GPU where they can be compiled; else a ``TorchDispatchMode``) becomes one JSON line in
 ``$BITEXACT_OUT/.bitexact-trace-rank<R>.jsonl`` (metadata: never compared as an output; a rank
 of a torch.distributed run writes it under ``$BITEXACT_OUT/rank<R>/``, see
 :mod:`bitexact._dist`)::
@@ -117,7 +118,8 @@ CAPTURE_ENV = _protocol.TRACE_CAPTURE_ENV
 # (the larger-batch run of `bitexact run --vary batch`, n = B/A; see digest.describe).
 ROWS_ENV = _protocol.TRACE_ROWS_ENV
 FILE_PREFIX = _protocol.TRACE_FILE_PREFIX
-# How ops reach the tracer: "mode" (a TorchDispatchMode) or "observer" (experimental).
+# How ops reach the tracer: "auto" (the default), "observer" (torch's RecordFunction
+# callbacks) or "mode" (a TorchDispatchMode): see start().
 DRIVER_ENV = _protocol.TRACE_DRIVER_ENV
 
 _state = None

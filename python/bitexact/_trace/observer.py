@@ -1,25 +1,31 @@
-"""The op tracer's observer driver (experimental; ``start(..., driver="observer")``, or
-``$BITEXACT_TRACE_DRIVER=observer``): torch's RecordFunction callbacks (``observer.cpp``, the
-hook torch's profiler uses) call the tracer's record path, :func:`bitexact._trace.calls.before`
-and :func:`bitexact._trace.calls.after`, at every op the program dispatches, in place of a Python
-``TorchDispatchMode``. It is the first step of issue 47's route to a traced step within 2×
-untraced: the intercepting itself costs no Python frame and no round trip of the op's
-arguments, and an op the tracer does not record (a view) costs no Python at all.
+"""The op tracer's observer driver (the default where it builds and the machine has no GPU:
+``driver="auto"``; ``start(..., driver="observer")`` or ``$BITEXACT_TRACE_DRIVER=observer``
+asks for it): torch's RecordFunction callbacks (``observer.cpp``, the hook torch's profiler
+uses) call the tracer's record path, :func:`bitexact._trace.calls.before` and
+:func:`bitexact._trace.calls.after`, at every op the program dispatches, in place of a Python
+``TorchDispatchMode``. The intercepting itself costs no Python frame and no round trip of the
+op's arguments, an op the tracer does not record (a view) costs no Python at all, and the
+tensors of the lane's ops (all host tensors, no list among the arguments) are read in C++ and
+handed to ``bitexact._native.Lane`` as words, without torch's Python API.
 
 The same ops are recorded with the same lines (``python/tests/test_trace_observer.py``:
-threads, collectives, a raising op, both hashing modes), with one difference that is the
-observer's to keep: autograd accumulates a gradient in place (``aten::add_``) where no dispatch
-mode is on, and out of place (``aten::add``) under one. Not covered yet: ops on devices (their
+threads, collectives, a reentrant backward, a raising op, both hashing modes), with one
+difference that is the untraced program's own: torch computes some ops in place where no
+dispatch mode is on and out of place under one (autograd's gradient accumulation, ``aten::add_``
+against ``aten::add``; the mask of scaled-dot-product attention's math path), with the same
+tensors. ``diff-trace`` aligns the two names as one op. Not covered yet: ops on devices (their
 backward runs on autograd's device threads, where the Python thread's stream is not set, so
-those ops would not be recorded: the tracer's start refuses the driver on a machine with a
-GPU).
+those ops would not be recorded: ``auto`` takes the dispatch mode on a machine with a GPU, and
+``observer`` is refused there).
 
 ``observer.cpp`` is compiled against the running torch's headers by the system C++ compiler
 (``$CXX``, else ``c++``, else ``g++``) the first time it is needed, into
 ``~/.cache/bitexact/observer/<key>/`` (``$BITEXACT_CACHE_DIR`` instead of
 ``~/.cache/bitexact``), where ``key`` hashes the source, torch's version and path and the
-Python version, and is written atomically: a second process waits for nothing and at worst
-compiles it again. :class:`Unavailable` says why it cannot be built or loaded."""
+Python version, and is written atomically, one process at a time (a second one waits and loads
+it). :class:`Unavailable` says why it cannot be built or loaded; ``auto`` remembers a failed
+build (``failed`` there) and says once per process that it traces through the dispatch mode
+instead."""
 
 import ctypes
 import fcntl
