@@ -235,6 +235,11 @@ def test_auto_takes_the_mode_where_the_observer_cannot_be_built_and_says_so_once
     with pytest.raises(_trace.Unavailable, match="cannot run the C\\+\\+ compiler"):
         _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
     assert len(compiles) == 2 and _trace._state is None
+    (tmp_path / "file").write_text("")  # a cache directory that cannot be made
+    monkeypatch.setenv("BITEXACT_CACHE_DIR", str(tmp_path / "file"))
+    with pytest.raises(_trace.Unavailable, match="cannot write the observer's cache .*file"):
+        _trace.start(str(tmp_path / "t.jsonl"), driver="observer")
+    assert traced(tmp_path / "t2.jsonl", program) == runs[0]
 
 
 def test_an_error_in_the_tracer_leaves_the_program_running(tmp_path, monkeypatch, built):
@@ -258,3 +263,31 @@ def test_an_error_in_the_tracer_leaves_the_program_running(tmp_path, monkeypatch
     assert x.tolist() == [2.0, 2.0, 2.0]
     assert "planted" in seen
     assert [json.loads(line)["op"] for line in out.decode().splitlines()] == ["aten::add.Tensor"]
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit.wait, deprecated
+def test_a_thread_that_never_ran_python_is_not_followed(tmp_path, monkeypatch, built):
+    """A scripted fork's task runs on torch's interop threads, which never ran Python: the
+    observer calls no Python there (no GIL taken on a thread its holder may wait for). Their
+    ops go unrecorded, as autograd's device threads' (the dispatch mode's records follow the
+    task: ``BITEXACT_TRACE_DRIVER=mode`` for a program that forks TorchScript tasks)."""
+    import threading
+
+    threads, plain_call = [], _trace._observed_plain
+    monkeypatch.setattr(_trace, "_observed_plain",
+                        lambda *a: threads.append(threading.current_thread()) or plain_call(*a))
+
+    @torch.jit.script
+    def work(x):
+        return x * 2 + 1
+
+    @torch.jit.script
+    def outer(x):
+        return torch.jit.wait(torch.jit.fork(work, x)) + x
+
+    def program():
+        for _ in range(3):
+            outer(torch.ones(1000))
+
+    traced(tmp_path / "t.jsonl", program, driver="observer")
+    assert threads and set(threads) == {threading.main_thread()}, threads

@@ -224,6 +224,13 @@ const Op* traced_op(const at::RecordFunction& fn) {
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    // A thread that never ran Python (an intra-op or interop worker: a scripted fork's task; a
+    // c10d or autograd device thread) is one the tracer does not follow: nothing is traced
+    // there, and the GIL is never taken there (its holder may be waiting on that thread).
+    if (PyGILState_GetThisThreadState() == nullptr) {
+        open_calls.push_back(false);
+        return nullptr;
+    }
     uint64_t now = generation.load(std::memory_order_relaxed);
     if (thread_generation != now) {  // calls left open when the observer was last removed
         open_calls.clear();

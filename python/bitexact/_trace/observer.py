@@ -16,7 +16,9 @@ against ``aten::add``; the mask of scaled-dot-product attention's math path), wi
 tensors. ``diff-trace`` aligns the two names as one op. Not covered yet: ops on devices (their
 backward runs on autograd's device threads, where the Python thread's stream is not set, so
 those ops would not be recorded: ``auto`` takes the dispatch mode on a machine with a GPU, and
-``observer`` is refused there).
+``observer`` is refused there), and the tasks of TorchScript's ``fork`` (and what a scripted
+function runs after its ``wait``), which run on torch's interop threads: no thread that never
+ran Python is followed (nor is the GIL taken there), where the dispatch mode records them.
 
 ``observer.cpp`` is compiled against the running torch's headers by the system C++ compiler
 (``$CXX``, else ``c++``, else ``g++``) the first time it is needed, into
@@ -90,7 +92,15 @@ def _compile(torch, lib):
 
 def _build(torch, lib, retry):
     """Compiles ``lib`` unless another process did meanwhile, or a build failed before (and not
-    ``retry``)."""
+    ``retry``); a cache directory it cannot write is :class:`Unavailable` too."""
+    try:
+        _build_in(torch, lib, retry)
+    except OSError as e:
+        raise Unavailable("cannot write the observer's cache %s (%s: %s; %s sets another)" % (
+            os.path.dirname(lib), type(e).__name__, e, _protocol.CACHE_DIR_ENV)) from None
+
+
+def _build_in(torch, lib, retry):
     failed = os.path.join(os.path.dirname(lib), "failed")
     if not retry and os.path.exists(failed):
         with open(failed, encoding="utf-8", errors="replace") as f:
