@@ -209,6 +209,14 @@ def test_a_machine_with_a_gpu_is_refused_by_the_observer(tmp_path, monkeypatch):
         assert not isinstance(_trace._active[0], _trace._Observing)
     finally:
         _trace.stop()
+    if hasattr(torch, "accelerator"):  # another accelerator (Apple's MPS, Intel's XPU): the same
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+        _trace.start(str(tmp_path / "t.jsonl"))
+        try:
+            assert not isinstance(_trace._active[0], _trace._Observing)
+        finally:
+            _trace.stop()
 
 
 def test_auto_takes_the_mode_where_the_observer_cannot_be_built_and_says_so_once(

@@ -201,14 +201,16 @@ def _resolve(name, overload):
 
 def _driver(torch, driver):
     """The driver ``auto`` or ``observer`` traces with: the observer, built or loaded now,
-    before tracing starts. Not on a machine with a GPU (a backward's device ops run on
-    autograd's device threads, which it does not follow yet), nor where it cannot be built:
+    before tracing starts. Not on a machine with a GPU or another accelerator
+    (``torch.accelerator``: a backward's device ops run on autograd's device threads, which it
+    does not follow yet), nor where it cannot be built:
     ``auto`` then takes the dispatch mode (saying why, where it could not be built: a slower
     trace, the same records but for what torch computes in place without a dispatch mode);
     ``observer`` fails."""
     from . import observer
 
-    if torch.cuda.is_available():
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA alone before
+    if torch.cuda.is_available() or (accelerator is not None and accelerator.is_available()):
         if driver == "observer":
             raise Unavailable("the observer driver (%s=observer) does not follow autograd's "
                               "device threads yet: unset it on a machine with a GPU" % DRIVER_ENV)

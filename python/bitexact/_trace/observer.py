@@ -15,7 +15,8 @@ dispatch mode is on and out of place under one (autograd's gradient accumulation
 against ``aten::add``; the mask of scaled-dot-product attention's math path), with the same
 tensors. ``diff-trace`` aligns the two names as one op. Not covered yet: ops on devices (their
 backward runs on autograd's device threads, where the Python thread's stream is not set, so
-those ops would not be recorded: ``auto`` takes the dispatch mode on a machine with a GPU, and
+those ops would not be recorded: ``auto`` takes the dispatch mode on a machine with a GPU or
+another accelerator, and
 ``observer`` is refused there), and the tasks of TorchScript's ``fork`` (and what a scripted
 function runs after its ``wait``), which run on torch's interop threads: no thread that never
 ran Python is followed (nor is the GIL taken there), where the dispatch mode records them.
