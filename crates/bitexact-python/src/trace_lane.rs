@@ -31,9 +31,9 @@ use super::trace_record::{fill, Record, Shown, Slot};
 use super::trace_writer::{Pre, TraceWriter};
 use super::Host;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUnicodeEncodeError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
-use pyo3::{ffi, intern};
 
 /// What the lane needs of torch and of the tracer's Python modules, taken once when tracing
 /// starts (`plain.lane()`).
@@ -262,7 +262,7 @@ enum Described {
 
 impl Lane {
     /// [`Lane::record`]'s `tensors`: int64 words `[inputs, results]`, then per tensor its
-    /// dtype (the address of a `torch.dtype`, alive as long as torch), its address, its
+    /// dtype (the address of a `torch.dtype` object), its address, its
     /// dimensions + (1 << 32 where contiguous), its shape, then its strides unless contiguous.
     fn described(
         &self,
@@ -285,11 +285,11 @@ impl Lane {
             let (Some(dtype), Some(ptr), Some(dims)) = (w.next(), w.next(), w.next()) else {
                 return Ok(Described::Unread);
             };
-            // SAFETY: the observer wrote torch::getTHPDtype's answer: a dtype object that
-            // torch keeps for the process's life
-            let dtype =
-                unsafe { Bound::from_borrowed_ptr(py, dtype as usize as *mut ffi::PyObject) };
-            let Some(known) = self.dtypes.bind(py).get_item(&dtype)? else {
+            // The dtype object's address (torch::getTHPDtype's), looked for among the dtypes
+            // the lane has met: never dereferenced, whatever the words say.
+            let found =
+                (self.dtypes.bind(py).iter()).find(|(k, _)| k.as_ptr() as usize as i64 == dtype);
+            let Some((_, known)) = found else {
                 return Ok(Described::Unread);
             };
             let (name, complex): (Bound<'_, PyString>, bool) = known.extract()?;

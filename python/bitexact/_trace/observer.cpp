@@ -186,7 +186,7 @@ py::object describe(c10::ArrayRef<const c10::IValue> inputs,
         if (!readable(t)) return py::none();
         bool contiguous = t.is_contiguous();
         words.push_back(reinterpret_cast<int64_t>(torch::getTHPDtype(t.scalar_type())));
-        words.push_back(reinterpret_cast<int64_t>(t.data_ptr()));
+        words.push_back(reinterpret_cast<int64_t>(t.const_data_ptr()));  // no copy-on-write copy
         words.push_back(t.dim() + (contiguous ? (int64_t{1} << 32) : 0));
         for (int64_t d : t.sizes()) words.push_back(d);
         if (!contiguous)
