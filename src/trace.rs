@@ -278,7 +278,7 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
 fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
     let (ia, ib) = (identities(a), identities(b)); // for the messages
     let (la, lb) = (alignments(a), alignments(b));
-    let index = streams::aligned_index(b);
+    let index = streams::aligned_index(b, &lb);
     for (pos, (x, (&n, &l))) in a.iter().zip(ia.iter().zip(&la)).enumerate() {
         let Some(&j) = index.get(&(x.aligned(), l)) else {
             let other = streams::counterpart(a, b, pos)

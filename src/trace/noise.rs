@@ -217,7 +217,7 @@ pub fn classify_noise_with(
     own: Option<&OwnStep>,
 ) -> NoiseClassification {
     let (ia, la) = (super::identities(a), super::alignments(a)); // the messages', the index's
-    let index = super::streams::aligned_index(b);
+    let index = super::streams::aligned_index(b, &super::alignments(b));
     let mut j = NoiseClassification::default();
     let mut steps: std::collections::BTreeMap<u64, StepGrowth> = Default::default();
     let mut seen: Seen = Default::default();

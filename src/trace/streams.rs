@@ -62,18 +62,21 @@ fn occurrences<'a, K: Eq + std::hash::Hash>(
         .collect()
 }
 
-/// Where each record of `b` is, by what it is aligned by (its [`Aligned`] key and its
-/// occurrence number among those records, [`alignments`]).
-pub fn aligned_index(b: &[TraceEntry]) -> HashMap<(Aligned<'_>, usize), usize> {
-    (b.iter().zip(alignments(b)).enumerate())
-        .map(|(j, (e, l))| ((e.aligned(), l), j))
+/// Where each record of `b` is, by what it is aligned by: its [`Aligned`] key and its
+/// occurrence number among those records (`lb`: [`alignments`] of `b`).
+pub fn aligned_index<'a>(
+    b: &'a [TraceEntry],
+    lb: &[usize],
+) -> HashMap<(Aligned<'a>, usize), usize> {
+    (b.iter().zip(lb).enumerate())
+        .map(|(j, (e, &l))| ((e.aligned(), l), j))
         .collect()
 }
 
 /// How many records of `a` have their counterpart in `b` under the op's other name (in place
 /// in one run, out of place in the other: [`aligned_op`]).
 pub fn in_place_in_one(a: &[TraceEntry], b: &[TraceEntry]) -> usize {
-    let index = aligned_index(b);
+    let index = aligned_index(b, &alignments(b));
     (a.iter().zip(alignments(a)))
         .filter(|(e, l)| {
             index

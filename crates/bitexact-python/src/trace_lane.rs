@@ -308,11 +308,9 @@ impl Lane {
                 return Ok(Described::Unread); // cut short: not the observer's words
             }
             let name = name.to_cow()?;
-            let size = super::dtype(&name)?.size();
-            let nbytes = shape.iter().try_fold(size, |n, &d| n.checked_mul(d));
-            match nbytes {
-                _ if complex => return Ok(Described::OffLane),
-                Some(n) if n <= max_bytes && (ptr != 0 || n == 0) => {
+            match lane_bytes(&name, &shape, max_bytes)? {
+                // as Lane::host: a null address with bytes is a wrapper without storage
+                Some(n) if !complex && (ptr != 0 || n == 0) => {
                     hosts.push(Host::with_strides(ptr as usize, n, &name, shape, strides)?)
                 }
                 _ => return Ok(Described::OffLane),
@@ -476,6 +474,15 @@ impl Lane {
     }
 }
 
+/// The bytes of a tensor of dtype `name` and `shape` (torch's `nbytes`: the elements times
+/// their size, whatever the strides), or `None` where the lane leaves it to the general path:
+/// more than `max_bytes`, or more than `usize` holds.
+fn lane_bytes(name: &str, shape: &[usize], max_bytes: usize) -> PyResult<Option<usize>> {
+    let size = super::dtype(name)?.size();
+    let nbytes = shape.iter().try_fold(size, |n, &d| n.checked_mul(d));
+    Ok(nbytes.filter(|&n| n <= max_bytes))
+}
+
 /// `isinstance(x, torch.Tensor)`, answered without the call for the builtin types an op's
 /// arguments mostly are (the call costs about 0.2 us for a non-tensor: torch's metaclass).
 pub(crate) fn is_tensor(x: &Bound<'_, PyAny>, tensor: &Bound<'_, PyType>) -> PyResult<bool> {
@@ -558,14 +565,9 @@ impl Lane {
         };
         let shape: Vec<usize> = t.getattr(intern!(py, "shape"))?.extract()?;
         let name = name.to_cow()?;
-        // torch's `nbytes`: the elements times their size, whatever the strides
-        let size = super::dtype(&name)?.size();
-        let Some(nbytes) = shape.iter().try_fold(size, |n, &d| n.checked_mul(d)) else {
+        let Some(nbytes) = lane_bytes(&name, &shape, max_bytes)? else {
             return Ok(None);
         };
-        if nbytes > max_bytes {
-            return Ok(None);
-        }
         let ptr: usize = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
         if ptr == 0 && nbytes > 0 {
             return Ok(None); // a wrapper without storage of its own (DTensor)

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import sysconfig
 
-from .. import _protocol
+from .. import _outputs, _protocol
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "observer.cpp")
@@ -117,18 +117,10 @@ def _build_in(torch, lib, retry):
         try:
             _compile(torch, lib)
         except Unavailable as e:
-            _write(failed, str(e))
+            _outputs._atomic_write(failed, str(e).encode("utf-8"))
             raise
         if os.path.exists(failed):
             os.remove(failed)
-
-
-def _write(path, text):
-    """Writes ``text`` to ``path`` atomically."""
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 _noted = []  # whether note_fallback wrote its line in this process
