@@ -5,9 +5,8 @@ The state and record writing they share with the dispatch mode are in
 
 import os
 import threading
-import weakref
 
-from . import compiled, digest
+from . import compiled, device, digest, record
 from . import state as ts
 
 
@@ -17,79 +16,144 @@ def module_hooks(state, torch):
     parameters and persistent buffers, hashed before the forward (:func:`_state_of`), then the
     forward's tensor arguments) and, before each optimizer
     step, every parameter's gradient (op ``parameter grad``, phase ``backward``, the
-    parameter's name as module), in the stream of the thread that made them."""
+    parameter's name as module: :func:`_param_names`), in the stream of the thread that made
+    them. The forward pre-hook is also the module tracker's (``state.tracker``, started
+    without its own: one hook per module call)."""
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
 
     from torch.nn.parameter import is_lazy
 
-    named = weakref.WeakSet()  # modules whose whole subtree's parameters have names
-    local = threading.local()  # .held: [(module, its state's labels before its forward)]
+    tracker = state.tracker
+    local = threading.local()  # .held: [(module, its state's labels before, name, phase)]
+    is_compiling = torch.compiler.is_compiling
+    unnamed = {}  # ids of parameters no traced module holds (named by their position)
 
-    def recording(mod):
-        # Compile-safe: silent while TorchDynamo traces it into a compiled module's graph, and
-        # in a compiled call (recorded as one, see compiled).
-        if torch.compiler.is_compiling() or compiled.silent(mod):
-            return None
+    def recording():
         stream = ts.stream_of(state)
         if stream is None or not ts.mine(state) or not ts.in_steps(state, stream):
             return None
         return stream
 
     def before_forward(mod, args):
-        if recording(mod) is None:
+        # Compile-safe: silent while TorchDynamo traces it into a compiled module's graph, and
+        # in a compiled call (recorded as one, see compiled).
+        if is_compiling() or compiled.silent(mod):
+            return
+        name, phase = tracker.push(mod)
+        if recording() is None:
             return
         held = getattr(local, "held", None)
-        # An outermost forward (the tracker's forward hook, before this one, has entered it):
-        # what forwards that raised left behind is dropped.
-        if held is None or state.tracker.depth() <= 1:
+        # An outermost forward (just entered): what forwards that raised left behind is
+        # dropped.
+        if held is None or tracker.depth() <= 1:
             held = local.held = []
         own = _state_of(mod, is_lazy)
         before = None
         if own:
             before = ts.Record("module output", "", "", own, ())
             before.described_ins = digest.labels_now(state, own, before)
-        held.append((mod, before))
+        held.append((mod, before, name, phase))
 
     def after_forward(mod, args, output):
-        stream = recording(mod)
+        if is_compiling() or compiled.silent(mod):
+            return
+        stream = recording()
         if stream is None:
             return
-        held, before = getattr(local, "held", None) or [], None
+        held = getattr(local, "held", None) or []
         for k in range(len(held) - 1, -1, -1):  # its own entry, past any of forwards inside
             if held[k][0] is mod:  # it that raised
-                before = held[k][1]
+                _, before, name, phase = held[k]
                 del held[k:]
                 break
-        name = state.tracker.name(mod)
-        # The parameters' names: the whole subtree's once, then (a parameter replaced mid-run)
-        # the module's own, so a forward does not walk every parameter below it each time.
-        recurse = mod not in named
-        named.add(mod)
-        for pname, p in mod.named_parameters(prefix=name, recurse=recurse):
-            state.param_names.setdefault(id(p), pname)
+        else:  # entered before tracing (or its steps) began
+            before, name = None, tracker.name(mod)
+            phase = "forward" if torch._C._current_graph_task_id() == -1 else "recompute"
         ins = ts.collect_tensors(args, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
-        rec = ts.Record("module output", state.tracker.forward_phase(), name, ins, outs)
+        if LANE and _lane(state, stream, phase, name, before, ins, outs):
+            return
+        rec = ts.Record("module output", phase, name, ins, outs)
         rec.before = before  # its parameters and buffers as the forward read them: first
         ts.emit(state, stream, rec)
 
     def before_step(opt, _args, _kwargs):
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return
         stream = ts.stream_of(state)
         if ts.pid() != state.pid or stream is None or not ts.in_steps(state, stream):
             return
+        names = state.param_names
         for group in opt.param_groups:
             for i, p in enumerate(group["params"]):
                 if p.grad is not None:
-                    name = state.param_names.get(id(p), "param%d" % i)
+                    name = names.get(id(p))
+                    if name is None:
+                        name = _param_names(tracker, names, unnamed, p) or "param%d" % i
                     ts.emit(state, stream, ts.Record("parameter grad", "backward", name,
                                                      [p.detach()], [p.grad]))
 
     return [nn_module.register_module_forward_pre_hook(before_forward),
             nn_module.register_module_forward_hook(after_forward),
             optimizer.register_optimizer_step_pre_hook(before_step)]
+
+
+# Whether a module's record may take :func:`_lane` (the tests turn it off to compare).
+LANE = True
+
+
+def _lane(state, stream, phase, name, before, ins, outs):
+    """Writes a ``module output`` record the short way and returns True, as
+    :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
+    with), where every tensor is a plain host tensor, the writer hashes (``state.deferred``)
+    and nothing else applies (a capture, row slices, a CUDA graph being captured, module
+    state read as copies or from a device); else returns False, having done nothing."""
+    if not state.deferred or state.rows != 1 or state.capture is not None \
+            or device.capturing():
+        return False
+    if before is not None and (before.keep or before.waits or before.fills
+                               or before.later is None):
+        return False
+    items = digest._all_fast(ins + outs, state.max_bytes) if ins or outs else []
+    if items is None:
+        return False
+    held = before.later if before is not None else []
+    n = len(held) + len(ins)
+    slots, sketches = None, ()
+    if digest.SKETCH and outs:
+        slots, sketches = list(range(n, n + len(outs))), digest.SKETCH_MARK
+    line = record.line(stream.step, state.rank, phase, name, "module output",
+                       record.source(state.skip_dirs), [digest.HOLE] * n,
+                       [digest.HOLE] * len(outs), stream.label, "", sketches)
+    with state.lock:
+        state.write(line, held + items, slots)
+    return True
+
+
+def _param_names(tracker, names, unnamed, p):
+    """The name of parameter ``p`` (``GPT.transformer.wte.weight``), the first time it is
+    asked for: every traced module's parameters are named into ``names`` (``id(parameter) ->
+    name``; a parameter two modules hold, such as tied embeddings, takes the name
+    ``model.named_parameters()`` gives it: from the first module that holds it, in the order
+    the modules were named), or None for a parameter no traced module holds, remembered in
+    ``unnamed`` (``{id: None}``, with the number of modules named then under ``"count"``) until
+    more modules are named."""
+    named = tracker.named_modules()
+    if unnamed.get("count") == len(named):
+        if id(p) in unnamed:
+            return None
+    else:
+        unnamed.clear()
+        unnamed["count"] = len(named)
+    for mod, name in named:
+        for pname, q in mod._parameters.items():
+            if q is not None:
+                names.setdefault(id(q), "%s.%s" % (name, pname))
+    found = names.get(id(p))
+    if found is None:
+        unnamed[id(p)] = None
+    return found
 
 
 def _state_of(mod, is_lazy):

@@ -62,18 +62,19 @@ class Tracker:
         self._follow_backward = True
         self._grads = grad_hooks.GradHooks(torch)
 
-    def start(self, backward=True):
+    def start(self, backward=True, pre_hook=True):
         """Installs the global forward hooks; with ``backward`` also the gradient hooks that
         name the modules of backward ops (``--trace modules`` asks only forward names: its
-        backward records are parameter gradients, named by parameter)."""
+        backward records are parameter gradients, named by parameter). Without ``pre_hook``,
+        the caller's own forward pre-hook calls :meth:`push` (``--trace modules``'s: one hook
+        per module call, not two)."""
         from torch.nn.modules import module as nn_module
 
         self._on = True
         self._follow_backward = backward
-        self._handles = [
-            nn_module.register_module_forward_pre_hook(self._pre),
-            nn_module.register_module_forward_hook(self._post, always_call=True),
-        ]
+        self._handles = [nn_module.register_module_forward_hook(self._post, always_call=True)]
+        if pre_hook:
+            self._handles.append(nn_module.register_module_forward_pre_hook(self._pre))
 
     def stop(self):
         """Removes the hooks; gradient hooks still attached to tensors do nothing from now."""
@@ -126,22 +127,27 @@ class Tracker:
         top = self._backward.get(task, [])[-1:]  # a slice: another thread may pop meanwhile
         return BACKWARD, top[0] if top else ""
 
-    def forward_phase(self):
-        """The phase of a module forward running now in this thread: ``forward``, or
-        ``recompute`` while a backward runs."""
-        return FORWARD if self._torch._C._current_graph_task_id() == -1 else RECOMPUTE
+    def push(self, mod):
+        """Enters ``mod``'s forward in this thread (the forward pre-hook's work, for a caller
+        that has checked what :meth:`_pre` checks): returns ``(its name, its phase)``."""
+        name = self.name(mod)
+        recomputed = self._task() != -1
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        stack.append((name, recomputed))
+        return name, RECOMPUTE if recomputed else FORWARD
 
     def _pre(self, mod, args):
         # Compile-safe (see compiled): nothing while TorchDynamo traces this hook into a
         # graph, nor inside a compiled call or for torch.compile's wrapper module.
         if self._torch.compiler.is_compiling() or compiled.silent(mod):
             return
-        name = self.name(mod)
-        recomputed = self._torch._C._current_graph_task_id() != -1
-        stack = self._stack()
-        stack.append((name, recomputed))
+        name, phase = self.push(mod)
         if not self._follow_backward:
             return
+        stack = self._stack()
+        recomputed = phase == RECOMPUTE
         if len(stack) == 1 and not recomputed:
             self._grads.root_forward()
         self._on_grads(args, self._leave(name))

@@ -1,0 +1,130 @@
+"""``--trace modules`` (``bitexact._trace.hooks.module_hooks``): its short lane for a module's
+record (``hooks._lane``) writes byte for byte what the general path (``state.emit``) writes,
+whoever hashes and with or without sketches; a parameter's name is the one
+``model.named_parameters()`` gives it, whatever order the modules run in."""
+
+import json
+import sys
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from bitexact import _digest  # noqa: E402
+
+pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
+
+from bitexact._trace import digest as _trace_digest  # noqa: E402
+from bitexact._trace import hooks  # noqa: E402
+from conftest import traced  # noqa: E402
+
+
+class Pair(torch.nn.Module):
+    """Returns a tuple, holds a persistent and a non-persistent buffer, and a parameter
+    replaced between steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(3))
+        self.register_buffer("shift", torch.full((3,), 0.5))
+        self.register_buffer("cache", torch.zeros(3), persistent=False)
+
+    def forward(self, x):
+        return x * self.scale + self.shift, x.sum()
+
+
+class Tied(torch.nn.Module):
+    """An embedding tied to the output layer, and modules run out of their registration
+    order: ``head`` (registered last, holding the embedding's weight) runs first."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(5, 3)
+        self.blocks = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.0),
+                                          torch.nn.LayerNorm(3))
+        self.pair = Pair()
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, idx):
+        early = self.head(torch.ones(3))  # head first: its weight is the embedding's
+        x = self.emb(idx)
+        y, s = self.pair(self.blocks(x))
+        return early.mean() + self.head(y).mean() + s
+
+
+def program():
+    """Three training steps of :class:`Tied` (an optimizer step between them), the second
+    with a parameter replaced, a forward in a thread, and a module that returns nothing."""
+    torch.manual_seed(0)
+    model = Tied()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    idx = torch.tensor([[0, 1, 2, 3], [4, 3, 2, 1]])
+    for step in range(3):
+        if step == 1:
+            model.pair.scale = torch.nn.Parameter(torch.full((3,), 2.0))
+            opt.add_param_group({"params": [model.pair.scale]})
+        opt.zero_grad()
+        model(idx).backward()
+        opt.step()
+    nothing = torch.nn.Identity()
+    nothing.forward = lambda x: None
+    nothing(idx)
+    done = []
+    t = threading.Thread(target=lambda: done.append(model(idx)), name="worker")
+    t.start()
+    t.join()
+    assert done
+
+
+def lane_calls(fn):
+    """``fn()``, and how many times ``hooks._lane`` wrote a record (in any thread)."""
+    taken = []
+
+    def profile(frame, event, arg):
+        if event == "return" and frame.f_code is hooks._lane.__code__ and arg:
+            taken.append(1)
+
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        return fn(), len(taken)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+
+@pytest.mark.parametrize("sketch", [True, False])
+def test_the_module_lane_writes_what_the_general_path_writes(tmp_path, monkeypatch, sketch):
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", True)
+    monkeypatch.setattr(_trace_digest, "SKETCH", sketch)
+    run = lambda name: traced(tmp_path / name, program, level="modules")  # noqa: E731
+    lane, taken = lane_calls(lambda: run("lane.jsonl"))
+    rows = [json.loads(line) for line in lane.splitlines()]
+    outputs = [r for r in rows if r["op"] == "module output"]
+    assert taken == len(outputs) >= 20  # every module record took the lane
+    monkeypatch.setattr(hooks, "LANE", False)
+    general, taken = lane_calls(lambda: run("general.jsonl"))
+    assert taken == 0 and general == lane
+    monkeypatch.setattr(_trace_digest, "BACKGROUND", False)  # hashed on the program's thread
+    monkeypatch.setattr(hooks, "LANE", True)
+    now, taken = lane_calls(lambda: run("now.jsonl"))
+    assert taken == 0 and now == lane  # the lane leaves it to the general path
+    assert any(r.get("thread") == "worker#0" for r in rows)
+    assert any(not r["out"] for r in outputs)  # the module that returned nothing
+    assert any("sk" in r for r in outputs) == sketch
+
+
+def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
+    rows = [json.loads(line) for line in
+            traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
+    grads = {}
+    for r in rows:
+        if r["op"] == "parameter grad":
+            grads.setdefault(r["step"], []).append(r["module"])
+    expected = ["Tied." + n for n, _ in Tied().named_parameters()]
+    assert "Tied.head.weight" not in expected  # tied: the embedding's name
+    assert grads[0] == expected
+    # The replaced parameter: named by its module, as the one it replaced, in the optimizer's
+    # order (its new group last; the old one, now without a gradient, not recorded).
+    assert grads[1] == [n for n in expected if n != "Tied.pair.scale"] + ["Tied.pair.scale"]
