@@ -1,7 +1,8 @@
 """``--trace modules`` (``bitexact._trace.hooks.module_hooks``): its short lane for a module's
 record (``hooks._lane``) writes byte for byte what the general path (``state.emit``) writes,
 whoever hashes and with or without sketches; a parameter's name is the one
-``model.named_parameters()`` gives it, whatever order the modules run in."""
+``model.named_parameters()`` gives it, whatever order the modules run in; a step given a
+closure records the gradients its closure made."""
 
 import json
 import sys
@@ -128,3 +129,46 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
     # The replaced parameter: named by its module, as the one it replaced, in the optimizer's
     # order (its new group last; the old one, now without a gradient, not recorded).
     assert grads[1] == [n for n in expected if n != "Tied.pair.scale"] + ["Tied.pair.scale"]
+
+
+def _grads(tmp_path, name, step):
+    """The ``parameter grad`` records (step, name, gradient label) of three SGD steps of a small
+    model, each made by ``step(model, opt, x)``."""
+    def run():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            step(model, opt, torch.randn(5, 4))
+
+    rows = [json.loads(line) for line in
+            traced(tmp_path / name, run, level="modules").splitlines()]
+    return [(r["step"], r["module"], r["out"]) for r in rows if r["op"] == "parameter grad"]
+
+
+def test_a_step_given_a_closure_records_the_gradients_its_closure_made(tmp_path):
+    """``opt.step(closure)`` (LBFGS's way, any optimizer's): the gradients are recorded after
+    the step, so they are the ones the closure computed for it, as a step without one records
+    them before; before the step they would be the previous step's (none at the first)."""
+    def plain(model, opt, x):
+        _loss(model, opt, x)
+        opt.step()
+
+    def closing(model, opt, x):
+        opt.step(lambda: _loss(model, opt, x))
+
+    def keyword(model, opt, x):
+        opt.step(closure=lambda: _loss(model, opt, x))
+
+    expected = _grads(tmp_path, "plain.jsonl", plain)
+    assert [s for s, _, _ in expected] == [0] * 4 + [1] * 4 + [2] * 4
+    assert _grads(tmp_path, "closure.jsonl", closing) == expected
+    assert _grads(tmp_path, "keyword.jsonl", keyword) == expected
+
+
+def _loss(model, opt, x):
+    """A closure's work: zeroes the gradients, computes the loss and its gradients."""
+    opt.zero_grad()
+    loss = model(x).square().sum()
+    loss.backward()
+    return loss

@@ -405,16 +405,16 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
                 stream.optimizer_steps += 1
                 stream.step = stream.first_step + stream.optimizer_steps
 
-    hooks = [optimizer.register_optimizer_step_post_hook(after_step)] + _hooks.pause_loading()
+    # The module hooks first: a step's gradients recorded after it (a closure's) are its own.
+    hooks = _hooks.module_hooks(state, torch) if level == "modules" else []
+    hooks += [optimizer.register_optimizer_step_post_hook(after_step)] + _hooks.pause_loading()
     mode = None
-    if level == "modules":
-        hooks += _hooks.module_hooks(state, torch)
-    elif driver == "observer":
+    if level == "ops" and driver == "observer":
         from . import observer
 
         observer.start(_resolve, _observed, calls.after, _observed_plain)
         mode = _Observing(observer)
-    else:
+    elif level == "ops":
         mode = _make_mode(state.main)
         mode.__enter__()
     hooks += threads.follow(state, _make_mode if driver == "mode" and level == "ops" else None,

@@ -15,9 +15,10 @@ def module_hooks(state, torch):
     ``forward``, or ``recompute`` when a backward recomputes it; its inputs the module's own
     parameters and persistent buffers, hashed before the forward (:func:`_state_of`), then the
     forward's tensor arguments) and, before each optimizer
-    step, every parameter's gradient (op ``parameter grad``, phase ``backward``, the
-    parameter's name as module: :func:`_param_names`), in the stream of the thread that made
-    them. The forward pre-hook is also the module tracker's (``state.tracker``, started
+    step (after a step given a closure: :func:`_closure`), every parameter's gradient (op
+    ``parameter grad``, phase ``backward``, the parameter's name as module:
+    :func:`_param_names`), in the stream of the thread that made them; registered before
+    the tracer's own step hook, which moves the stream to the next step. The forward pre-hook is also the module tracker's (``state.tracker``, started
     without its own: one hook per module call)."""
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
@@ -78,9 +79,7 @@ def module_hooks(state, torch):
         rec.before = before  # its parameters and buffers as the forward read them: first
         ts.emit(state, stream, rec)
 
-    def before_step(opt, _args, _kwargs):
-        if is_compiling():
-            return
+    def grads(opt):
         stream = ts.stream_of(state)
         if ts.pid() != state.pid or stream is None or not ts.in_steps(state, stream):
             return
@@ -94,9 +93,27 @@ def module_hooks(state, torch):
                     ts.emit(state, stream, ts.Record("parameter grad", "backward", name,
                                                      [p.detach()], [p.grad]))
 
+    def before_step(opt, args, kwargs):
+        if not is_compiling() and not _closure(args, kwargs):
+            grads(opt)
+
+    def after_step(opt, args, kwargs):
+        if not is_compiling() and _closure(args, kwargs):
+            grads(opt)
+
     return [nn_module.register_module_forward_pre_hook(before_forward),
             nn_module.register_module_forward_hook(after_forward),
-            optimizer.register_optimizer_step_pre_hook(before_step)]
+            optimizer.register_optimizer_step_pre_hook(before_step),
+            optimizer.register_optimizer_step_post_hook(after_step)]
+
+
+def _closure(args, kwargs):
+    """Whether an optimizer's step was given a closure (``step(closure)``: LBFGS always, any
+    optimizer may): the gradients it uses are computed by the closure inside the step, so they
+    are recorded after it (the last ones the closure computed, with the parameters as the step
+    left them); before it, they are the previous step's, or none."""
+    return (kwargs.get("closure") if "closure" in kwargs else args[0] if args else None) \
+        is not None
 
 
 # Whether a module's record may take :func:`_lane` (the tests turn it off to compare).
