@@ -305,7 +305,11 @@ pub(super) fn note(t: Option<&[TraceEntry]>, opts: &TraceOptions) -> String {
             other += 1;
         }
     }
-    let mut s = format!("op trace: {} op calls", t.len());
+    let mut s = match opts.level {
+        TraceLevel::Ops => format!("op trace: {} op calls", t.len()),
+        // `--trace modules` records module outputs and parameter gradients, not op calls
+        TraceLevel::Modules => format!("module trace: {} records", t.len()),
+    };
     if capped > 0 {
         s.push_str(&format!(
             "; {capped} tensors over --trace-max-bytes ({} bytes) recorded by dtype and shape only, not compared",
@@ -358,6 +362,11 @@ mod tests {
              without data recorded by dtype and shape only, not compared"
         );
         assert_eq!(note(Some(&t[..0]), &opts), "op trace: 0 op calls");
+        let modules = TraceOptions {
+            level: TraceLevel::Modules,
+            ..opts
+        };
+        assert_eq!(note(Some(&t[..0]), &modules), "module trace: 0 records");
     }
 
     #[test]

@@ -216,6 +216,11 @@ fn module_traces_name_the_module_that_received_the_difference() {
         "{d}"
     );
     assert!(d.contains("already received different inputs"), "{d}");
+    let notes = case["notes"].to_string();
+    assert!(
+        notes.contains("module trace: ") && !notes.contains("op calls"),
+        "{notes}"
+    );
 }
 
 #[test]
