@@ -14,12 +14,12 @@ def module_hooks(state, torch):
     """``--trace modules``: every module's forward output (op ``module output``, phase
     ``forward``, or ``recompute`` when a backward recomputes it; its inputs the module's own
     parameters and persistent buffers, hashed before the forward (:func:`_state_of`), then the
-    forward's tensor arguments) and, before each optimizer
-    step (after a step given a closure: :func:`_closure`), every parameter's gradient (op
-    ``parameter grad``, phase ``backward``, the parameter's name as module:
-    :func:`_param_names`), in the stream of the thread that made them; registered before
-    the tracer's own step hook, which moves the stream to the next step. The forward pre-hook is also the module tracker's (``state.tracker``, started
-    without its own: one hook per module call)."""
+    forward's tensor arguments) and, before each optimizer step (after a step given a
+    closure: :func:`_closure`), every parameter's gradient (op ``parameter grad``, phase
+    ``backward``, the parameter's name as module: :func:`_param_names`), in the stream of the
+    thread that made them. Registered before the tracer's own step hook, which moves the
+    stream to the next step. The forward pre-hook is also the module tracker's
+    (``state.tracker``, started without its own: one hook per module call)."""
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
 
@@ -28,7 +28,7 @@ def module_hooks(state, torch):
     tracker = state.tracker
     local = threading.local()  # .held: [(module, its state's labels before, name, phase)]
     is_compiling = torch.compiler.is_compiling
-    unnamed = {}  # ids of parameters no traced module holds (named by their position)
+    unnamed = {}  # {id: None} of parameters no traced module holds, and "count" (_param_names)
 
     def recording():
         stream = ts.stream_of(state)
