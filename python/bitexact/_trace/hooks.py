@@ -6,7 +6,7 @@ The state and record writing they share with the dispatch mode are in
 import os
 import threading
 
-from . import compiled, device, digest, record
+from . import compiled, device, digest, plain
 from . import state as ts
 
 
@@ -16,7 +16,7 @@ def module_hooks(state, torch):
     parameters and persistent buffers, hashed before the forward (:func:`_state_of`), then the
     forward's tensor arguments) and, before each optimizer step (after a step given a
     closure: :func:`_closure`), every parameter's gradient (op ``parameter grad``, phase
-    ``backward``, the parameter's name as module: :func:`_param_names`), in the stream of the
+    ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
     thread that made them. Registered before the tracer's own step hook, which moves the
     stream to the next step. The forward pre-hook is also the module tracker's
     (``state.tracker``, started without its own: one hook per module call)."""
@@ -28,7 +28,7 @@ def module_hooks(state, torch):
     tracker = state.tracker
     local = threading.local()  # .held: [(module, its state's labels before, name, phase)]
     is_compiling = torch.compiler.is_compiling
-    unnamed = {}  # {id: None} of parameters no traced module holds, and "count" (_param_names)
+    names = _ParamNames(tracker, state.param_names)
 
     def recording():
         stream = ts.stream_of(state)
@@ -69,8 +69,7 @@ def module_hooks(state, torch):
                 del held[k:]
                 break
         else:  # entered before tracing (or its steps) began
-            before, name = None, tracker.name(mod)
-            phase = "forward" if torch._C._current_graph_task_id() == -1 else "recompute"
+            before, name, phase = None, tracker.name(mod), tracker.forward_phase()
         ins = ts.collect_tensors(args, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
         if LANE and _lane(state, stream, phase, name, before, ins, outs):
@@ -83,15 +82,11 @@ def module_hooks(state, torch):
         stream = ts.stream_of(state)
         if ts.pid() != state.pid or stream is None or not ts.in_steps(state, stream):
             return
-        names = state.param_names
         for group in opt.param_groups:
             for i, p in enumerate(group["params"]):
                 if p.grad is not None:
-                    name = names.get(id(p))
-                    if name is None:
-                        name = _param_names(tracker, names, unnamed, p) or "param%d" % i
-                    ts.emit(state, stream, ts.Record("parameter grad", "backward", name,
-                                                     [p.detach()], [p.grad]))
+                    ts.emit(state, stream, ts.Record("parameter grad", "backward",
+                                                     names.of(p, i), [p.detach()], [p.grad]))
 
     def before_step(opt, args, kwargs):
         if not is_compiling() and not _closure(args, kwargs):
@@ -112,8 +107,8 @@ def _closure(args, kwargs):
     optimizer may): the gradients it uses are computed by the closure inside the step, so they
     are recorded after it (the last ones the closure computed, with the parameters as the step
     left them); before it, they are the previous step's, or none."""
-    return (kwargs.get("closure") if "closure" in kwargs else args[0] if args else None) \
-        is not None
+    closure = kwargs.get("closure", args[0] if args else None)
+    return closure is not None
 
 
 # Whether a module's record may take :func:`_lane` (the tests turn it off to compare).
@@ -121,56 +116,56 @@ LANE = True
 
 
 def _lane(state, stream, phase, name, before, ins, outs):
-    """Writes a ``module output`` record the short way and returns True, as
-    :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
-    with), where every tensor is a plain host tensor, the writer hashes (``state.deferred``)
-    and nothing else applies (a capture, row slices, a CUDA graph being captured, module
-    state read as copies or from a device); else returns False, having done nothing."""
+    """Writes a ``module output`` record the short way (:func:`bitexact._trace.plain.write_hosts`)
+    and returns True, as :func:`bitexact._trace.state.emit` writes it (the reference, which the
+    tests compare it with), where every tensor is a plain host tensor, the writer hashes
+    (``state.deferred``) and nothing else applies (a capture, row slices, a CUDA graph being
+    captured, module state read as copies or from a device); else returns False, having done
+    nothing."""
     if not state.deferred or state.rows != 1 or state.capture is not None \
             or device.capturing():
         return False
     if before is not None and (before.keep or before.waits or before.fills
                                or before.later is None):
         return False
-    items = digest._all_fast(ins + outs, state.max_bytes) if ins or outs else []
-    if items is None:
-        return False
-    held = before.later if before is not None else []
-    n = len(held) + len(ins)
-    slots, sketches = None, ()
-    if digest.SKETCH and outs:
-        slots, sketches = list(range(n, n + len(outs))), digest.SKETCH_MARK
-    line = record.line(stream.step, state.rank, phase, name, "module output",
-                       record.source(state.skip_dirs), [digest.HOLE] * n,
-                       [digest.HOLE] * len(outs), stream.label, "", sketches)
-    with state.lock:
-        state.write(line, held + items, slots)
-    return True
+    held = before.later if before is not None else ()
+    return plain.write_hosts(state, stream, phase, name, "module output", ins, outs, held=held)
 
 
-def _param_names(tracker, names, unnamed, p):
-    """The name of parameter ``p`` (``GPT.transformer.wte.weight``), the first time it is
-    asked for: every traced module's parameters are named into ``names`` (``id(parameter) ->
-    name``; a parameter two modules hold, such as tied embeddings, takes the name
-    ``model.named_parameters()`` gives it: from the first module that holds it, in the order
-    the modules were named), or None for a parameter no traced module holds, remembered in
-    ``unnamed`` (``{id: None}``, with the number of modules named then under ``"count"``) until
-    more modules are named."""
-    named = tracker.named_modules()
-    if unnamed.get("count") == len(named):
-        if id(p) in unnamed:
+class _ParamNames:
+    """The names of ``parameter grad`` records (``GPT.transformer.wte.weight``), in ``names``
+    (``id(parameter) -> name``, shared with the compiled calls' records). A parameter not named
+    yet has every traced module's parameters named at once: a parameter two modules hold, such
+    as tied embeddings, takes the name ``model.named_parameters()`` gives it, from the first
+    module that holds it in the order the modules were named. One no traced module holds is
+    ``param<i>`` (its place in its group), and is not looked for again until more modules are
+    named."""
+
+    def __init__(self, tracker, names):
+        self._tracker, self._names = tracker, names
+        self._count, self._unnamed = None, set()  # modules named at the last walk; not found
+
+    def of(self, p, i):
+        """The name of parameter ``p``, the ``i``-th of its group."""
+        name = self._names.get(id(p))
+        if name is None:
+            name = self._walk(p) or "param%d" % i
+        return name
+
+    def _walk(self, p):
+        named = self._tracker.named_modules()
+        if self._count != len(named):
+            self._count, self._unnamed = len(named), set()
+        elif id(p) in self._unnamed:
             return None
-    else:
-        unnamed.clear()
-        unnamed["count"] = len(named)
-    for mod, name in named:
-        for pname, q in mod._parameters.items():
-            if q is not None:
-                names.setdefault(id(q), "%s.%s" % (name, pname))
-    found = names.get(id(p))
-    if found is None:
-        unnamed[id(p)] = None
-    return found
+        for mod, name in named:
+            for pname, q in mod._parameters.items():
+                if q is not None:
+                    self._names.setdefault(id(q), "%s.%s" % (name, pname))
+        found = self._names.get(id(p))
+        if found is None:
+            self._unnamed.add(id(p))
+        return found
 
 
 def _state_of(mod, is_lazy):

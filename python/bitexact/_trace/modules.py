@@ -127,16 +127,17 @@ class Tracker:
         top = self._backward.get(task, [])[-1:]  # a slice: another thread may pop meanwhile
         return BACKWARD, top[0] if top else ""
 
+    def forward_phase(self):
+        """The phase of a module forward running now in this thread: ``forward``, or
+        ``recompute`` while a backward runs."""
+        return FORWARD if self._task() == -1 else RECOMPUTE
+
     def push(self, mod):
         """Enters ``mod``'s forward in this thread (the forward pre-hook's work, for a caller
         that has checked what :meth:`_pre` checks): returns ``(its name, its phase)``."""
-        name = self.name(mod)
-        recomputed = self._task() != -1
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append((name, recomputed))
-        return name, RECOMPUTE if recomputed else FORWARD
+        name, phase = self.name(mod), self.forward_phase()
+        self._stack().append((name, phase == RECOMPUTE))
+        return name, phase
 
     def _pre(self, mod, args):
         # Compile-safe (see compiled): nothing while TorchDynamo traces this hook into a
@@ -146,9 +147,7 @@ class Tracker:
         name, phase = self.push(mod)
         if not self._follow_backward:
             return
-        stack = self._stack()
-        recomputed = phase == RECOMPUTE
-        if len(stack) == 1 and not recomputed:
+        if len(self._stack()) == 1 and phase == FORWARD:
             self._grads.root_forward()
         self._on_grads(args, self._leave(name))
 

@@ -119,21 +119,28 @@ def _python_record(state, stream, func, op, args, kwargs, result, tensor_type):
     """:func:`record`'s lane in Python, once it is open."""
     ins = ts.collect_tensors(kwargs, tensor_type, ts.collect_tensors(args, tensor_type, []))
     outs = ts.collect_tensors(result, tensor_type, [])
-    n = len(ins)
+    text = _record_line.arguments(func, args, kwargs, tensor_type) if digest.SKETCH else ""
+    phase, module = state.tracker.where()
+    return write_hosts(state, stream, phase, module, op, ins, outs, text)
+
+
+def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=()):
+    """Writes a record whose tensors are all plain host tensors (``digest._all_fast``) as
+    :func:`bitexact._trace.state.emit` writes it, for the background writer to hash
+    (``state.deferred``), and returns True; returns False, having done nothing, where one is
+    not. ``held``: values held before the call (``TraceWriter.hold``), its first inputs;
+    ``text``: its non-tensor arguments. The Python lanes' last step: this module's and
+    ``--trace modules``' (:func:`bitexact._trace.hooks.module_hooks`)."""
     items = digest._all_fast(ins + outs, state.max_bytes)
     if items is None:
         return False
+    n = len(held) + len(ins)
     slots, sketches = None, ()
-    if digest.SKETCH:
-        text = _record_line.arguments(func, args, kwargs, tensor_type)
-        if outs:
-            slots, sketches = list(range(n, n + len(outs))), digest.SKETCH_MARK
-    else:
-        text = ""
-    phase, module = state.tracker.where()
+    if digest.SKETCH and outs:
+        slots, sketches = list(range(n, n + len(outs))), digest.SKETCH_MARK
     line = _record_line.line(stream.step, state.rank, phase, module, op,
                              _record_line.source(state.skip_dirs), [digest.HOLE] * n,
                              [digest.HOLE] * len(outs), stream.label, text, sketches)
     with state.lock:
-        state.write(line, items, slots)
+        state.write(line, list(held) + items, slots)
     return True
