@@ -133,7 +133,8 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
 
 def _grads(tmp_path, name, step):
     """The ``parameter grad`` records (step, name, gradient label) of three SGD steps of a small
-    model, each made by ``step(model, opt, x)``."""
+    model, each made by ``step(model, opt, x)``, and for each, its parameter's label as its
+    module's forward read it and as the record's input."""
     def run():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
@@ -143,7 +144,15 @@ def _grads(tmp_path, name, step):
 
     rows = [json.loads(line) for line in
             traced(tmp_path / name, run, level="modules").splitlines()]
-    return [(r["step"], r["module"], r["out"]) for r in rows if r["op"] == "parameter grad"]
+    grads = [r for r in rows if r["op"] == "parameter grad"]
+    read = {}  # (step, parameter name) -> its label in its module's forward record
+    for r in rows:
+        if r["op"] == "module output" and r["module"] in ("Sequential.0", "Sequential.2"):
+            for k, own in enumerate(("weight", "bias")):
+                read[r["step"], "%s.%s" % (r["module"], own)] = r["in"][k]
+    assert len(read) == 12, sorted(read)
+    params = [(read[r["step"], r["module"]], r["in"][0]) for r in grads]
+    return [(r["step"], r["module"], r["out"]) for r in grads], params
 
 
 def test_a_step_given_a_closure_records_the_gradients_its_closure_made(tmp_path):
@@ -160,10 +169,13 @@ def test_a_step_given_a_closure_records_the_gradients_its_closure_made(tmp_path)
     def keyword(model, opt, x):
         opt.step(closure=lambda: _loss(model, opt, x))
 
-    expected = _grads(tmp_path, "plain.jsonl", plain)
+    expected, params = _grads(tmp_path, "plain.jsonl", plain)
     assert [s for s, _, _ in expected] == [0] * 4 + [1] * 4 + [2] * 4
-    assert _grads(tmp_path, "closure.jsonl", closing) == expected
-    assert _grads(tmp_path, "keyword.jsonl", keyword) == expected
+    # Without a closure, before the step: each gradient's input is its parameter as the
+    # forward read it (the module record's own inputs come first: weight, bias).
+    assert [p for _, p in params] == [m for m, _ in params]
+    assert _grads(tmp_path, "closure.jsonl", closing)[0] == expected
+    assert _grads(tmp_path, "keyword.jsonl", keyword)[0] == expected
 
 
 def _loss(model, opt, x):

@@ -106,8 +106,9 @@ def _closure(args, kwargs):
     """Whether an optimizer's step was given a closure (``step(closure)``: LBFGS always, any
     optimizer may): the gradients it uses are computed by the closure inside the step, so they
     are recorded after it (the last ones the closure computed, with the parameters as the step
-    left them); before it, they are the previous step's, or none."""
-    closure = kwargs.get("closure", args[0] if args else None)
+    left them); before it, they are the previous step's, or none. ``args`` are the step's
+    as torch's step hooks see them: the optimizer first."""
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
     return closure is not None
 
 
