@@ -1,6 +1,6 @@
 """``--trace modules`` (``bitexact._trace.hooks.module_hooks``): its short lane for a module's
-record (``hooks._lane``) writes byte for byte what the general path (``state.emit``) writes,
-whoever hashes and with or without sketches; a parameter's name is the one
+and a gradient's record (``hooks._lane``: native, or its Python) writes byte for byte what the
+general path (``state.emit``) writes, whoever hashes and with or without sketches; a parameter's name is the one
 ``model.named_parameters()`` gives it, whatever order the modules run in; a step given a
 closure records the gradients its closure made."""
 
@@ -16,7 +16,7 @@ from bitexact import _digest  # noqa: E402
 pytestmark = pytest.mark.skipif(_digest._native is None, reason="needs bitexact._native")
 
 from bitexact._trace import digest as _trace_digest  # noqa: E402
-from bitexact._trace import hooks  # noqa: E402
+from bitexact._trace import hooks, plain  # noqa: E402
 from conftest import traced  # noqa: E402
 
 
@@ -103,7 +103,13 @@ def test_the_module_lane_writes_what_the_general_path_writes(tmp_path, monkeypat
     lane, taken = lane_calls(lambda: run("lane.jsonl"))
     rows = [json.loads(line) for line in lane.splitlines()]
     outputs = [r for r in rows if r["op"] == "module output"]
-    assert taken == len(outputs) >= 20  # every module record took the lane
+    grads = [r for r in rows if r["op"] == "parameter grad"]
+    assert len(outputs) >= 20 and len(grads) >= 10
+    assert taken == len(rows)  # every record took the lane
+    monkeypatch.setattr(plain, "NATIVE", False)  # the lane's Python
+    python, taken = lane_calls(lambda: run("python.jsonl"))
+    assert taken == len(rows) and python == lane
+    monkeypatch.setattr(plain, "NATIVE", True)
     monkeypatch.setattr(hooks, "LANE", False)
     general, taken = lane_calls(lambda: run("general.jsonl"))
     assert taken == 0 and general == lane

@@ -18,7 +18,8 @@
 //!   `trace_hold::Held`: tensors' digests taken before an op writes them in place, for its
 //!   record.
 //! - `trace_lane::Lane`: the op tracer's fast lanes, one native call per record of its
-//!   commonest ops (see `trace_lane`; their text: `trace_line`).
+//!   commonest ops and of `--trace modules` (see `trace_lane`; their text: `trace_line`; their
+//!   last step, the line queued: `trace_queue`).
 //! - `pytest`: what the pytest plugin needs: `bitexact run` returning its report, the
 //!   explanation of two tensors, run digests and the snapshot assertion of `cargo test`.
 //! - `cuda_status` / `digest_cuda_ptr`: the same digest of device memory, chunks hashed by
@@ -51,6 +52,7 @@ mod trace;
 mod trace_hold;
 mod trace_lane;
 mod trace_line;
+mod trace_queue;
 mod trace_record;
 mod trace_writer;
 

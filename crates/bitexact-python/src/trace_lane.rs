@@ -5,13 +5,14 @@
 //! - [`Lane::hold_self`] before, and [`Lane::record`] with what it held after, an in-place op
 //!   that reads and writes its `self` only (`add_`, `mul_`, `addcmul_`: an optimizer's chain):
 //!   `self` held as it was ([`Held`], as `TraceWriter.hold` holds it for
-//!   `writes.read_before`), listed first among the record's inputs.
+//!   `writes.read_before`), listed first among the record's inputs;
+//! - [`Lane::named`]: a record of `--trace modules` (`bitexact._trace.hooks`), of no op.
 //!
 //! The op's tensors are collected from its arguments and result, each one's address, dtype,
 //! shape and strides read through torch's Python API (about 0.7 us of torch's per tensor: what
 //! bounds a tracer that reads tensors from Python); its text (arguments, module and phase,
 //! source line, the JSON line: [`super::trace_line`]) goes with them to
-//! [`TraceWriter::queue`] without a Python object per tensor: hashed there by the writer's
+//! [`TraceWriter::queue`] ([`super::trace_queue`]) without a Python object per tensor: hashed there by the writer's
 //! thread, or first on the program's thread where it hashes (`state.deferred` off), the line
 //! then filled as the writer fills it ([`super::trace_record::fill`]).
 //!
@@ -24,13 +25,12 @@
 //! having done nothing, and the record takes the general path. The tests compare the lanes'
 //! traces with both (`python/tests/test_trace_lane.py`).
 
-use super::trace::digests;
 use super::trace_hold::Held;
-use super::trace_line::{Fields, Sources};
-use super::trace_record::{fill, Record, Shown, Slot};
-use super::trace_writer::{Pre, TraceWriter};
+use super::trace_line::Sources;
+use super::trace_queue::Site;
+use super::trace_writer::TraceWriter;
 use super::Host;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyUnicodeEncodeError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
@@ -149,7 +149,67 @@ impl Lane {
         let Some((ins, outs)) = tensors else {
             return Ok(false);
         };
-        self.finish(py, state, stream, &call, held.map(Bound::get), ins, outs)
+        let before: Vec<&Held> = held.map(Bound::get).into_iter().collect();
+        self.queue(
+            py,
+            state,
+            stream,
+            &call.writer,
+            &Site::Op(&call),
+            &before,
+            ins,
+            outs,
+        )
+    }
+
+    /// Writes a record its caller names, of no op's call (`--trace modules`: a module's
+    /// `module output`, a parameter's `parameter grad`: `bitexact._trace.hooks`), and returns
+    /// True; or returns False, having done nothing, where the general path must take it (a
+    /// tensor off the host's fast path, `state.writer` not the native writer, an item of `held`
+    /// not a [`Held`]). Its inputs: a slot taken from each item of `held` (the module's own
+    /// parameters and buffers as its forward read them), then the tensors in `ins` (the
+    /// forward's arguments; nested tuples, lists and dict values, as
+    /// `bitexact._trace.state.collect_tensors` finds them); its results the tensors in `outs`.
+    /// Its line has no arguments' text.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None))]
+    fn named(
+        &self,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        stream: &Bound<'_, PyAny>,
+        phase: &Bound<'_, PyString>,
+        module: &Bound<'_, PyString>,
+        op: &Bound<'_, PyString>,
+        ins: &Bound<'_, PyAny>,
+        outs: &Bound<'_, PyAny>,
+        held: Option<&Bound<'_, PyList>>,
+    ) -> PyResult<bool> {
+        let Ok(writer) = state
+            .getattr(intern!(py, "writer"))?
+            .cast_into::<TraceWriter>()
+        else {
+            return Ok(false);
+        };
+        let mut before = Vec::new();
+        for h in held.into_iter().flatten() {
+            match h.cast_into::<Held>() {
+                Ok(h) => before.push(h),
+                Err(_) => return Ok(false),
+            }
+        }
+        let tensor = self.tensor.bind(py);
+        let mut tensors = Vec::new();
+        collect(ins, tensor, &mut tensors)?;
+        let n = tensors.len();
+        collect(outs, tensor, &mut tensors)?;
+        let Some(mut ins) = self.hosts(py, state, &tensors)? else {
+            return Ok(false);
+        };
+        let outs = ins.split_off(n);
+        let before: Vec<&Held> = before.iter().map(Bound::get).collect();
+        let site = Site::Named { phase, module, op };
+        self.queue(py, state, stream, &writer, &site, &before, ins, outs)
     }
 
     /// Before an in-place op that reads and writes its `self` (`args[0]`) only
@@ -214,12 +274,12 @@ impl Lane {
 }
 
 /// What a lane needs of a call: the native writer, and the arguments as a tuple and a dict.
-struct Call<'a, 'py> {
-    writer: Bound<'py, TraceWriter>,
-    func: &'a Bound<'py, PyAny>,
-    op: &'a Bound<'py, PyString>,
-    args: Bound<'py, PyTuple>,
-    kwargs: Bound<'py, PyDict>,
+pub(crate) struct Call<'a, 'py> {
+    pub(crate) writer: Bound<'py, TraceWriter>,
+    pub(crate) func: &'a Bound<'py, PyAny>,
+    pub(crate) op: &'a Bound<'py, PyString>,
+    pub(crate) args: Bound<'py, PyTuple>,
+    pub(crate) kwargs: Bound<'py, PyDict>,
 }
 
 impl<'a, 'py> Call<'a, 'py> {
@@ -397,81 +457,6 @@ impl Lane {
         }
         self.hosts(py, state, &tensors)
     }
-
-    /// Queues a lane's record: `before` (a held value of the tensor an in-place op wrote, as
-    /// it was), then `ins` are its inputs, `outs` its results; returns False, having done
-    /// nothing, where a string is not valid UTF-8 (a lone surrogate: Python's path quotes it)
-    /// or a field is not a string.
-    #[allow(clippy::too_many_arguments)]
-    fn finish(
-        &self,
-        py: Python<'_>,
-        state: &Bound<'_, PyAny>,
-        stream: &Bound<'_, PyAny>,
-        call: &Call<'_, '_>,
-        before: Option<&Held>,
-        ins: Vec<Host>,
-        outs: Vec<Host>,
-    ) -> PyResult<bool> {
-        let digest = self.digest.bind(py);
-        let sketch = digest.getattr(intern!(py, "SKETCH"))?.is_truthy()?;
-        let n = usize::from(before.is_some()) + ins.len();
-        let line = match self.line_of(py, state, stream, call, n, outs.len(), sketch) {
-            Ok(line) => line,
-            // a string that is not valid UTF-8 (a lone surrogate), a field that is not a string:
-            // the general path writes what Python makes of it
-            Err(e)
-                if e.is_instance_of::<PyUnicodeEncodeError>(py)
-                    || e.is_instance_of::<PyTypeError>(py) =>
-            {
-                return Ok(false)
-            }
-            Err(e) => return Err(e),
-        };
-        let sketches = match sketch {
-            true => (n..n + outs.len()).map(|i| Shown::Slot(i as i64)).collect(),
-            false => Vec::new(),
-        };
-        let cache = digest.getattr(intern!(py, "CACHE"))?.is_truthy()?;
-        let held = before.map(Held::take).transpose()?;
-        let hosts: Vec<Host> = ins.into_iter().chain(outs).collect();
-        let (line, items, sketches) = match state.getattr(intern!(py, "deferred"))?.is_truthy()? {
-            true => {
-                let items = held.map(Pre::Slot).into_iter();
-                (
-                    line,
-                    items.chain(hosts.into_iter().map(Pre::Host)).collect(),
-                    sketches,
-                )
-            }
-            false => {
-                // Hashed now, on the program's thread, as the general path's `describe` does:
-                // the writer is handed the finished line.
-                let k = usize::from(held.is_some());
-                let want: Vec<bool> = (0..hosts.len()).map(|j| sketch && j + k >= n).collect();
-                let found = crate::fork_safe::detached(py, || digests(&hosts, cache, &want, false));
-                let slots = held.into_iter();
-                let slots =
-                    slots.chain(hosts.into_iter().zip(found).map(|(t, f)| Slot::found(t, f)));
-                let rec = Record {
-                    line,
-                    slots: slots.collect(),
-                    sketches,
-                };
-                (fill(&rec), Vec::new(), Vec::new())
-            }
-        };
-        let lock = state.getattr(intern!(py, "lock"))?;
-        lock.call_method0(intern!(py, "acquire"))?;
-        let written = (|| {
-            if state.getattr(intern!(py, "pending"))?.is_truthy()? {
-                state.call_method0(intern!(py, "flush"))?;
-            }
-            call.writer.borrow().queue(py, line, items, cache, sketches)
-        })();
-        lock.call_method0(intern!(py, "release"))?;
-        written.map(|()| true)
-    }
 }
 
 /// The bytes of a tensor of dtype `name` and `shape` (torch's `nbytes`: the elements times
@@ -602,47 +587,5 @@ impl Lane {
             return Ok(None);
         }
         Ok(Some(name))
-    }
-}
-
-impl Lane {
-    /// The line of [`Lane::record`]: its fields read from the tracer's state, the stream and
-    /// the call.
-    #[allow(clippy::too_many_arguments)]
-    fn line_of(
-        &self,
-        py: Python<'_>,
-        state: &Bound<'_, PyAny>,
-        stream: &Bound<'_, PyAny>,
-        call: &Call<'_, '_>,
-        ins: usize,
-        outs: usize,
-        sketch: bool,
-    ) -> PyResult<String> {
-        let text = match sketch {
-            true => self.arguments(py, call.func, &call.args, &call.kwargs)?,
-            false => None,
-        };
-        let place = state
-            .getattr(intern!(py, "tracker"))?
-            .call_method0(intern!(py, "where"))?;
-        let (phase, module): (Bound<'_, PyString>, Bound<'_, PyString>) = place.extract()?;
-        let src = self.source(py, &state.getattr(intern!(py, "skip_dirs"))?)?;
-        let thread = stream
-            .getattr(intern!(py, "label"))?
-            .cast_into::<PyString>()?;
-        let (phase, module, op) = (phase.to_cow()?, module.to_cow()?, call.op.to_cow()?);
-        let thread = thread.to_cow()?;
-        let fields = Fields {
-            step: stream.getattr(intern!(py, "step"))?.extract()?,
-            rank: state.getattr(intern!(py, "rank"))?.extract()?,
-            phase: &phase,
-            module: &module,
-            op: &op,
-            src: &src,
-            thread: &thread,
-            args: text.as_deref(),
-        };
-        Ok(self.line(&fields, ins, outs, sketch))
     }
 }

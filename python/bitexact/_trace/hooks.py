@@ -70,10 +70,10 @@ def module_hooks(state, torch):
                 break
         else:  # entered before tracing (or its steps) began
             before, name, phase = None, tracker.name(mod), tracker.forward_phase()
+        if LANE and _lane(state, stream, phase, name, "module output", before, args, output):
+            return
         ins = ts.collect_tensors(args, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
-        if LANE and _lane(state, stream, phase, name, before, ins, outs):
-            return
         rec = ts.Record("module output", phase, name, ins, outs)
         rec.before = before  # its parameters and buffers as the forward read them: first
         ts.emit(state, stream, rec)
@@ -84,9 +84,14 @@ def module_hooks(state, torch):
             return
         for group in opt.param_groups:
             for i, p in enumerate(group["params"]):
-                if p.grad is not None:
-                    ts.emit(state, stream, ts.Record("parameter grad", "backward",
-                                                     names.of(p, i), [p.detach()], [p.grad]))
+                grad = p.grad
+                if grad is None:
+                    continue
+                name = names.of(p, i)
+                if not (LANE and _lane(state, stream, "backward", name, "parameter grad", None,
+                                       p, grad)):
+                    ts.emit(state, stream, ts.Record("parameter grad", "backward", name,
+                                                     [p.detach()], [grad]))
 
     def before_step(opt, args, kwargs):
         if not is_compiling() and not _closure(args, kwargs):
@@ -116,21 +121,31 @@ def _closure(args, kwargs):
 LANE = True
 
 
-def _lane(state, stream, phase, name, before, ins, outs):
-    """Writes a ``module output`` record the short way (:func:`bitexact._trace.plain.write_hosts`)
-    and returns True, as :func:`bitexact._trace.state.emit` writes it (the reference, which the
-    tests compare it with), where every tensor is a plain host tensor, the writer hashes
-    (``state.deferred``) and nothing else applies (a capture, row slices, a CUDA graph being
-    captured, module state read as copies or from a device); else returns False, having done
-    nothing."""
+def _lane(state, stream, phase, name, op, before, ins, outs):
+    """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state as
+    its forward read it, ``ins`` and ``outs`` are its arguments and output; ``parameter grad``:
+    the parameter and its gradient) the short way and returns True, as
+    :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
+    with): by one native call (``Lane.named``), or else
+    :func:`bitexact._trace.plain.write_hosts`. Only where every tensor is a plain host tensor,
+    the writer hashes (``state.deferred``) and nothing else applies (a capture, row slices, a
+    CUDA graph being captured, module state read as copies or from a device); else returns
+    False, having done nothing."""
     if not state.deferred or state.rows != 1 or state.capture is not None \
             or device.capturing():
         return False
     if before is not None and (before.keep or before.waits or before.fills
                                or before.later is None):
         return False
-    held = before.later if before is not None else ()
-    return plain.write_hosts(state, stream, phase, name, "module output", ins, outs, held=held)
+    held = before.later if before is not None else None
+    native = plain.native()
+    if native is not None:
+        return native.named(state, stream, phase, name, op, ins, outs, held)
+    import torch
+
+    tensor = torch.Tensor
+    return plain.write_hosts(state, stream, phase, name, op, ts.collect_tensors(ins, tensor, []),
+                             ts.collect_tensors(outs, tensor, []), held=held or ())
 
 
 class _ParamNames:

@@ -63,6 +63,13 @@ def _lane():
     return _lanes[0]
 
 
+def native():
+    """The native lane where :data:`NATIVE` is on and the native module has it, else None."""
+    if not NATIVE:
+        return None
+    return _lanes[0] if _lanes else _lane()
+
+
 def _open(state, op, kwargs):
     """Whether a record of ``op`` called with ``kwargs`` may take a native lane now (the
     Python lane also needs :attr:`~bitexact._trace.state.State.deferred`)."""
@@ -77,7 +84,7 @@ def record(state, stream, func, op, args, kwargs, result, tensor_type, tensors=N
     the native lane then takes instead of reading the Python tensors."""
     if not _open(state, op, kwargs):
         return False
-    lane = (_lanes[0] if _lanes else _lane()) if NATIVE else None
+    lane = native()
     if lane is not None:
         return lane.record(state, stream, func, op, args, kwargs, result, None, tensors)
     if not state.deferred:
@@ -130,7 +137,8 @@ def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=()):
     (``state.deferred``), and returns True; returns False, having done nothing, where one is
     not. ``held``: values held before the call (``TraceWriter.hold``), its first inputs;
     ``text``: its non-tensor arguments. The Python lanes' last step: this module's and
-    ``--trace modules``' (:func:`bitexact._trace.hooks.module_hooks`)."""
+    ``--trace modules``' (:func:`bitexact._trace.hooks.module_hooks`), where the native module
+    is missing (``Lane.record`` and ``Lane.named`` do it natively)."""
     items = digest._all_fast(ins + outs, state.max_bytes)
     if items is None:
         return False
