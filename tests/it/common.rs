@@ -115,21 +115,29 @@ pub fn premise_skip(test: &str, why: &str) {
 
 /// A Python with torch and the installed bitexact package ([`tracer_python`]) that can also
 /// compile with `torch.compile`'s CPU backend (Inductor builds C++ with g++ or `$CXX`); says
-/// which is missing otherwise ([`tool_missing`]).
+/// which is missing otherwise ([`tool_missing`]). The compiler is probed once per test binary
+/// (importing Inductor costs a few seconds), as [`python_with`] probes its modules.
 pub fn python_with_compiler(test: &str) -> Option<String> {
+    use std::sync::Mutex;
+    static PROBED: Mutex<Option<Result<(), String>>> = Mutex::new(None);
     let py = tracer_python(test)?;
-    let probe = "from torch._inductor.cpp_builder import get_cpp_compiler; get_cpp_compiler()";
-    let o = std::process::Command::new(&py)
-        .args(["-c", probe])
-        .output()
-        .unwrap();
-    if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
-        let why = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+    let mut probed = PROBED.lock().unwrap_or_else(|e| e.into_inner());
+    let found = probed.get_or_insert_with(|| {
+        let probe = "from torch._inductor.cpp_builder import get_cpp_compiler; get_cpp_compiler()";
+        let o = std::process::Command::new(&py)
+            .args(["-c", probe])
+            .output()
+            .unwrap();
+        match o.status.success() {
+            true => Ok(()),
+            false => {
+                let err = String::from_utf8_lossy(&o.stderr);
+                let last = err.lines().rev().find(|l| !l.trim().is_empty());
+                Err(last.unwrap_or("").to_string())
+            }
+        }
+    });
+    if let Err(why) = found {
         tool_missing(
             test,
             &format!("no C++ compiler for torch.compile's CPU backend (g++ or $CXX): {why}"),
