@@ -21,8 +21,8 @@ from conftest import traced  # noqa: E402
 
 
 class Pair(torch.nn.Module):
-    """Returns a tuple, holds a persistent and a non-persistent buffer, and a parameter
-    replaced between steps."""
+    """Returns a tuple, takes a tensor by keyword, holds a persistent and a non-persistent
+    buffer, and a parameter replaced between steps."""
 
     def __init__(self):
         super().__init__()
@@ -30,19 +30,20 @@ class Pair(torch.nn.Module):
         self.register_buffer("shift", torch.full((3,), 0.5))
         self.register_buffer("cache", torch.zeros(3), persistent=False)
 
-    def forward(self, x):
-        return x * self.scale + self.shift, x.sum()
+    def forward(self, x, bias):
+        return x * self.scale + self.shift + bias, x.sum()
 
 
 class Tied(torch.nn.Module):
-    """An embedding tied to the output layer, and modules run out of their registration
-    order: ``head`` (registered last, holding the embedding's weight) runs first."""
+    """An embedding tied to the output layer, modules run out of their registration order
+    (``head``, registered last, holding the embedding's weight, runs first), and a module that
+    writes its argument in place (``ReLU(inplace=True)``)."""
 
     def __init__(self):
         super().__init__()
         self.emb = torch.nn.Embedding(5, 3)
-        self.blocks = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.0),
-                                          torch.nn.LayerNorm(3))
+        self.blocks = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(inplace=True),
+                                          torch.nn.Dropout(0.0), torch.nn.LayerNorm(3))
         self.pair = Pair()
         self.head = torch.nn.Linear(3, 5, bias=False)
         self.head.weight = self.emb.weight
@@ -50,15 +51,16 @@ class Tied(torch.nn.Module):
     def forward(self, idx):
         early = self.head(torch.ones(3))  # head first: its weight is the embedding's
         x = self.emb(idx)
-        y, s = self.pair(self.blocks(x))
+        y, s = self.pair(self.blocks(x), bias=torch.full((3,), self.bias))
         return early.mean() + self.head(y).mean() + s
 
 
-def program():
+def program(bias=0.25):
     """Three training steps of :class:`Tied` (an optimizer step between them), the second
     with a parameter replaced, a forward in a thread, and a module that returns nothing."""
     torch.manual_seed(0)
     model = Tied()
+    model.bias = bias
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     idx = torch.tensor([[0, 1, 2, 3], [4, 3, 2, 1]])
     for step in range(3):
@@ -135,6 +137,91 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
     # The replaced parameter: named by its module, as the one it replaced, in the optimizer's
     # order (its new group last; the old one, now without a gradient, not recorded).
     assert grads[1] == [n for n in expected if n != "Tied.pair.scale"] + ["Tied.pair.scale"]
+
+
+def test_arguments_are_labelled_as_received_keyword_ones_too(tmp_path):
+    """A forward's positional arguments are hashed as it receives them (the in-place ReLU's
+    input is the linear layer's output, not what the ReLU made of it); a tensor passed by
+    keyword is among the inputs, after the positional ones."""
+    rows = [json.loads(line) for line in
+            traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
+    first = {}
+    for r in rows:
+        if r["step"] == 0 and r["op"] == "module output":
+            first.setdefault(r["module"], r)
+    linear, relu = first["Tied.blocks.0"], first["Tied.blocks.1"]
+    assert relu["in"] == linear["out"] and relu["out"] != relu["in"]
+    pair = first["Tied.pair"]  # scale, shift (its own), x, then bias by keyword
+    assert len(pair["in"]) == 4 and pair["in"][2] == first["Tied.blocks"]["out"][0]
+    assert pair["in"][3].startswith("f32[3]:")
+    other = [json.loads(line) for line in traced(tmp_path / "u.jsonl", lambda: program(0.5),
+                                                 level="modules").splitlines()]
+    moved = next(r for r in other if r["module"] == "Tied.pair")
+    assert moved["in"][:3] == pair["in"][:3] and moved["in"][3] != pair["in"][3]
+
+
+class Alone(torch.nn.Module):
+    """One linear layer (a model trained, then dropped)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x).sum()
+
+
+class Two(torch.nn.Module):
+    """Two linear layers (a model made after :class:`Alone` was dropped)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.dec(self.enc(x)).sum()
+
+
+def test_a_parameter_made_where_a_freed_one_was_is_named_by_its_own_model(tmp_path):
+    """Models trained one after another in one process (a sweep): a parameter that Python
+    places where a dropped model's was (the same ``id``) is named by its own model."""
+    import gc
+
+    def run():
+        torch.manual_seed(0)
+        for cls in (Alone, Two, Alone, Two):
+            model = cls()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.randn(2, 3)).backward()
+            opt.step()
+            del model, opt
+            gc.collect()
+
+    rows = [json.loads(line) for line in
+            traced(tmp_path / "t.jsonl", run, level="modules").splitlines()]
+    names = [r["module"] for r in rows if r["op"] == "parameter grad"]
+    one = ["Alone.fc.weight", "Alone.fc.bias"]
+    two = ["Two.enc.weight", "Two.enc.bias", "Two.dec.weight", "Two.dec.bias"]
+    assert names == (one + two) * 2
+
+
+def test_a_sparse_gradient_is_labelled_by_its_values(tmp_path):
+    """``Embedding(sparse=True)``'s gradient is hashed as its dense values: its label is the
+    dense embedding's, and another loss gives another label."""
+    def run(sparse, scale):
+        def program():
+            torch.manual_seed(0)
+            emb = torch.nn.Embedding(5, 4, sparse=sparse)
+            opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+            (emb(torch.tensor([0, 3])).sum() * scale).backward()
+            opt.step()
+        rows = [json.loads(line) for line in
+                traced(tmp_path / ("%s%s.jsonl" % (sparse, scale)), program,
+                       level="modules").splitlines()]
+        return [r["out"] for r in rows if r["op"] == "parameter grad"]
+
+    sparse = run(True, 1.0)
+    assert sparse == run(False, 1.0) and sparse != run(True, 2.0)
 
 
 def _grads(tmp_path, name, step):

@@ -243,7 +243,7 @@ def _wrap(compiled, fn):
                 if target is not None:
                     ins += list(target.parameters()) + list(target.buffers())
                     for pname, p in target.named_parameters(prefix=module):
-                        state.param_names.setdefault(id(p), pname)
+                        ts.name_param(state, p, pname)
                 described = ts.describe(ins, state)
         inner = contextlib.nullcontext()
         if record and level == "ops" and kernels.enabled():

@@ -122,8 +122,8 @@ def _general(t, max_bytes, hashed):
     try:
         if max_bytes is None or t.is_meta or t.numel() * t.element_size() > max_bytes:
             raise ValueError
-        if not t.data_ptr() and t.nbytes:
-            raise ValueError
+        if t.layout == _digest._torch_strided() and not t.data_ptr() and t.nbytes:
+            raise ValueError  # (a sparse layout has no data_ptr: made plain by _prepare)
         if device.fingerprinted_there(t):
             if device.capturing():  # a CUDA graph's op: no values until it is replayed
                 raise ValueError

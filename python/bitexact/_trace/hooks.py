@@ -5,6 +5,7 @@ The state and record writing they share with the dispatch mode are in
 
 import os
 import threading
+import weakref
 
 from . import compiled, device, digest, plain
 from . import state as ts
@@ -13,8 +14,11 @@ from . import state as ts
 def module_hooks(state, torch):
     """``--trace modules``: every module's forward output (op ``module output``, phase
     ``forward``, or ``recompute`` when a backward recomputes it; its inputs the module's own
-    parameters and persistent buffers, hashed before the forward (:func:`_state_of`), then the
-    forward's tensor arguments) and, before each optimizer step (after a step given a
+    parameters and persistent buffers (:func:`_state_of`) and the forward's positional tensor
+    arguments, hashed as the forward receives them (a forward that writes its argument in
+    place, as ``ReLU(inplace=True)``, is recorded with the argument it was given), then its
+    keyword tensor arguments, hashed after it: torch's global forward pre-hook is not given
+    them) and, before each optimizer step (after a step given a
     closure: :func:`_closure`), every parameter's gradient (op ``parameter grad``, phase
     ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
     thread that made them. Registered before the tracer's own step hook, which moves the
@@ -28,7 +32,7 @@ def module_hooks(state, torch):
     tracker = state.tracker
     local = threading.local()  # .held: [(module, its state's labels before, name, phase)]
     is_compiling = torch.compiler.is_compiling
-    names = _ParamNames(tracker, state.param_names)
+    names = _ParamNames(tracker, state)
 
     def recording():
         stream = ts.stream_of(state)
@@ -49,14 +53,16 @@ def module_hooks(state, torch):
         # dropped.
         if held is None or tracker.depth() <= 1:
             held = local.held = []
-        own = _state_of(mod, is_lazy)
+        given = _state_of(mod, is_lazy)
+        if args:
+            ts.collect_tensors(args, torch.Tensor, given)
         before = None
-        if own:
-            before = ts.Record("module output", "", "", own, ())
-            before.described_ins = digest.labels_now(state, own, before)
+        if given:
+            before = ts.Record("module output", "", "", given, ())
+            before.described_ins = digest.labels_now(state, given, before)
         held.append((mod, before, name, phase))
 
-    def after_forward(mod, args, output):
+    def after_forward(mod, args, kwargs, output):
         if is_compiling() or compiled.silent(mod):
             return
         stream = recording()
@@ -67,15 +73,17 @@ def module_hooks(state, torch):
             if held[k][0] is mod:  # it that raised
                 _, before, name, phase = held[k]
                 del held[k:]
+                given = kwargs
                 break
-        else:  # entered before tracing (or its steps) began
+        else:  # entered before tracing (or its steps) began: its arguments read now
             before, name, phase = None, tracker.name(mod), tracker.forward_phase()
-        if LANE and _lane(state, stream, phase, name, "module output", before, args, output):
+            given = (args, kwargs)
+        if LANE and _lane(state, stream, phase, name, "module output", before, given, output):
             return
-        ins = ts.collect_tensors(args, torch.Tensor, [])
+        ins = ts.collect_tensors(given, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
         rec = ts.Record("module output", phase, name, ins, outs)
-        rec.before = before  # its parameters and buffers as the forward read them: first
+        rec.before = before  # its state and arguments as the forward received them: first
         ts.emit(state, stream, rec)
 
     def grads(opt):
@@ -102,7 +110,7 @@ def module_hooks(state, torch):
             grads(opt)
 
     return [nn_module.register_module_forward_pre_hook(before_forward),
-            nn_module.register_module_forward_hook(after_forward),
+            nn_module.register_module_forward_hook(after_forward, with_kwargs=True),
             optimizer.register_optimizer_step_pre_hook(before_step),
             optimizer.register_optimizer_step_post_hook(after_step)]
 
@@ -122,8 +130,9 @@ LANE = True
 
 
 def _lane(state, stream, phase, name, op, before, ins, outs):
-    """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state as
-    its forward read it, ``ins`` and ``outs`` are its arguments and output; ``parameter grad``:
+    """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state and
+    positional arguments as its forward received them, ``ins`` and ``outs`` are its keyword
+    arguments and output; ``parameter grad``:
     the parameter and its gradient) the short way and returns True, as
     :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
     with): by one native call (``Lane.named``), or else
@@ -149,21 +158,22 @@ def _lane(state, stream, phase, name, op, before, ins, outs):
 
 
 class _ParamNames:
-    """The names of ``parameter grad`` records (``GPT.transformer.wte.weight``), in ``names``
-    (``id(parameter) -> name``, shared with the compiled calls' records). A parameter not named
-    yet has every traced module's parameters named at once: a parameter two modules hold, such
-    as tied embeddings, takes the name ``model.named_parameters()`` gives it, from the first
-    module that holds it in the order the modules were named. One no traced module holds is
-    ``param<i>`` (its place in its group), and is not looked for again until more modules are
-    named."""
+    """The names of ``parameter grad`` records (``GPT.transformer.wte.weight``), kept in
+    ``state`` (:func:`bitexact._trace.state.param_name`, shared with the compiled calls'
+    records). A parameter not named yet has every traced module's parameters named at once: a
+    parameter two modules hold, such as tied embeddings, takes the name
+    ``model.named_parameters()`` gives it, from the first module that holds it in the order
+    the modules were named. One no traced module holds is ``param<i>`` (its place in its
+    group), and is not looked for again until more modules are named."""
 
-    def __init__(self, tracker, names):
-        self._tracker, self._names = tracker, names
-        self._count, self._unnamed = None, set()  # modules named at the last walk; not found
+    def __init__(self, tracker, state):
+        self._tracker, self._state = tracker, state
+        # modules named at the last walk; id -> a weak reference, of parameters not found then
+        self._count, self._unnamed = None, {}
 
     def of(self, p, i):
         """The name of parameter ``p``, the ``i``-th of its group."""
-        name = self._names.get(id(p))
+        name = ts.param_name(self._state, p)
         if name is None:
             name = self._walk(p) or "param%d" % i
         return name
@@ -171,16 +181,18 @@ class _ParamNames:
     def _walk(self, p):
         named = self._tracker.named_modules()
         if self._count != len(named):
-            self._count, self._unnamed = len(named), set()
-        elif id(p) in self._unnamed:
-            return None
+            self._count, self._unnamed = len(named), {}
+        else:
+            missed = self._unnamed.get(id(p))
+            if missed is not None and missed() is p:
+                return None
         for mod, name in named:
             for pname, q in mod._parameters.items():
                 if q is not None:
-                    self._names.setdefault(id(q), "%s.%s" % (name, pname))
-        found = self._names.get(id(p))
+                    ts.name_param(self._state, q, "%s.%s" % (name, pname))
+        found = ts.param_name(self._state, p)
         if found is None:
-            self._unnamed.add(id(p))
+            self._unnamed[id(p)] = weakref.ref(p)
         return found
 
 

@@ -18,9 +18,7 @@ CAPTURE_FILE = _protocol.CAPTURE_FILE
 class Depth(threading.local):
     """A per-thread nesting depth (of :class:`paused` blocks here, of compiled calls in
     :mod:`bitexact._trace.compiled`), 0 until the thread first enters one: a class attribute,
-    so the check on every op is an attribute read, not ``getattr`` with a default (which
-    would raise and catch an ``AttributeError`` each time in a thread that never entered
-    one)."""
+    so the check on every op is an attribute read, not a ``getattr`` that raises and catches."""
 
     depth = 0
 
@@ -99,7 +97,9 @@ class State:
         # phase, module, op, occurrence]), until saved, and how many records with its
         # identity but an earlier occurrence were written (see _is_capture).
         self.capture, self.capture_seen = None, 0
-        self.param_names = {}  # id(parameter) -> qualified name (--trace modules)
+        # id(parameter) -> (a weak reference to it, its name): one made where a freed one
+        # was (a second model trained in the same process) is not given the freed one's name
+        self.param_names = {}
         self.out_dir = os.path.dirname(path)
         # Records whose staged device tensors or device values may still be on their way to
         # the host (their host tensors copied): (line, later, slots, keep, waits, fills),
@@ -209,6 +209,18 @@ def pid():
     return _pid[0]
 
 
+def param_name(state, p):
+    """The name of parameter ``p`` or None: by ``id``, checked by a weak reference."""
+    found = state.param_names.get(id(p))
+    return found[1] if found is not None and found[0]() is p else None
+
+
+def name_param(state, p, name):
+    """Names parameter ``p`` ``name`` unless it has a name."""
+    if param_name(state, p) is None:
+        state.param_names[id(p)] = (weakref.ref(p), name)
+
+
 def mine(state):
     """Whether a call now is the traced program's own: in the process that started tracing
     (not a forked DataLoader worker) and outside bitexact's own work (:class:`paused`)."""
@@ -297,7 +309,10 @@ def emit(state, stream, rec):
     identity = state.capture
     if identity is not None and _is_capture(state, identity, thread, step, rec):
         state.capture = None
-        save(state, rec.ins, rec.outs, identity, rec.call, rec.before)
+        ins = rec.ins  # a module's: its state and arguments as received first, as labelled
+        if rec.call is None and rec.before is not None:
+            ins = rec.before.ins + ins
+        save(state, ins, rec.outs, identity, rec.call, rec.before)
     ins, outs, op = rec.ins, rec.outs, rec.op
     scratch = _SCRATCH_RESULTS.get(op.partition(".")[0], ())
     if rec.scratch_outs:
