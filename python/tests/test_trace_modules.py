@@ -205,6 +205,46 @@ def test_a_parameter_made_where_a_freed_one_was_is_named_by_its_own_model(tmp_pa
     assert names == (one + two) * 2
 
 
+class Shared(torch.nn.Module):
+    """A layer held by two parents (``a``, and ``b``'s first), and a part (``enc``) run
+    alone, before the model first runs."""
+
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.Linear(3, 3)
+        self.enc = Alone()
+        self.a, self.b = layer, torch.nn.Sequential(layer, torch.nn.Linear(3, 3))
+
+    def forward(self, x):
+        return self.b(self.a(x)).sum() + self.enc(x)
+
+
+def test_modules_are_named_by_their_first_path_and_a_part_run_alone_by_its_root(tmp_path):
+    """Names are ``named_modules()``'s and ``named_parameters()``'s: a module two parents hold
+    by the first path that reaches it; a part run alone before its model by its class until
+    the model runs, then by the model's path, with every module below it."""
+    def run():
+        torch.manual_seed(0)
+        model = Shared()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.no_grad():
+            model.enc(torch.randn(2, 3))  # a feature pass
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.randn(2, 3)).backward()
+            opt.step()
+
+    rows = [json.loads(line) for line in
+            traced(tmp_path / "t.jsonl", run, level="modules").splitlines()]
+    model = Shared()
+    grads = [r["module"] for r in rows if r["op"] == "parameter grad" and r["step"] == 0]
+    assert grads == ["Shared." + n for n, _ in model.named_parameters()]
+    outputs = [r["module"] for r in rows if r["op"] == "module output"]
+    assert outputs[:2] == ["Alone.fc", "Alone"]  # alone, before the model ran
+    named = {"Shared." + n if n else "Shared" for n, _ in model.named_modules()}
+    assert set(outputs[2:]) == named and "Shared.b.0" not in named
+
+
 def test_a_sparse_gradient_is_labelled_by_its_values(tmp_path):
     """``Embedding(sparse=True)``'s gradient is hashed as its dense values: its label is the
     dense embedding's, and another loss gives another label."""

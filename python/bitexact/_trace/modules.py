@@ -30,7 +30,11 @@ This tracker keeps real stacks instead:
   backward of the module whose backward asked for them.
 
 Names are ModuleTracker's: the root module's class name, then attribute names
-(``Net.blocks.3.fc``), assigned the first time a module runs. Every hook returns at once while
+(``Net.blocks.3.fc``), assigned the first time a module runs, to every module below it at
+once, each by the first path that reaches it, as ``named_modules()`` does (a module two
+parents hold). A module run alone before its root (a feature pass of ``model.enc``) is
+named by its class until the root runs, then it and every module below it by the root's
+paths. Every hook returns at once while
 ``torch.compile`` traces (``torch.compiler.is_compiling()``). The hooks hold no tensors; the
 gradient hooks they register on a forward's tensors die with them, and do nothing once the
 tracker is stopped.
@@ -99,10 +103,19 @@ class Tracker:
             name = self._names[mod] = type(mod).__name__
         if mod not in self._named:
             self._named.add(mod)
-            for child_name, child in mod.named_children():
-                self._names[child] = "%s.%s" % (name, child_name)
-                self._name(child)
+            self._name_below(mod, name, {mod})
         return name
+
+    def _name_below(self, mod, name, done):
+        """Names every module below ``mod`` (named ``name``), depth first, each by the first
+        path that reaches it (``done``: those named in this walk), renaming any named before."""
+        for child_name, child in mod.named_children():
+            if child in done:
+                continue
+            done.add(child)
+            self._named.add(child)
+            below = self._names[child] = "%s.%s" % (name, child_name)
+            self._name_below(child, below, done)
 
     def _stack(self):
         stack = getattr(self._local, "stack", None)
