@@ -167,9 +167,10 @@ impl Lane {
     /// True; or returns False, having done nothing, where the general path must take it (a
     /// tensor off the host's fast path, `state.writer` not the native writer, an item of `held`
     /// not a [`Held`]). Its inputs: a slot taken from each item of `held` (the module's own
-    /// parameters and buffers as its forward read them), then the tensors in `ins` (the
-    /// forward's arguments; nested tuples, lists and dict values, as
-    /// `bitexact._trace.state.collect_tensors` finds them); its results the tensors in `outs`.
+    /// parameters and buffers and its positional arguments, as its forward received them),
+    /// then the tensors in `ins` (its keyword arguments; nested tuples, lists and dict values,
+    /// as `bitexact._trace.state.collect_tensors` finds them); its results the tensors in
+    /// `outs`.
     /// Its line has no arguments' text.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None))]
