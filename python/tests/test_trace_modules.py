@@ -34,6 +34,13 @@ class Pair(torch.nn.Module):
         return x * self.scale + self.shift + bias, x.sum()
 
 
+class Magnitude(torch.nn.Module):
+    """Takes a complex tensor (off the fast path: labelled at once) and returns a real one."""
+
+    def forward(self, z):
+        return z.abs()
+
+
 class Tied(torch.nn.Module):
     """An embedding tied to the output layer, modules run out of their registration order
     (``head``, registered last, holding the embedding's weight, runs first), and a module that
@@ -47,12 +54,13 @@ class Tied(torch.nn.Module):
         self.pair = Pair()
         self.head = torch.nn.Linear(3, 5, bias=False)
         self.head.weight = self.emb.weight
+        self.magnitude = Magnitude()
 
     def forward(self, idx):
         early = self.head(torch.ones(3))  # head first: its weight is the embedding's
         x = self.emb(idx)
         y, s = self.pair(self.blocks(x), bias=torch.full((3,), self.bias))
-        return early.mean() + self.head(y).mean() + s
+        return early.mean() + self.head(y).mean() + s + self.magnitude(torch.complex(y, y)).sum()
 
 
 def program(bias=0.25):
@@ -107,10 +115,12 @@ def test_the_module_lane_writes_what_the_general_path_writes(tmp_path, monkeypat
     outputs = [r for r in rows if r["op"] == "module output"]
     grads = [r for r in rows if r["op"] == "parameter grad"]
     assert len(outputs) >= 20 and len(grads) >= 10
-    assert taken == len(rows)  # every record took the lane
+    # every record took the lane but those with a complex input (labelled at once)
+    short = len([r for r in rows if r["module"] != "Tied.magnitude"])
+    assert taken == short < len(rows)
     monkeypatch.setattr(plain, "NATIVE", False)  # the lane's Python
     python, taken = lane_calls(lambda: run("python.jsonl"))
-    assert taken == len(rows) and python == lane
+    assert taken == short and python == lane
     monkeypatch.setattr(plain, "NATIVE", True)
     monkeypatch.setattr(hooks, "LANE", False)
     general, taken = lane_calls(lambda: run("general.jsonl"))
@@ -187,10 +197,13 @@ def test_a_parameter_made_where_a_freed_one_was_is_named_by_its_own_model(tmp_pa
     places where a dropped model's was (the same ``id``) is named by its own model."""
     import gc
 
+    ids = []  # of each model's parameters
+
     def run():
         torch.manual_seed(0)
         for cls in (Alone, Two, Alone, Two):
             model = cls()
+            ids.append({id(p) for p in model.parameters()})
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             model(torch.randn(2, 3)).backward()
             opt.step()
@@ -203,6 +216,8 @@ def test_a_parameter_made_where_a_freed_one_was_is_named_by_its_own_model(tmp_pa
     one = ["Alone.fc.weight", "Alone.fc.bias"]
     two = ["Two.enc.weight", "Two.enc.bias", "Two.dec.weight", "Two.dec.bias"]
     assert names == (one + two) * 2
+    if not any(ids[k] & ids[j] for k in range(4) for j in range(k)):
+        pytest.skip("premise: no parameter was made where a dropped one was (no id reused)")
 
 
 class Shared(torch.nn.Module):

@@ -123,8 +123,8 @@ def _general(t, max_bytes, hashed):
         if max_bytes is None or t.is_meta or t.numel() * t.element_size() > max_bytes:
             raise ValueError
         if t.layout == _digest._torch_strided() and not t.data_ptr() and t.nbytes:
-            raise ValueError  # (a sparse layout has no data_ptr: made plain by _prepare)
-        if device.fingerprinted_there(t):
+            raise ValueError  # (a sparse layout has no data_ptr: made dense by _prepare)
+        if device.fingerprinted_there(t) and t.layout == _digest._torch_strided():
             if device.capturing():  # a CUDA graph's op: no values until it is replayed
                 raise ValueError
             _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)  # a TypeError

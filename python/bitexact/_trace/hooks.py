@@ -18,7 +18,7 @@ def module_hooks(state, torch):
     arguments, hashed as the forward receives them (a forward that writes its argument in
     place, as ``ReLU(inplace=True)``, is recorded with the argument it was given), then its
     keyword tensor arguments, hashed after it: torch's global forward pre-hook is not given
-    them) and, before each optimizer step (after a step given a
+    them; a forward entered before tracing began: its arguments only, hashed after it) and, before each optimizer step (after a step given a
     closure: :func:`_closure`), every parameter's gradient (op ``parameter grad``, phase
     ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
     thread that made them. Registered before the tracer's own step hook, which moves the
@@ -132,7 +132,8 @@ LANE = True
 def _lane(state, stream, phase, name, op, before, ins, outs):
     """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state and
     positional arguments as its forward received them, ``ins`` and ``outs`` are its keyword
-    arguments and output; ``parameter grad``:
+    arguments (all its arguments, for a forward entered before tracing began: ``before`` is
+    None) and output; ``parameter grad``:
     the parameter and its gradient) the short way and returns True, as
     :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
     with): by one native call (``Lane.named``), or else
@@ -144,8 +145,9 @@ def _lane(state, stream, phase, name, op, before, ins, outs):
             or device.capturing():
         return False
     if before is not None and (before.keep or before.waits or before.fills
-                               or before.later is None):
-        return False
+                               or before.later is None
+                               or len(before.later) != len(before.described_ins)):
+        return False  # (some labelled at once, off the fast path: the general path lists them)
     held = before.later if before is not None else None
     native = plain.native()
     if native is not None:
@@ -160,11 +162,11 @@ def _lane(state, stream, phase, name, op, before, ins, outs):
 class _ParamNames:
     """The names of ``parameter grad`` records (``GPT.transformer.wte.weight``), kept in
     ``state`` (:func:`bitexact._trace.state.param_name`, shared with the compiled calls'
-    records). A parameter not named yet has every traced module's parameters named at once: a
-    parameter two modules hold, such as tied embeddings, takes the name
-    ``model.named_parameters()`` gives it, from the first module that holds it in the order
-    the modules were named. One no traced module holds is ``param<i>`` (its place in its
-    group), and is not looked for again until more modules are named."""
+    records). A parameter not named yet has every traced root module's parameters named at
+    once, as ``model.named_parameters()`` names them (a parameter two modules hold, such as
+    tied embeddings, by the first that holds it). One no traced module holds is ``param<i>``
+    (its place in its group), and is not looked for again until more modules are named. A
+    name once given is kept (a part trained alone before its model keeps its own)."""
 
     def __init__(self, tracker, state):
         self._tracker, self._state = tracker, state
@@ -187,9 +189,9 @@ class _ParamNames:
             if missed is not None and missed() is p:
                 return None
         for mod, name in named:
-            for pname, q in mod._parameters.items():
-                if q is not None:
-                    ts.name_param(self._state, q, "%s.%s" % (name, pname))
+            if "." not in name:  # a root: its parameters as named_parameters() names them
+                for pname, q in mod.named_parameters(prefix=name):
+                    ts.name_param(self._state, q, pname)
         found = ts.param_name(self._state, p)
         if found is None:
             self._unnamed[id(p)] = weakref.ref(p)

@@ -58,7 +58,7 @@ class Tracker:
         self._task = torch._C._current_graph_task_id  # where() asks it on every op
         self._names = weakref.WeakKeyDictionary()  # module -> qualified name
         self._named = weakref.WeakSet()  # modules whose children are named
-        self._local = threading.local()  # .stack: [(name, recomputed)] of this thread
+        self._local = threading.local()  # .stack: [(name, recomputed, module)] of this thread
         self._backward = {}  # graph task id -> [module names entered in its backward]
         self._lock = ts.fork_lock(self)  # made anew in a forked child
         self._handles = []
@@ -149,7 +149,7 @@ class Tracker:
         """Enters ``mod``'s forward in this thread (the forward pre-hook's work, for a caller
         that has checked what :meth:`_pre` checks): returns ``(its name, its phase)``."""
         name, phase = self.name(mod), self.forward_phase()
-        self._stack().append((name, phase == RECOMPUTE))
+        self._stack().append((name, phase == RECOMPUTE, mod))
         return name, phase
 
     def _pre(self, mod, args):
@@ -167,11 +167,11 @@ class Tracker:
     def _post(self, mod, args, output):
         if self._torch.compiler.is_compiling() or compiled.silent(mod):
             return
-        name = self.name(mod)
         stack = self._stack()
+        name = self.name(mod)
         for i in range(len(stack) - 1, -1, -1):
-            if stack[i][0] == name:
-                del stack[i:]
+            if stack[i][2] is mod:  # by identity: renamed meanwhile (see _name_below), it
+                del stack[i:]  # still leaves
                 break
         if self._follow_backward:
             self._on_grads(output, self._enter(name))
