@@ -87,6 +87,12 @@ fn is_zero(v: &u64) -> bool {
 }
 
 impl TraceEntry {
+    /// Whether this is a `--trace modules` record (`module output`, `parameter grad`): not an
+    /// op call, so there is nothing to capture and replay in float64.
+    pub fn is_module_record(&self) -> bool {
+        matches!(self.op.as_str(), "module output" | "parameter grad")
+    }
+
     /// The identity a record is aligned by, without its occurrence number.
     fn key(&self) -> streams::Key<'_> {
         (

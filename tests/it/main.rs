@@ -35,6 +35,7 @@ mod ignore_rules;
 mod kernels_host;
 mod kernels_ptx;
 mod memory_bounds;
+mod module_records;
 mod noise;
 mod op_traces;
 mod planner;

@@ -127,6 +127,11 @@ fn print_verdict(
     tb: &[trace::TraceEntry],
 ) {
     match d {
+        // `--trace modules` records module outputs and parameter gradients, not op calls
+        None if ta.iter().any(trace::TraceEntry::is_module_record) => {
+            let s = if ta.len() == 1 { "" } else { "s" };
+            println!("identical module traces ({} record{s})", ta.len())
+        }
         None => match trace::in_place_in_one(ta, tb) {
             0 => println!("identical op traces ({} op calls)", ta.len()),
             n => println!(
@@ -163,11 +168,12 @@ enum Replayed {
 
 /// The identity (for `bitexact run --capture`) of the divergence's op when its inputs matched:
 /// the op to capture for an fp64 replay. The JSON gives it as `capture`, so a script or test
-/// can read which op differs first on this machine rather than assume it.
+/// can read which op differs first on this machine rather than assume it. None for a
+/// `--trace modules` record: a module's forward or a gradient is not one op call.
 fn origin_identity(ta: &[trace::TraceEntry], d: &trace::Divergence) -> Option<String> {
     ta.iter()
         .position(|e| e.call == d.call && d.rank.is_none_or(|r| r == e.rank))
-        .filter(|_| d.inputs_matched)
+        .filter(|&i| d.inputs_matched && !ta[i].is_module_record())
         .map(|i| trace::identity_json(ta, i))
 }
 
