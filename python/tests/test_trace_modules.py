@@ -4,6 +4,7 @@ general path (``state.emit``) writes, whoever hashes and with or without sketche
 ``model.named_parameters()`` gives it, whatever order the modules run in; a step given a
 closure records the gradients its closure made."""
 
+import dataclasses
 import json
 import sys
 import threading
@@ -41,6 +42,22 @@ class Magnitude(torch.nn.Module):
         return z.abs()
 
 
+@dataclasses.dataclass
+class Halves:
+    """A dataclass output."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+    count: int = 2
+
+
+class Split(torch.nn.Module):
+    """Returns a dataclass."""
+
+    def forward(self, x):
+        return Halves(x.clamp(max=0), x.clamp(min=0))
+
+
 class Tied(torch.nn.Module):
     """An embedding tied to the output layer, modules run out of their registration order
     (``head``, registered last, holding the embedding's weight, runs first), and a module that
@@ -55,12 +72,15 @@ class Tied(torch.nn.Module):
         self.head = torch.nn.Linear(3, 5, bias=False)
         self.head.weight = self.emb.weight
         self.magnitude = Magnitude()
+        self.split = Split()
 
     def forward(self, idx):
         early = self.head(torch.ones(3))  # head first: its weight is the embedding's
         x = self.emb(idx)
         y, s = self.pair(self.blocks(x), bias=torch.full((3,), self.bias))
-        return early.mean() + self.head(y).mean() + s + self.magnitude(torch.complex(y, y)).sum()
+        halves = self.split(y)
+        return early.mean() + self.head(halves.high).mean() + s \
+            + self.magnitude(torch.complex(y, y)).sum()
 
 
 def program(bias=0.25):
@@ -152,7 +172,8 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
 def test_arguments_are_labelled_as_received_keyword_ones_too(tmp_path):
     """A forward's positional arguments are hashed as it receives them (the in-place ReLU's
     input is the linear layer's output, not what the ReLU made of it); a tensor passed by
-    keyword is among the inputs, after the positional ones."""
+    keyword is among the inputs, after the positional ones; a dataclass output's tensor
+    fields are its outputs."""
     rows = [json.loads(line) for line in
             traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
     first = {}
@@ -164,6 +185,8 @@ def test_arguments_are_labelled_as_received_keyword_ones_too(tmp_path):
     pair = first["Tied.pair"]  # scale, shift (its own), x, then bias by keyword
     assert len(pair["in"]) == 4 and pair["in"][2] == first["Tied.blocks"]["out"][0]
     assert pair["in"][3].startswith("f32[3]:")
+    split = first["Tied.split"]  # a dataclass's two tensor fields
+    assert len(split["out"]) == 2 and split["out"][0] != split["out"][1]
     other = [json.loads(line) for line in traced(tmp_path / "u.jsonl", lambda: program(0.5),
                                                  level="modules").splitlines()]
     moved = next(r for r in other if r["module"] == "Tied.pair")

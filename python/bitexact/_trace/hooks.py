@@ -18,7 +18,8 @@ def module_hooks(state, torch):
     arguments, hashed as the forward receives them (a forward that writes its argument in
     place, as ``ReLU(inplace=True)``, is recorded with the argument it was given), then its
     keyword tensor arguments, hashed after it: torch's global forward pre-hook is not given
-    them; a forward entered before tracing began: its arguments only, hashed after it) and, before each optimizer step (after a step given a
+    them; a forward entered before tracing began: its arguments only, hashed after it; its
+    outputs: the tensors in tuples, lists, dict values and a returned dataclass's fields) and, before each optimizer step (after a step given a
     closure: :func:`_closure`), every parameter's gradient (op ``parameter grad``, phase
     ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
     thread that made them. Registered before the tracer's own step hook, which moves the
@@ -78,6 +79,8 @@ def module_hooks(state, torch):
         else:  # entered before tracing (or its steps) began: its arguments read now
             before, name, phase = None, tracker.name(mod), tracker.forward_phase()
             given = (args, kwargs)
+        if hasattr(type(output), "__dataclass_fields__"):
+            output = _fields(output)
         if LANE and _lane(state, stream, phase, name, "module output", before, given, output):
             return
         ins = ts.collect_tensors(given, torch.Tensor, [])
@@ -113,6 +116,17 @@ def module_hooks(state, torch):
             nn_module.register_module_forward_hook(after_forward, with_kwargs=True),
             optimizer.register_optimizer_step_pre_hook(before_step),
             optimizer.register_optimizer_step_post_hook(after_step)]
+
+
+def _fields(output):
+    """A forward's output that is a dataclass instance, as the list of its fields' values, so
+    that its tensors are recorded (``collect_tensors`` walks tuples, lists and dicts; an
+    output of ``transformers`` is a dict already)."""
+    import dataclasses
+
+    if isinstance(output, type):
+        return output
+    return [getattr(output, f.name, None) for f in dataclasses.fields(output)]
 
 
 def _closure(args, kwargs):
