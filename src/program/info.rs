@@ -39,11 +39,13 @@ pub(super) fn unread_controls(
             names.join(", ")
         ),
         None => format!(
-            "varied {} reach the program only through {}, and it recorded no controls read \
-             (it does not use the helper's readers): bitexact cannot tell whether they \
+            "varied {} {} the program only through {}, and it recorded no controls read \
+             (it does not use the helper's readers): bitexact cannot tell whether {} \
              changed anything; {how}",
             names.join(", "),
-            vars.join(", ")
+            if names.len() == 1 { "reaches" } else { "reach" },
+            vars.join(", "),
+            if names.len() == 1 { "it" } else { "they" },
         ),
     };
     (names, Some(note))

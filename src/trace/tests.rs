@@ -343,14 +343,17 @@ fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
     let forward = words("module output");
     assert!(
         forward.ends_with(
-            "output differs: this module's forward is nondeterministic (--trace ops names the op)"
+            "output differs: an op in this module's forward is nondeterministic, or a number \
+             or other non-tensor argument it was given differs (--trace ops names which)"
         ),
         "{forward}"
     );
     let grad = words("parameter grad");
     assert!(
         grad.ends_with(
-            "the backward that made this gradient is nondeterministic (--trace ops names the op)"
+            "output differs: the loss (made outside the traced modules), the backward, or an \
+             edit of the gradients before the optimizer step (such as clipping) differs \
+             (--trace ops names which)"
         ),
         "{grad}"
     );

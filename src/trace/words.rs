@@ -25,13 +25,16 @@ pub const ARGUMENTS_DIFFER: &str = "arguments differ";
 /// nothing else is known: the words [`super::Divergence::under`] replaces.
 pub const NONDETERMINISTIC: &str = "this op is nondeterministic";
 
-/// [`NONDETERMINISTIC`] of a `--trace modules` record: a module's output (its forward) or a
-/// parameter's gradient (the backward that made it), which ran many ops the record does not
-/// show.
-pub(super) const NONDETERMINISTIC_MODULE: &str =
-    "this module's forward is nondeterministic (--trace ops names the op)";
-pub(super) const NONDETERMINISTIC_BACKWARD: &str =
-    "the backward that made this gradient is nondeterministic (--trace ops names the op)";
+/// [`NONDETERMINISTIC`] of a `--trace modules` record: a module's output (its forward ran
+/// many ops the record does not show, and was given arguments other than tensors, which are
+/// not recorded) or a parameter's gradient (made by a loss computed outside the modules, the
+/// backward, and whatever changed the gradients before the optimizer step).
+pub(super) const NONDETERMINISTIC_MODULE: &str = "an op in this module's forward is \
+     nondeterministic, or a number or other non-tensor argument it was given differs \
+     (--trace ops names which)";
+pub(super) const NONDETERMINISTIC_BACKWARD: &str = "the loss (made outside the traced \
+     modules), the backward, or an edit of the gradients before the optimizer step (such as \
+     clipping) differs (--trace ops names which)";
 
 /// The words for a record `x` whose inputs matched and whose output differed, nothing else
 /// known: [`NONDETERMINISTIC`], or what a `--trace modules` record stands for.

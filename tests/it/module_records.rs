@@ -46,7 +46,10 @@ fn module_traces_are_said_to_hold_records_and_a_module_is_not_offered_a_capture(
     let (code, out) = diff(false);
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("this module's forward is nondeterministic (--trace ops names the op)"),
+        out.contains(
+            "inputs identical, output differs: an op in this module's forward is \
+             nondeterministic, or a number or other non-tensor argument it was given differs"
+        ),
         "{out}"
     );
     assert!(!out.contains("capture"), "{out}");
