@@ -387,8 +387,9 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
         }
         format!(
             "{at} already received different inputs ({}) although every earlier traced output matched: \
-             the divergence comes from code between traced ops",
-            which.join(", ")
+             the divergence comes from {}",
+            which.join(", "),
+            words::between(x)
         )
     };
     Divergence {

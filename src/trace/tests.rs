@@ -358,4 +358,26 @@ fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
         "{grad}"
     );
     assert!(words("aten::mm").ends_with(NONDETERMINISTIC));
+    // Inputs that already differ: code the records do not cover, said in the level's terms.
+    let received = |op: &str| {
+        let mut y = x(op, "f32[2]:bb");
+        y.inputs = vec!["f32[2]:ab".into()];
+        first_divergence(&[x(op, "f32[2]:bb")], &[y])
+            .expect("a divergence")
+            .explanation
+    };
+    let forward = received("module output");
+    assert!(
+        forward.ends_with(
+            "the divergence comes from code between traced module calls (an enclosing \
+             module's own forward, or code outside every module)"
+        ),
+        "{forward}"
+    );
+    let grad = received("parameter grad");
+    assert!(
+        grad.contains("the parameter changed after the last optimizer step"),
+        "{grad}"
+    );
+    assert!(received("aten::mm").ends_with("the divergence comes from code between traced ops"));
 }

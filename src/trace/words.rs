@@ -46,6 +46,24 @@ pub(super) fn nondeterministic(x: &TraceEntry) -> &'static str {
     }
 }
 
+/// Where the difference of a record whose inputs already differed came from: code between
+/// traced ops; for a `--trace modules` record, code the module records do not cover (a
+/// module's own forward between the calls of its children, code outside every module, or,
+/// for a gradient's parameter, a change after the last optimizer step).
+pub(super) fn between(x: &TraceEntry) -> &'static str {
+    match x.op.as_str() {
+        "module output" => {
+            "code between traced module calls (an enclosing module's own forward, or code \
+             outside every module)"
+        }
+        "parameter grad" => {
+            "code between traced module calls (the parameter changed after the last optimizer \
+             step, or the gradient's inputs outside every module)"
+        }
+        _ => "code between traced ops",
+    }
+}
+
 /// Why a record whose recorded inputs match may still have read a value that differed: an
 /// input recorded by dtype and shape only (`f32[4]:-`: over `--trace-max-bytes`, scratch
 /// memory), or a partial in-place write whose earlier value the record does not show
