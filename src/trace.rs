@@ -306,7 +306,8 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
         if x.inputs == y.inputs && x.output == y.output && x.algorithm == y.algorithm {
             continue;
         }
-        return Some(differing(x, y, n + 1));
+        let (p, q) = streams::receiver(a, b, (&la, &index), (pos, j));
+        return Some(differing(&a[p], &b[q], ia[p] + 1));
     }
     let seen: std::collections::HashSet<_> =
         a.iter().zip(&la).map(|(e, &l)| (e.aligned(), l)).collect();

@@ -73,6 +73,50 @@ pub fn aligned_index<'a>(
         .collect()
 }
 
+/// The record to name for a `--trace modules` module record `a[pos]` (counterpart `b[j]`)
+/// that already received different inputs: the outermost module call enclosing it that
+/// received the same differing tensor (one of its input labels is one of `a[pos]`'s that
+/// differ), whose own counterpart's inputs differ too. A module's record is written when its
+/// forward returns, after its children's, so the first record to differ is the innermost
+/// module the difference reached (`Net.b.fc`, called by `Net.b` with what `Net` made between
+/// its calls); the answer is `Net.b`. Any other record: itself.
+pub fn receiver(
+    a: &[TraceEntry],
+    b: &[TraceEntry],
+    (la, index): (&[usize], &HashMap<(Aligned<'_>, usize), usize>),
+    (mut pos, mut j): (usize, usize),
+) -> (usize, usize) {
+    let differing = |p: usize, q: usize| -> Vec<&String> {
+        (a[p].inputs.iter().zip(&b[q].inputs))
+            .filter(|(x, y)| x != y)
+            .map(|(x, _)| x)
+            .collect()
+    };
+    if a[pos].op != "module output" {
+        return (pos, j);
+    }
+    loop {
+        let labels = differing(pos, j);
+        let x = &a[pos];
+        let encloses = |e: &TraceEntry| {
+            e.op == x.op
+                && (e.rank, &e.thread, e.step, &e.phase) == (x.rank, &x.thread, x.step, &x.phase)
+                && x.module.starts_with(&format!("{}.", e.module))
+        };
+        let Some(k) = (pos + 1..a.len()).find(|&k| encloses(&a[k])) else {
+            return (pos, j);
+        };
+        let Some(&m) = index.get(&(a[k].aligned(), la[k])) else {
+            return (pos, j);
+        };
+        let received = a[k].inputs.iter().any(|l| labels.contains(&l));
+        if !received || differing(k, m).is_empty() {
+            return (pos, j);
+        }
+        (pos, j) = (k, m);
+    }
+}
+
 /// How many records of `a` have their counterpart in `b` under the op's other name (in place
 /// in one run, out of place in the other: [`aligned_op`]).
 pub fn in_place_in_one(a: &[TraceEntry], b: &[TraceEntry]) -> usize {

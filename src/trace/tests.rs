@@ -325,6 +325,52 @@ fn an_op_that_read_a_value_its_record_does_not_show_is_not_called_nondeterminist
 }
 
 #[test]
+fn a_difference_made_between_module_calls_names_the_outermost_module_that_received_it() {
+    // Net's forward adds noise between Net.a and Net.b; Net.b passes it to Net.b.fc. Records
+    // are written as forwards return: Net.a, Net.b.fc, Net.b, Net.
+    let rec = |module: &str, inputs: &[&str], out: &str| TraceEntry {
+        op: "module output".into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        output: out.into(),
+        phase: "forward".into(),
+        module: module.into(),
+        source: "t.py:3".into(),
+        ..TraceEntry::default()
+    };
+    let run = |h: &str, y: &str| {
+        vec![
+            rec("Net.a", &["f32[2]:w", "f32[2]:x"], "f32[2]:h"),
+            rec(
+                "Net.b.fc",
+                &["f32[2]:v", &format!("f32[2]:{h}")],
+                &format!("f32[2]:{y}"),
+            ),
+            rec("Net.b", &[&format!("f32[2]:{h}")], &format!("f32[2]:{y}")),
+            rec("Net", &["f32[2]:x"], &format!("f32[2]:{y}")),
+        ]
+    };
+    let d = first_divergence(&run("h1", "y1"), &run("h2", "y2")).expect("a divergence");
+    assert!(
+        d.explanation.starts_with(
+            "step 0, rank 0, module output (call 1 of module output) in module Net.b (forward)"
+        ) && d
+            .explanation
+            .contains("already received different inputs (input 0)"),
+        "{}",
+        d.explanation
+    );
+    // A child that made the difference itself is still the one named.
+    let mut b = run("h1", "y1");
+    b[1].output = "f32[2]:z".into();
+    let d = first_divergence(&run("h1", "y1"), &b).expect("a divergence");
+    assert!(
+        d.explanation.contains("in module Net.b.fc (forward)"),
+        "{}",
+        d.explanation
+    );
+}
+
+#[test]
 fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
     let x = |op: &str, out: &str| TraceEntry {
         op: op.into(),
