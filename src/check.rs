@@ -279,12 +279,16 @@ fn serve_if_child(case: &dyn Case) {
 /// Writes `SKIPPED what: why` straight to standard error, past libtest's output capture (which
 /// only catches `print!`/`eprint!`), so a test that could not run does not pass silently. When
 /// `$BITEXACT_SKIP_LOG` names a file ([`crate::protocol::SKIP_LOG_ENV`]), the line is also
-/// appended to it, so a script running many test binaries (`ci/test.sh`) can list every skip
-/// in its summary.
+/// appended to it as one line ([`one_line`]), so a script running many test binaries
+/// (`ci/test.sh`) can list and count every skip in its summary.
 pub fn skip_notice(what: &str, why: &str) {
     let line = format!("bitexact: SKIPPED {what}: {why}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
     if let Some(log) = std::env::var_os(crate::protocol::SKIP_LOG_ENV).filter(|l| !l.is_empty()) {
+        let line = format!(
+            "bitexact: SKIPPED {what}: {}\n",
+            one_line(why, SKIP_LOG_CHARS)
+        );
         let _ = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -293,10 +297,30 @@ pub fn skip_notice(what: &str, why: &str) {
     }
 }
 
+/// How much of a skip's reason the skip log keeps (its standard error line keeps all).
+const SKIP_LOG_CHARS: usize = 400;
+
+/// `text` on one line (every run of whitespace, line breaks too, one space), cut to `max`
+/// characters with `…`: a reason that quotes a report's JSON is still one skip.
+fn one_line(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &flat[..at]),
+        None => flat,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::case::{Ctx, Outputs};
+
+    #[test]
+    fn a_skip_reason_is_one_line_in_the_log() {
+        assert_eq!(one_line("a {\n  \"b\": 1\n}", 100), "a { \"b\": 1 }");
+        assert_eq!(one_line("ééé ééé", 3), "ééé…");
+        assert_eq!(one_line("short", 5), "short");
+    }
     use crate::tensor::Tensor;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -97,7 +97,10 @@ fn compiled_nanogpt_at_1_vs_2_threads_names_a_backward_kernel() {
     if d.is_null() {
         common::premise_skip(
             test,
-            &format!("compiled nanoGPT gave the same bits at 1 and 2 threads: {case:#}"),
+            &format!(
+                "compiled nanoGPT gave the same bits at 1 and 2 threads (verdict: {})",
+                case["verdict"]
+            ),
         );
         return;
     }
