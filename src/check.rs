@@ -279,7 +279,7 @@ fn serve_if_child(case: &dyn Case) {
 /// Writes `SKIPPED what: why` straight to standard error, past libtest's output capture (which
 /// only catches `print!`/`eprint!`), so a test that could not run does not pass silently. When
 /// `$BITEXACT_SKIP_LOG` names a file ([`crate::protocol::SKIP_LOG_ENV`]), the line is also
-/// appended to it as one line ([`one_line`]), so a script running many test binaries
+/// appended to it as one line (`one_line`), so a script running many test binaries
 /// (`ci/test.sh`) can list and count every skip in its summary.
 pub fn skip_notice(what: &str, why: &str) {
     let line = format!("bitexact: SKIPPED {what}: {why}\n");
