@@ -1,8 +1,9 @@
 """``--trace modules`` (``bitexact._trace.hooks.module_hooks``): its short lane for a module's
 and a gradient's record (``hooks._lane``: native, or its Python) writes byte for byte what the
-general path (``state.emit``) writes, whoever hashes and with or without sketches; a parameter's name is the one
-``model.named_parameters()`` gives it, whatever order the modules run in; a step given a
-closure records the gradients its closure made."""
+general path (``state.emit``) writes, whoever hashes and with or without sketches; a
+parameter's name is the one ``model.named_parameters()`` gives it, whatever order the modules
+run in; a step given a closure records the gradients its closure made; arguments are read as
+received, keyword ones too; sparse gradients and dataclass outputs are recorded."""
 
 import dataclasses
 import json

@@ -122,9 +122,10 @@ def _general(t, max_bytes, hashed):
     try:
         if max_bytes is None or t.is_meta or t.numel() * t.element_size() > max_bytes:
             raise ValueError
-        if t.layout == _digest._torch_strided() and not t.data_ptr() and t.nbytes:
-            raise ValueError  # (a sparse layout has no data_ptr: made dense by _prepare)
-        if device.fingerprinted_there(t) and t.layout == _digest._torch_strided():
+        strided = t.layout == _digest._torch_strided()  # else sparse: no data_ptr, made
+        if strided and not t.data_ptr() and t.nbytes:  # dense by _prepare
+            raise ValueError
+        if strided and device.fingerprinted_there(t):
             if device.capturing():  # a CUDA graph's op: no values until it is replayed
                 raise ValueError
             _digest._torch_dtypes.get(t.dtype) or _digest._torch_dtype(t.dtype)  # a TypeError

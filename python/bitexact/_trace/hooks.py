@@ -19,8 +19,9 @@ def module_hooks(state, torch):
     place, as ``ReLU(inplace=True)``, is recorded with the argument it was given), then its
     keyword tensor arguments, hashed after it: torch's global forward pre-hook is not given
     them; a forward entered before tracing began: its arguments only, hashed after it; its
-    outputs: the tensors in tuples, lists, dict values and a returned dataclass's fields) and, before each optimizer step (after a step given a
-    closure: :func:`_closure`), every parameter's gradient (op ``parameter grad``, phase
+    outputs: the tensors in tuples, lists, dict values and a returned dataclass's fields) and,
+    before each optimizer step (after a step given a closure: :func:`_closure`), every
+    parameter's gradient (op ``parameter grad``, phase
     ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
     thread that made them. Registered before the tracer's own step hook, which moves the
     stream to the next step. The forward pre-hook is also the module tracker's
