@@ -61,6 +61,11 @@ pub struct TraceEntry {
     /// it has none or the record is older ([`noise::arguments`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub args: String,
+    /// A `--trace modules` module record: how many of its first [`inputs`](Self::inputs) are
+    /// the module's own parameters and persistent buffers (the rest are its arguments); none
+    /// for other records and before record version 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own: Option<usize>,
     /// A float64 sketch of each result, in the order of [`output`](Self::output) (empty text
     /// for a result without one; no sketches in older records): [`sketch`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -119,7 +124,9 @@ impl TraceEntry {
 
     /// `step 3, rank 0, thread ema#0, aten::mm (call 17 of aten::mm) in module enc.fc1
     /// (backward), train.py:88` for program records (no thread for the main one; a
-    /// recomputation says so); `call 4 `matmul`` for a case's.
+    /// recomputation says so); `--trace modules` records say what they are: `module enc.fc1
+    /// (call 2 of enc.fc1) (forward)`, `gradient of enc.fc1.weight (backward)`; `call 4
+    /// `matmul`` for a case's.
     fn describe(&self, occurrence: usize) -> String {
         if self.phase.is_empty() && self.module.is_empty() && self.source.is_empty() {
             return format!("call {} `{}`", self.call, self.op);
@@ -128,13 +135,15 @@ impl TraceEntry {
             "" => String::new(),
             t => format!("thread {t}, "),
         };
-        let mut s = format!(
-            "step {}, rank {}, {thread}{} (call {} of {})",
-            self.step, self.rank, self.op, occurrence, self.op
-        );
-        if !self.module.is_empty() {
-            s.push_str(&format!(" in module {}", self.module));
-        }
+        let (op, m) = (&self.op, &self.module);
+        let mut s = format!("step {}, rank {}, {thread}", self.step, self.rank);
+        s.push_str(&match op.as_str() {
+            "module output" => format!("module {m} (call {occurrence} of {m})"),
+            "parameter grad" if occurrence == 1 => format!("gradient of {m}"),
+            "parameter grad" => format!("gradient of {m} (record {occurrence} of it)"),
+            _ if m.is_empty() => format!("{op} (call {occurrence} of {op})"),
+            _ => format!("{op} (call {occurrence} of {op}) in module {m}"),
+        });
         match self.phase.as_str() {
             "" => {}
             "recompute" => s.push_str(" (recomputed in the backward)"),
@@ -307,7 +316,12 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
             continue;
         }
         let (p, q) = streams::receiver(a, b, (&la, &index), (pos, j));
-        return Some(differing(&a[p], &b[q], ia[p] + 1));
+        let mut d = differing(&a[p], &b[q], ia[p] + 1);
+        if !d.inputs_matched && a[p].op == "module output" {
+            let at = a[p].describe(ia[p] + 1);
+            d.explanation = words::module_received(a, p, &b[q], &at);
+        }
+        return Some(d);
     }
     let seen: std::collections::HashSet<_> =
         a.iter().zip(&la).map(|(e, &l)| (e.aligned(), l)).collect();
@@ -416,5 +430,7 @@ pub mod sketch;
 pub mod streams;
 mod words;
 
+#[cfg(test)]
+mod module_tests;
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,8 @@ and a gradient's record (``hooks._lane``: native, or its Python) writes byte for
 general path (``state.emit``) writes, whoever hashes and with or without sketches; a
 parameter's name is the one ``model.named_parameters()`` gives it, whatever order the modules
 run in; a step given a closure records the gradients its closure made; arguments are read as
-received, keyword ones too; sparse gradients and dataclass outputs are recorded."""
+received, keyword ones too; a module record counts its own state among its inputs; sparse
+gradients and dataclass outputs are recorded."""
 
 import dataclasses
 import json
@@ -168,6 +169,26 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
     # The replaced parameter: named by its module, as the one it replaced, in the optimizer's
     # order (its new group last; the old one, now without a gradient, not recorded).
     assert grads[1] == [n for n in expected if n != "Tied.pair.scale"] + ["Tied.pair.scale"]
+
+
+def test_a_module_record_counts_its_own_state_among_its_inputs(tmp_path):
+    """A module record's ``"own"`` is how many of its first inputs are the module's own
+    parameters and persistent buffers (``bitexact diff-trace`` names them apart from its
+    arguments); a gradient's record has none."""
+    rows = [json.loads(line) for line in
+            traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
+    own = {}
+    for r in rows:
+        if r["op"] == "module output":
+            own.setdefault(r["module"], set()).add(r["own"])
+        else:
+            assert "own" not in r
+    assert own["Tied.blocks.0"] == own["Tied.blocks.3"] == {2}  # Linear, LayerNorm
+    assert own["Tied.pair"] == {2}  # scale and the persistent buffer, not the cache
+    assert own["Tied.head"] == own["Tied.emb"] == {1}
+    assert own["Tied"] == own["Tied.split"] == own["Tied.blocks.1"] == {0}
+    first = next(r for r in rows if r["module"] == "Tied.pair")
+    assert len(first["in"]) == 2 + 2  # its state, then x and the keyword bias
 
 
 def test_arguments_are_labelled_as_received_keyword_ones_too(tmp_path):

@@ -196,8 +196,8 @@ pub(super) struct RunFiles {
     pub(super) remover: std::sync::Arc<Remover>,
     pub(super) out: PathBuf,
     pub(super) stdout: Option<PathBuf>,
-    /// How many op calls the run's trace holds (`--trace ops`).
-    pub(super) op_calls: Option<usize>,
+    /// How many records the run's trace holds (`57 op calls`: [`crate::trace::program::count`]).
+    pub(super) op_calls: Option<String>,
     /// Whether the run was stopped early (its trace ends there).
     pub(super) stopped_early: bool,
 }
@@ -232,9 +232,9 @@ impl Loader for RunFiles {
 
     fn value(&self, name: &str) -> Option<String> {
         if name == crate::trace::program::OPS_NAME {
-            return self.op_calls.map(|n| match self.stopped_early {
-                true => format!("{n} op calls (stopped early)"),
-                false => format!("{n} op calls"),
+            return self.op_calls.clone().map(|n| match self.stopped_early {
+                true => format!("{n} (stopped early)"),
+                false => n,
             });
         }
         collect::load_value(&self.out, name).ok().flatten()

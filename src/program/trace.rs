@@ -166,7 +166,7 @@ pub(super) fn localize(
     let Some(mut d) = crate::trace::first_divergence(compared, b) else {
         return explain::first_output_divergence(first, other).map(|mut d| {
             d.explanation
-                .push_str(&outside_ops(compared.len(), other.partial));
+                .push_str(&outside_ops(compared, other.partial));
             d
         });
     };
@@ -201,19 +201,27 @@ fn batch_variant(first: &Collected, other: &Collected, sizes: [usize; 2]) -> Opt
     })
 }
 
-/// What is said of a file difference when the op traces agree: `calls` op calls compared
-/// (up to where a run stopped early, when `partial`).
-fn outside_ops(calls: usize, partial: bool) -> String {
+/// What is said of a file difference when the traces agree: `compared`'s records (up to where
+/// a run stopped early, when `partial`). A module trace leaves more out than an op trace.
+fn outside_ops(compared: &[TraceEntry], partial: bool) -> String {
     let upto = if partial {
         " up to where the later run was stopped"
     } else {
         ""
     };
-    format!(
-        "; the op traces were identical ({calls} op calls{upto}): the difference arose outside \
-         the traced ops (host-side Python or numpy, another process, or work the tracer does \
-         not see)"
-    )
+    let n = crate::trace::program::count(compared);
+    match compared.iter().any(TraceEntry::is_module_record) {
+        true => format!(
+            "; the module traces were identical ({n}{upto}): the difference arose where module \
+             records do not look (code outside every module, such as the loss or what is \
+             written; an optimizer step's update; another process; --trace ops looks further)"
+        ),
+        false => format!(
+            "; the op traces were identical ({n}{upto}): the difference arose outside the \
+             traced ops (host-side Python or numpy, another process, or work the tracer does \
+             not see)"
+        ),
+    }
 }
 
 /// Re-runs runs 0 and `j` with the tracer saving the tensors of the op with identity `key`

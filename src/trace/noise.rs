@@ -21,7 +21,9 @@
 //!   random walk; `K · ε` is the worst case), and an elementwise op (`K` = 1) implemented
 //!   differently (vectorized or not, another libm) by a few ULPs: hence the factor;
 //! - **an origin**, an op whose inputs are identical on both sides (where a difference starts),
-//!   is judged by its own difference: beyond noise when its arguments differ (`same inputs,
+//!   (a `--trace modules` record lists less than what made it: a module's, when none of the
+//!   modules it called differs; a gradient's, when no earlier record of its rank differs) is
+//!   judged by its own difference: beyond noise when its arguments differ (`same inputs,
 //!   different arguments: eps 1e-05 vs 0.001`), when an integer or boolean result differs
 //!   (rounding cannot explain it), or when `d > τ`; within noise otherwise;
 //! - **a receiver**, an op whose inputs already differ (downstream of a difference), or an
@@ -40,7 +42,9 @@
 //!   noise. An integer result that differs downstream (an argmax whose arguments moved by
 //!   noise) is not judged.
 //!
-//! The answer is the first record beyond noise, if any; else every difference starts at an
+//! The answer is the first record beyond noise, if any; else, when no differing record had
+//! identical inputs (no origin: the difference entered between traced records, by an amount
+//! none measured), the traces are not judged; else every difference starts at an
 //! origin within noise, and the answer says how far it grew and through which op (the largest
 //! amplified receiver, else the record of the largest difference: [`text::answer`]). A record
 //! without sketches (an older trace, a device tensor, a tensor too large to hash) is counted as
@@ -55,6 +59,7 @@ use std::collections::HashMap;
 
 mod bounds;
 pub mod text;
+mod verdict;
 
 pub use bounds::{
     argument_difference, arguments, reduction_length, threshold, GROWTH_ALLOWANCE, MAX_THRESHOLD,
@@ -95,8 +100,10 @@ pub struct RecordNoise {
 /// How two traces differ: within rounding noise or beyond it (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NoiseClassification {
-    /// `within-noise` (every differing record judged is within noise or amplified),
-    /// `beyond-noise`, or `not-judged` (no differing record could be judged: no sketches).
+    /// `within-noise` (every difference starts at an origin within noise, and every record
+    /// judged is within noise or amplified), `beyond-noise`, or `not-judged` (no differing
+    /// record could be judged, for want of sketches, or no origin: the difference entered
+    /// between traced records, by an amount none measured).
     pub classification: String,
     /// The first record where the traces differ and their inputs matched, judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +229,8 @@ pub fn classify_noise_with(
     let mut steps: std::collections::BTreeMap<u64, StepGrowth> = Default::default();
     let mut seen: Seen = Default::default();
     let mut so_far = 0f64;
+    let mut differs = vec![false; a.len()];
+    let mut ranks_differing = std::collections::HashSet::new();
     for (pos, (x, (&n, &l))) in a.iter().zip(ia.iter().zip(&la)).enumerate() {
         let Some(&k) = index.get(&(x.aligned(), l)) else {
             continue;
@@ -241,6 +250,7 @@ pub fn classify_noise_with(
         }
         g.differing += 1;
         j.differing += 1;
+        differs[pos] = true;
         let (rel, discrete, unknown) = difference(x, y, g);
         if let Some(r) = rel {
             g.max_rel = Some(g.max_rel.map_or(r, |m| m.max(r)));
@@ -252,8 +262,12 @@ pub fn classify_noise_with(
         if j.first_beyond_noise.is_none() {
             let grown = input_difference(&seen, x, y).unwrap_or(0.0).max(so_far);
             let mine = own.filter(|o| o.index == pos);
-            let v = record_noise(x, y, n, rel, (discrete, unknown), grown, mine);
-            let origin = x.inputs == y.inputs;
+            let upstream = match x.op.as_str() {
+                "parameter grad" => ranks_differing.contains(&x.rank),
+                _ => a_callee_differs(a, pos, &differs),
+            };
+            let v = verdict::record_noise(x, y, n, rel, (discrete, unknown, upstream), grown, mine);
+            let origin = x.inputs == y.inputs && !upstream;
             if let Some(r) = rel.filter(|_| origin && !x.hides_read) {
                 j.largest_origin_rel = Some(j.largest_origin_rel.map_or(r, |m| m.max(r)));
             }
@@ -261,11 +275,14 @@ pub fn classify_noise_with(
             so_far = so_far.max(rel.unwrap_or(0.0));
         }
         remember(&mut seen, x, y);
+        ranks_differing.insert(x.rank);
     }
     j.growth = steps.into_values().collect();
-    j.classification = match (&j.first_beyond_noise, j.not_judged == j.differing) {
+    // No origin: the difference entered between traced records, by an amount none measured.
+    let unmeasured = j.differing > 0 && (j.not_judged == j.differing || j.origin.is_none());
+    j.classification = match (&j.first_beyond_noise, unmeasured) {
         (Some(_), _) => "beyond-noise",
-        (None, true) if j.differing > 0 => "not-judged",
+        (None, true) => "not-judged",
         _ => "within-noise",
     }
     .into();
@@ -316,123 +333,30 @@ fn count(j: &mut NoiseClassification, v: RecordNoise, origin: bool) {
     }
 }
 
-/// The verdict on one differing record `x` (occurrence `n`) against its counterpart `y`:
-/// `rel` its relative difference, `(discrete, unknown)` whether an integer result differs and
-/// whether a result has no sketch, `grown` the growth so far, `own` its fp64 replay.
-fn record_noise(
-    x: &TraceEntry,
-    y: &TraceEntry,
-    n: usize,
-    rel: Option<f64>,
-    (discrete, unknown): (bool, bool),
-    grown: f64,
-    own: Option<&OwnStep>,
-) -> RecordNoise {
-    let outs: Vec<&str> = x.output.split(';').collect();
-    let float_out = outs
-        .iter()
-        .zip(y.output.split(';'))
-        .filter(|&(p, q)| *p != q)
-        .find_map(|(p, _)| sketch::dtype_of_label(p).filter(|d| d.is_float()));
-    let k = reduction_length(&x.inputs, &outs);
-    let tau = float_out.and_then(|d| threshold(d, k));
-    let rule = |d: crate::tensor::DType, tau: f64| {
-        format!(
-            "{NOISE_FACTOR} × ε({d}) {:.3e} × √{k} = {tau:.2e}",
-            sketch::epsilon(d).unwrap_or(0.0)
-        )
-    };
-    let mk = |judgement: &str, allowed: Option<f64>, why: String| RecordNoise {
-        at: x.describe(n + 1),
-        judgement: judgement.into(),
-        rel,
-        allowed,
-        why,
-    };
-    let same_inputs = x.inputs == y.inputs;
-    if same_inputs && x.args != y.args {
-        let why = format!(
-            "same inputs, different arguments: {}",
-            argument_difference(&x.args, &y.args)
-        );
-        return mk("beyond-noise", tau, why);
+/// Whether module record `a[pos]` called a module whose record differs (`differs`, by
+/// position): the records of its stream, step and phase just before it that its module
+/// encloses, written as its callees returned. A module's record lists its own state and
+/// arguments, not its callees', so its output then differs whatever its inputs: a receiver.
+fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
+    let x = &a[pos];
+    if x.op != "module output" {
+        return false;
     }
-    if same_inputs && discrete {
-        let why = "same inputs, an integer result differs: rounding does not explain it";
-        return mk("beyond-noise", None, why.into());
+    let inside =
+        |m: &str| (m.strip_prefix(x.module.as_str())).is_some_and(|rest| rest.starts_with('.'));
+    for k in (0..pos).rev() {
+        let e = &a[k];
+        if (e.rank, &e.thread) != (x.rank, &x.thread) {
+            continue; // another thread's stream, interleaved
+        }
+        if (e.step, &e.phase, &e.op) != (x.step, &x.phase, &x.op) || !inside(&e.module) {
+            return false;
+        }
+        if differs[k] {
+            return true;
+        }
     }
-    let (Some(r), Some(d), Some(tau)) = (rel, float_out, tau) else {
-        let why = match (unknown, discrete) {
-            (true, _) => "no sketch of its results to measure the difference",
-            _ => "an integer result differs downstream of a difference",
-        };
-        return mk("not-judged", None, why.into());
-    };
-    if same_inputs && !x.hides_read {
-        let why = format!("relative difference {r:.2e}, threshold {}", rule(d, tau));
-        let judgement = if r <= tau {
-            "within-noise"
-        } else {
-            "beyond-noise"
-        };
-        return mk(judgement, Some(tau), why);
-    }
-    let (judgement, allowed, why) = received(x, y, (r, tau), &rule(d, tau), grown, own);
-    mk(judgement, Some(allowed), why)
-}
-
-/// The verdict's words on a record `x` that receives a difference (its inputs differ from
-/// `y`'s, or it writes in place), `r` its relative difference, `tau` the threshold `rule`
-/// gives, `grown` the growth so far and `own` its fp64 replay: within the allowance for what
-/// it received, beyond noise (its own step, or its arguments), or amplified. Gives the
-/// judgement, the difference allowed, and why.
-fn received(
-    x: &TraceEntry,
-    y: &TraceEntry,
-    (r, tau): (f64, f64),
-    rule: &str,
-    grown: f64,
-    own: Option<&OwnStep>,
-) -> (&'static str, f64, String) {
-    let same_inputs = x.inputs == y.inputs;
-    let allowed = tau.max(GROWTH_ALLOWANCE * grown);
-    let receives = match same_inputs {
-        true => "it writes in place (the value it overwrote is not in its record)",
-        false => "its inputs already differ",
-    };
-    let why = format!(
-        "relative difference {r:.2e}; {receives}, growth so far {grown:.2e}, allowed max({rule}, \
-         {GROWTH_ALLOWANCE} × {grown:.2e}) = {allowed:.2e}"
-    );
-    let replayed = own.map_or(String::new(), |o| {
-        format!("; fp64 replay on each side's own inputs: {}", o.verdict)
-    });
-    let (judgement, why) = match own {
-        Some(o) if o.beyond => (
-            "beyond-noise",
-            format!("{why}; its own step is beyond noise{replayed}"),
-        ),
-        _ if r <= allowed => ("within-noise", format!("{why}{replayed}")),
-        _ if x.args != y.args => (
-            "beyond-noise",
-            format!(
-                "{why}; its arguments differ: {}",
-                argument_difference(&x.args, &y.args)
-            ),
-        ),
-        _ => (
-            "amplified",
-            format!(
-                "{why}; amplified: past the allowance only because the values it reads already \
-                 differ, its arguments match{}",
-                match own {
-                    Some(_) => replayed,
-                    None => " (no fp64 replay of its own step)".into(),
-                }
-            ),
-        ),
-    };
-    (judgement, allowed, why)
+    false
 }
 
 /// Whether `op` writes a tensor in place (`aten::mul_.Tensor`, `aten::_foreach_add_.List`).

@@ -47,6 +47,19 @@ pub const MAX_RECORDS: usize = 20_000_000;
 /// record), so a script that writes no file is still checked.
 pub const OPS_NAME: &str = "<ops>";
 
+/// How a report counts `trace`'s records: `57 op calls`, or `57 module records` for a
+/// `--trace modules` trace ([`TraceEntry::is_module_record`]), which holds no op calls.
+pub fn count(trace: &[TraceEntry]) -> String {
+    let what = match trace.iter().any(TraceEntry::is_module_record) {
+        true => "module record",
+        false => "op call",
+    };
+    match trace.len() {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    }
+}
+
 /// One digest over every record of `trace` (all fields but the call position), stream by
 /// stream ([`super::streams::canonical`]: how threads interleaved does not change it). A
 /// record's thread is hashed only when it has one, so a trace of one thread digests as it did
@@ -98,6 +111,9 @@ struct Line {
     #[serde(rename = "in")]
     inputs: Vec<String>,
     out: Vec<String>,
+    /// A module record's own state among its first inputs (version 6).
+    #[serde(default)]
+    own: Option<usize>,
     #[serde(default)]
     args: String,
     #[serde(default)]
@@ -161,7 +177,7 @@ impl Labels {
                 "4 (fingerprint labels, in-place ops' inputs without the tensor they write)"
             }
             Labels::FingerprintReadsWritten => {
-                "5 (fingerprint labels, in-place ops' inputs with the tensor they write)"
+                "5 or 6 (fingerprint labels, in-place ops' inputs with the tensor they write)"
             }
         }
     }
@@ -335,6 +351,7 @@ fn entry(parsed: Line, call: usize) -> TraceEntry {
         module: parsed.module,
         source: parsed.src,
         args: parsed.args,
+        own: parsed.own,
         sketches: parsed.sk,
         generator: parsed.gen,
         kernels: Vec::new(),

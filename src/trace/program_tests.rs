@@ -20,11 +20,11 @@ fn reads_lines_and_drops_a_cut_last_line() {
     let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");
     std::fs::write(&p, format!("{LINE}\n{v3}\n")).unwrap();
     assert_eq!(read_dir(dir.path()).unwrap().unwrap().len(), 2);
-    std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":6"))).unwrap();
+    std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":7"))).unwrap();
     assert!(read_dir(dir.path())
         .unwrap_err()
         .to_string()
-        .contains("trace version 6"));
+        .contains("trace version 7"));
 }
 
 #[test]
@@ -154,4 +154,15 @@ proptest::proptest! {
         std::fs::write(dir.path().join(".bitexact-trace-rank0.jsonl"), &bytes).unwrap();
         let _ = read_dir(dir.path());
     }
+}
+
+#[test]
+fn a_module_trace_is_counted_in_records_and_an_op_trace_in_op_calls() {
+    let e = |op: &str| TraceEntry {
+        op: op.into(),
+        ..TraceEntry::default()
+    };
+    assert_eq!(count(&[e("aten::mm"), e("aten::add")]), "2 op calls");
+    assert_eq!(count(&[e("module output")]), "1 module record");
+    assert_eq!(count(&[]), "0 op calls");
 }

@@ -97,13 +97,7 @@ pub fn receiver(
     }
     loop {
         let labels = differing(pos, j);
-        let x = &a[pos];
-        let encloses = |e: &TraceEntry| {
-            e.op == x.op
-                && (e.rank, &e.thread, e.step, &e.phase) == (x.rank, &x.thread, x.step, &x.phase)
-                && x.module.starts_with(&format!("{}.", e.module))
-        };
-        let Some(k) = (pos + 1..a.len()).find(|&k| encloses(&a[k])) else {
+        let Some(k) = enclosing(a, pos) else {
             return (pos, j);
         };
         let Some(&m) = index.get(&(a[k].aligned(), la[k])) else {
@@ -115,6 +109,21 @@ pub fn receiver(
         }
         (pos, j) = (k, m);
     }
+}
+
+/// The record of the module call that encloses module record `a[pos]` (`Net.b` of
+/// `Net.b.fc`: written after it, in its stream, step and phase), if one was recorded; none for
+/// a module called from code outside every module (`model(batch)`).
+pub fn enclosing(a: &[TraceEntry], pos: usize) -> Option<usize> {
+    let x = &a[pos];
+    (pos + 1..a.len()).find(|&k| {
+        let e = &a[k];
+        e.op == x.op
+            && (e.rank, &e.thread, e.step, &e.phase) == (x.rank, &x.thread, x.step, &x.phase)
+            && x.module
+                .strip_prefix(e.module.as_str())
+                .is_some_and(|r| r.starts_with('.'))
+    })
 }
 
 /// How many records of `a` have their counterpart in `b` under the op's other name (in place

@@ -86,3 +86,67 @@ pub(super) fn unseen_input(x: &TraceEntry) -> Option<String> {
             .to_string()
     })
 }
+
+/// The explanation of `--trace modules` module record `a[pos]` (at `at`) whose inputs
+/// already differ from its counterpart `y`'s: which differ, as the module's own state (a
+/// parameter by its gradient records' name, `Net.fc.weight`) or its arguments (by the
+/// record's `own`; `input i` in records before version 6), and where such a difference comes
+/// from: where module records do not look at the module's state; code outside every module
+/// when no module call encloses this one; else code between module calls ([`between`]).
+pub(super) fn module_received(a: &[TraceEntry], pos: usize, y: &TraceEntry, at: &str) -> String {
+    let x = &a[pos];
+    let (mut state, mut args) = (Vec::new(), Vec::new());
+    for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
+        match x.own {
+            Some(n) if i < n => state.push(own_name(a, x, i)),
+            Some(n) => args.push(format!("argument {}", i - n)),
+            None => args.push(format!("input {i}")),
+        }
+    }
+    if x.inputs.len() != y.inputs.len() {
+        args.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
+    }
+    let from = if !state.is_empty() {
+        "a change to the module's own state where module records do not look (its \
+         initialization, an optimizer step, whose update they do not record, or a load or edit \
+         outside every module; --trace ops names which)"
+            .to_string()
+    } else if super::streams::enclosing(a, pos).is_none() {
+        format!(
+            "code outside every traced module: what the program passed to {} (its data, such \
+             as a DataLoader's order or augmentation, or a value it computed)",
+            x.module
+        )
+    } else {
+        between(x).to_string()
+    };
+    state.append(&mut args);
+    format!(
+        "{at} already received different inputs ({}) although every earlier traced output \
+         matched: the divergence comes from {from}",
+        state.join(", ")
+    )
+}
+
+/// How [`module_received`] names input `i` of module record `x`, one of the module's own
+/// parameters and buffers: `its parameter Net.fc.weight` when a gradient record of `a` (of
+/// the module's direct parameter, on its rank) had that input's label, else `its parameter or
+/// buffer i`.
+fn own_name(a: &[TraceEntry], x: &TraceEntry, i: usize) -> String {
+    let label = &x.inputs[i];
+    let direct = |m: &str| {
+        (m.strip_prefix(x.module.as_str()))
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|name| !name.contains('.'))
+    };
+    a.iter()
+        .find(|e| {
+            e.op == "parameter grad"
+                && e.rank == x.rank
+                && e.inputs.first() == Some(label)
+                && direct(&e.module)
+        })
+        .map_or(format!("its parameter or buffer {i}"), |e| {
+            format!("its parameter {}", e.module)
+        })
+}

@@ -212,14 +212,32 @@ fn module_traces_name_the_module_that_received_the_difference() {
     assert_eq!(o.status.code(), Some(1), "{case:#}");
     let d = divergence(&case);
     assert!(
-        d.contains("module output") && d.contains("in module Classifier.head.fc (forward)"),
+        d.contains("module Classifier.head.fc (call 1 of Classifier.head.fc) (forward)"),
         "{d}"
     );
-    assert!(d.contains("already received different inputs"), "{d}");
+    // Its argument, made by its parent's own forward (not its weight or bias: "own" tells).
+    assert!(
+        d.contains("already received different inputs (argument 0)")
+            && d.contains("code between traced module calls"),
+        "{d}"
+    );
+    // Neither the parent, whose record lists none of its callees' state, nor anything else
+    // had identical inputs: not judged, never "within noise".
+    let noise = &case["divergence"]["noise"];
+    assert_eq!(noise["classification"], "not-judged", "{noise:#}");
     let notes = case["notes"].to_string();
     assert!(
         notes.contains("module trace: ") && !notes.contains("op calls"),
         "{notes}"
+    );
+    // The trace's digest counts what it holds: module records, not op calls.
+    let ops = &case["diff"][0];
+    assert_eq!(ops["tensor"], "<ops>", "{case:#}");
+    assert!(
+        ops["first_values"][0]
+            .as_str()
+            .is_some_and(|v| v.ends_with(" module records")),
+        "{ops:#}"
     );
 }
 

@@ -170,10 +170,10 @@ impl Lane {
     /// parameters and buffers and its positional arguments, as its forward received them),
     /// then the tensors in `ins` (its keyword arguments; nested tuples, lists and dict values,
     /// as `bitexact._trace.state.collect_tensors` finds them); its results the tensors in
-    /// `outs`.
-    /// Its line has no arguments' text.
+    /// `outs`. Its line has no arguments' text; a module record's has `"own"`, the count of
+    /// the module's own parameters and buffers among its first inputs.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None))]
+    #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None, own=None))]
     fn named(
         &self,
         py: Python<'_>,
@@ -185,6 +185,7 @@ impl Lane {
         ins: &Bound<'_, PyAny>,
         outs: &Bound<'_, PyAny>,
         held: Option<&Bound<'_, PyList>>,
+        own: Option<usize>,
     ) -> PyResult<bool> {
         let Ok(writer) = state
             .getattr(intern!(py, "writer"))?
@@ -209,7 +210,12 @@ impl Lane {
         };
         let outs = ins.split_off(n);
         let before: Vec<&Held> = before.iter().map(Bound::get).collect();
-        let site = Site::Named { phase, module, op };
+        let site = Site::Named {
+            phase,
+            module,
+            op,
+            own,
+        };
         self.queue(py, state, stream, &writer, &site, &before, ins, outs)
     }
 

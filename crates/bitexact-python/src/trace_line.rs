@@ -49,6 +49,8 @@ pub(crate) struct Fields<'a> {
     pub(crate) src: &'a str,
     pub(crate) thread: &'a str,
     pub(crate) args: Option<&'a str>,
+    /// A module record's `"own"`: how many of its first inputs are the module's own state.
+    pub(crate) own: Option<usize>,
 }
 
 impl Lane {
@@ -248,6 +250,9 @@ impl Lane {
                 s.push('"');
             }
             s.push(']');
+        }
+        if let Some(own) = f.own {
+            let _ = write!(s, ",\"own\":{own}");
         }
         if let Some(args) = f.args {
             s.push_str(",\"args\":");

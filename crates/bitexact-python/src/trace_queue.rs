@@ -20,11 +20,13 @@ use pyo3::types::PyString;
 pub(crate) enum Site<'a, 'py> {
     /// An op's call: the module and phase the tracker is in now, the call's arguments.
     Op(&'a Call<'a, 'py>),
-    /// A record named by its caller: its phase, module and op.
+    /// A record named by its caller: its phase, module and op, and a module record's own
+    /// state's count (`"own"`).
     Named {
         phase: &'a Bound<'py, PyString>,
         module: &'a Bound<'py, PyString>,
         op: &'a Bound<'py, PyString>,
+        own: Option<usize>,
     },
 }
 
@@ -122,7 +124,7 @@ impl Lane {
         outs: usize,
         sketch: bool,
     ) -> PyResult<String> {
-        let (text, phase, module, op) = match *site {
+        let (text, phase, module, op, own) = match *site {
             Site::Op(call) => {
                 let text = match sketch {
                     true => self.arguments(py, call.func, &call.args, &call.kwargs)?,
@@ -133,9 +135,14 @@ impl Lane {
                     .call_method0(intern!(py, "where"))?;
                 let (phase, module): (Bound<'_, PyString>, Bound<'_, PyString>) =
                     place.extract()?;
-                (text, phase, module, call.op.clone())
+                (text, phase, module, call.op.clone(), None)
             }
-            Site::Named { phase, module, op } => (None, phase.clone(), module.clone(), op.clone()),
+            Site::Named {
+                phase,
+                module,
+                op,
+                own,
+            } => (None, phase.clone(), module.clone(), op.clone(), own),
         };
         let src = self.source(py, &state.getattr(intern!(py, "skip_dirs"))?)?;
         let thread = stream
@@ -152,6 +159,7 @@ impl Lane {
             src: &src,
             thread: &thread,
             args: text.as_deref(),
+            own,
         };
         Ok(self.line(&fields, ins, outs, sketch))
     }

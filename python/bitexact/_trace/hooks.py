@@ -14,7 +14,8 @@ from . import state as ts
 def module_hooks(state, torch):
     """``--trace modules``: every module's forward output (op ``module output``, phase
     ``forward``, or ``recompute`` when a backward recomputes it; its inputs the module's own
-    parameters and persistent buffers (:func:`_state_of`) and the forward's positional tensor
+    parameters and persistent buffers (:func:`_state_of`, counted by the record's ``"own"``)
+    and the forward's positional tensor
     arguments, hashed as the forward receives them (a forward that writes its argument in
     place, as ``ReLU(inplace=True)``, is recorded with the argument it was given), then its
     keyword tensor arguments, hashed after it: torch's global forward pre-hook is not given
@@ -32,7 +33,8 @@ def module_hooks(state, torch):
     from torch.nn.parameter import is_lazy
 
     tracker = state.tracker
-    local = threading.local()  # .held: [(module, its state's labels before, name, phase)]
+    # .held: [(module, its state's labels before, name, phase, how many of them are its own)]
+    local = threading.local()
     is_compiling = torch.compiler.is_compiling
     names = _ParamNames(tracker, state)
 
@@ -56,13 +58,14 @@ def module_hooks(state, torch):
         if held is None or tracker.depth() <= 1:
             held = local.held = []
         given = _state_of(mod, is_lazy)
+        own = len(given)
         if args:
             ts.collect_tensors(args, torch.Tensor, given)
         before = None
         if given:
             before = ts.Record("module output", "", "", given, ())
             before.described_ins = digest.labels_now(state, given, before)
-        held.append((mod, before, name, phase))
+        held.append((mod, before, name, phase, own))
 
     def after_forward(mod, args, kwargs, output):
         if is_compiling() or compiled.silent(mod):
@@ -73,21 +76,23 @@ def module_hooks(state, torch):
         held = getattr(local, "held", None) or []
         for k in range(len(held) - 1, -1, -1):  # its own entry, past any of forwards inside
             if held[k][0] is mod:  # it that raised
-                _, before, name, phase = held[k]
+                _, before, name, phase, own = held[k]
                 del held[k:]
                 given = kwargs
                 break
         else:  # entered before tracing (or its steps) began: its arguments read now
-            before, name, phase = None, tracker.name(mod), tracker.forward_phase()
+            before, name, phase, own = None, tracker.name(mod), tracker.forward_phase(), 0
             given = (args, kwargs)
         if hasattr(type(output), "__dataclass_fields__"):
             output = _fields(output)
-        if LANE and _lane(state, stream, phase, name, "module output", before, given, output):
+        if LANE and _lane(state, stream, phase, name, "module output", before, given, output,
+                          own):
             return
         ins = ts.collect_tensors(given, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
         rec = ts.Record("module output", phase, name, ins, outs)
         rec.before = before  # its state and arguments as the forward received them: first
+        rec.own = own
         ts.emit(state, stream, rec)
 
     def grads(opt):
@@ -144,11 +149,11 @@ def _closure(args, kwargs):
 LANE = True
 
 
-def _lane(state, stream, phase, name, op, before, ins, outs):
+def _lane(state, stream, phase, name, op, before, ins, outs, own=None):
     """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state and
     positional arguments as its forward received them, ``ins`` and ``outs`` are its keyword
     arguments (all its arguments, for a forward entered before tracing began: ``before`` is
-    None) and output; ``parameter grad``:
+    None) and output, ``own`` how many of its inputs are its own state; ``parameter grad``:
     the parameter and its gradient) the short way and returns True, as
     :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
     with): by one native call (``Lane.named``), or else
@@ -166,12 +171,12 @@ def _lane(state, stream, phase, name, op, before, ins, outs):
     held = before.later if before is not None else None
     native = plain.native()
     if native is not None:
-        return native.named(state, stream, phase, name, op, ins, outs, held)
+        return native.named(state, stream, phase, name, op, ins, outs, held, own)
     import torch
 
     tensor = torch.Tensor
     return plain.write_hosts(state, stream, phase, name, op, ts.collect_tensors(ins, tensor, []),
-                             ts.collect_tensors(outs, tensor, []), held=held or ())
+                             ts.collect_tensors(outs, tensor, []), held=held or (), own=own)
 
 
 class _ParamNames:

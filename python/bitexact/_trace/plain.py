@@ -131,12 +131,13 @@ def _python_record(state, stream, func, op, args, kwargs, result, tensor_type):
     return write_hosts(state, stream, phase, module, op, ins, outs, text)
 
 
-def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=()):
+def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=(), own=None):
     """Writes a record whose tensors are all plain host tensors (``digest._all_fast``) as
     :func:`bitexact._trace.state.emit` writes it, for the background writer to hash
     (``state.deferred``), and returns True; returns False, having done nothing, where one is
     not. ``held``: values held before the call (``TraceWriter.hold``), its first inputs;
-    ``text``: its non-tensor arguments. The Python lanes' last step: this module's and
+    ``text``: its non-tensor arguments; ``own``: a module record's ``"own"``. The Python
+    lanes' last step: this module's and
     ``--trace modules``' (:func:`bitexact._trace.hooks.module_hooks`), where the native module
     is missing (``Lane.record`` and ``Lane.named`` do it natively)."""
     items = digest._all_fast(ins + outs, state.max_bytes)
@@ -148,7 +149,8 @@ def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=()):
         slots, sketches = list(range(n, n + len(outs))), digest.SKETCH_MARK
     line = _record_line.line(stream.step, state.rank, phase, module, op,
                              _record_line.source(state.skip_dirs), [digest.HOLE] * n,
-                             [digest.HOLE] * len(outs), stream.label, text, sketches)
+                             [digest.HOLE] * len(outs), stream.label, text, sketches,
+                             own=own)
     with state.lock:
         state.write(line, list(held) + items, slots)
     return True

@@ -11,8 +11,7 @@ from .. import _digest, _protocol
 from . import device, digest, record
 from .digest import describe  # noqa: F401  (the collectives describe their inputs)
 
-# [rank, thread, step, phase, module, op, occurrence] of the op whose tensors are saved here
-# (in0.., out0..): bitexact's re-run to explain a localized divergence (``$BITEXACT_TRACE_CAPTURE``).
+# Where the op ``$BITEXACT_TRACE_CAPTURE`` names has its tensors saved (in0.., out0..).
 CAPTURE_FILE = _protocol.CAPTURE_FILE
 
 class Depth(threading.local):
@@ -267,7 +266,7 @@ class Record:
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
                  "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "held",
-                 "kernel", "src", "before", "others", "snaps")
+                 "kernel", "src", "before", "others", "snaps", "own")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -279,11 +278,11 @@ class Record:
         self.held = False  # made while a CUDA graph is captured: written after the capture
         self.kernel = None  # a compiled region's kernel: its "kernel" field (trace/kernels.py)
         self.src = None  # its source line when not the stack's (a kernel's: its region's)
-        # an in-place op's written tensors as they were before it (their labels listed before
-        # ``ins``' and their device values carried along: bitexact._trace.writes.read_before)
-        self.before = None
-        self.others = None  # (a record of values before an op) its inputs' labels, if taken
-        self.snaps = None  # (the same, in a capture run) id(tensor) -> a copy of its values
+        # before: an in-place op's written tensors as they were before it (their labels listed
+        # before ``ins``' and their device values carried along: writes.read_before); others:
+        # (a record of values before an op) its inputs' labels, if taken; snaps: (the same, in a
+        # capture run) id(tensor) -> a copy of its values; own: (a module's) ``"own"``
+        self.before = self.others = self.snaps = self.own = None
 
 
 def _is_capture(state, identity, thread, step, rec):
@@ -343,7 +342,8 @@ def emit(state, stream, rec):
             sketches = ()
     src = record.source(state.skip_dirs) if rec.src is None else rec.src
     line = record.line(step, state.rank, rec.phase, rec.module, op, src, described_ins,
-                       described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel)
+                       described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel,
+                       rec.own)
     with state.lock:
         if rec.waits or rec.held:  # keep holds the staged bytes and host copies
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits, rec.fills))

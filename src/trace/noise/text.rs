@@ -38,22 +38,25 @@ pub fn answer(j: &NoiseClassification, compared: usize) -> String {
     if let Some(b) = &j.first_beyond_noise {
         return format!("beyond noise: first at {} — {}", b.at, b.why);
     }
-    if j.classification == "not-judged" {
+    if j.classification == "not-judged" && j.not_judged == j.differing {
         return format!(
-            "noise not judged: none of the {} differing op calls has sketches (records of an \
+            "noise not judged: none of the {} differing records has sketches (records of an \
              older bitexact, or tensors not on the host)",
             j.differing
         );
     }
-    let starts = match &j.origin {
-        Some(o) => format!(
-            "every difference starts at ops within rounding noise (first: {})",
-            o.at
-        ),
-        None => "no differing op had identical inputs (the difference enters between traced \
-                 ops), and every receiver is within noise or amplified"
-            .into(),
+    let Some(o) = &j.origin else {
+        return format!(
+            "noise not judged: no differing record had identical inputs, so the difference \
+             entered between traced records (code they do not cover), by an amount none of \
+             them measured; {} records differ",
+            j.differing
+        );
     };
+    let starts = format!(
+        "every difference starts at ops within rounding noise (first: {})",
+        o.at
+    );
     let grew = match (j.largest_rel, &j.largest_at) {
         (Some(r), Some(at)) if j.largest_origin_rel.is_none_or(|o| r > o) => {
             let through = j.largest_amplified.as_ref().map_or(at, |v| &v.at);

@@ -1,0 +1,189 @@
+//! `--trace modules` records in a divergence's explanation: what they are, which module
+//! received a difference, and which of its inputs (its own state or its arguments).
+
+use super::*;
+
+#[test]
+fn a_difference_made_between_module_calls_names_the_outermost_module_that_received_it() {
+    // Net's forward adds noise between Net.a and Net.b; Net.b passes it to Net.b.fc. Records
+    // are written as forwards return: Net.a, Net.b.fc, Net.b, Net.
+    let rec = |module: &str, inputs: &[&str], out: &str| TraceEntry {
+        op: "module output".into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        output: out.into(),
+        phase: "forward".into(),
+        module: module.into(),
+        source: "t.py:3".into(),
+        ..TraceEntry::default()
+    };
+    let run = |h: &str, y: &str| {
+        vec![
+            rec("Net.a", &["f32[2]:w", "f32[2]:x"], "f32[2]:h"),
+            rec(
+                "Net.b.fc",
+                &["f32[2]:v", &format!("f32[2]:{h}")],
+                &format!("f32[2]:{y}"),
+            ),
+            rec("Net.b", &[&format!("f32[2]:{h}")], &format!("f32[2]:{y}")),
+            rec("Net", &["f32[2]:x"], &format!("f32[2]:{y}")),
+        ]
+    };
+    let d = first_divergence(&run("h1", "y1"), &run("h2", "y2")).expect("a divergence");
+    assert!(
+        d.explanation
+            .starts_with("step 0, rank 0, module Net.b (call 1 of Net.b) (forward), t.py:3")
+            && d.explanation
+                .contains("already received different inputs (input 0)"),
+        "{}",
+        d.explanation
+    );
+    // A child that made the difference itself is still the one named.
+    let mut b = run("h1", "y1");
+    b[1].output = "f32[2]:z".into();
+    let d = first_divergence(&run("h1", "y1"), &b).expect("a divergence");
+    assert!(
+        d.explanation
+            .contains("module Net.b.fc (call 1 of Net.b.fc) (forward)"),
+        "{}",
+        d.explanation
+    );
+}
+
+#[test]
+fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
+    let x = |op: &str, out: &str| TraceEntry {
+        op: op.into(),
+        inputs: vec!["f32[2]:aa".into()],
+        output: out.into(),
+        phase: "forward".into(),
+        module: "Net.fc".into(),
+        source: "t.py:3".into(),
+        ..TraceEntry::default()
+    };
+    let words = |op: &str| {
+        first_divergence(&[x(op, "f32[2]:bb")], &[x(op, "f32[2]:cc")])
+            .expect("a divergence")
+            .explanation
+    };
+    let forward = words("module output");
+    assert!(
+        forward.ends_with(
+            "output differs: an op in this module's forward is nondeterministic, or a number \
+             or other non-tensor argument it was given differs (--trace ops names which)"
+        ),
+        "{forward}"
+    );
+    let grad = words("parameter grad");
+    assert!(
+        grad.ends_with(
+            "output differs: the loss (made outside the traced modules), the backward, or an \
+             edit of the gradients before the optimizer step (such as clipping) differs \
+             (--trace ops names which)"
+        ),
+        "{grad}"
+    );
+    assert!(words("aten::mm").ends_with(NONDETERMINISTIC));
+    // Inputs that already differ: code the records do not cover, said in the level's terms.
+    let received = |op: &str| {
+        let mut y = x(op, "f32[2]:bb");
+        y.inputs = vec!["f32[2]:ab".into()];
+        first_divergence(&[x(op, "f32[2]:bb")], &[y])
+            .expect("a divergence")
+            .explanation
+    };
+    let forward = received("module output");
+    assert!(
+        forward.ends_with(
+            "the divergence comes from code outside every traced module: what the program \
+             passed to Net.fc (its data, such as a DataLoader's order or augmentation, or a \
+             value it computed)"
+        ),
+        "{forward}"
+    );
+    // Called by an enclosing module: code between the module calls.
+    let mut parent = x("module output", "f32[2]:bb");
+    parent.module = "Net".into();
+    let mut y = x("module output", "f32[2]:bb");
+    y.inputs = vec!["f32[2]:ab".into()];
+    let d = first_divergence(
+        &[x("module output", "f32[2]:bb"), parent.clone()],
+        &[y, parent],
+    )
+    .expect("a divergence");
+    assert!(
+        d.explanation.ends_with(
+            "the divergence comes from code between traced module calls (an enclosing \
+             module's own forward, or code outside every module)"
+        ),
+        "{}",
+        d.explanation
+    );
+    let grad = received("parameter grad");
+    assert!(
+        grad.contains("the parameter changed after the last optimizer step"),
+        "{grad}"
+    );
+    assert!(received("aten::mm").ends_with("the divergence comes from code between traced ops"));
+}
+
+/// A module record's inputs are its own parameters and buffers (`own` of them, version 6),
+/// then its arguments: one of its own that differs is named by its gradient record's name, and
+/// said to have changed where module records do not look; an argument that no enclosing call
+/// received, to come from code outside every module.
+#[test]
+fn a_module_whose_own_state_differs_names_the_parameter() {
+    let rec = |(op, own): (&str, usize), module: &str, inputs: &[&str], out: &str| TraceEntry {
+        op: op.into(),
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        output: out.into(),
+        phase: if op == "parameter grad" {
+            "backward"
+        } else {
+            "forward"
+        }
+        .into(),
+        module: module.into(),
+        source: "t.py:3".into(),
+        own: (op == "module output").then_some(own),
+        ..TraceEntry::default()
+    };
+    let (module, grad) = (("module output", 3), ("parameter grad", 0));
+    // Net.fc: weight, bias, a buffer, then its argument; Net.fc.weight's gradient record (and
+    // another module's, with the same label, not Net.fc's).
+    let run = |w: &str, buf: &str, x: &str, y: &str| {
+        vec![
+            rec(module, "Net.fc", &[w, "f32[2]:b", buf, x], y),
+            rec(("module output", 0), "Net", &["f32[2]:x"], y),
+            rec(grad, "Net.fcx.weight", &[w], "f32[2]:g"),
+            rec(grad, "Net.fc.weight", &[w], "f32[2]:g"),
+        ]
+    };
+    let a = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
+    let d = first_divergence(&a, &run("f32[2]:w2", "f32[2]:r2", "f32[2]:h", "f32[2]:y2"));
+    let d = d.expect("a divergence");
+    assert!(
+        d.explanation.contains(
+            "already received different inputs (its parameter Net.fc.weight, its parameter or \
+             buffer 2) although every earlier traced output matched: the divergence comes from \
+             a change to the module's own state where module records do not look"
+        ),
+        "{}",
+        d.explanation
+    );
+    // Net made Net.fc's argument: code between module calls. Called alone: outside them.
+    let b = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h2", "f32[2]:y2");
+    let d = first_divergence(&a, &b).expect("a divergence");
+    assert!(
+        d.explanation.contains("(argument 0)")
+            && d.explanation.contains("code between traced module calls"),
+        "{}",
+        d.explanation
+    );
+    let d = first_divergence(&a[..1], &b[..1]).expect("a divergence");
+    assert!(
+        d.explanation.contains("(argument 0)")
+            && d.explanation.contains("what the program passed to Net.fc"),
+        "{}",
+        d.explanation
+    );
+}
