@@ -146,9 +146,11 @@ def program():
 
 
 def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args="",
-               sketches=(), gen=None, kernel=None):
+               sketches=(), gen=None, kernel=None, own=None):
     record = {"v": _protocol.TRACE_RECORD_VERSION, "step": step, "rank": rank, "phase": phase,
               "module": module, "op": op, "src": src, "in": ins, "out": outs}
+    if own is not None:
+        record["own"] = own
     if args:
         record["args"] = args
     if gen:
@@ -245,6 +247,9 @@ def test_a_record_line_is_what_json_dumps_writes():
     drawn = noisy + ("Net.noise's torch.Generator|" + "c" * 16,)
     assert _trace_record.line(*drawn) == _json_line(*drawn)
     assert json.loads(_trace_record.line(*drawn))["gen"].startswith("Net.noise's")
+    owned = drawn + (None, 2)  # a module record's count of its own state among its inputs
+    assert _trace_record.line(*owned) == _json_line(*owned)
+    assert json.loads(_trace_record.line(*owned))["own"] == 2
 
 
 def test_source_is_relative_to_the_directory_the_trace_started_in(trace, tmp_path, monkeypatch):

@@ -244,10 +244,20 @@ def test_a_parameter_made_where_a_freed_one_was_is_named_by_its_own_model(tmp_pa
 
     ids = []  # of each model's parameters
 
+    def made_where_one_was(cls):
+        """A ``cls()`` with a parameter where a dropped model's was, if one of 100 tries
+        (the others kept until then, so that each try is made in other memory) makes one."""
+        dropped, tries = set().union(*ids), []
+        for _ in range(100 if dropped else 1):
+            tries.append(cls())
+            if dropped & {id(p) for p in tries[-1].parameters()}:
+                break
+        return tries[-1]
+
     def run():
         torch.manual_seed(0)
         for cls in (Alone, Two, Alone, Two):
-            model = cls()
+            model = made_where_one_was(cls)
             ids.append({id(p) for p in model.parameters()})
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             model(torch.randn(2, 3)).backward()

@@ -73,6 +73,8 @@ pub(crate) struct Seen {
     shape: Box<[usize]>,
     strides: Option<Box<[usize]>>,
     check: u128,
+    /// [`head`] of the bytes: whether a lookup is likely to hit ([`likely_seen`]).
+    head: u128,
     pub(crate) hashed: Arc<OnceLock<Hashed>>,
 }
 
@@ -83,9 +85,28 @@ impl Seen {
             shape: t.shape.as_slice().into(),
             strides: t.strides.as_deref().map(Into::into),
             check,
+            head: head(t.data()),
             hashed,
         }
     }
+}
+
+/// How many of a buffer's first bytes [`head`] reads.
+const HEAD_BYTES: usize = 4096;
+
+/// The XXH3-128 of the first [`HEAD_BYTES`] of `data`: a cheap guess at whether a buffer still
+/// holds what the cache saw in it, never an answer ([`seen`] checks all of its bytes).
+fn head(data: &[u8]) -> u128 {
+    XxHash3_128::oneshot(&data[..data.len().min(HEAD_BYTES)])
+}
+
+/// Whether `t` is likely to be found in the cache `c` (an entry at its buffer whose first
+/// bytes it still holds): a result that is (a parent module's output is its last child's),
+/// checked before it is copied, is then not copied at all; a buffer the allocator gave to new
+/// bytes is copied at once, its check computed on the way (`copy_pool::copy_checked`).
+pub(crate) fn likely_seen(c: &CacheMap, t: &Host) -> bool {
+    c.get(&key(t))
+        .is_some_and(|seen| seen.head == head(t.data()))
 }
 
 /// A fast hasher for the cache's keys (FxHash's mixing: keys are addresses and sizes, nobody's
@@ -392,5 +413,21 @@ mod tests {
         c.insert(key(&turned), entry(&turned, 3));
         let hit = seen(&c, &turned, 5).and_then(|s| s.hashed.get().cloned());
         assert_eq!(hit.map(|h| h.0), Some(Fingerprint([3; 2])));
+    }
+
+    #[test]
+    fn a_likely_hit_is_a_buffer_that_still_holds_its_first_bytes() {
+        let mut data = vec![7u8; 3 * HEAD_BYTES];
+        let t = Host::new(data.as_ptr() as usize, data.len(), "u8", vec![data.len()]).unwrap();
+        let mut c = CacheMap::default();
+        assert!(!likely_seen(&c, &t), "nothing at its buffer");
+        c.insert(key(&t), Seen::new(&t, 5, Arc::new(OnceLock::new())));
+        assert!(likely_seen(&c, &t));
+        data[HEAD_BYTES] = 8; // past the head: still likely, and only `seen` tells
+        assert!(likely_seen(&c, &t));
+        data[HEAD_BYTES - 1] = 8;
+        assert!(!likely_seen(&c, &t), "new first bytes");
+        let other = Host::new(data.as_ptr() as usize, 8, "u8", vec![8]).unwrap();
+        assert!(!likely_seen(&c, &other), "another size of the buffer");
     }
 }

@@ -181,13 +181,15 @@ fn close_queue(queue: &SharedQueue) {
 impl TraceWriter {
     /// The slot of `t`: from the cache (`c`, when `use_cache`; not a digest without the
     /// sketch `want`s), hashed now when the queue is full, else a copy for the writer's thread.
-    /// A tensor whose sketch is wanted is a result: copied while its check is computed.
+    /// A tensor whose sketch is wanted is a result: copied while its check is computed, unless
+    /// it is likely to be a cache hit ([`trace::likely_seen`]).
     fn slot(&self, host: Host, c: &mut trace::CacheMap, use_cache: bool, want: bool) -> Slot {
         let t = &host;
         let raw = raw_copy(t);
         let copied = if raw { t.data().len() } else { t.nbytes };
         let full = self.queued.load(Ordering::Relaxed) + copied > QUEUED_BYTES;
-        let (check, mut early) = match (use_cache, want && !full, raw || t.strides.is_none()) {
+        let early_copy = want && !full && !(use_cache && trace::likely_seen(c, t));
+        let (check, mut early) = match (use_cache, early_copy, raw || t.strides.is_none()) {
             (false, _, _) => (0, None),
             (true, false, _) => (XxHash3_128::oneshot(t.data()), None),
             (true, true, true) => {
