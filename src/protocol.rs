@@ -187,7 +187,7 @@ pub const TRACE_RECORD_FIELDS: [&str; 9] = [
 /// `--trace modules` module record: how many of its first inputs are the module's own
 /// parameters and persistent buffers (the rest are its arguments). Version 5 lists, first among an
 /// in-place op's inputs, the tensor it writes and reads (`add_`'s `self`), as it was before the
-/// op; version 4 left it out (a result only). Versions 4 and 5 label tensors with the 128-bit
+/// op; version 4 left it out (a result only). Versions 4 to 6 label tensors with the 128-bit
 /// trace fingerprint (`docs/concepts/fingerprint.md`); versions 2 and 3 with the first 32 hex
 /// digits of the canonical SHA-256, so their labels never equal version 4's
 /// (`trace::program::Labels`). Version 2 records also carry `"occ"`, which the reader ignores

@@ -10,20 +10,30 @@ use crate::outcome::FailureKind;
 use crate::vary::{Blame, Variation};
 
 /// Why a blame pass diverged, in one line: the first output in which a run differs from run 0
-/// (`run 1 differs from run 0 first at step_0003.safetensors:w (stopped early)`), or, when no
-/// two runs differed, the failure that ended it (`run 1: …`).
+/// (`run 1 differs from run 0 first at step_0003.safetensors:w (stopped early)`, `… first at
+/// their trace (<ops>)`), or, when no two runs differed, the failure that ended it (`run 1:
+/// …`).
 fn why(p: &Pass) -> Option<String> {
     let Some((i, b)) = p.differing.as_ref() else {
         return p.failure.as_ref().map(|f| f.line());
     };
     let first = match first_differing(p.first.as_ref()?, b) {
-        Some((_, n, missing)) => format!("{n}{missing}"),
+        Some((_, n, missing)) => output_words(n, missing),
         None => "its run digest".into(),
     };
     let stopped = if b.partial { " (stopped early)" } else { "" };
     Some(format!(
         "run {i} differs from run 0 first at {first}{stopped}"
     ))
+}
+
+/// How [`why`] names output `name` (`missing` says in which run it is missing): the digest of
+/// the runs' traces as what it is, `their trace (<ops>)`.
+fn output_words(name: &str, missing: &str) -> String {
+    match name == crate::trace::program::OPS_NAME {
+        true => format!("their trace ({name}){missing}"),
+        false => format!("{name}{missing}"),
+    }
 }
 
 /// With op traces (a program under `--trace`), where the runs of pass `p`, made with the one
@@ -105,4 +115,13 @@ pub fn blame(source: &dyn RunSource, planner: &mut Planner, main: &Pass) -> Blam
         .with_first_ops(first_ops)
         .with_cost(&passes, t0.elapsed().as_secs_f64())
         .with_evidence(evidence)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_trace_digest_is_named_as_the_runs_trace() {
+        assert_eq!(super::output_words("<ops>", ""), "their trace (<ops>)");
+        assert_eq!(super::output_words("w.npy", " (x)"), "w.npy (x)");
+    }
 }

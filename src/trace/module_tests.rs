@@ -170,6 +170,27 @@ fn a_module_whose_own_state_differs_names_the_parameter() {
         "{}",
         d.explanation
     );
+    assert!(
+        d.explanation
+            .contains("or, for a buffer, the module's own forward in an earlier call"),
+        "{}",
+        d.explanation
+    );
+    // Two parameters with the same values (one label): not named; a version 5 record (no
+    // "own") against a version 6 one: the other's count.
+    let mut twins = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
+    twins[2].module = "Net.fc.bias".into();
+    twins[0].own = None;
+    let d = first_divergence(
+        &twins,
+        &run("f32[2]:w2", "f32[2]:r1", "f32[2]:h", "f32[2]:y2"),
+    );
+    assert!(
+        d.expect("a divergence")
+            .explanation
+            .contains("(its parameter or buffer 0)"),
+        "two parameters of one label"
+    );
     // Net made Net.fc's argument: code between module calls. Called alone: outside them.
     let b = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h2", "f32[2]:y2");
     let d = first_divergence(&a, &b).expect("a divergence");

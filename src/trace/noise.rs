@@ -22,7 +22,8 @@
 //!   differently (vectorized or not, another libm) by a few ULPs: hence the factor;
 //! - **an origin**, an op whose inputs are identical on both sides (where a difference starts),
 //!   (a `--trace modules` record lists less than what made it: a module's, when none of the
-//!   modules it called differs; a gradient's, when no earlier record of its rank differs) is
+//!   modules it called differs; a gradient's, when no earlier record of its rank but a
+//!   gradient differs) is
 //!   judged by its own difference: beyond noise when its arguments differ (`same inputs,
 //!   different arguments: eps 1e-05 vs 0.001`), when an integer or boolean result differs
 //!   (rounding cannot explain it), or when `d > τ`; within noise otherwise;
@@ -135,6 +136,14 @@ pub struct NoiseClassification {
     /// Per step: records, differing records, largest relative difference and ULP distance.
     #[serde(skip)]
     pub growth: Vec<StepGrowth>,
+    /// Whether the traces are `--trace modules` traces: their records are counted as records,
+    /// not op calls ([`text::answer`]).
+    #[serde(skip)]
+    pub modules: bool,
+    /// Whether a record with no counterpart came before the first that differs: a difference
+    /// with no origin may have started there ([`text::answer`]).
+    #[serde(skip)]
+    pub unaligned: bool,
 }
 
 /// An fp64 replay of one record's op on each side's own captured inputs
@@ -225,7 +234,10 @@ pub fn classify_noise_with(
 ) -> NoiseClassification {
     let (ia, la) = (super::identities(a), super::alignments(a)); // the messages', the index's
     let index = super::streams::aligned_index(b, &super::alignments(b));
-    let mut j = NoiseClassification::default();
+    let mut j = NoiseClassification {
+        modules: a.iter().any(TraceEntry::is_module_record),
+        ..NoiseClassification::default()
+    };
     let mut steps: std::collections::BTreeMap<u64, StepGrowth> = Default::default();
     let mut seen: Seen = Default::default();
     let mut so_far = 0f64;
@@ -233,6 +245,7 @@ pub fn classify_noise_with(
     let mut ranks_differing = std::collections::HashSet::new();
     for (pos, (x, (&n, &l))) in a.iter().zip(ia.iter().zip(&la)).enumerate() {
         let Some(&k) = index.get(&(x.aligned(), l)) else {
+            j.unaligned |= j.differing == 0;
             continue;
         };
         let y = &b[k];
@@ -267,15 +280,18 @@ pub fn classify_noise_with(
                 _ => a_callee_differs(a, pos, &differs),
             };
             let v = verdict::record_noise(x, y, n, rel, (discrete, unknown, upstream), grown, mine);
-            let origin = x.inputs == y.inputs && !upstream;
-            if let Some(r) = rel.filter(|_| origin && !x.hides_read) {
+            let origin = x.inputs == y.inputs && !upstream && !x.hides_read;
+            if let Some(r) = rel.filter(|_| origin) {
                 j.largest_origin_rel = Some(j.largest_origin_rel.map_or(r, |m| m.max(r)));
             }
             count(&mut j, v, origin);
             so_far = so_far.max(rel.unwrap_or(0.0));
         }
         remember(&mut seen, x, y);
-        ranks_differing.insert(x.rank);
+        if x.op != "parameter grad" {
+            // (a gradient's sibling gradients do not depend on it)
+            ranks_differing.insert(x.rank);
+        }
     }
     j.growth = steps.into_values().collect();
     // No origin: the difference entered between traced records, by an amount none measured.
@@ -334,9 +350,11 @@ fn count(j: &mut NoiseClassification, v: RecordNoise, origin: bool) {
 }
 
 /// Whether module record `a[pos]` called a module whose record differs (`differs`, by
-/// position): the records of its stream, step and phase just before it that its module
-/// encloses, written as its callees returned. A module's record lists its own state and
-/// arguments, not its callees', so its output then differs whatever its inputs: a receiver.
+/// position): the module records of its stream, step and phase just before it that its module
+/// encloses, written as its callees returned, and the other records among them (a compiled
+/// region's) made in it. A module's record lists its own state and arguments, not its
+/// callees', so its output then differs whatever its inputs: a receiver. (A callee named by
+/// another path, a module shared with another parent, ends the search.)
 fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
     let x = &a[pos];
     if x.op != "module output" {
@@ -349,8 +367,15 @@ fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
         if (e.rank, &e.thread) != (x.rank, &x.thread) {
             continue; // another thread's stream, interleaved
         }
-        if (e.step, &e.phase, &e.op) != (x.step, &x.phase, &x.op) || !inside(&e.module) {
+        if (e.step, &e.phase) != (x.step, &x.phase) {
             return false;
+        }
+        let made_in = e.module == x.module || inside(&e.module);
+        if e.op != x.op && !made_in {
+            continue;
+        }
+        if !made_in || (e.op == x.op && e.module == x.module) {
+            return false; // before the call: another module's, or an earlier call's
         }
         if differs[k] {
             return true;

@@ -342,49 +342,5 @@ fn an_in_place_op_that_shows_what_it_overwrote_is_an_origin() {
     assert!(v.at.contains("aten::mul_"), "{v:?}");
 }
 
-/// `--trace modules` records list less than what made their results: a module's, not its
-/// callees' state; a gradient's, nothing of the forward and backward. A module whose callee
-/// differs, and a gradient after any differing record of its rank, are receivers, not origins;
-/// a difference with no origin entered between the records, by an amount none measured: not
-/// judged, never "within noise".
-#[test]
-fn module_records_that_list_less_than_what_made_them_are_not_origins() {
-    let m = |op: &str, module: &str, inputs: &[&str], v: &[f32]| TraceEntry {
-        module: module.into(),
-        ..rec(0, op, inputs, v, "")
-    };
-    let run = |w: &str, far: f32| {
-        vec![
-            m(
-                "module output",
-                "Net.fc",
-                &[w, "f32[4]:x"],
-                &[1.0, 2.0, 3.0, far],
-            ),
-            m("module output", "Net", &["f32[4]:x"], &[1.0, 2.0, 3.0, far]),
-            m(
-                "parameter grad",
-                "Net.fc.bias",
-                &["f32[4]:b"],
-                &[far, 1.0, 1.0, 1.0],
-            ),
-        ]
-    };
-    let j = classify_noise(&run("f32[4]:w1", 4.0), &run("f32[4]:w2", 5.0));
-    assert_eq!(j.classification, "not-judged", "{j:#?}");
-    assert!(
-        j.origin.is_none() && j.first_beyond_noise.is_none(),
-        "{j:#?}"
-    );
-    let why = |k: &str| lines(&j, &j.growth).join("\n").contains(k);
-    assert!(why("no differing record had identical inputs"), "{j:#?}");
-    // Net.fc's own difference made where it is the first: an origin beyond noise.
-    let same = |far: f32| run("f32[4]:w1", far);
-    let j = classify_noise(&same(4.0), &same(5.0));
-    assert_eq!(j.classification, "beyond-noise", "{j:#?}");
-    assert!(
-        j.origin.as_ref().unwrap().at.contains("module Net.fc "),
-        "{j:#?}"
-    );
-    assert_eq!(j.origin, j.first_beyond_noise);
-}
+#[path = "noise_module_tests.rs"]
+mod modules;

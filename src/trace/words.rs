@@ -97,7 +97,7 @@ pub(super) fn module_received(a: &[TraceEntry], pos: usize, y: &TraceEntry, at: 
     let x = &a[pos];
     let (mut state, mut args) = (Vec::new(), Vec::new());
     for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
-        match x.own {
+        match x.own.or(y.own) {
             Some(n) if i < n => state.push(own_name(a, x, i)),
             Some(n) => args.push(format!("argument {}", i - n)),
             None => args.push(format!("input {i}")),
@@ -107,10 +107,18 @@ pub(super) fn module_received(a: &[TraceEntry], pos: usize, y: &TraceEntry, at: 
         args.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
     }
     let from = if !state.is_empty() {
-        "a change to the module's own state where module records do not look (its \
-         initialization, an optimizer step, whose update they do not record, or a load or edit \
-         outside every module; --trace ops names which)"
-            .to_string()
+        let buffer = match state.iter().any(|s| s.contains("or buffer")) {
+            true => {
+                ", or, for a buffer, the module's own forward in an earlier call (such as \
+                     BatchNorm's running statistics)"
+            }
+            false => "",
+        };
+        format!(
+            "a change to the module's own state where module records do not look (its \
+             initialization, an optimizer step, whose update they do not record, or a load or \
+             edit outside every module{buffer}; --trace ops names which)"
+        )
     } else if super::streams::enclosing(a, pos).is_none() {
         format!(
             "code outside every traced module: what the program passed to {} (its data, such \
@@ -129,9 +137,10 @@ pub(super) fn module_received(a: &[TraceEntry], pos: usize, y: &TraceEntry, at: 
 }
 
 /// How [`module_received`] names input `i` of module record `x`, one of the module's own
-/// parameters and buffers: `its parameter Net.fc.weight` when a gradient record of `a` (of
-/// the module's direct parameter, on its rank) had that input's label, else `its parameter or
-/// buffer i`.
+/// parameters and buffers: `its parameter Net.fc.weight` when the gradient records of `a` (of
+/// the module's direct parameters, on its rank) that had that input's label are that one
+/// parameter's, else `its parameter or buffer i` (two parameters with the same values, such
+/// as zeroed biases, have the same label).
 fn own_name(a: &[TraceEntry], x: &TraceEntry, i: usize) -> String {
     let label = &x.inputs[i];
     let direct = |m: &str| {
@@ -139,14 +148,17 @@ fn own_name(a: &[TraceEntry], x: &TraceEntry, i: usize) -> String {
             .and_then(|rest| rest.strip_prefix('.'))
             .is_some_and(|name| !name.contains('.'))
     };
-    a.iter()
-        .find(|e| {
+    let names: std::collections::BTreeSet<&str> = (a.iter())
+        .filter(|e| {
             e.op == "parameter grad"
                 && e.rank == x.rank
                 && e.inputs.first() == Some(label)
                 && direct(&e.module)
         })
-        .map_or(format!("its parameter or buffer {i}"), |e| {
-            format!("its parameter {}", e.module)
-        })
+        .map(|e| e.module.as_str())
+        .collect();
+    match (names.len(), names.first()) {
+        (1, Some(name)) => format!("its parameter {name}"),
+        _ => format!("its parameter or buffer {i}"),
+    }
 }

@@ -29,9 +29,13 @@ pub fn lines(j: &NoiseClassification, growth: &[StepGrowth]) -> Vec<String> {
 /// largest difference): `within noise: every difference starts at ops within rounding noise
 /// (first: …); it grew to 7.5e-3 through … (amplified, not a change)`.
 pub fn answer(j: &NoiseClassification, compared: usize) -> String {
+    let unit = match j.modules {
+        true => "record",
+        false => "op call",
+    };
     if j.differing == 0 {
         return format!(
-            "no noise to judge: every one of the {compared} op calls with a counterpart in both \
+            "no noise to judge: every one of the {compared} {unit}s with a counterpart in both \
              traces is identical"
         );
     }
@@ -46,15 +50,23 @@ pub fn answer(j: &NoiseClassification, compared: usize) -> String {
         );
     }
     let Some(o) = &j.origin else {
+        let entered = match j.unaligned {
+            true => {
+                "where the traces stop lining up (records with no counterpart come before \
+                     the first that differs: another decomposition of an op, or control flow) \
+                     or between traced records"
+            }
+            false => "between traced records (code they do not cover)",
+        };
         return format!(
             "noise not judged: no differing record had identical inputs, so the difference \
-             entered between traced records (code they do not cover), by an amount none of \
-             them measured; {} records differ",
+             entered {entered}, by an amount none of them measured; {} {unit}s differ",
             j.differing
         );
     };
     let starts = format!(
-        "every difference starts at ops within rounding noise (first: {})",
+        "every difference starts at {} within rounding noise (first: {})",
+        if j.modules { "records" } else { "ops" },
         o.at
     );
     let grew = match (j.largest_rel, &j.largest_at) {
@@ -68,8 +80,8 @@ pub fn answer(j: &NoiseClassification, compared: usize) -> String {
         _ => "no relative difference measured (no sketches)".into(),
     };
     let mut counts = match j.differing {
-        1 => "1 op call differs".to_string(),
-        n => format!("{n} op calls differ"),
+        1 => format!("1 {unit} differs"),
+        n => format!("{n} {unit}s differ"),
     };
     if j.amplified > 0 {
         let their = if j.amplified == 1 { "its" } else { "their" };

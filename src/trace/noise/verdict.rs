@@ -10,8 +10,8 @@ use super::{
 /// `rel` its relative difference, `(discrete, unknown, upstream)` whether an integer result
 /// differs, whether a result has no sketch and whether what its record does not list differs
 /// (a module it called: [`super::a_callee_differs`]; for a `parameter grad`, made by the whole
-/// forward and backward: any earlier record of its rank), a receiver then, whatever its
-/// inputs; `grown` the growth so far, `own` its fp64 replay.
+/// forward and backward: any earlier differing record of its rank but a gradient), a
+/// receiver then, whatever its inputs; `grown` the growth so far, `own` its fp64 replay.
 pub(super) fn record_noise(
     x: &TraceEntry,
     y: &TraceEntry,
@@ -73,6 +73,9 @@ pub(super) fn record_noise(
     let receives = match (upstream, x.inputs == y.inputs) {
         (true, _) if x.op == "parameter grad" => "an earlier record of its rank already differs",
         (true, _) => "a module it calls already differs",
+        (false, true) if x.inputs.iter().any(|l| l.ends_with(":-")) => {
+            "an input is recorded by dtype and shape only (not hashed), and may already differ"
+        }
         (false, true) => "it writes in place (the value it overwrote is not in its record)",
         (false, false) => "its inputs already differ",
     };
