@@ -98,6 +98,12 @@ impl TraceEntry {
         matches!(self.op.as_str(), "module output" | "parameter grad")
     }
 
+    /// Whether `trace` is a `--trace modules` trace (it holds module records): counted in
+    /// records, not op calls.
+    pub fn is_module_trace(trace: &[TraceEntry]) -> bool {
+        trace.iter().any(TraceEntry::is_module_record)
+    }
+
     /// The identity a record is aligned by, without its occurrence number.
     fn key(&self) -> streams::Key<'_> {
         (
@@ -316,12 +322,7 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
             continue;
         }
         let (p, q) = streams::receiver(a, b, (&la, &index), (pos, j));
-        let mut d = differing(&a[p], &b[q], ia[p] + 1);
-        if !d.inputs_matched && a[p].op == "module output" {
-            let at = a[p].describe(ia[p] + 1);
-            d.explanation = words::module_received(a, p, &b[q], &at);
-        }
-        return Some(d);
+        return Some(differing(&a[p], &b[q], ia[p] + 1, Some((a, p))));
     }
     let seen: std::collections::HashSet<_> =
         a.iter().zip(&la).map(|(e, &l)| (e.aligned(), l)).collect();
@@ -342,12 +343,18 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
         })
 }
 
-/// The divergence at counterparts `x` and `y` (occurrence `occ`) that differ.
-fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
+/// The divergence at counterparts `x` and `y` (occurrence `occ`) that differ; `within`: the
+/// trace `x` is record `pos` of, which names a module record's inputs ([`words::received`]).
+fn differing(
+    x: &TraceEntry,
+    y: &TraceEntry,
+    occ: usize,
+    within: Option<(&[TraceEntry], usize)>,
+) -> Divergence {
     let inputs_matched = x.inputs == y.inputs;
     let program = !x.phase.is_empty();
     let at = x.describe(occ);
-    let inner = || kernels::inside(x, y, &at, differing);
+    let inner = || kernels::inside(x, y, &at, |x, y, n| differing(x, y, n, None));
     if let Some(d) = (inputs_matched && program).then(inner).flatten() {
         return d;
     }
@@ -389,23 +396,7 @@ fn differing(x: &TraceEntry, y: &TraceEntry, occ: usize) -> Divergence {
             x.algorithm, y.algorithm
         )
     } else {
-        let mut which: Vec<String> = x
-            .inputs
-            .iter()
-            .zip(&y.inputs)
-            .enumerate()
-            .filter(|(_, (p, q))| p != q)
-            .map(|(i, _)| format!("input {i}"))
-            .collect();
-        if x.inputs.len() != y.inputs.len() {
-            which.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
-        }
-        format!(
-            "{at} already received different inputs ({}) although every earlier traced output matched: \
-             the divergence comes from {}",
-            which.join(", "),
-            words::between(x)
-        )
+        words::received(&at, x, y, within)
     };
     Divergence {
         call: x.call,

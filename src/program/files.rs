@@ -197,7 +197,7 @@ pub(super) struct RunFiles {
     pub(super) out: PathBuf,
     pub(super) stdout: Option<PathBuf>,
     /// How many records the run's trace holds (`57 op calls`: [`crate::trace::program::count`]).
-    pub(super) op_calls: Option<String>,
+    pub(super) records: Option<String>,
     /// Whether the run was stopped early (its trace ends there).
     pub(super) stopped_early: bool,
 }
@@ -232,7 +232,7 @@ impl Loader for RunFiles {
 
     fn value(&self, name: &str) -> Option<String> {
         if name == crate::trace::program::OPS_NAME {
-            return self.op_calls.clone().map(|n| match self.stopped_early {
+            return self.records.clone().map(|n| match self.stopped_early {
                 true => format!("{n} (stopped early)"),
                 false => n,
             });

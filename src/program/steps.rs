@@ -191,7 +191,7 @@ impl Collecting {
                 remover: self.remover,
                 out: self.dest,
                 stdout,
-                op_calls: trace.as_deref().map(crate::trace::program::count),
+                records: trace.as_deref().map(crate::trace::program::count),
                 stopped_early: partial,
             }),
             trace,

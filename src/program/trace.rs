@@ -210,7 +210,7 @@ fn outside_ops(compared: &[TraceEntry], partial: bool) -> String {
         ""
     };
     let n = crate::trace::program::count(compared);
-    match compared.iter().any(TraceEntry::is_module_record) {
+    match TraceEntry::is_module_trace(compared) {
         true => format!(
             "; the module traces were identical ({n}{upto}): the difference arose where module \
              records do not look (code outside every module, such as the loss or what is \

@@ -235,7 +235,7 @@ pub fn classify_noise_with(
     let (ia, la) = (super::identities(a), super::alignments(a)); // the messages', the index's
     let index = super::streams::aligned_index(b, &super::alignments(b));
     let mut j = NoiseClassification {
-        modules: a.iter().any(TraceEntry::is_module_record),
+        modules: TraceEntry::is_module_trace(a),
         ..NoiseClassification::default()
     };
     let mut steps: std::collections::BTreeMap<u64, StepGrowth> = Default::default();
@@ -360,8 +360,6 @@ fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
     if x.op != "module output" {
         return false;
     }
-    let inside =
-        |m: &str| (m.strip_prefix(x.module.as_str())).is_some_and(|rest| rest.starts_with('.'));
     for k in (0..pos).rev() {
         let e = &a[k];
         if (e.rank, &e.thread) != (x.rank, &x.thread) {
@@ -370,7 +368,7 @@ fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
         if (e.step, &e.phase) != (x.step, &x.phase) {
             return false;
         }
-        let made_in = e.module == x.module || inside(&e.module);
+        let made_in = e.module == x.module || super::streams::is_below(&e.module, &x.module);
         if e.op != x.op && !made_in {
             continue;
         }

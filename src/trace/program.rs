@@ -48,9 +48,9 @@ pub const MAX_RECORDS: usize = 20_000_000;
 pub const OPS_NAME: &str = "<ops>";
 
 /// How a report counts `trace`'s records: `57 op calls`, or `57 module records` for a
-/// `--trace modules` trace ([`TraceEntry::is_module_record`]), which holds no op calls.
+/// `--trace modules` trace ([`TraceEntry::is_module_trace`]), which holds no op calls.
 pub fn count(trace: &[TraceEntry]) -> String {
-    let what = match trace.iter().any(TraceEntry::is_module_record) {
+    let what = match TraceEntry::is_module_trace(trace) {
         true => "module record",
         false => "op call",
     };

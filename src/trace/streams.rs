@@ -111,6 +111,12 @@ pub fn receiver(
     }
 }
 
+/// Whether module `m` is below module `parent` (`Net.b.fc` below `Net.b` and `Net`, not
+/// `Net.bc`).
+pub fn is_below(m: &str, parent: &str) -> bool {
+    (m.strip_prefix(parent)).is_some_and(|rest| rest.starts_with('.'))
+}
+
 /// The record of the module call that encloses module record `a[pos]` (`Net.b` of
 /// `Net.b.fc`: written after it, in its stream, step and phase), if one was recorded; none for
 /// a module called from code outside every module (`model(batch)`).
@@ -120,9 +126,7 @@ pub fn enclosing(a: &[TraceEntry], pos: usize) -> Option<usize> {
         let e = &a[k];
         e.op == x.op
             && (e.rank, &e.thread, e.step, &e.phase) == (x.rank, &x.thread, x.step, &x.phase)
-            && x.module
-                .strip_prefix(e.module.as_str())
-                .is_some_and(|r| r.starts_with('.'))
+            && is_below(&x.module, &e.module)
     })
 }
 

@@ -87,20 +87,26 @@ pub(super) fn unseen_input(x: &TraceEntry) -> Option<String> {
     })
 }
 
-/// The explanation of `--trace modules` module record `a[pos]` (at `at`) whose inputs
-/// already differ from its counterpart `y`'s: which differ, as the module's own state (a
-/// parameter by its gradient records' name, `Net.fc.weight`) or its arguments (by the
-/// record's `own`; `input i` in records before version 6), and where such a difference comes
-/// from: where module records do not look at the module's state; code outside every module
-/// when no module call encloses this one; else code between module calls ([`between`]).
-pub(super) fn module_received(a: &[TraceEntry], pos: usize, y: &TraceEntry, at: &str) -> String {
-    let x = &a[pos];
+/// The explanation of record `x` (at `at`) whose inputs already differ from its counterpart
+/// `y`'s: which differ, and where such a difference comes from (code between traced ops,
+/// [`between`]). A `--trace modules` module record, record `pos` of trace `a` (`within`),
+/// names them as the module's own state (a parameter by its gradient records' name,
+/// `Net.fc.weight`) or its arguments (by the record's `own`; `input i` in records before
+/// version 6), and says such a difference comes from where module records do not look at the
+/// module's state, or from code outside every module when no module call encloses this one.
+pub(super) fn received(
+    at: &str,
+    x: &TraceEntry,
+    y: &TraceEntry,
+    within: Option<(&[TraceEntry], usize)>,
+) -> String {
+    let module = within.filter(|_| x.op == "module output");
     let (mut state, mut args) = (Vec::new(), Vec::new());
     for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
-        match x.own.or(y.own) {
-            Some(n) if i < n => state.push(own_name(a, x, i)),
-            Some(n) => args.push(format!("argument {}", i - n)),
-            None => args.push(format!("input {i}")),
+        match (module, x.own.or(y.own)) {
+            (Some((a, _)), Some(n)) if i < n => state.push(own_name(a, x, i)),
+            (Some(_), Some(n)) => args.push(format!("argument {}", i - n)),
+            _ => args.push(format!("input {i}")),
         }
     }
     if x.inputs.len() != y.inputs.len() {
@@ -119,7 +125,7 @@ pub(super) fn module_received(a: &[TraceEntry], pos: usize, y: &TraceEntry, at: 
              initialization, an optimizer step, whose update they do not record, or a load or \
              edit outside every module{buffer}; --trace ops names which)"
         )
-    } else if super::streams::enclosing(a, pos).is_none() {
+    } else if module.is_some_and(|(a, pos)| super::streams::enclosing(a, pos).is_none()) {
         format!(
             "code outside every traced module: what the program passed to {} (its data, such \
              as a DataLoader's order or augmentation, or a value it computed)",
@@ -136,18 +142,15 @@ pub(super) fn module_received(a: &[TraceEntry], pos: usize, y: &TraceEntry, at: 
     )
 }
 
-/// How [`module_received`] names input `i` of module record `x`, one of the module's own
+/// How [`received`] names input `i` of module record `x`, one of the module's own
 /// parameters and buffers: `its parameter Net.fc.weight` when the gradient records of `a` (of
 /// the module's direct parameters, on its rank) that had that input's label are that one
 /// parameter's, else `its parameter or buffer i` (two parameters with the same values, such
 /// as zeroed biases, have the same label).
 fn own_name(a: &[TraceEntry], x: &TraceEntry, i: usize) -> String {
     let label = &x.inputs[i];
-    let direct = |m: &str| {
-        (m.strip_prefix(x.module.as_str()))
-            .and_then(|rest| rest.strip_prefix('.'))
-            .is_some_and(|name| !name.contains('.'))
-    };
+    let direct =
+        |m: &str| super::streams::is_below(m, &x.module) && !m[x.module.len() + 1..].contains('.');
     let names: std::collections::BTreeSet<&str> = (a.iter())
         .filter(|e| {
             e.op == "parameter grad"
