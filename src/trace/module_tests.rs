@@ -126,13 +126,10 @@ fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
     assert!(received("aten::mm").ends_with("the divergence comes from code between traced ops"));
 }
 
-/// A module record's inputs are its own parameters and buffers (`own` of them, version 6),
-/// then its arguments: one of its own that differs is named by its gradient record's name, and
-/// said to have changed where module records do not look; an argument that no enclosing call
-/// received, to come from code outside every module.
-#[test]
-fn a_module_whose_own_state_differs_names_the_parameter() {
-    let rec = |(op, own): (&str, usize), module: &str, inputs: &[&str], out: &str| TraceEntry {
+/// A `--trace modules` record of `op` in `module` (a module record with `own` of its inputs
+/// its own state).
+fn rec((op, own): (&str, usize), module: &str, inputs: &[&str], out: &str) -> TraceEntry {
+    TraceEntry {
         op: op.into(),
         inputs: inputs.iter().map(|s| s.to_string()).collect(),
         output: out.into(),
@@ -146,18 +143,28 @@ fn a_module_whose_own_state_differs_names_the_parameter() {
         source: "t.py:3".into(),
         own: (op == "module output").then_some(own),
         ..TraceEntry::default()
-    };
+    }
+}
+
+/// Net.fc (weight `w`, a bias, buffer `buf`, then its argument `x`; output `y`) called by Net,
+/// and the gradient records of Net.fc.weight and of another module's parameter with the same
+/// label.
+fn run(w: &str, buf: &str, x: &str, y: &str) -> Vec<TraceEntry> {
     let (module, grad) = (("module output", 3), ("parameter grad", 0));
-    // Net.fc: weight, bias, a buffer, then its argument; Net.fc.weight's gradient record (and
-    // another module's, with the same label, not Net.fc's).
-    let run = |w: &str, buf: &str, x: &str, y: &str| {
-        vec![
-            rec(module, "Net.fc", &[w, "f32[2]:b", buf, x], y),
-            rec(("module output", 0), "Net", &["f32[2]:x"], y),
-            rec(grad, "Net.fcx.weight", &[w], "f32[2]:g"),
-            rec(grad, "Net.fc.weight", &[w], "f32[2]:g"),
-        ]
-    };
+    vec![
+        rec(module, "Net.fc", &[w, "f32[2]:b", buf, x], y),
+        rec(("module output", 0), "Net", &["f32[2]:x"], y),
+        rec(grad, "Net.fcx.weight", &[w], "f32[2]:g"),
+        rec(grad, "Net.fc.weight", &[w], "f32[2]:g"),
+    ]
+}
+
+/// A module record's inputs are its own parameters and buffers (`own` of them, version 6),
+/// then its arguments: one of its own that differs is named by its gradient record's name, and
+/// said to have changed where module records do not look; an argument that no enclosing call
+/// received, to come from code outside every module.
+#[test]
+fn a_module_whose_own_state_differs_names_the_parameter() {
     let a = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
     let d = first_divergence(&a, &run("f32[2]:w2", "f32[2]:r2", "f32[2]:h", "f32[2]:y2"));
     let d = d.expect("a divergence");
@@ -170,12 +177,8 @@ fn a_module_whose_own_state_differs_names_the_parameter() {
         "{}",
         d.explanation
     );
-    assert!(
-        d.explanation
-            .contains("or, for a buffer, the module's own forward in an earlier call"),
-        "{}",
-        d.explanation
-    );
+    // At its first call, a buffer cannot have been changed by an earlier one.
+    assert!(!d.explanation.contains("earlier call"), "{}", d.explanation);
     // Two parameters with the same values (one label): not named; a version 5 record (no
     // "own") against a version 6 one: the other's count.
     let mut twins = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
@@ -204,6 +207,42 @@ fn a_module_whose_own_state_differs_names_the_parameter() {
     assert!(
         d.explanation.contains("(argument 0)")
             && d.explanation.contains("what the program passed to Net.fc"),
+        "{}",
+        d.explanation
+    );
+}
+
+/// A buffer that differs at a module's later call may have been changed by its own forward in
+/// the earlier one; a module whose state and arguments both differ gets a cause for each.
+#[test]
+fn a_module_record_gives_a_cause_for_each_kind_of_input_that_differs() {
+    let again = |w: &str, buf: &str, y: &str| {
+        let mut t = run("f32[2]:w0", "f32[2]:r0", "f32[2]:h", "f32[2]:y0");
+        let mut later = run(w, buf, "f32[2]:h", y);
+        later.iter_mut().for_each(|e| e.step = 1);
+        t.extend(later);
+        t
+    };
+    let d = first_divergence(
+        &again("f32[2]:w1", "f32[2]:r1", "f32[2]:y"),
+        &again("f32[2]:w2", "f32[2]:r2", "f32[2]:y2"),
+    );
+    let d = d.expect("a divergence");
+    assert!(
+        d.explanation
+            .contains("or, for a buffer, the module's own forward in an earlier call"),
+        "{}",
+        d.explanation
+    );
+    let a = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
+    let c = run("f32[2]:w2", "f32[2]:r1", "f32[2]:h2", "f32[2]:y2");
+    let d = first_divergence(&a, &c).expect("a divergence");
+    assert!(
+        d.explanation
+            .contains("(its parameter Net.fc.weight, argument 0)")
+            && d.explanation.contains(
+                "--trace ops names which); its arguments' from code between traced module calls"
+            ),
         "{}",
         d.explanation
     );

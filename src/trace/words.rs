@@ -92,8 +92,7 @@ pub(super) fn unseen_input(x: &TraceEntry) -> Option<String> {
 /// [`between`]). A `--trace modules` module record, record `pos` of trace `a` (`within`),
 /// names them as the module's own state (a parameter by its gradient records' name,
 /// `Net.fc.weight`) or its arguments (by the record's `own`; `input i` in records before
-/// version 6), and says such a difference comes from where module records do not look at the
-/// module's state, or from code outside every module when no module call encloses this one.
+/// version 6), and gives a cause for each kind that differs ([`module_causes`]).
 pub(super) fn received(
     at: &str,
     x: &TraceEntry,
@@ -112,11 +111,34 @@ pub(super) fn received(
     if x.inputs.len() != y.inputs.len() {
         args.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
     }
-    let from = if !state.is_empty() {
-        let buffer = match state.iter().any(|s| s.contains("or buffer")) {
+    let from = match module {
+        Some((a, pos)) => module_causes(a, pos, &state, !args.is_empty()),
+        None => between(x).to_string(),
+    };
+    state.append(&mut args);
+    format!(
+        "{at} already received different inputs ({}) although every earlier traced output \
+         matched: the divergence comes from {from}",
+        state.join(", ")
+    )
+}
+
+/// Where the differing inputs of module record `pos` of trace `a` come from: its own `state`
+/// (named by [`own_name`]) from where module records do not look (for a buffer, also the
+/// module's own forward in an earlier call, when it had one); its arguments (`args`) from code
+/// outside every traced module when no module call encloses this one
+/// ([`super::streams::enclosing`]), else from code between module calls. Both, when both
+/// differ.
+fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> String {
+    let x = &a[pos];
+    let state_cause = (!state.is_empty()).then(|| {
+        let earlier = a[..pos]
+            .iter()
+            .any(|e| e.op == x.op && e.module == x.module && e.rank == x.rank);
+        let buffer = match earlier && state.iter().any(|s| s.contains("or buffer")) {
             true => {
                 ", or, for a buffer, the module's own forward in an earlier call (such as \
-                     BatchNorm's running statistics)"
+                 BatchNorm's running statistics)"
             }
             false => "",
         };
@@ -125,21 +147,20 @@ pub(super) fn received(
              initialization, an optimizer step, whose update they do not record, or a load or \
              edit outside every module{buffer}; --trace ops names which)"
         )
-    } else if module.is_some_and(|(a, pos)| super::streams::enclosing(a, pos).is_none()) {
-        format!(
-            "code outside every traced module: what the program passed to {} (its data, such \
-             as a DataLoader's order or augmentation, or a value it computed)",
+    });
+    let args_cause = (args || state.is_empty()).then(|| match super::streams::enclosing(a, pos) {
+        None => format!(
+            "code outside every traced module: what the program passed to {} (its data, \
+                 such as a DataLoader's order or augmentation, or a value it computed)",
             x.module
-        )
-    } else {
-        between(x).to_string()
-    };
-    state.append(&mut args);
-    format!(
-        "{at} already received different inputs ({}) although every earlier traced output \
-         matched: the divergence comes from {from}",
-        state.join(", ")
-    )
+        ),
+        Some(_) => between(x).to_string(),
+    });
+    match (state_cause, args_cause) {
+        (Some(s), Some(g)) => format!("{s}; its arguments' from {g}"),
+        (Some(s), None) => s,
+        (None, g) => g.unwrap_or_default(),
+    }
 }
 
 /// How [`received`] names input `i` of module record `x`, one of the module's own
