@@ -183,16 +183,18 @@ pub const TRACE_RECORD_FIELDS: [&str; 9] = [
     "v", "step", "rank", "phase", "module", "op", "src", "in", "out",
 ];
 
-/// The trace record format version the tracer writes (`"v"`). Version 6 adds `"own"` to a
+/// The trace record format version the tracer writes (`"v"`). Version 7 adds `"depth"` to a
+/// `--trace modules` module record: how many traced module calls of its thread enclose the
+/// call (0: the program called it from outside every module). Version 6 adds `"own"` to a
 /// `--trace modules` module record: how many of its first inputs are the module's own
 /// parameters and persistent buffers (the rest are its arguments). Version 5 lists, first among an
 /// in-place op's inputs, the tensor it writes and reads (`add_`'s `self`), as it was before the
-/// op; version 4 left it out (a result only). Versions 4 to 6 label tensors with the 128-bit
+/// op; version 4 left it out (a result only). Versions 4 to 7 label tensors with the 128-bit
 /// trace fingerprint (`docs/concepts/fingerprint.md`); versions 2 and 3 with the first 32 hex
 /// digits of the canonical SHA-256, so their labels never equal version 4's
 /// (`trace::program::Labels`). Version 2 records also carry `"occ"`, which the reader ignores
 /// (it counts occurrences itself).
-pub const TRACE_RECORD_VERSION: u32 = 6;
+pub const TRACE_RECORD_VERSION: u32 = 7;
 
 /// How many elements a float64 sketch of a traced tensor samples (fewer for a smaller tensor:
 /// all of them); see `trace::sketch`.

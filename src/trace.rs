@@ -66,6 +66,11 @@ pub struct TraceEntry {
     /// for other records and before record version 6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own: Option<usize>,
+    /// A `--trace modules` module record: how many traced module calls of its thread enclose
+    /// its call (0: called from outside every module); none for other records, before record
+    /// version 7, and for a forward entered before tracing began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
     /// A float64 sketch of each result, in the order of [`output`](Self::output) (empty text
     /// for a result without one; no sketches in older records): [`sketch`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

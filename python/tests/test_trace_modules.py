@@ -191,6 +191,24 @@ def test_a_module_record_counts_its_own_state_among_its_inputs(tmp_path):
     assert len(first["in"]) == 2 + 2  # its state, then x and the keyword bias
 
 
+def test_a_module_record_says_how_many_module_calls_enclose_it(tmp_path):
+    """A module record's ``"depth"`` is how many traced module calls of its thread enclose
+    its call: 0 for the model the program calls, 1 for its children, 2 for a block's layers
+    (``bitexact diff-trace`` finds the enclosing call, and a call's callees, by it); a
+    gradient's record has none."""
+    rows = [json.loads(line) for line in
+            traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
+    depth = {}
+    for r in rows:
+        if r["op"] == "module output":
+            depth.setdefault(r["module"], set()).add(r["depth"])
+        else:
+            assert "depth" not in r
+    assert depth["Tied"] == {0}
+    assert depth["Tied.blocks"] == depth["Tied.pair"] == depth["Tied.emb"] == {1}
+    assert depth["Tied.blocks.0"] == depth["Tied.blocks.1"] == {2}
+
+
 def test_arguments_are_labelled_as_received_keyword_ones_too(tmp_path):
     """A forward's positional arguments are hashed as it receives them (the in-place ReLU's
     input is the linear layer's output, not what the ReLU made of it); a tensor passed by

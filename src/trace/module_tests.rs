@@ -247,3 +247,46 @@ fn a_module_record_gives_a_cause_for_each_kind_of_input_that_differs() {
         d.explanation
     );
 }
+
+/// A module the program calls itself (a feature pass of `Net.fc`), then through its parent in
+/// the same step: with the records' call nesting (`depth`, record version 7) the first call's
+/// differing argument comes from code outside every module; without it (older records), the
+/// parent's later call is taken as the enclosing one.
+#[test]
+fn a_module_called_by_the_program_is_enclosed_by_no_later_call_of_its_parent() {
+    let trace = |x: &str, depth: bool| {
+        let fc = ("module output", 2);
+        let mut t = vec![
+            rec(
+                fc,
+                "Net.fc",
+                &["f32[2]:w", "f32[2]:b", x],
+                &format!("f32[2]:{x}y"),
+            ),
+            rec(
+                fc,
+                "Net.fc",
+                &["f32[2]:w", "f32[2]:b", "f32[2]:h"],
+                "f32[2]:y",
+            ),
+            rec(("module output", 0), "Net", &["f32[2]:x"], "f32[2]:y"),
+        ];
+        for (e, d) in t.iter_mut().zip([0, 1, 0]) {
+            e.depth = depth.then_some(d);
+        }
+        t
+    };
+    let d = first_divergence(&trace("f32[2]:a", true), &trace("f32[2]:b", true));
+    let d = d.expect("a divergence");
+    assert!(
+        d.place().contains("call 1 of Net.fc")
+            && d.explanation.contains("what the program passed to Net.fc"),
+        "{}",
+        d.explanation
+    );
+    let d = first_divergence(&trace("f32[2]:a", false), &trace("f32[2]:b", false));
+    assert!(d
+        .expect("a divergence")
+        .explanation
+        .contains("code between traced module calls"));
+}

@@ -353,8 +353,10 @@ fn count(j: &mut NoiseClassification, v: RecordNoise, origin: bool) {
 /// position): the module records of its stream, step and phase just before it that its module
 /// encloses, written as its callees returned, and the other records among them (a compiled
 /// region's) made in it. A module's record lists its own state and arguments, not its
-/// callees', so its output then differs whatever its inputs: a receiver. (A callee named by
-/// another path, a module shared with another parent, ends the search.)
+/// callees', so its output then differs whatever its inputs: a receiver. With the records'
+/// call nesting (`depth`, record version 7) its callees are the deeper module records after
+/// the last one as deep or less; without it, those below its path (a callee named by another
+/// path, a module shared with another parent, then ends the search).
 fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
     let x = &a[pos];
     if x.op != "module output" {
@@ -369,10 +371,15 @@ fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
             return false;
         }
         let made_in = e.module == x.module || super::streams::is_below(&e.module, &x.module);
-        if e.op != x.op && !made_in {
+        let callee = match (e.op == x.op, x.depth, e.depth) {
+            (true, Some(d), Some(inner)) => inner > d,
+            (true, ..) => made_in && e.module != x.module,
+            (false, ..) => made_in,
+        };
+        if e.op != x.op && !callee {
             continue;
         }
-        if !made_in || (e.op == x.op && e.module == x.module) {
+        if !callee {
             return false; // before the call: another module's, or an earlier call's
         }
         if differs[k] {

@@ -138,3 +138,67 @@ fn sibling_gradients_are_origins_and_unhashed_inputs_and_compiled_callees_are_no
         "{j:#?}"
     );
 }
+
+/// A module that two parents hold is named by the first path that reaches it: called by the
+/// other parent, its records are not below that parent's path. With the records' call nesting
+/// (`depth`, record version 7) it is still that call's callee, so a parent whose output differs
+/// after it is a receiver; without it (older records), the parent is taken as an origin.
+#[test]
+fn a_shared_module_called_by_another_parent_is_its_callee_by_depth() {
+    let run = |shared: f32, parent: f32, depth: bool| {
+        let at = |d: usize, e: TraceEntry| TraceEntry {
+            depth: depth.then_some(d),
+            ..e
+        };
+        vec![
+            at(1, m("module output", "Net.a", &["f32[4]:x"], &[1.0; 4])),
+            at(
+                2,
+                m(
+                    "module output",
+                    "Net.a",
+                    &["f32[4]:y"],
+                    &[1.0, 1.0, 1.0, shared],
+                ),
+            ),
+            at(
+                1,
+                m(
+                    "module output",
+                    "Net.b",
+                    &["f32[4]:x"],
+                    &[1.0, 1.0, 1.0, parent],
+                ),
+            ),
+            at(
+                0,
+                m(
+                    "module output",
+                    "Net",
+                    &["f32[4]:x"],
+                    &[1.0, 1.0, 1.0, parent],
+                ),
+            ),
+        ]
+    };
+    let j = classify_noise(&run(1.0, 1.0, true), &run(up(1.0, 1), 1.5, true));
+    assert_eq!(j.classification, "within-noise", "{j:#?}");
+    assert!(
+        j.origin
+            .as_ref()
+            .unwrap()
+            .at
+            .contains("module Net.a (call 2"),
+        "{j:#?}"
+    );
+    assert!(
+        j.largest_amplified
+            .as_ref()
+            .unwrap()
+            .at
+            .contains("module Net"),
+        "{j:#?}"
+    );
+    let j = classify_noise(&run(1.0, 1.0, false), &run(up(1.0, 1), 1.5, false));
+    assert_eq!(j.classification, "beyond-noise", "{j:#?}");
+}

@@ -114,6 +114,9 @@ struct Line {
     /// A module record's own state among its first inputs (version 6).
     #[serde(default)]
     own: Option<usize>,
+    /// A module record's call nesting (version 7).
+    #[serde(default)]
+    depth: Option<usize>,
     #[serde(default)]
     args: String,
     #[serde(default)]
@@ -352,6 +355,7 @@ fn entry(parsed: Line, call: usize) -> TraceEntry {
         source: parsed.src,
         args: parsed.args,
         own: parsed.own,
+        depth: parsed.depth,
         sketches: parsed.sk,
         generator: parsed.gen,
         kernels: Vec::new(),

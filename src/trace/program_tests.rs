@@ -20,11 +20,13 @@ fn reads_lines_and_drops_a_cut_last_line() {
     let v3 = LINE.replace("\"v\":2", "\"v\":3").replace("\"occ\":0,", "");
     std::fs::write(&p, format!("{LINE}\n{v3}\n")).unwrap();
     assert_eq!(read_dir(dir.path()).unwrap().unwrap().len(), 2);
-    std::fs::write(&p, format!("{}\n", LINE.replace("\"v\":2", "\"v\":7"))).unwrap();
+    let next = crate::protocol::TRACE_RECORD_VERSION + 1;
+    let line = LINE.replace("\"v\":2", &format!("\"v\":{next}"));
+    std::fs::write(&p, format!("{line}\n")).unwrap();
     assert!(read_dir(dir.path())
         .unwrap_err()
         .to_string()
-        .contains("trace version 7"));
+        .contains(&format!("trace version {next}")));
 }
 
 #[test]

@@ -21,12 +21,13 @@ pub(crate) enum Site<'a, 'py> {
     /// An op's call: the module and phase the tracker is in now, the call's arguments.
     Op(&'a Call<'a, 'py>),
     /// A record named by its caller: its phase, module and op, and a module record's own
-    /// state's count (`"own"`).
+    /// state's count (`"own"`) and call nesting (`"depth"`).
     Named {
         phase: &'a Bound<'py, PyString>,
         module: &'a Bound<'py, PyString>,
         op: &'a Bound<'py, PyString>,
         own: Option<usize>,
+        depth: Option<usize>,
     },
 }
 
@@ -124,7 +125,7 @@ impl Lane {
         outs: usize,
         sketch: bool,
     ) -> PyResult<String> {
-        let (text, phase, module, op, own) = match *site {
+        let (text, phase, module, op, own, depth) = match *site {
             Site::Op(call) => {
                 let text = match sketch {
                     true => self.arguments(py, call.func, &call.args, &call.kwargs)?,
@@ -135,14 +136,15 @@ impl Lane {
                     .call_method0(intern!(py, "where"))?;
                 let (phase, module): (Bound<'_, PyString>, Bound<'_, PyString>) =
                     place.extract()?;
-                (text, phase, module, call.op.clone(), None)
+                (text, phase, module, call.op.clone(), None, None)
             }
             Site::Named {
                 phase,
                 module,
                 op,
                 own,
-            } => (None, phase.clone(), module.clone(), op.clone(), own),
+                depth,
+            } => (None, phase.clone(), module.clone(), op.clone(), own, depth),
         };
         let src = self.source(py, &state.getattr(intern!(py, "skip_dirs"))?)?;
         let thread = stream
@@ -160,6 +162,7 @@ impl Lane {
             thread: &thread,
             args: text.as_deref(),
             own,
+            depth,
         };
         Ok(self.line(&fields, ins, outs, sketch))
     }

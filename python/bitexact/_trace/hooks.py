@@ -20,7 +20,9 @@ def module_hooks(state, torch):
     place, as ``ReLU(inplace=True)``, is recorded with the argument it was given), then its
     keyword tensor arguments, hashed after it: torch's global forward pre-hook is not given
     them; a forward entered before tracing began: its arguments only, hashed after it; its
-    outputs: the tensors in tuples, lists, dict values and a returned dataclass's fields) and,
+    outputs: the tensors in tuples, lists, dict values and a returned dataclass's fields; its
+    ``"depth"``: how many module calls on the tracker's stack of its thread enclose it, none
+    for a forward entered before tracing began) and,
     before each optimizer step (after a step given a closure: :func:`_closure`), every
     parameter's gradient (op ``parameter grad``, phase
     ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
@@ -33,7 +35,8 @@ def module_hooks(state, torch):
     from torch.nn.parameter import is_lazy
 
     tracker = state.tracker
-    # .held: [(module, its state's labels before, name, phase, how many of them are its own)]
+    # .held: [(module, its state's labels before, name, phase, how many of them are its own,
+    # how many traced module calls enclose it)]
     local = threading.local()
     is_compiling = torch.compiler.is_compiling
     names = _ParamNames(tracker, state)
@@ -65,7 +68,7 @@ def module_hooks(state, torch):
         if given:
             before = ts.Record("module output", "", "", given, ())
             before.described_ins = digest.labels_now(state, given, before)
-        held.append((mod, before, name, phase, own))
+        held.append((mod, before, name, phase, own, tracker.depth() - 1))
 
     def after_forward(mod, args, kwargs, output):
         if is_compiling() or compiled.silent(mod):
@@ -76,23 +79,24 @@ def module_hooks(state, torch):
         held = getattr(local, "held", None) or []
         for k in range(len(held) - 1, -1, -1):  # its own entry, past any of forwards inside
             if held[k][0] is mod:  # it that raised
-                _, before, name, phase, own = held[k]
+                _, before, name, phase, own, depth = held[k]
                 del held[k:]
                 given = kwargs
                 break
         else:  # entered before tracing (or its steps) began: its arguments read now
             before, name, phase, own = None, tracker.name(mod), tracker.forward_phase(), 0
+            depth = None  # (not on the tracker's stack)
             given = (args, kwargs)
         if hasattr(type(output), "__dataclass_fields__"):
             output = _fields(output)
         if LANE and _lane(state, stream, phase, name, "module output", before, given, output,
-                          own):
+                          own, depth):
             return
         ins = ts.collect_tensors(given, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
         rec = ts.Record("module output", phase, name, ins, outs)
         rec.before = before  # its state and arguments as the forward received them: first
-        rec.own = own
+        rec.own, rec.depth = own, depth
         ts.emit(state, stream, rec)
 
     def grads(opt):
@@ -149,11 +153,12 @@ def _closure(args, kwargs):
 LANE = True
 
 
-def _lane(state, stream, phase, name, op, before, ins, outs, own=None):
+def _lane(state, stream, phase, name, op, before, ins, outs, own=None, depth=None):
     """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state and
     positional arguments as its forward received them, ``ins`` and ``outs`` are its keyword
     arguments (all its arguments, for a forward entered before tracing began: ``before`` is
-    None) and output, ``own`` how many of its inputs are its own state; ``parameter grad``:
+    None) and output, ``own`` how many of its inputs are its own state, ``depth`` how many
+    traced module calls of its thread enclose it (None: unknown); ``parameter grad``:
     the parameter and its gradient) the short way and returns True, as
     :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
     with): by one native call (``Lane.named``), or else
@@ -171,12 +176,13 @@ def _lane(state, stream, phase, name, op, before, ins, outs, own=None):
     held = before.later if before is not None else None
     native = plain.native()
     if native is not None:
-        return native.named(state, stream, phase, name, op, ins, outs, held, own)
+        return native.named(state, stream, phase, name, op, ins, outs, held, own, depth)
     import torch
 
     tensor = torch.Tensor
     return plain.write_hosts(state, stream, phase, name, op, ts.collect_tensors(ins, tensor, []),
-                             ts.collect_tensors(outs, tensor, []), held=held or (), own=own)
+                             ts.collect_tensors(outs, tensor, []), held=held or (), own=own,
+                             depth=depth)
 
 
 class _ParamNames:
