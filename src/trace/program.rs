@@ -173,15 +173,16 @@ impl Labels {
     }
 
     /// The record versions with these labels, as a reader says them.
-    pub fn versions(self) -> &'static str {
+    pub fn versions(self) -> String {
         match self {
-            Labels::Sha256Prefix => "2 or 3 (SHA-256-prefix labels)",
+            Labels::Sha256Prefix => "2 or 3 (SHA-256-prefix labels)".into(),
             Labels::Fingerprint => {
-                "4 (fingerprint labels, in-place ops' inputs without the tensor they write)"
+                "4 (fingerprint labels, in-place ops' inputs without the tensor they write)".into()
             }
-            Labels::FingerprintReadsWritten => {
-                "5 or 6 (fingerprint labels, in-place ops' inputs with the tensor they write)"
-            }
+            Labels::FingerprintReadsWritten => format!(
+                "{READS_WRITTEN_VERSION} to {VERSION} (fingerprint labels, in-place ops' inputs \
+                 with the tensor they write)"
+            ),
         }
     }
 }

@@ -168,3 +168,19 @@ fn a_module_trace_is_counted_in_records_and_an_op_trace_in_op_calls() {
     assert_eq!(count(&[e("module output")]), "1 module record");
     assert_eq!(count(&[]), "0 op calls");
 }
+
+/// A module record's `"own"` (version 6) and `"depth"` (version 7) are read; a record without
+/// them (older, or not a module's) has neither.
+#[test]
+fn a_module_records_own_state_count_and_call_nesting_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(".bitexact-trace-rank0.jsonl");
+    let op = LINE.replace("\"v\":2", "\"v\":7").replace("\"occ\":0,", "");
+    let module = op
+        .replace("\"aten::mm\"", "\"module output\"")
+        .replace("}", ",\"own\":1,\"depth\":2}");
+    std::fs::write(&p, format!("{module}\n{op}\n")).unwrap();
+    let t = read_dir(dir.path()).unwrap().unwrap();
+    assert_eq!((t[0].own, t[0].depth), (Some(1), Some(2)));
+    assert_eq!((t[1].own, t[1].depth), (None, None));
+}
