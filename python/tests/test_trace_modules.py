@@ -171,39 +171,28 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
     assert grads[1] == [n for n in expected if n != "Tied.pair.scale"] + ["Tied.pair.scale"]
 
 
-def test_a_module_record_counts_its_own_state_among_its_inputs(tmp_path):
+def test_a_module_record_counts_its_own_state_and_the_calls_that_enclose_it(tmp_path):
     """A module record's ``"own"`` is how many of its first inputs are the module's own
     parameters and persistent buffers (``bitexact diff-trace`` names them apart from its
-    arguments); a gradient's record has none."""
+    arguments), and its ``"depth"`` how many traced module calls of its thread enclose its
+    call: 0 for the model the program calls, 1 for its children, 2 for a block's layers
+    (``diff-trace`` finds the enclosing call, and a call's callees, by it); a gradient's record
+    has neither."""
     rows = [json.loads(line) for line in
             traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
-    own = {}
+    own, depth = {}, {}
     for r in rows:
         if r["op"] == "module output":
             own.setdefault(r["module"], set()).add(r["own"])
+            depth.setdefault(r["module"], set()).add(r["depth"])
         else:
-            assert "own" not in r
+            assert "own" not in r and "depth" not in r
     assert own["Tied.blocks.0"] == own["Tied.blocks.3"] == {2}  # Linear, LayerNorm
     assert own["Tied.pair"] == {2}  # scale and the persistent buffer, not the cache
     assert own["Tied.head"] == own["Tied.emb"] == {1}
     assert own["Tied"] == own["Tied.split"] == own["Tied.blocks.1"] == {0}
     first = next(r for r in rows if r["module"] == "Tied.pair")
     assert len(first["in"]) == 2 + 2  # its state, then x and the keyword bias
-
-
-def test_a_module_record_says_how_many_module_calls_enclose_it(tmp_path):
-    """A module record's ``"depth"`` is how many traced module calls of its thread enclose
-    its call: 0 for the model the program calls, 1 for its children, 2 for a block's layers
-    (``bitexact diff-trace`` finds the enclosing call, and a call's callees, by it); a
-    gradient's record has none."""
-    rows = [json.loads(line) for line in
-            traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
-    depth = {}
-    for r in rows:
-        if r["op"] == "module output":
-            depth.setdefault(r["module"], set()).add(r["depth"])
-        else:
-            assert "depth" not in r
     assert depth["Tied"] == {0}
     assert depth["Tied.blocks"] == depth["Tied.pair"] == depth["Tied.emb"] == {1}
     assert depth["Tied.blocks.0"] == depth["Tied.blocks.1"] == {2}
