@@ -183,9 +183,10 @@ pub const TRACE_RECORD_FIELDS: [&str; 9] = [
     "v", "step", "rank", "phase", "module", "op", "src", "in", "out",
 ];
 
-/// The trace record format version the tracer writes (`"v"`). Version 7 adds `"depth"` to a
-/// `--trace modules` module record: how many traced module calls of its thread enclose the
-/// call (0: the program called it from outside every module). Version 6 adds `"own"` to a
+/// The trace record format version the tracer writes (`"v"`). Version 7 adds `"entered"` to
+/// a `--trace modules` module record: its call's number among its thread's module calls, in
+/// the order they began (the calls recorded after it with smaller numbers enclosed it; those
+/// before it with larger ones it made). Version 6 adds `"own"` to a
 /// `--trace modules` module record: how many of its first inputs are the module's own
 /// parameters and persistent buffers (the rest are its arguments). Version 5 lists, first among an
 /// in-place op's inputs, the tensor it writes and reads (`add_`'s `self`), as it was before the

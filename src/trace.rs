@@ -66,11 +66,12 @@ pub struct TraceEntry {
     /// for other records and before record version 6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub own: Option<usize>,
-    /// A `--trace modules` module record: how many traced module calls of its thread enclose
-    /// its call (0: called from outside every module); none for other records, before record
-    /// version 7, and for a forward entered before tracing began.
+    /// A `--trace modules` module record: its call's number among its thread's module calls, in
+    /// the order they began (a call recorded later with a smaller number enclosed it; one
+    /// recorded earlier with a larger number it made, or a call of it made); none for other
+    /// records, before record version 7, and for a forward entered before tracing began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub depth: Option<usize>,
+    pub entered: Option<usize>,
     /// A float64 sketch of each result, in the order of [`output`](Self::output) (empty text
     /// for a result without one; no sketches in older records): [`sketch`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -146,13 +146,13 @@ def program():
 
 
 def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args="",
-               sketches=(), gen=None, kernel=None, own=None, depth=None):
+               sketches=(), gen=None, kernel=None, own=None, entered=None):
     record = {"v": _protocol.TRACE_RECORD_VERSION, "step": step, "rank": rank, "phase": phase,
               "module": module, "op": op, "src": src, "in": ins, "out": outs}
     if own is not None:
         record["own"] = own
-    if depth is not None:
-        record["depth"] = depth
+    if entered is not None:
+        record["entered"] = entered
     if args:
         record["args"] = args
     if gen:
@@ -252,9 +252,9 @@ def test_a_record_line_is_what_json_dumps_writes():
     owned = drawn + (None, 2)  # a module record's count of its own state among its inputs
     assert _trace_record.line(*owned) == _json_line(*owned)
     assert json.loads(_trace_record.line(*owned))["own"] == 2
-    nested = owned + (3,)  # and how many module calls enclose its call
+    nested = owned + (3,)  # and its call's number among its thread's module calls
     assert _trace_record.line(*nested) == _json_line(*nested)
-    assert json.loads(_trace_record.line(*nested))["depth"] == 3
+    assert json.loads(_trace_record.line(*nested))["entered"] == 3
 
 
 def test_source_is_relative_to_the_directory_the_trace_started_in(trace, tmp_path, monkeypatch):

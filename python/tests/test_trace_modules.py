@@ -171,31 +171,35 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
     assert grads[1] == [n for n in expected if n != "Tied.pair.scale"] + ["Tied.pair.scale"]
 
 
-def test_a_module_record_counts_its_own_state_and_the_calls_that_enclose_it(tmp_path):
+def test_a_module_record_counts_its_own_state_and_numbers_its_call(tmp_path):
     """A module record's ``"own"`` is how many of its first inputs are the module's own
     parameters and persistent buffers (``bitexact diff-trace`` names them apart from its
-    arguments), and its ``"depth"`` how many traced module calls of its thread enclose its
-    call: 0 for the model the program calls, 1 for its children, 2 for a block's layers
+    arguments), and its ``"entered"`` its call's number among its thread's module calls, in the
+    order they began: a call is numbered before the calls it makes, though recorded after them
     (``diff-trace`` finds the enclosing call, and a call's callees, by it); a gradient's record
     has neither."""
     rows = [json.loads(line) for line in
             traced(tmp_path / "t.jsonl", program, level="modules").splitlines()]
-    own, depth = {}, {}
+    own, calls = {}, {}
     for r in rows:
         if r["op"] == "module output":
             own.setdefault(r["module"], set()).add(r["own"])
-            depth.setdefault(r["module"], set()).add(r["depth"])
+            calls.setdefault(r.get("thread", ""), []).append((r["module"], r["entered"]))
         else:
-            assert "own" not in r and "depth" not in r
+            assert "own" not in r and "entered" not in r
     assert own["Tied.blocks.0"] == own["Tied.blocks.3"] == {2}  # Linear, LayerNorm
     assert own["Tied.pair"] == {2}  # scale and the persistent buffer, not the cache
     assert own["Tied.head"] == own["Tied.emb"] == {1}
     assert own["Tied"] == own["Tied.split"] == own["Tied.blocks.1"] == {0}
     first = next(r for r in rows if r["module"] == "Tied.pair")
     assert len(first["in"]) == 2 + 2  # its state, then x and the keyword bias
-    assert depth["Tied"] == {0}
-    assert depth["Tied.blocks"] == depth["Tied.pair"] == depth["Tied.emb"] == {1}
-    assert depth["Tied.blocks.0"] == depth["Tied.blocks.1"] == {2}
+    main = calls.pop("")
+    end = [m for m, _ in main].index("Tied")  # the first forward's calls, Tied's last
+    number = dict(main[:end + 1])
+    assert number["Tied"] == 1 < min(n for _, n in main[:end])
+    assert number["Tied.blocks"] < number["Tied.blocks.0"] < number["Tied.blocks.1"]
+    (worker,) = calls.values()  # a thread numbers its own calls
+    assert min(n for _, n in worker) == 1 and len(worker) == end + 1
 
 
 def test_arguments_are_labelled_as_received_keyword_ones_too(tmp_path):

@@ -212,15 +212,16 @@ fn a_module_whose_own_state_differs_names_the_parameter() {
     );
 }
 
-/// A buffer that differs at a module's later call may have been changed by its own forward in
-/// the earlier one; a module whose state and arguments both differ gets a cause for each.
+/// A buffer that differs at a module's later call (in the trace, or past step 0, which
+/// `--trace-steps` may leave out) may have been changed by its own forward in an earlier one; a
+/// module whose state and arguments both differ gets a cause for each.
 #[test]
 fn a_module_record_gives_a_cause_for_each_kind_of_input_that_differs() {
+    let earlier = "or, for a buffer, the module's own forward in an earlier call";
+    // Called twice in step 0.
     let again = |w: &str, buf: &str, y: &str| {
         let mut t = run("f32[2]:w0", "f32[2]:r0", "f32[2]:h", "f32[2]:y0");
-        let mut later = run(w, buf, "f32[2]:h", y);
-        later.iter_mut().for_each(|e| e.step = 1);
-        t.extend(later);
+        t.extend(run(w, buf, "f32[2]:h", y));
         t
     };
     let d = first_divergence(
@@ -228,12 +229,19 @@ fn a_module_record_gives_a_cause_for_each_kind_of_input_that_differs() {
         &again("f32[2]:w2", "f32[2]:r2", "f32[2]:y2"),
     );
     let d = d.expect("a divergence");
-    assert!(
-        d.explanation
-            .contains("or, for a buffer, the module's own forward in an earlier call"),
-        "{}",
-        d.explanation
+    assert!(d.explanation.contains(earlier), "{}", d.explanation);
+    // Its first traced call, at step 3.
+    let late = |w: &str, buf: &str, y: &str| {
+        let mut t = run(w, buf, "f32[2]:h", y);
+        t.iter_mut().for_each(|e| e.step = 3);
+        t
+    };
+    let d = first_divergence(
+        &late("f32[2]:w1", "f32[2]:r1", "f32[2]:y"),
+        &late("f32[2]:w2", "f32[2]:r2", "f32[2]:y2"),
     );
+    let d = d.expect("a divergence");
+    assert!(d.explanation.contains(earlier), "{}", d.explanation);
     let a = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
     let c = run("f32[2]:w2", "f32[2]:r1", "f32[2]:h2", "f32[2]:y2");
     let d = first_divergence(&a, &c).expect("a divergence");
@@ -241,7 +249,8 @@ fn a_module_record_gives_a_cause_for_each_kind_of_input_that_differs() {
         d.explanation
             .contains("(its parameter Net.fc.weight, argument 0)")
             && d.explanation.contains(
-                "--trace ops names which); its arguments' from code between traced module calls"
+                "--trace ops names which); and the difference in its arguments from code between \
+                 traced module calls"
             ),
         "{}",
         d.explanation
@@ -249,12 +258,12 @@ fn a_module_record_gives_a_cause_for_each_kind_of_input_that_differs() {
 }
 
 /// A module the program calls itself (a feature pass of `Net.fc`), then through its parent in
-/// the same step: with the records' call nesting (`depth`, record version 7) the first call's
-/// differing argument comes from code outside every module; without it (older records), the
-/// parent's later call is taken as the enclosing one.
+/// the same step: with the records' call numbers (`entered`, record version 7) the first
+/// call's differing argument comes from code outside every module; without them (older
+/// records), the parent's later call is taken as the enclosing one.
 #[test]
 fn a_module_called_by_the_program_is_enclosed_by_no_later_call_of_its_parent() {
-    let trace = |x: &str, depth: bool| {
+    let trace = |x: &str, entered: bool| {
         let fc = ("module output", 2);
         let mut t = vec![
             rec(
@@ -271,8 +280,8 @@ fn a_module_called_by_the_program_is_enclosed_by_no_later_call_of_its_parent() {
             ),
             rec(("module output", 0), "Net", &["f32[2]:x"], "f32[2]:y"),
         ];
-        for (e, d) in t.iter_mut().zip([0, 1, 0]) {
-            e.depth = depth.then_some(d);
+        for (e, n) in t.iter_mut().zip([1, 3, 2]) {
+            e.entered = entered.then_some(n);
         }
         t
     };

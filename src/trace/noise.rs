@@ -354,9 +354,10 @@ fn count(j: &mut NoiseClassification, v: RecordNoise, origin: bool) {
 /// encloses, written as its callees returned, and the other records among them (a compiled
 /// region's) made in it. A module's record lists its own state and arguments, not its
 /// callees', so its output then differs whatever its inputs: a receiver. With the records'
-/// call nesting (`depth`, record version 7) its callees are the deeper module records after
-/// the last one as deep or less; without it, those below its path (a callee named by another
-/// path, a module shared with another parent, then ends the search).
+/// call numbers (`entered`, record version 7) its callees are the module records just before
+/// it whose calls began after its own (written between its call's start and end, in its
+/// thread); without them, those below its path (a callee named by another path, a module
+/// shared with another parent, then ends the search).
 fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
     let x = &a[pos];
     if x.op != "module output" {
@@ -371,8 +372,8 @@ fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
             return false;
         }
         let made_in = e.module == x.module || super::streams::is_below(&e.module, &x.module);
-        let callee = match (e.op == x.op, x.depth, e.depth) {
-            (true, Some(d), Some(inner)) => inner > d,
+        let callee = match (e.op == x.op, x.entered, e.entered) {
+            (true, Some(n), Some(inner)) => inner > n,
             (true, ..) => made_in && e.module != x.module,
             (false, ..) => made_in,
         };

@@ -140,45 +140,24 @@ fn sibling_gradients_are_origins_and_unhashed_inputs_and_compiled_callees_are_no
 }
 
 /// A module that two parents hold is named by the first path that reaches it: called by the
-/// other parent, its records are not below that parent's path. With the records' call nesting
-/// (`depth`, record version 7) it is still that call's callee, so a parent whose output differs
-/// after it is a receiver; without it (older records), the parent is taken as an origin.
+/// other parent, its records are not below that parent's path. With the records' call numbers
+/// (`entered`, record version 7) it is still that call's callee, so a parent whose output
+/// differs after it is a receiver; without them (older records), the parent is taken as an
+/// origin. A call that raised leaves no record, and what it made is no callee of the call
+/// recorded next.
 #[test]
-fn a_shared_module_called_by_another_parent_is_its_callee_by_depth() {
-    let run = |shared: f32, parent: f32, depth: bool| {
-        let at = |d: usize, e: TraceEntry| TraceEntry {
-            depth: depth.then_some(d),
-            ..e
-        };
+fn a_modules_callees_are_found_by_call_numbers() {
+    let record = |module: &str, input: &str, last: f32, entered: Option<usize>| TraceEntry {
+        entered,
+        ..m("module output", module, &[input], &[1.0, 1.0, 1.0, last])
+    };
+    let run = |shared: f32, parent: f32, numbered: bool| {
+        let at = |n: usize| numbered.then_some(n);
         vec![
-            at(1, m("module output", "Net.a", &["f32[4]:x"], &[1.0; 4])),
-            at(
-                2,
-                m(
-                    "module output",
-                    "Net.a",
-                    &["f32[4]:y"],
-                    &[1.0, 1.0, 1.0, shared],
-                ),
-            ),
-            at(
-                1,
-                m(
-                    "module output",
-                    "Net.b",
-                    &["f32[4]:x"],
-                    &[1.0, 1.0, 1.0, parent],
-                ),
-            ),
-            at(
-                0,
-                m(
-                    "module output",
-                    "Net",
-                    &["f32[4]:x"],
-                    &[1.0, 1.0, 1.0, parent],
-                ),
-            ),
+            record("Net.a", "f32[4]:x", 1.0, at(2)),
+            record("Net.a", "f32[4]:y", shared, at(4)),
+            record("Net.b", "f32[4]:x", parent, at(3)),
+            record("Net", "f32[4]:x", parent, at(1)),
         ]
     };
     let j = classify_noise(&run(1.0, 1.0, true), &run(up(1.0, 1), 1.5, true));
@@ -201,4 +180,20 @@ fn a_shared_module_called_by_another_parent_is_its_callee_by_depth() {
     );
     let j = classify_noise(&run(1.0, 1.0, false), &run(up(1.0, 1), 1.5, false));
     assert_eq!(j.classification, "beyond-noise", "{j:#?}");
+    // blocks.0 (1) and its mlp (3) raised (a checkpoint's recomputation stopped early): what
+    // they made is not a callee of blocks.1.ln (7), which differs by itself.
+    let raised = |act: f32, ln: f32| {
+        vec![
+            record("Net.blocks.0.attn", "f32[4]:x", 1.0, Some(2)),
+            record("Net.blocks.0.mlp.fc", "f32[4]:x", 1.0, Some(4)),
+            record("Net.blocks.0.mlp.act", "f32[4]:x", act, Some(5)),
+            record("Net.blocks.1.ln", "f32[4]:x", ln, Some(7)),
+        ]
+    };
+    let j = classify_noise(&raised(1.0, 1.0), &raised(up(1.0, 1), 1.5));
+    assert_eq!(j.classification, "beyond-noise", "{j:#?}");
+    assert!(
+        j.first_beyond_noise.unwrap().at.contains("Net.blocks.1.ln"),
+        "a call that raised"
+    );
 }

@@ -114,9 +114,9 @@ struct Line {
     /// A module record's own state among its first inputs (version 6).
     #[serde(default)]
     own: Option<usize>,
-    /// A module record's call nesting (version 7).
+    /// A module record's call number (version 7).
     #[serde(default)]
-    depth: Option<usize>,
+    entered: Option<usize>,
     #[serde(default)]
     args: String,
     #[serde(default)]
@@ -356,7 +356,7 @@ fn entry(parsed: Line, call: usize) -> TraceEntry {
         source: parsed.src,
         args: parsed.args,
         own: parsed.own,
-        depth: parsed.depth,
+        entered: parsed.entered,
         sketches: parsed.sk,
         generator: parsed.gen,
         kernels: Vec::new(),

@@ -169,7 +169,7 @@ fn a_module_trace_is_counted_in_records_and_an_op_trace_in_op_calls() {
     assert_eq!(count(&[]), "0 op calls");
 }
 
-/// A module record's `"own"` (version 6) and `"depth"` (version 7) are read; a record without
+/// A module record's `"own"` (version 6) and `"entered"` (version 7) are read; a record without
 /// them (older, or not a module's) has neither.
 #[test]
 fn a_module_records_own_state_count_and_call_nesting_are_read() {
@@ -178,9 +178,9 @@ fn a_module_records_own_state_count_and_call_nesting_are_read() {
     let op = LINE.replace("\"v\":2", "\"v\":7").replace("\"occ\":0,", "");
     let module = op
         .replace("\"aten::mm\"", "\"module output\"")
-        .replace("}", ",\"own\":1,\"depth\":2}");
+        .replace("}", ",\"own\":1,\"entered\":2}");
     std::fs::write(&p, format!("{module}\n{op}\n")).unwrap();
     let t = read_dir(dir.path()).unwrap().unwrap();
-    assert_eq!((t[0].own, t[0].depth), (Some(1), Some(2)));
-    assert_eq!((t[1].own, t[1].depth), (None, None));
+    assert_eq!((t[0].own, t[0].entered), (Some(1), Some(2)));
+    assert_eq!((t[1].own, t[1].entered), (None, None));
 }

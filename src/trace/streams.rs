@@ -120,17 +120,19 @@ pub fn is_below(m: &str, parent: &str) -> bool {
 /// The record of the module call that encloses module record `a[pos]` (`Net.b` of
 /// `Net.b.fc`: written after it, in its stream, step and phase), if one was recorded; none for
 /// a module called from code outside every module (`model(batch)`). With the records' call
-/// nesting (`depth`, record version 7): the first later module record of the stream less deep
-/// (none at depth 0); without it, the first later one of a module whose path holds this one's
-/// (which may be a later call, when the program called this module itself first).
+/// numbers (`entered`, record version 7): the first later module record of the stream whose
+/// call began before this one's (a call that began before and ended after it enclosed it; one
+/// that raised left no record, and the next one out is taken); without them, the first later
+/// one of a module whose path holds this one's (which may be a later call, when the program
+/// called this module itself first).
 pub fn enclosing(a: &[TraceEntry], pos: usize) -> Option<usize> {
     let x = &a[pos];
     (pos + 1..a.len()).find(|&k| {
         let e = &a[k];
         e.op == x.op
             && (e.rank, &e.thread, e.step, &e.phase) == (x.rank, &x.thread, x.step, &x.phase)
-            && match (x.depth, e.depth) {
-                (Some(d), Some(outer)) => outer < d,
+            && match (x.entered, e.entered) {
+                (Some(n), Some(outer)) => outer < n,
                 _ => is_below(&x.module, &e.module),
             }
     })

@@ -125,16 +125,17 @@ pub(super) fn received(
 
 /// Where the differing inputs of module record `pos` of trace `a` come from: its own `state`
 /// (named by [`own_name`]) from where module records do not look (for a buffer, also the
-/// module's own forward in an earlier call, when it had one); its arguments (`args`) from code
+/// module's own forward in an earlier call, when it had one in the trace or the record is past
+/// step 0); its arguments (`args`) from code
 /// outside every traced module when no module call encloses this one
 /// ([`super::streams::enclosing`]), else from code between module calls. Both, when both
 /// differ.
 fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> String {
     let x = &a[pos];
     let state_cause = (!state.is_empty()).then(|| {
-        let earlier = a[..pos]
-            .iter()
-            .any(|e| e.op == x.op && e.module == x.module && e.rank == x.rank);
+        // (after step 0, it ran in steps the trace may leave out: --trace-steps)
+        let earlier = x.step > 0
+            || (a[..pos].iter()).any(|e| e.op == x.op && e.module == x.module && e.rank == x.rank);
         let buffer = match earlier && state.iter().any(|s| s.contains("or buffer")) {
             true => {
                 ", or, for a buffer, the module's own forward in an earlier call (such as \
@@ -157,7 +158,7 @@ fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> 
         Some(_) => between(x).to_string(),
     });
     match (state_cause, args_cause) {
-        (Some(s), Some(g)) => format!("{s}; its arguments' from {g}"),
+        (Some(s), Some(g)) => format!("{s}; and the difference in its arguments from {g}"),
         (Some(s), None) => s,
         (None, g) => g.unwrap_or_default(),
     }

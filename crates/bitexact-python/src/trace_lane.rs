@@ -171,10 +171,10 @@ impl Lane {
     /// then the tensors in `ins` (its keyword arguments; nested tuples, lists and dict values,
     /// as `bitexact._trace.state.collect_tensors` finds them); its results the tensors in
     /// `outs`. Its line has no arguments' text; a module record's has `"own"`, the count of
-    /// the module's own parameters and buffers among its first inputs, and `"depth"`, how
-    /// many traced module calls of its thread enclose it (when known).
+    /// the module's own parameters and buffers among its first inputs, and `"entered"`, its
+    /// call's number among its thread's module calls, in the order they began (when known).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None, own=None, depth=None))]
+    #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None, own=None, entered=None))]
     fn named(
         &self,
         py: Python<'_>,
@@ -187,7 +187,7 @@ impl Lane {
         outs: &Bound<'_, PyAny>,
         held: Option<&Bound<'_, PyList>>,
         own: Option<usize>,
-        depth: Option<usize>,
+        entered: Option<usize>,
     ) -> PyResult<bool> {
         let Ok(writer) = state
             .getattr(intern!(py, "writer"))?
@@ -217,7 +217,7 @@ impl Lane {
             module,
             op,
             own,
-            depth,
+            entered,
         };
         self.queue(py, state, stream, &writer, &site, &before, ins, outs)
     }

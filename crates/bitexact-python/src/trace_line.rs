@@ -51,8 +51,8 @@ pub(crate) struct Fields<'a> {
     pub(crate) args: Option<&'a str>,
     /// A module record's `"own"`: how many of its first inputs are the module's own state.
     pub(crate) own: Option<usize>,
-    /// A module record's `"depth"`: how many traced module calls of its thread enclose it.
-    pub(crate) depth: Option<usize>,
+    /// A module record's `"entered"`: its call's number among its thread's module calls.
+    pub(crate) entered: Option<usize>,
 }
 
 impl Lane {
@@ -256,8 +256,8 @@ impl Lane {
         if let Some(own) = f.own {
             let _ = write!(s, ",\"own\":{own}");
         }
-        if let Some(depth) = f.depth {
-            let _ = write!(s, ",\"depth\":{depth}");
+        if let Some(entered) = f.entered {
+            let _ = write!(s, ",\"entered\":{entered}");
         }
         if let Some(args) = f.args {
             s.push_str(",\"args\":");

@@ -21,13 +21,13 @@ pub(crate) enum Site<'a, 'py> {
     /// An op's call: the module and phase the tracker is in now, the call's arguments.
     Op(&'a Call<'a, 'py>),
     /// A record named by its caller: its phase, module and op, and a module record's own
-    /// state's count (`"own"`) and call nesting (`"depth"`).
+    /// state's count (`"own"`) and call number (`"entered"`).
     Named {
         phase: &'a Bound<'py, PyString>,
         module: &'a Bound<'py, PyString>,
         op: &'a Bound<'py, PyString>,
         own: Option<usize>,
-        depth: Option<usize>,
+        entered: Option<usize>,
     },
 }
 
@@ -125,7 +125,7 @@ impl Lane {
         outs: usize,
         sketch: bool,
     ) -> PyResult<String> {
-        let (text, phase, module, op, own, depth) = match *site {
+        let (text, phase, module, op, own, entered) = match *site {
             Site::Op(call) => {
                 let text = match sketch {
                     true => self.arguments(py, call.func, &call.args, &call.kwargs)?,
@@ -143,8 +143,15 @@ impl Lane {
                 module,
                 op,
                 own,
-                depth,
-            } => (None, phase.clone(), module.clone(), op.clone(), own, depth),
+                entered,
+            } => (
+                None,
+                phase.clone(),
+                module.clone(),
+                op.clone(),
+                own,
+                entered,
+            ),
         };
         let src = self.source(py, &state.getattr(intern!(py, "skip_dirs"))?)?;
         let thread = stream
@@ -162,7 +169,7 @@ impl Lane {
             thread: &thread,
             args: text.as_deref(),
             own,
-            depth,
+            entered,
         };
         Ok(self.line(&fields, ins, outs, sketch))
     }

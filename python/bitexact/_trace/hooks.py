@@ -21,8 +21,9 @@ def module_hooks(state, torch):
     keyword tensor arguments, hashed after it: torch's global forward pre-hook is not given
     them; a forward entered before tracing began: its arguments only, hashed after it; its
     outputs: the tensors in tuples, lists, dict values and a returned dataclass's fields; its
-    ``"depth"``: how many module calls on the tracker's stack of its thread enclose it, none
-    for a forward entered before tracing began) and,
+    ``"entered"``: the call's number among its thread's module calls, in the order they began
+    (:meth:`~bitexact._trace.modules.Tracker.entered`; none for a forward entered before
+    tracing began)) and,
     before each optimizer step (after a step given a closure: :func:`_closure`), every
     parameter's gradient (op ``parameter grad``, phase
     ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
@@ -36,7 +37,7 @@ def module_hooks(state, torch):
 
     tracker = state.tracker
     # .held: [(module, its state's labels before, name, phase, how many of them are its own,
-    # how many traced module calls enclose it)]
+    # its number among the thread's module calls)]
     local = threading.local()
     is_compiling = torch.compiler.is_compiling
     names = _ParamNames(tracker, state)
@@ -68,7 +69,7 @@ def module_hooks(state, torch):
         if given:
             before = ts.Record("module output", "", "", given, ())
             before.described_ins = digest.labels_now(state, given, before)
-        held.append((mod, before, name, phase, own, tracker.depth() - 1))
+        held.append((mod, before, name, phase, own, tracker.entered()))
 
     def after_forward(mod, args, kwargs, output):
         if is_compiling() or compiled.silent(mod):
@@ -79,24 +80,24 @@ def module_hooks(state, torch):
         held = getattr(local, "held", None) or []
         for k in range(len(held) - 1, -1, -1):  # its own entry, past any of forwards inside
             if held[k][0] is mod:  # it that raised
-                _, before, name, phase, own, depth = held[k]
+                _, before, name, phase, own, entered = held[k]
                 del held[k:]
                 given = kwargs
                 break
         else:  # entered before tracing (or its steps) began: its arguments read now
             before, name, phase, own = None, tracker.name(mod), tracker.forward_phase(), 0
-            depth = None  # (not on the tracker's stack)
+            entered = None  # (not on the tracker's stack)
             given = (args, kwargs)
         if hasattr(type(output), "__dataclass_fields__"):
             output = _fields(output)
         if LANE and _lane(state, stream, phase, name, "module output", before, given, output,
-                          own, depth):
+                          own, entered):
             return
         ins = ts.collect_tensors(given, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
         rec = ts.Record("module output", phase, name, ins, outs)
         rec.before = before  # its state and arguments as the forward received them: first
-        rec.own, rec.depth = own, depth
+        rec.own, rec.entered = own, entered
         ts.emit(state, stream, rec)
 
     def grads(opt):
@@ -153,12 +154,12 @@ def _closure(args, kwargs):
 LANE = True
 
 
-def _lane(state, stream, phase, name, op, before, ins, outs, own=None, depth=None):
+def _lane(state, stream, phase, name, op, before, ins, outs, own=None, entered=None):
     """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state and
     positional arguments as its forward received them, ``ins`` and ``outs`` are its keyword
     arguments (all its arguments, for a forward entered before tracing began: ``before`` is
-    None) and output, ``own`` how many of its inputs are its own state, ``depth`` how many
-    traced module calls of its thread enclose it (None: unknown); ``parameter grad``:
+    None) and output, ``own`` how many of its inputs are its own state, ``entered`` its
+    number among its thread's module calls (None: unknown); ``parameter grad``:
     the parameter and its gradient) the short way and returns True, as
     :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
     with): by one native call (``Lane.named``), or else
@@ -176,13 +177,13 @@ def _lane(state, stream, phase, name, op, before, ins, outs, own=None, depth=Non
     held = before.later if before is not None else None
     native = plain.native()
     if native is not None:
-        return native.named(state, stream, phase, name, op, ins, outs, held, own, depth)
+        return native.named(state, stream, phase, name, op, ins, outs, held, own, entered)
     import torch
 
     tensor = torch.Tensor
     return plain.write_hosts(state, stream, phase, name, op, ts.collect_tensors(ins, tensor, []),
                              ts.collect_tensors(outs, tensor, []), held=held or (), own=own,
-                             depth=depth)
+                             entered=entered)
 
 
 class _ParamNames:

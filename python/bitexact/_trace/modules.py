@@ -128,6 +128,11 @@ class Tracker:
         stack = getattr(self._local, "stack", None)
         return len(stack) if stack else 0
 
+    def entered(self):
+        """How many module forwards this thread has entered (:meth:`push`), the last one
+        included: a module call's number among its thread's, in the order they began."""
+        return getattr(self._local, "entered", 0)
+
     def where(self):
         """``(phase, module)`` of an op made now in this thread: ``forward``, ``backward`` or
         ``recompute``, and the innermost module running (``""`` outside every module)."""
@@ -150,6 +155,7 @@ class Tracker:
         that has checked what :meth:`_pre` checks): returns ``(its name, its phase)``."""
         name, phase = self.name(mod), self.forward_phase()
         self._stack().append((name, phase == RECOMPUTE, mod))
+        self._local.entered = getattr(self._local, "entered", 0) + 1
         return name, phase
 
     def _pre(self, mod, args):

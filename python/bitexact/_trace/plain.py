@@ -132,13 +132,13 @@ def _python_record(state, stream, func, op, args, kwargs, result, tensor_type):
 
 
 def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=(), own=None,
-                depth=None):
+                entered=None):
     """Writes a record whose tensors are all plain host tensors (``digest._all_fast``) as
     :func:`bitexact._trace.state.emit` writes it, for the background writer to hash
     (``state.deferred``), and returns True; returns False, having done nothing, where one is
     not. ``held``: values held before the call (``TraceWriter.hold``), its first inputs;
-    ``text``: its non-tensor arguments; ``own``, ``depth``: a module record's ``"own"`` and
-    ``"depth"``. The Python
+    ``text``: its non-tensor arguments; ``own``, ``entered``: a module record's ``"own"`` and
+    ``"entered"``. The Python
     lanes' last step: this module's and
     ``--trace modules``' (:func:`bitexact._trace.hooks.module_hooks`), where the native module
     is missing (``Lane.record`` and ``Lane.named`` do it natively)."""
@@ -152,7 +152,7 @@ def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=(), o
     line = _record_line.line(stream.step, state.rank, phase, module, op,
                              _record_line.source(state.skip_dirs), [digest.HOLE] * n,
                              [digest.HOLE] * len(outs), stream.label, text, sketches,
-                             own=own, depth=depth)
+                             own=own, entered=entered)
     with state.lock:
         state.write(line, list(held) + items, slots)
     return True

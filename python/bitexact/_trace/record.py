@@ -44,7 +44,7 @@ _LINE = ('{"v":%d,' % _protocol.TRACE_RECORD_VERSION
 
 
 def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sketches=(),
-         gen=None, kernel=None, own=None, depth=None):
+         gen=None, kernel=None, own=None, entered=None):
     """The record's JSON line (fields: ``_protocol.TRACE_RECORD_FIELDS``), newline-terminated;
     then, only when there are,
     ``"args"`` (the op's non-tensor arguments, :func:`arguments`), ``"sk"`` (a sketch of each
@@ -56,10 +56,10 @@ def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sket
     ``sketches`` = ``"\1"``: the background writer's mark for the ``"sk"`` field
     (:data:`bitexact._trace.digest.SKETCH_MARK`), written as it is. ``"own"`` (a
     ``--trace modules`` module record's: how many of its first inputs are the module's own
-    parameters and persistent buffers) and ``"depth"`` (its call's nesting: how many traced
-    module calls of its thread enclose it) come before ``"args"``, when not None."""
+    parameters and persistent buffers) and ``"entered"`` (its call's number among its thread's
+    module calls, in the order they began) come before ``"args"``, when not None."""
     tail = ',"own":%d' % own if own is not None else ""
-    tail += ',"depth":%d' % depth if depth is not None else ""
+    tail += ',"entered":%d' % entered if entered is not None else ""
     tail += ',"args":%s' % _quote(args) if args else ""
     if gen:
         tail += ',"gen":%s' % _quote(gen)

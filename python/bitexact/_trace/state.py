@@ -266,7 +266,7 @@ class Record:
 
     __slots__ = ("op", "phase", "module", "ins", "outs", "described_ins", "scratch_outs",
                  "scratch_ins", "args", "call", "gen", "later", "keep", "waits", "fills", "held",
-                 "kernel", "src", "before", "others", "snaps", "own", "depth")
+                 "kernel", "src", "before", "others", "snaps", "own", "entered")
 
     def __init__(self, op, phase, module, ins, outs, described_ins=None, scratch_outs=(),
                  args="", call=None, scratch_ins=(), gen=None):
@@ -281,8 +281,8 @@ class Record:
         # before: an in-place op's written tensors as they were before it (their labels listed
         # before ``ins``' and their device values carried along: writes.read_before); others:
         # (a record of values before an op) its inputs' labels, if taken; snaps: (the same, in a
-        # capture run) id(tensor) -> a copy of its values; own, depth: a module's fields
-        self.before = self.others = self.snaps = self.own = self.depth = None
+        # capture run) id(tensor) -> a copy of its values; own, entered: a module's fields
+        self.before = self.others = self.snaps = self.own = self.entered = None
 
 
 def _is_capture(state, identity, thread, step, rec):
@@ -343,7 +343,7 @@ def emit(state, stream, rec):
     src = record.source(state.skip_dirs) if rec.src is None else rec.src
     line = record.line(step, state.rank, rec.phase, rec.module, op, src, described_ins,
                        described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel,
-                       rec.own, rec.depth)
+                       rec.own, rec.entered)
     with state.lock:
         if rec.waits or rec.held:  # keep holds the staged bytes and host copies
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits, rec.fills))
