@@ -113,7 +113,8 @@ fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
     assert!(
         d.explanation.ends_with(
             "the divergence comes from code between traced module calls (an enclosing \
-             module's own forward, or code outside every module)"
+             module's own forward, a module that wrote in place into a tensor it was given, a \
+             forward hook, or code outside every module)"
         ),
         "{}",
         d.explanation
@@ -177,8 +178,14 @@ fn a_module_whose_own_state_differs_names_the_parameter() {
         "{}",
         d.explanation
     );
-    // At its first call, a buffer cannot have been changed by an earlier one.
+    // At its first call, a buffer cannot have been changed by an earlier one, nor, at step 0,
+    // a parameter by an optimizer step.
     assert!(!d.explanation.contains("earlier call"), "{}", d.explanation);
+    assert!(
+        !d.explanation.contains("optimizer step"),
+        "{}",
+        d.explanation
+    );
     // Two parameters with the same values (one label): not named; a version 5 record (no
     // "own") against a version 6 one: the other's count.
     let mut twins = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
@@ -198,14 +205,14 @@ fn a_module_whose_own_state_differs_names_the_parameter() {
     let b = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h2", "f32[2]:y2");
     let d = first_divergence(&a, &b).expect("a divergence");
     assert!(
-        d.explanation.contains("(argument 0)")
+        d.explanation.contains("(tensor argument 0)")
             && d.explanation.contains("code between traced module calls"),
         "{}",
         d.explanation
     );
     let d = first_divergence(&a[..1], &b[..1]).expect("a divergence");
     assert!(
-        d.explanation.contains("(argument 0)")
+        d.explanation.contains("(tensor argument 0)")
             && d.explanation.contains("what the program passed to Net.fc"),
         "{}",
         d.explanation
@@ -241,15 +248,19 @@ fn a_module_record_gives_a_cause_for_each_kind_of_input_that_differs() {
         &late("f32[2]:w2", "f32[2]:r2", "f32[2]:y2"),
     );
     let d = d.expect("a divergence");
-    assert!(d.explanation.contains(earlier), "{}", d.explanation);
+    assert!(
+        d.explanation.contains(earlier) && d.explanation.contains("an optimizer step"),
+        "{}",
+        d.explanation
+    );
     let a = run("f32[2]:w1", "f32[2]:r1", "f32[2]:h", "f32[2]:y");
     let c = run("f32[2]:w2", "f32[2]:r1", "f32[2]:h2", "f32[2]:y2");
     let d = first_divergence(&a, &c).expect("a divergence");
     assert!(
         d.explanation
-            .contains("(its parameter Net.fc.weight, argument 0)")
+            .contains("(its parameter Net.fc.weight, tensor argument 0)")
             && d.explanation.contains(
-                "--trace ops names which); and the difference in its arguments from code between \
+                "--trace ops names which); and the difference in its tensor arguments from code between \
                  traced module calls"
             ),
         "{}",

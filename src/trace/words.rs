@@ -53,8 +53,9 @@ pub(super) fn nondeterministic(x: &TraceEntry) -> &'static str {
 pub(super) fn between(x: &TraceEntry) -> &'static str {
     match x.op.as_str() {
         "module output" => {
-            "code between traced module calls (an enclosing module's own forward, or code \
-             outside every module)"
+            "code between traced module calls (an enclosing module's own forward, a module \
+             that wrote in place into a tensor it was given, a forward hook, or code outside \
+             every module)"
         }
         "parameter grad" => {
             "code between traced module calls (the parameter changed after the last optimizer \
@@ -104,7 +105,7 @@ pub(super) fn received(
     for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
         match (module, x.own.or(y.own)) {
             (Some((a, _)), Some(n)) if i < n => state.push(own_name(a, x, i)),
-            (Some(_), Some(n)) => args.push(format!("argument {}", i - n)),
+            (Some(_), Some(n)) => args.push(format!("tensor argument {}", i - n)),
             _ => args.push(format!("input {i}")),
         }
     }
@@ -126,7 +127,7 @@ pub(super) fn received(
 /// Where the differing inputs of module record `pos` of trace `a` come from: its own `state`
 /// (named by [`own_name`]) from where module records do not look (for a buffer, also the
 /// module's own forward in an earlier call, when it had one in the trace or the record is past
-/// step 0); its arguments (`args`) from code
+/// step 0; an optimizer step, past step 0); its tensor arguments (`args`) from code
 /// outside every traced module when no module call encloses this one
 /// ([`super::streams::enclosing`]), else from code between module calls. Both, when both
 /// differ.
@@ -143,10 +144,14 @@ fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> 
             }
             false => "",
         };
+        let step = match x.step {
+            0 => "",
+            _ => " an optimizer step, whose update they do not record,",
+        };
         format!(
             "a change to the module's own state where module records do not look (its \
-             initialization, an optimizer step, whose update they do not record, or a load or \
-             edit outside every module{buffer}; --trace ops names which)"
+             initialization,{step} or a load or edit outside every module{buffer}; --trace ops \
+             names which)"
         )
     });
     let args_cause = (args || state.is_empty()).then(|| match super::streams::enclosing(a, pos) {
@@ -158,7 +163,7 @@ fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> 
         Some(_) => between(x).to_string(),
     });
     match (state_cause, args_cause) {
-        (Some(s), Some(g)) => format!("{s}; and the difference in its arguments from {g}"),
+        (Some(s), Some(g)) => format!("{s}; and the difference in its tensor arguments from {g}"),
         (Some(s), None) => s,
         (None, g) => g.unwrap_or_default(),
     }

@@ -217,7 +217,7 @@ fn module_traces_name_the_module_that_received_the_difference() {
     );
     // Its argument, made by its parent's own forward (not its weight or bias: "own" tells).
     assert!(
-        d.contains("already received different inputs (argument 0)")
+        d.contains("already received different inputs (tensor argument 0)")
             && d.contains("code between traced module calls"),
         "{d}"
     );

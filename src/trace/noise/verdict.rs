@@ -121,7 +121,11 @@ fn received(
             "amplified",
             format!(
                 "{why}; amplified: past the allowance only because the values it reads already \
-                 differ, its arguments match{}",
+                 differ, {}{}",
+                match x.is_module_record() {
+                    true => "its non-tensor arguments not recorded",
+                    false => "its arguments match",
+                },
                 match own {
                     Some(_) => replayed,
                     None => " (no fp64 replay of its own step)".into(),
