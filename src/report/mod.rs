@@ -143,13 +143,19 @@ pub fn row_cells(c: &CaseReport) -> (String, Option<&str>) {
     (runs, c.run_digests.first().map(|d| &d[..12]))
 }
 
-/// The explanation lines of one case, shared by every format: each differing tensor, the
-/// message (error, skip reason, planted bug), findings, memory growth, snapshot comparison, blame, localization, and the implementations
-/// that ran when the case was nondeterministic.
+/// The explanation lines of one case, shared by every format: a program's first divergence
+/// and the noise judgement of its traces (`within noise: …`, as `bitexact diff-trace` answers),
+/// each differing tensor, the message (error, skip reason, planted bug), findings, memory
+/// growth, snapshot comparison, blame, localization, and the implementations that ran when the
+/// case was nondeterministic.
 pub fn details(c: &CaseReport) -> Vec<String> {
     let mut out = program_lines(c);
     if let (Some(d), Some(_)) = (&c.divergence, &c.program) {
         out.push(d.explanation.clone());
+        if let Some(j) = &d.noise {
+            let compared = j.growth.iter().map(|g| g.records).sum();
+            out.push(crate::trace::noise::text::answer(j, compared));
+        }
     }
     out.extend(c.diff.iter().map(|d| d.summary()));
     out.extend(c.message.clone());

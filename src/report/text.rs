@@ -149,6 +149,31 @@ pub fn render(report: &Report) -> String {
 mod tests {
     use super::*;
 
+    /// A program's first divergence is followed by the noise judgement of its traces, as
+    /// `bitexact diff-trace` answers it, in every format's explanation lines.
+    #[test]
+    fn a_programs_divergence_is_followed_by_its_noise_answer() {
+        let mut c = crate::outcome::CaseReport::new("run/t.py", crate::backend::Backend::Cpu);
+        c.program = Some(crate::outcome::ProgramInfo::default());
+        let noise = crate::trace::noise::NoiseClassification {
+            classification: "not-judged".into(),
+            differing: 2,
+            ..Default::default()
+        };
+        c.divergence = Some(crate::trace::Divergence {
+            explanation: "module Net (call 1 of Net) (forward) …".into(),
+            noise: Some(noise),
+            ..Default::default()
+        });
+        let lines = super::super::details(&c);
+        let at = lines.iter().position(|l| l.starts_with("module Net"));
+        let next = at.and_then(|i| lines.get(i + 1));
+        assert!(
+            next.is_some_and(|l| l.starts_with("noise not judged: no differing record")),
+            "{lines:#?}"
+        );
+    }
+
     #[test]
     fn program_text_cannot_forge_report_lines() {
         let s = terminal_safe("a\nFAKE deterministic\u{1b}[31m");
