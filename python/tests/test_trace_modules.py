@@ -300,20 +300,37 @@ class Shared(torch.nn.Module):
         return self.b(self.a(x)).sum() + self.enc(x)
 
 
+class Holder(torch.nn.Module):
+    """A container whose own forward never runs: the program calls its part."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Linear(3, 3)
+
+
 def test_modules_are_named_by_their_first_path_and_a_part_run_alone_by_its_root(tmp_path):
     """Names are ``named_modules()``'s and ``named_parameters()``'s: a module two parents hold
-    by the first path that reaches it; a part run alone before its model by its class until
-    the model runs, then by the model's path, with every module below it."""
+    by the first path that reaches it; a part run alone before its model by its path from
+    the module it was registered in (that of a container whose forward never runs too, and
+    its parameters' gradients), then by the model's path, with every module below it; a
+    module made before tracing began, by its class."""
+    early = Alone()
+
     def run():
         torch.manual_seed(0)
         model = Shared()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with torch.no_grad():
             model.enc(torch.randn(2, 3))  # a feature pass
+            early(torch.randn(2, 3))
         for _ in range(2):
             opt.zero_grad()
             model(torch.randn(2, 3)).backward()
             opt.step()
+        holder = Holder()
+        opt = torch.optim.SGD(holder.parameters(), lr=0.1)
+        holder.c(torch.randn(2, 3)).sum().backward()
+        opt.step()
 
     rows = [json.loads(line) for line in
             traced(tmp_path / "t.jsonl", run, level="modules").splitlines()]
@@ -321,9 +338,13 @@ def test_modules_are_named_by_their_first_path_and_a_part_run_alone_by_its_root(
     grads = [r["module"] for r in rows if r["op"] == "parameter grad" and r["step"] == 0]
     assert grads == ["Shared." + n for n, _ in model.named_parameters()]
     outputs = [r["module"] for r in rows if r["op"] == "module output"]
-    assert outputs[:2] == ["Alone.fc", "Alone"]  # alone, before the model ran
+    # alone, before the model ran; then made before tracing began
+    assert outputs[:4] == ["Shared.enc.fc", "Shared.enc", "Alone.fc", "Alone"]
     named = {"Shared." + n if n else "Shared" for n, _ in model.named_modules()}
-    assert set(outputs[2:]) == named and "Shared.b.0" not in named
+    assert set(outputs[4:-1]) == named and "Shared.b.0" not in named
+    assert outputs[-1] == "Holder.c"
+    assert [r["module"] for r in rows if r["op"] == "parameter grad"][-2:] == \
+        ["Holder.c.weight", "Holder.c.bias"]
 
 
 def test_a_sparse_gradient_is_labelled_by_its_values(tmp_path):

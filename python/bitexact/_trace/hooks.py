@@ -191,7 +191,8 @@ class _ParamNames:
     ``state`` (:func:`bitexact._trace.state.param_name`, shared with the compiled calls'
     records). A parameter not named yet has every traced root module's parameters named at
     once, as ``model.named_parameters()`` names them (a parameter two modules hold, such as
-    tied embeddings, by the first that holds it). One no traced module holds is ``param<i>``
+    tied embeddings, by the first that holds it), then the own parameters of each part named
+    by its path before its root ran. One no traced module holds is ``param<i>``
     (its place in its group), and is not looked for again until more modules are named. A
     name once given is kept (a part trained alone before its model keeps its own)."""
 
@@ -218,6 +219,10 @@ class _ParamNames:
         for mod, name in named:
             if "." not in name:  # a root: its parameters as named_parameters() names them
                 for pname, q in mod.named_parameters(prefix=name):
+                    ts.name_param(self._state, q, pname)
+        for mod, name in named:  # a part named by its path before its root ran
+            if "." in name:
+                for pname, q in mod.named_parameters(prefix=name, recurse=False):
                     ts.name_param(self._state, q, pname)
         found = ts.param_name(self._state, p)
         if found is None:

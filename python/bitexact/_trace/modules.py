@@ -32,9 +32,11 @@ This tracker keeps real stacks instead:
 Names are ModuleTracker's: the root module's class name, then attribute names
 (``Net.blocks.3.fc``), assigned the first time a module runs, to every module below it at
 once, each by the first path that reaches it, as ``named_modules()`` does (a module two
-parents hold). A module run alone before its root (a feature pass of ``model.enc``) is
-named by its class until the root runs, then it and every module below it by the root's
-paths. Every hook returns at once while
+parents hold). A module run alone before its root (a feature pass of ``model.enc``, a
+container whose own forward never runs) is named by its path from the outermost module it
+was registered in while tracing (``Net.enc``: the first registration of a module two hold),
+or by its class when there is none; when the root runs, it and every module below it are
+named by the root's paths. Every hook returns at once while
 ``torch.compile`` traces (``torch.compiler.is_compiling()``). The hooks hold no tensors; the
 gradient hooks they register on a forward's tensors die with them, and do nothing once the
 tracker is stopped.
@@ -58,6 +60,8 @@ class Tracker:
         self._task = torch._C._current_graph_task_id  # where() asks it on every op
         self._names = weakref.WeakKeyDictionary()  # module -> qualified name
         self._named = weakref.WeakSet()  # modules whose children are named
+        # module -> (a weak reference to the module it was first registered in, its attribute)
+        self._parents = weakref.WeakKeyDictionary()
         self._local = threading.local()  # .stack: [(name, recomputed, module)] of this thread
         self._backward = {}  # graph task id -> [module names entered in its backward]
         self._lock = ts.fork_lock(self)  # made anew in a forked child
@@ -79,6 +83,9 @@ class Tracker:
         self._handles = [nn_module.register_module_forward_hook(self._post, always_call=True)]
         if pre_hook:
             self._handles.append(nn_module.register_module_forward_pre_hook(self._pre))
+        registered = getattr(nn_module, "register_module_module_registration_hook", None)
+        if registered is not None:  # (torch 2.0 on)
+            self._handles.append(registered(self._registered))
 
     def stop(self):
         """Removes the hooks; gradient hooks still attached to tensors do nothing from now."""
@@ -97,14 +104,39 @@ class Tracker:
         with self._lock:
             return list(self._names.items())
 
+    def _registered(self, parent, attribute, child):
+        # Where a module was first registered (a module two parents hold: the first), so that
+        # one run before the module holding it is named by its path from there; not in
+        # torch.compile's wrapper (registered as its _orig_mod before compiled.silent knows it).
+        if child is not None and child not in self._parents \
+                and type(parent).__name__ != "OptimizedModule":
+            self._parents[child] = (weakref.ref(parent), attribute)
+
     def _name(self, mod):
         name = self._names.get(mod)
         if name is None:
-            name = self._names[mod] = type(mod).__name__
+            name = self._names[mod] = self._registered_name(mod)
         if mod not in self._named:
             self._named.add(mod)
             self._name_below(mod, name, {mod})
         return name
+
+    def _registered_name(self, mod):
+        """A module not named yet: its path from the outermost module it was registered in,
+        as first registered (``Net.enc``, run before ``Net``; that module by its name if it
+        has one), or its class when it was registered in none (or before tracing began)."""
+        path, top = [], mod
+        while True:
+            link = self._parents.get(top)
+            parent = link[0]() if link is not None else None
+            if parent is None or parent is mod or len(path) > 1000:  # (a cycle)
+                break
+            path.append(link[1])
+            top = parent
+            if top in self._names:
+                break
+        head = self._names.get(top) or type(top).__name__
+        return ".".join([head] + path[::-1])
 
     def _name_below(self, mod, name, done):
         """Names every module below ``mod`` (named ``name``), depth first, each by the first
