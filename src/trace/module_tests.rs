@@ -310,3 +310,40 @@ fn a_module_called_by_the_program_is_enclosed_by_no_later_call_of_its_parent() {
         .explanation
         .contains("code between traced module calls"));
 }
+
+/// A module given a tensor argument that differs, which its forward transforms before its
+/// child: with the records' call numbers, its own record (written after the child's) is named,
+/// as its inputs were hashed when it was entered, first; without them, the child, whose
+/// differing input no enclosing record holds.
+#[test]
+fn a_parent_whose_argument_already_differed_is_named_before_its_child() {
+    let trace = |x: &str, numbered: bool| {
+        let mut t = vec![
+            rec(
+                ("module output", 0),
+                "Net.bn",
+                &[&format!("f32[2]:h{x}")],
+                &format!("f32[2]:y{x}"),
+            ),
+            rec(
+                ("module output", 0),
+                "Net",
+                &[&format!("f32[2]:{x}")],
+                &format!("f32[2]:y{x}"),
+            ),
+        ];
+        for (e, n) in t.iter_mut().zip([2, 1]) {
+            e.entered = numbered.then_some(n);
+        }
+        t
+    };
+    let d = first_divergence(&trace("a", true), &trace("b", true)).expect("a divergence");
+    assert!(
+        d.place().contains("module Net (call 1 of Net)")
+            && d.explanation.contains("what the program passed to Net "),
+        "{}",
+        d.explanation
+    );
+    let d = first_divergence(&trace("a", false), &trace("b", false)).expect("a divergence");
+    assert!(d.place().contains("module Net.bn"), "{}", d.explanation);
+}

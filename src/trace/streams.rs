@@ -74,12 +74,17 @@ pub fn aligned_index<'a>(
 }
 
 /// The record to name for a `--trace modules` module record `a[pos]` (counterpart `b[j]`)
-/// that already received different inputs: the outermost module call enclosing it that
-/// received the same differing tensor (one of its input labels is one of `a[pos]`'s that
-/// differ), whose own counterpart's inputs differ too. A module's record is written when its
-/// forward returns, after its children's, so the first record to differ is the innermost
-/// module the difference reached (`Net.b.fc`, called by `Net.b` with what `Net` made between
-/// its calls); the answer is `Net.b`. Any other record: itself.
+/// that already received different inputs: the outermost module call enclosing it whose own
+/// counterpart's inputs differ too and that received them first. A module's record is written
+/// when its forward returns, after its children's, so the first record to differ is the
+/// innermost module the difference reached, but the enclosing call's state and positional
+/// arguments were hashed when it was entered, before: with the records' call numbers
+/// (`entered`), any of its inputs that differs was there first (`Net` given another batch,
+/// which its forward transformed before `Net.bn`: the answer is `Net`; a keyword argument,
+/// hashed after its forward, is taken as the same). Without them (older records, where the
+/// enclosing call is a guess), only a call that received the same differing tensor (one of
+/// its input labels is one of `a[pos]`'s that differ): `Net.b.fc`, called by `Net.b` with
+/// what `Net` made between its calls, gives `Net.b`. Any other record: itself.
 pub fn receiver(
     a: &[TraceEntry],
     b: &[TraceEntry],
@@ -103,7 +108,8 @@ pub fn receiver(
         let Some(&m) = index.get(&(a[k].aligned(), la[k])) else {
             return (pos, j);
         };
-        let received = a[k].inputs.iter().any(|l| labels.contains(&l));
+        let numbered = a[pos].entered.is_some() && a[k].entered.is_some();
+        let received = numbered || a[k].inputs.iter().any(|l| labels.contains(&l));
         if !received || differing(k, m).is_empty() {
             return (pos, j);
         }
