@@ -268,24 +268,40 @@ pub fn missing(name: &str, runs: [usize; 2], present_in_first: bool) -> TensorDi
 }
 
 /// Two differing values (non-tensor leaves of a `torch.save` file, as canonical text):
-/// `config.out_dir: 'a' vs 'b'`, each side cut to [`crate::quote::MAX_QUOTE`] bytes.
+/// `config.out_dir: 'a' vs 'b'`, each side cut to [`crate::quote::MAX_QUOTE`] bytes. Where
+/// both show the same (a trace's `<ops>`, which shows how many records it holds; a value cut
+/// short), the note says their contents differ beyond it.
 pub fn values(name: &str, runs: [usize; 2], a: &str, b: &str) -> TensorDiff {
     let mut d = explain(name, runs, &Tensor::scalar(0u8), &Tensor::scalar(1u8));
     let cut = crate::quote::cut;
     d.first_values = [cut(a), cut(b)];
-    d.note = Some(format!(
-        "{} vs {} (run {} vs run {})",
-        cut(a),
-        cut(b),
-        runs[0],
-        runs[1]
-    ));
+    let [i, j] = runs;
+    d.note = Some(match d.first_values[0] == d.first_values[1] {
+        true => format!(
+            "{} in both runs, with different contents (run {i} vs run {j})",
+            cut(a)
+        ),
+        false => format!("{} vs {} (run {i} vs run {j})", cut(a), cut(b)),
+    });
     d
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two values are shown side by side; two that show the same (a trace's record count) are
+    /// said to differ in their contents.
+    #[test]
+    fn values_that_show_the_same_are_said_to_differ_beyond_it() {
+        let d = values("cfg.lr", [0, 1], "0.1", "0.2");
+        assert_eq!(d.summary(), "cfg.lr: 0.1 vs 0.2 (run 0 vs run 1)");
+        let d = values("<ops>", [0, 2], "22 module records", "22 module records");
+        assert_eq!(
+            d.summary(),
+            "<ops>: 22 module records in both runs, with different contents (run 0 vs run 2)"
+        );
+    }
 
     #[test]
     fn counts_first_index_abs_and_ulps() {
