@@ -153,8 +153,8 @@ pub fn details(c: &CaseReport) -> Vec<String> {
     if let (Some(d), Some(_)) = (&c.divergence, &c.program) {
         out.push(d.explanation.clone());
         if let Some(j) = &d.noise {
-            let compared = j.growth.iter().map(|g| g.records).sum();
-            out.push(crate::trace::noise::text::answer(j, compared));
+            use crate::trace::noise::text::{answer, compared};
+            out.push(answer(j, compared(&j.growth)));
         }
     }
     out.extend(c.diff.iter().map(|d| d.summary()));

@@ -371,11 +371,9 @@ fn a_callee_differs(a: &[TraceEntry], pos: usize, differs: &[bool]) -> bool {
         if (e.step, &e.phase) != (x.step, &x.phase) {
             return false;
         }
-        let made_in = e.module == x.module || super::streams::is_below(&e.module, &x.module);
-        let callee = match (e.op == x.op, x.entered, e.entered) {
-            (true, Some(n), Some(inner)) => inner > n,
-            (true, ..) => made_in && e.module != x.module,
-            (false, ..) => made_in,
+        let callee = match e.op == x.op {
+            true => super::streams::encloses(x, e),
+            false => e.module == x.module || super::streams::is_below(&e.module, &x.module),
         };
         if e.op != x.op && !callee {
             continue;

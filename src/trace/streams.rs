@@ -137,11 +137,19 @@ pub fn enclosing(a: &[TraceEntry], pos: usize) -> Option<usize> {
         let e = &a[k];
         e.op == x.op
             && (e.rank, &e.thread, e.step, &e.phase) == (x.rank, &x.thread, x.step, &x.phase)
-            && match (x.entered, e.entered) {
-                (Some(n), Some(outer)) => outer < n,
-                _ => is_below(&x.module, &e.module),
-            }
+            && encloses(e, x)
     })
+}
+
+/// Whether module record `outer`'s call enclosed `inner`'s, given that `outer` was written
+/// after `inner` in their stream (or, turned around, that `inner` was written between
+/// `outer`'s call's start and its record): with call numbers (`entered`, record version 7),
+/// when `outer`'s call began first; without them, when `inner`'s module is below `outer`'s.
+pub fn encloses(outer: &TraceEntry, inner: &TraceEntry) -> bool {
+    match (outer.entered, inner.entered) {
+        (Some(o), Some(i)) => o < i,
+        _ => is_below(&inner.module, &outer.module),
+    }
 }
 
 /// How many records of `a` have their counterpart in `b` under the op's other name (in place

@@ -101,10 +101,16 @@ pub(super) fn received(
     within: Option<(&[TraceEntry], usize)>,
 ) -> String {
     let module = within.filter(|_| x.op == "module output");
-    let (mut state, mut args) = (Vec::new(), Vec::new());
+    let (mut state, mut args, mut unnamed) = (Vec::new(), Vec::new(), false);
     for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
         match (module, x.own.or(y.own)) {
-            (Some((a, _)), Some(n)) if i < n => state.push(own_name(a, x, i)),
+            (Some((a, _)), Some(n)) if i < n => state.push(match own_name(a, x, i) {
+                Some(name) => format!("its parameter {name}"),
+                None => {
+                    unnamed = true;
+                    format!("its parameter or buffer {i}")
+                }
+            }),
             (Some(_), Some(n)) => args.push(format!("tensor argument {}", i - n)),
             _ => args.push(format!("input {i}")),
         }
@@ -113,7 +119,10 @@ pub(super) fn received(
         args.push(format!("{} vs {} inputs", x.inputs.len(), y.inputs.len()));
     }
     let from = match module {
-        Some((a, pos)) => module_causes(a, pos, &state, !args.is_empty()),
+        Some((a, pos)) => {
+            let own = (!state.is_empty()).then_some(unnamed);
+            module_causes(a, pos, own, !args.is_empty())
+        }
         None => between(x).to_string(),
     };
     state.append(&mut args);
@@ -124,20 +133,21 @@ pub(super) fn received(
     )
 }
 
-/// Where the differing inputs of module record `pos` of trace `a` come from: its own `state`
-/// (named by [`own_name`]) from where module records do not look (for a buffer, also the
+/// Where the differing inputs of module record `pos` of trace `a` come from: its own state
+/// (`own`: whether any differs, and whether any of those is unnamed by [`own_name`], which
+/// may be a buffer) from where module records do not look (for a buffer, also the
 /// module's own forward in an earlier call, when it had one in the trace or the record is past
 /// step 0; an optimizer step, past step 0); its tensor arguments (`args`) from code
 /// outside every traced module when no module call encloses this one
 /// ([`super::streams::enclosing`]), else from code between module calls. Both, when both
 /// differ.
-fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> String {
+fn module_causes(a: &[TraceEntry], pos: usize, own: Option<bool>, args: bool) -> String {
     let x = &a[pos];
-    let state_cause = (!state.is_empty()).then(|| {
+    let state_cause = own.map(|unnamed| {
         // (after step 0, it ran in steps the trace may leave out: --trace-steps)
         let earlier = x.step > 0
             || (a[..pos].iter()).any(|e| e.op == x.op && e.module == x.module && e.rank == x.rank);
-        let buffer = match earlier && state.iter().any(|s| s.contains("or buffer")) {
+        let buffer = match earlier && unnamed {
             true => {
                 ", or, for a buffer, the module's own forward in an earlier call (such as \
                  BatchNorm's running statistics)"
@@ -154,7 +164,7 @@ fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> 
              names which)"
         )
     });
-    let args_cause = (args || state.is_empty()).then(|| match super::streams::enclosing(a, pos) {
+    let args_cause = (args || own.is_none()).then(|| match super::streams::enclosing(a, pos) {
         None => format!(
             "code outside every traced module: what the program passed to {} (its data, \
                  such as a DataLoader's order or augmentation, or a value it computed)",
@@ -169,12 +179,11 @@ fn module_causes(a: &[TraceEntry], pos: usize, state: &[String], args: bool) -> 
     }
 }
 
-/// How [`received`] names input `i` of module record `x`, one of the module's own
-/// parameters and buffers: `its parameter Net.fc.weight` when the gradient records of `a` (of
-/// the module's direct parameters, on its rank) that had that input's label are that one
-/// parameter's, else `its parameter or buffer i` (two parameters with the same values, such
-/// as zeroed biases, have the same label).
-fn own_name(a: &[TraceEntry], x: &TraceEntry, i: usize) -> String {
+/// The name of input `i` of module record `x`, one of the module's own parameters and buffers
+/// (`Net.fc.weight`), when the gradient records of `a` (of the module's direct parameters, on
+/// its rank) that had that input's label are that one parameter's; else none (a buffer, or two
+/// parameters with the same values, such as zeroed biases, which have the same label).
+fn own_name<'a>(a: &'a [TraceEntry], x: &TraceEntry, i: usize) -> Option<&'a str> {
     let label = &x.inputs[i];
     let direct =
         |m: &str| super::streams::is_below(m, &x.module) && !m[x.module.len() + 1..].contains('.');
@@ -187,8 +196,8 @@ fn own_name(a: &[TraceEntry], x: &TraceEntry, i: usize) -> String {
         })
         .map(|e| e.module.as_str())
         .collect();
-    match (names.len(), names.first()) {
-        (1, Some(name)) => format!("its parameter {name}"),
-        _ => format!("its parameter or buffer {i}"),
+    match names.len() {
+        1 => names.first().copied(),
+        _ => None,
     }
 }

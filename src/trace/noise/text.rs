@@ -19,8 +19,13 @@ pub fn lines(j: &NoiseClassification, growth: &[StepGrowth]) -> Vec<String> {
             o.why
         ));
     }
-    out.push(answer(j, growth.iter().map(|g| g.records).sum()));
+    out.push(answer(j, compared(growth)));
     out
+}
+
+/// How many records with a counterpart in both traces `growth` counts, step by step.
+pub fn compared(growth: &[StepGrowth]) -> usize {
+    growth.iter().map(|g| g.records).sum()
 }
 
 /// The answer of a classification whose records with a counterpart number `compared`: the first
