@@ -183,19 +183,22 @@ pub const TRACE_RECORD_FIELDS: [&str; 9] = [
     "v", "step", "rank", "phase", "module", "op", "src", "in", "out",
 ];
 
-/// The trace record format version the tracer writes (`"v"`). Version 7 adds `"entered"` to
+/// The trace record format version the tracer writes (`"v"`). Version 8 writes a
+/// `--trace modules` module record's `"own"` as the names of the module's own parameters and
+/// persistent buffers (`{"params":["weight"],"buffers":["running_var"]}`), so that a verdict
+/// names the buffer that differs, not its place. Version 7 adds `"entered"` to
 /// a `--trace modules` module record: its call's number among its thread's module calls, in
 /// the order they began (the calls recorded after it with smaller numbers enclosed it; those
 /// before it with larger ones it made). Version 6 adds `"own"` to a
 /// `--trace modules` module record: how many of its first inputs are the module's own
 /// parameters and persistent buffers (the rest are its arguments). Version 5 lists, first among an
 /// in-place op's inputs, the tensor it writes and reads (`add_`'s `self`), as it was before the
-/// op; version 4 left it out (a result only). Versions 4 to 7 label tensors with the 128-bit
+/// op; version 4 left it out (a result only). Versions 4 to 8 label tensors with the 128-bit
 /// trace fingerprint (`docs/concepts/fingerprint.md`); versions 2 and 3 with the first 32 hex
 /// digits of the canonical SHA-256, so their labels never equal version 4's
 /// (`trace::program::Labels`). Version 2 records also carry `"occ"`, which the reader ignores
 /// (it counts occurrences itself).
-pub const TRACE_RECORD_VERSION: u32 = 7;
+pub const TRACE_RECORD_VERSION: u32 = 8;
 
 /// How many elements a float64 sketch of a traced tensor samples (fewer for a smaller tensor:
 /// all of them); see `trace::sketch`.

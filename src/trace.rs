@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use arg::{trace_digest, TraceArg};
+pub use own::Own;
 use words::{
     generator_differs, nondeterministic, unseen_input, NONDETERMINISTIC_BACKWARD,
     NONDETERMINISTIC_MODULE,
@@ -61,11 +62,12 @@ pub struct TraceEntry {
     /// it has none or the record is older ([`noise::arguments`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub args: String,
-    /// A `--trace modules` module record: how many of its first [`inputs`](Self::inputs) are
-    /// the module's own parameters and persistent buffers (the rest are its arguments); none
-    /// for other records and before record version 6.
+    /// A `--trace modules` module record: which of its first [`inputs`](Self::inputs) are the
+    /// module's own parameters and persistent buffers (the rest are its arguments), by count
+    /// (record versions 6 and 7) or by name (8 on); none for other records and before version
+    /// 6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub own: Option<usize>,
+    pub own: Option<Own>,
     /// A `--trace modules` module record: its call's number among its thread's module calls, in
     /// the order they began (a call recorded later with a smaller number enclosed it; one
     /// recorded earlier with a larger number it made, or a call of it made); none for other
@@ -420,6 +422,7 @@ pub mod batch;
 mod file;
 pub mod kernels;
 pub mod noise;
+pub mod own;
 pub mod program;
 pub mod ranks;
 pub mod replay;

@@ -46,7 +46,7 @@ TRACER_RECORDS_FILE = "records.jsonl"  # In [`INJECT_DIR`]: one JSON line per Py
 METADATA_PREFIX = ".bitexact-"  # Every metadata file under `$BITEXACT_OUT` starts with this and is never compared.
 TRACE_LEVELS = ("ops", "modules",)  # what --trace accepts, in order of detail
 TRACE_RECORD_FIELDS = ("v", "step", "rank", "phase", "module", "op", "src", "in", "out")  # one op-trace record's fields, in order
-TRACE_RECORD_VERSION = 7  # the record's "v"
+TRACE_RECORD_VERSION = 8  # the record's "v"
 SKETCH_SAMPLES = 8  # how many elements a sketch samples, at most
 # Every bitexact dtype, in digest-tag order: (name, safetensors name, bytes per element, torch name,
 # floating point)

@@ -150,7 +150,7 @@ def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args=""
     record = {"v": _protocol.TRACE_RECORD_VERSION, "step": step, "rank": rank, "phase": phase,
               "module": module, "op": op, "src": src, "in": ins, "out": outs}
     if own is not None:
-        record["own"] = own
+        record["own"] = json.loads(own)
     if entered is not None:
         record["entered"] = entered
     if args:
@@ -249,9 +249,11 @@ def test_a_record_line_is_what_json_dumps_writes():
     drawn = noisy + ("Net.noise's torch.Generator|" + "c" * 16,)
     assert _trace_record.line(*drawn) == _json_line(*drawn)
     assert json.loads(_trace_record.line(*drawn))["gen"].startswith("Net.noise's")
-    owned = drawn + (None, 2)  # a module record's count of its own state among its inputs
+    # a module record's own state among its inputs, by name
+    owned = drawn + (None, _trace_record.own(("weight", "é"), ("running_var",)))
     assert _trace_record.line(*owned) == _json_line(*owned)
-    assert json.loads(_trace_record.line(*owned))["own"] == 2
+    assert json.loads(_trace_record.line(*owned))["own"] == {
+        "params": ["weight", "é"], "buffers": ["running_var"]}
     nested = owned + (3,)  # and its call's number among its thread's module calls
     assert _trace_record.line(*nested) == _json_line(*nested)
     assert json.loads(_trace_record.line(*nested))["entered"] == 3

@@ -171,10 +171,10 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
     assert grads[1] == [n for n in expected if n != "Tied.pair.scale"] + ["Tied.pair.scale"]
 
 
-def test_a_module_record_counts_its_own_state_and_numbers_its_call(tmp_path):
-    """A module record's ``"own"`` is how many of its first inputs are the module's own
-    parameters and persistent buffers (``bitexact diff-trace`` names them apart from its
-    arguments), and its ``"entered"`` its call's number among its thread's module calls, in the
+def test_a_module_record_names_its_own_state_and_numbers_its_call(tmp_path):
+    """A module record's ``"own"`` names its first inputs that are the module's own
+    parameters and persistent buffers (``bitexact diff-trace`` names them, and tells them
+    apart from its arguments), and its ``"entered"`` its call's number among its thread's module calls, in the
     order they began: a call is numbered before the calls it makes, though recorded after them
     (``diff-trace`` finds the enclosing call, and a call's callees, by it); a gradient's record
     has neither."""
@@ -183,14 +183,16 @@ def test_a_module_record_counts_its_own_state_and_numbers_its_call(tmp_path):
     own, calls = {}, {}
     for r in rows:
         if r["op"] == "module output":
-            own.setdefault(r["module"], set()).add(r["own"])
+            own.setdefault(r["module"], set()).add(
+                (tuple(r["own"]["params"]), tuple(r["own"]["buffers"])))
             calls.setdefault(r.get("thread", ""), []).append((r["module"], r["entered"]))
         else:
             assert "own" not in r and "entered" not in r
-    assert own["Tied.blocks.0"] == own["Tied.blocks.3"] == {2}  # Linear, LayerNorm
-    assert own["Tied.pair"] == {2}  # scale and the persistent buffer, not the cache
-    assert own["Tied.head"] == own["Tied.emb"] == {1}
-    assert own["Tied"] == own["Tied.split"] == own["Tied.blocks.1"] == {0}
+    linear = {(("weight", "bias"), ())}
+    assert own["Tied.blocks.0"] == own["Tied.blocks.3"] == linear  # Linear, LayerNorm
+    assert own["Tied.pair"] == {(("scale",), ("shift",))}  # the persistent buffer, not the cache
+    assert own["Tied.head"] == own["Tied.emb"] == {(("weight",), ())}
+    assert own["Tied"] == own["Tied.split"] == own["Tied.blocks.1"] == {((), ())}
     first = next(r for r in rows if r["module"] == "Tied.pair")
     assert len(first["in"]) == 2 + 2  # its state, then x and the keyword bias
     main = calls.pop("")

@@ -142,7 +142,7 @@ fn rec((op, own): (&str, usize), module: &str, inputs: &[&str], out: &str) -> Tr
         .into(),
         module: module.into(),
         source: "t.py:3".into(),
-        own: (op == "module output").then_some(own),
+        own: (op == "module output").then_some(Own::Count(own)),
         ..TraceEntry::default()
     }
 }
@@ -346,4 +346,39 @@ fn a_parent_whose_argument_already_differed_is_named_before_its_child() {
     );
     let d = first_divergence(&trace("a", false), &trace("b", false)).expect("a divergence");
     assert!(d.place().contains("module Net.bn"), "{}", d.explanation);
+}
+
+/// A version 8 module record names its own state: a buffer that differs is named as one, with
+/// the causes a buffer has (its own forward in an earlier call; no optimizer step, even past
+/// step 0); a parameter as one, with an optimizer step's and not a buffer's.
+#[test]
+fn a_version_8_record_names_a_buffer_and_gives_only_its_causes() {
+    let named = |w: &str, buf: &str, y: &str| {
+        let mut t = run(w, buf, "f32[2]:h", y);
+        t.iter_mut().for_each(|e| e.step = 2);
+        t[0].own = Some(Own::Named {
+            params: vec!["weight".into(), "bias".into()],
+            buffers: vec!["running_var".into()],
+        });
+        t
+    };
+    let a = named("f32[2]:w1", "f32[2]:r1", "f32[2]:y");
+    let d = first_divergence(&a, &named("f32[2]:w1", "f32[2]:r2", "f32[2]:y2"));
+    let d = d.expect("a divergence").explanation;
+    assert!(
+        d.contains("(its buffer Net.fc.running_var)")
+            && d.contains(
+                "(its initialization, or a load or edit outside every module, or the module's \
+                 own forward in an earlier call (such as BatchNorm's running statistics);"
+            ),
+        "{d}"
+    );
+    let d = first_divergence(&a, &named("f32[2]:w2", "f32[2]:r1", "f32[2]:y2"));
+    let d = d.expect("a divergence").explanation;
+    assert!(
+        d.contains("(its parameter Net.fc.weight)")
+            && d.contains("an optimizer step")
+            && !d.contains("earlier call"),
+        "{d}"
+    );
 }

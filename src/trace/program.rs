@@ -111,9 +111,9 @@ struct Line {
     #[serde(rename = "in")]
     inputs: Vec<String>,
     out: Vec<String>,
-    /// A module record's own state among its first inputs (version 6).
+    /// A module record's own state among its first inputs (version 6; by name from 8).
     #[serde(default)]
-    own: Option<usize>,
+    own: Option<super::Own>,
     /// A module record's call number (version 7).
     #[serde(default)]
     entered: Option<usize>,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::trace::Own;
 
 const LINE: &str = r#"{"v":2,"step":1,"rank":0,"phase":"backward","module":"Net.fc1","op":"aten::mm","occ":0,"src":"t.py:9","in":["f32[2,2]:aa"],"out":["f32[2,2]:bb"]}"#;
 
@@ -169,8 +170,8 @@ fn a_module_trace_is_counted_in_records_and_an_op_trace_in_op_calls() {
     assert_eq!(count(&[]), "0 op calls");
 }
 
-/// A module record's `"own"` (version 6) and `"entered"` (version 7) are read; a record without
-/// them (older, or not a module's) has neither.
+/// A module record's `"own"` (a count in version 6, names in 8) and `"entered"` (version 7)
+/// are read; a record without them (older, or not a module's) has neither.
 #[test]
 fn a_module_records_own_state_count_and_call_nesting_are_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -179,8 +180,20 @@ fn a_module_records_own_state_count_and_call_nesting_are_read() {
     let module = op
         .replace("\"aten::mm\"", "\"module output\"")
         .replace("}", ",\"own\":1,\"entered\":2}");
-    std::fs::write(&p, format!("{module}\n{op}\n")).unwrap();
+    let named = module.replace(
+        "\"own\":1",
+        "\"own\":{\"params\":[\"w\"],\"buffers\":[\"b\"]}",
+    );
+    std::fs::write(&p, format!("{module}\n{op}\n{named}\n")).unwrap();
     let t = read_dir(dir.path()).unwrap().unwrap();
-    assert_eq!((t[0].own, t[0].entered), (Some(1), Some(2)));
-    assert_eq!((t[1].own, t[1].entered), (None, None));
+    assert_eq!((&t[0].own, t[0].entered), (&Some(Own::Count(1)), Some(2)));
+    assert_eq!((&t[1].own, t[1].entered), (&None, None));
+    let names = (vec!["w".to_string()], vec!["b".to_string()]);
+    assert_eq!(
+        t[2].own,
+        Some(Own::Named {
+            params: names.0,
+            buffers: names.1
+        })
+    );
 }

@@ -1,6 +1,7 @@
 //! The words a divergence's verdict is made of ([`super::first_divergence`]): what it says of
 //! an op whose inputs matched and whose output differed, and why.
 
+use super::own::Kind;
 use super::TraceEntry;
 
 /// How an explanation says that a random op's generator was in another state before the call.
@@ -91,9 +92,10 @@ pub(super) fn unseen_input(x: &TraceEntry) -> Option<String> {
 /// The explanation of record `x` (at `at`) whose inputs already differ from its counterpart
 /// `y`'s: which differ, and where such a difference comes from (code between traced ops,
 /// [`between`]). A `--trace modules` module record, record `pos` of trace `a` (`within`),
-/// names them as the module's own state (a parameter by its gradient records' name,
-/// `Net.fc.weight`) or its arguments (by the record's `own`; `input i` in records before
-/// version 6), and gives a cause for each kind that differs ([`module_causes`]).
+/// names them as the module's own state (by the record's `"own"`: a parameter or a buffer by
+/// name, `Net.bn.running_var`; before record version 8, a parameter by its gradient records'
+/// name) or its arguments (`input i` in records before version 6), and gives a cause for each
+/// kind that differs ([`module_causes`]).
 pub(super) fn received(
     at: &str,
     x: &TraceEntry,
@@ -101,17 +103,14 @@ pub(super) fn received(
     within: Option<(&[TraceEntry], usize)>,
 ) -> String {
     let module = within.filter(|_| x.op == "module output");
-    let (mut state, mut args, mut unnamed) = (Vec::new(), Vec::new(), false);
+    let own = x.own.as_ref().or(y.own.as_ref());
+    let (mut state, mut args, mut kinds) = (Vec::new(), Vec::new(), Kinds::default());
     for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
-        match (module, x.own.or(y.own)) {
-            (Some((a, _)), Some(n)) if i < n => state.push(match own_name(a, x, i) {
-                Some(name) => format!("its parameter {name}"),
-                None => {
-                    unnamed = true;
-                    format!("its parameter or buffer {i}")
-                }
-            }),
-            (Some(_), Some(n)) => args.push(format!("tensor argument {}", i - n)),
+        match (module, own) {
+            (Some((a, _)), Some(o)) => match o.kind(i) {
+                Some(kind) => state.push(kinds.name(a, x, i, kind)),
+                None => args.push(format!("tensor argument {}", i - o.count())),
+            },
             _ => args.push(format!("input {i}")),
         }
     }
@@ -120,7 +119,7 @@ pub(super) fn received(
     }
     let from = match module {
         Some((a, pos)) => {
-            let own = (!state.is_empty()).then_some(unnamed);
+            let own = (!state.is_empty()).then_some(kinds);
             module_causes(a, pos, own, !args.is_empty())
         }
         None => between(x).to_string(),
@@ -133,30 +132,67 @@ pub(super) fn received(
     )
 }
 
+/// Which kinds of a module record's own state differ: parameters, buffers, or either (an
+/// input a record before version 8 does not name).
+#[derive(Clone, Copy, Default)]
+struct Kinds {
+    param: bool,
+    buffer: bool,
+    either: bool,
+}
+
+impl Kinds {
+    /// The words for the module's own input `i` of record `x` of trace `a`, of `kind`, which
+    /// this notes.
+    fn name(&mut self, a: &[TraceEntry], x: &TraceEntry, i: usize, kind: Kind<'_>) -> String {
+        match (kind, own_name(a, x, i)) {
+            (Kind::Param(n), _) => {
+                self.param = true;
+                format!("its parameter {}.{n}", x.module)
+            }
+            (Kind::Buffer(n), _) => {
+                self.buffer = true;
+                format!("its buffer {}.{n}", x.module)
+            }
+            (Kind::Either, Some(name)) => {
+                self.param = true;
+                format!("its parameter {name}")
+            }
+            (Kind::Either, None) => {
+                self.either = true;
+                format!("its parameter or buffer {i}")
+            }
+        }
+    }
+}
+
 /// Where the differing inputs of module record `pos` of trace `a` come from: its own state
-/// (`own`: whether any differs, and whether any of those is unnamed by [`own_name`], which
-/// may be a buffer) from where module records do not look (for a buffer, also the
-/// module's own forward in an earlier call, when it had one in the trace or the record is past
-/// step 0; an optimizer step, past step 0); its tensor arguments (`args`) from code
-/// outside every traced module when no module call encloses this one
-/// ([`super::streams::enclosing`]), else from code between module calls. Both, when both
+/// (`own`: which kinds of it differ) from where module records do not look (a buffer also
+/// from the module's own forward in an earlier call, when it had one in the trace or the
+/// record is past step 0; a parameter also from an optimizer step, past step 0); its tensor
+/// arguments (`args`) from code outside every traced module when no module call encloses this
+/// one ([`super::streams::enclosing`]), else from code between module calls. Both, when both
 /// differ.
-fn module_causes(a: &[TraceEntry], pos: usize, own: Option<bool>, args: bool) -> String {
+fn module_causes(a: &[TraceEntry], pos: usize, own: Option<Kinds>, args: bool) -> String {
     let x = &a[pos];
-    let state_cause = own.map(|unnamed| {
+    let state_cause = own.map(|k| {
         // (after step 0, it ran in steps the trace may leave out: --trace-steps)
         let earlier = x.step > 0
             || (a[..pos].iter()).any(|e| e.op == x.op && e.module == x.module && e.rank == x.rank);
-        let buffer = match earlier && unnamed {
-            true => {
+        let buffer = match (earlier, k.buffer || k.either, k.param || k.either) {
+            (true, true, true) => {
                 ", or, for a buffer, the module's own forward in an earlier call (such as \
                  BatchNorm's running statistics)"
             }
-            false => "",
+            (true, true, false) => {
+                ", or the module's own forward in an earlier call (such as BatchNorm's \
+                 running statistics)"
+            }
+            _ => "",
         };
-        let step = match x.step {
-            0 => "",
-            _ => " an optimizer step, whose update they do not record,",
+        let step = match x.step > 0 && (k.param || k.either) {
+            false => "",
+            true => " an optimizer step, whose update they do not record,",
         };
         format!(
             "a change to the module's own state where module records do not look (its \

@@ -241,6 +241,41 @@ fn module_traces_name_the_module_that_received_the_difference() {
     );
 }
 
+/// A program that edits a BatchNorm buffer with unseeded noise between two forwards: the
+/// module record names the buffer (record version 8) and only a buffer's causes (its own
+/// forward in an earlier call, a load or edit; no optimizer step, for which nothing stepped).
+#[test]
+fn module_traces_name_a_buffer_that_differs() {
+    let Some(py) = common::tracer_python("module_traces_name_a_buffer_that_differs") else {
+        return;
+    };
+    let script = "import os, torch\n\
+        torch.manual_seed(0)\n\
+        class Net(torch.nn.Module):\n\
+        \x20   def __init__(s):\n\
+        \x20       super().__init__(); s.pre = torch.nn.Linear(4, 4); s.bn = torch.nn.BatchNorm1d(4)\n\
+        \x20   def forward(s, x): return s.bn(s.pre(x))\n\
+        m, x = Net(), torch.arange(12.).reshape(3, 4)\n\
+        m(x)\n\
+        g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), 'little'))\n\
+        with torch.no_grad(): m.bn.running_var.mul_(1 + torch.rand(4, generator=g) * 1e-3)\n\
+        m.eval(); print(float(m(x).sum()))\n";
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bitexact"));
+    c.args(["run", "--trace", "modules", "--format", "json", "--"])
+        .args([&py, "-c", script]);
+    let o = c.output().unwrap();
+    let case = common::json(&o)["cases"][0].clone();
+    assert_eq!(o.status.code(), Some(1), "{case:#}");
+    let d = divergence(&case);
+    assert!(
+        d.contains("module Net.bn (call 2 of Net.bn) (forward)")
+            && d.contains("already received different inputs (its buffer Net.bn.running_var)")
+            && d.contains("or the module's own forward in an earlier call")
+            && !d.contains("optimizer"),
+        "{d}"
+    );
+}
+
 #[test]
 fn blame_names_the_op_each_variation_breaks() {
     let test = "blame_names_the_op_each_variation_breaks";

@@ -170,9 +170,11 @@ impl Lane {
     /// parameters and buffers and its positional arguments, as its forward received them),
     /// then the tensors in `ins` (its keyword arguments; nested tuples, lists and dict values,
     /// as `bitexact._trace.state.collect_tensors` finds them); its results the tensors in
-    /// `outs`. Its line has no arguments' text; a module record's has `"own"`, the count of
-    /// the module's own parameters and buffers among its first inputs, and `"entered"`, its
-    /// call's number among its thread's module calls, in the order they began (when known).
+    /// `outs`. Its line has no arguments' text; a module record's has `"own"`, the names of
+    /// the module's own parameters and buffers among its first inputs, as JSON
+    /// (`bitexact._trace.record.own` makes the text, written as it is given), and `"entered"`,
+    /// its call's number among its thread's module calls, in the order they began (when
+    /// known).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None, own=None, entered=None))]
     fn named(
@@ -186,7 +188,7 @@ impl Lane {
         ins: &Bound<'_, PyAny>,
         outs: &Bound<'_, PyAny>,
         held: Option<&Bound<'_, PyList>>,
-        own: Option<usize>,
+        own: Option<&Bound<'_, PyString>>,
         entered: Option<usize>,
     ) -> PyResult<bool> {
         let Ok(writer) = state

@@ -49,8 +49,9 @@ pub(crate) struct Fields<'a> {
     pub(crate) src: &'a str,
     pub(crate) thread: &'a str,
     pub(crate) args: Option<&'a str>,
-    /// A module record's `"own"`: how many of its first inputs are the module's own state.
-    pub(crate) own: Option<usize>,
+    /// A module record's `"own"`: the names of the module's own state, its first inputs, as
+    /// JSON (`bitexact._trace.record.own`'s text).
+    pub(crate) own: Option<&'a str>,
     /// A module record's `"entered"`: its call's number among its thread's module calls.
     pub(crate) entered: Option<usize>,
 }
@@ -254,7 +255,8 @@ impl Lane {
             s.push(']');
         }
         if let Some(own) = f.own {
-            let _ = write!(s, ",\"own\":{own}");
+            s.push_str(",\"own\":");
+            s.push_str(own);
         }
         if let Some(entered) = f.entered {
             let _ = write!(s, ",\"entered\":{entered}");

@@ -21,12 +21,12 @@ pub(crate) enum Site<'a, 'py> {
     /// An op's call: the module and phase the tracker is in now, the call's arguments.
     Op(&'a Call<'a, 'py>),
     /// A record named by its caller: its phase, module and op, and a module record's own
-    /// state's count (`"own"`) and call number (`"entered"`).
+    /// state's names (`"own"`, as JSON text) and call number (`"entered"`).
     Named {
         phase: &'a Bound<'py, PyString>,
         module: &'a Bound<'py, PyString>,
         op: &'a Bound<'py, PyString>,
-        own: Option<usize>,
+        own: Option<&'a Bound<'py, PyString>>,
         entered: Option<usize>,
     },
 }
@@ -158,6 +158,7 @@ impl Lane {
             .getattr(intern!(py, "label"))?
             .cast_into::<PyString>()?;
         let (phase, module, op) = (phase.to_cow()?, module.to_cow()?, op.to_cow()?);
+        let own = own.map(|o| o.to_cow()).transpose()?;
         let thread = thread.to_cow()?;
         let fields = Fields {
             step: stream.getattr(intern!(py, "step"))?.extract()?,
@@ -168,7 +169,7 @@ impl Lane {
             src: &src,
             thread: &thread,
             args: text.as_deref(),
-            own,
+            own: own.as_deref(),
             entered,
         };
         Ok(self.line(&fields, ins, outs, sketch))

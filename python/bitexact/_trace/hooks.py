@@ -7,14 +7,17 @@ import os
 import threading
 import weakref
 
-from . import compiled, device, digest, plain
+from . import compiled, device, digest, plain, record
 from . import state as ts
+
+# The "own" of a forward entered before tracing began: none of its inputs is its state.
+NO_STATE = record.own((), ())
 
 
 def module_hooks(state, torch):
     """``--trace modules``: every module's forward output (op ``module output``, phase
     ``forward``, or ``recompute`` when a backward recomputes it; its inputs the module's own
-    parameters and persistent buffers (:func:`_state_of`, counted by the record's ``"own"``)
+    parameters and persistent buffers (:func:`_state_of`, named by the record's ``"own"``)
     and the forward's positional tensor
     arguments, hashed as the forward receives them (a forward that writes its argument in
     place, as ``ReLU(inplace=True)``, is recorded with the argument it was given), then its
@@ -36,8 +39,8 @@ def module_hooks(state, torch):
     from torch.nn.parameter import is_lazy
 
     tracker = state.tracker
-    # .held: [(module, its state's labels before, name, phase, how many of them are its own,
-    # its number among the thread's module calls)]
+    # .held: [(module, its state's and arguments' labels before, name, phase, its record's
+    # "own", its number among the thread's module calls)]
     local = threading.local()
     is_compiling = torch.compiler.is_compiling
     names = _ParamNames(tracker, state)
@@ -61,8 +64,7 @@ def module_hooks(state, torch):
         # dropped.
         if held is None or tracker.depth() <= 1:
             held = local.held = []
-        given = _state_of(mod, is_lazy)
-        own = len(given)
+        given, own = _state_of(mod, is_lazy)
         if args:
             ts.collect_tensors(args, torch.Tensor, given)
         before = None
@@ -85,7 +87,8 @@ def module_hooks(state, torch):
                 given = kwargs
                 break
         else:  # entered before tracing (or its steps) began: its arguments read now
-            before, name, phase, own = None, tracker.name(mod), tracker.forward_phase(), 0
+            before, name, phase = None, tracker.name(mod), tracker.forward_phase()
+            own = NO_STATE
             entered = None  # (not on the tracker's stack)
             given = (args, kwargs)
         if hasattr(type(output), "__dataclass_fields__"):
@@ -158,7 +161,7 @@ def _lane(state, stream, phase, name, op, before, ins, outs, own=None, entered=N
     """Writes a record of ``op`` (``module output``: ``before`` holds the module's own state and
     positional arguments as its forward received them, ``ins`` and ``outs`` are its keyword
     arguments (all its arguments, for a forward entered before tracing began: ``before`` is
-    None) and output, ``own`` how many of its inputs are its own state, ``entered`` its
+    None) and output, ``own`` its record's ``"own"`` (:func:`_state_of`), ``entered`` its
     number among its thread's module calls (None: unknown); ``parameter grad``:
     the parameter and its gradient) the short way and returns True, as
     :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
@@ -235,13 +238,20 @@ def _state_of(mod, is_lazy):
     its persistent buffers (a buffer left out of its ``state_dict``, such as a preallocated
     KV cache, may hold memory never written; a DTensor is hashed as this process's shard,
     :func:`bitexact._trace.digest.describe`); a lazy module's, before its first forward makes
-    them (``is_lazy``), none."""
-    own = [p.detach() for p in mod._parameters.values() if p is not None and not is_lazy(p)]
+    them (``is_lazy``), none. With their names, as the record's ``"own"``
+    (:func:`bitexact._trace.record.own`)."""
+    own, params, buffers = [], [], []
+    for n, p in mod._parameters.items():
+        if p is not None and not is_lazy(p):
+            own.append(p.detach())
+            params.append(n)
     if mod._buffers:
         skip = mod._non_persistent_buffers_set
-        own += [b for n, b in mod._buffers.items()
-                if b is not None and n not in skip and not is_lazy(b)]
-    return own
+        for n, b in mod._buffers.items():
+            if b is not None and n not in skip and not is_lazy(b):
+                own.append(b)
+                buffers.append(n)
+    return own, record.own(tuple(params), tuple(buffers))
 
 
 def pause_loading():

@@ -137,8 +137,8 @@ def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=(), o
     :func:`bitexact._trace.state.emit` writes it, for the background writer to hash
     (``state.deferred``), and returns True; returns False, having done nothing, where one is
     not. ``held``: values held before the call (``TraceWriter.hold``), its first inputs;
-    ``text``: its non-tensor arguments; ``own``, ``entered``: a module record's ``"own"`` and
-    ``"entered"``. The Python
+    ``text``: its non-tensor arguments; ``own``, ``entered``: a module record's ``"own"`` (its
+    text, :func:`bitexact._trace.record.own`) and ``"entered"``. The Python
     lanes' last step: this module's and
     ``--trace modules``' (:func:`bitexact._trace.hooks.module_hooks`), where the native module
     is missing (``Lane.record`` and ``Lane.named`` do it natively)."""

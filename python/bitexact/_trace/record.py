@@ -34,6 +34,24 @@ def _quote(s):
     return q
 
 
+_owns = {}
+
+
+def own(params, buffers):
+    """A module record's ``"own"`` field, as JSON (``{"params":["weight","bias"],
+    "buffers":[]}``): the names of the module's own parameters, then of its persistent
+    buffers, in the order its record lists them first among its inputs; remembered (the
+    native lane writes the text it is given)."""
+    key = (params, buffers)
+    text = _owns.get(key)
+    if text is None:
+        if len(_owns) >= _MEMO_MAX:
+            _owns.clear()
+        text = _owns[key] = '{"params":[%s],"buffers":[%s]}' % (
+            ",".join(map(_quote, params)), ",".join(map(_quote, buffers)))
+    return text
+
+
 def _labels(labels):
     return '"' + '","'.join(labels) + '"' if labels else ""
 
@@ -55,10 +73,11 @@ def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sket
     started tracing).
     ``sketches`` = ``"\1"``: the background writer's mark for the ``"sk"`` field
     (:data:`bitexact._trace.digest.SKETCH_MARK`), written as it is. ``"own"`` (a
-    ``--trace modules`` module record's: how many of its first inputs are the module's own
-    parameters and persistent buffers) and ``"entered"`` (its call's number among its thread's
-    module calls, in the order they began) come before ``"args"``, when not None."""
-    tail = ',"own":%d' % own if own is not None else ""
+    ``--trace modules`` module record's: the names of the module's own parameters and
+    persistent buffers, its first inputs, as :func:`own` writes them) and ``"entered"`` (its
+    call's number among its thread's module calls, in the order they began) come before
+    ``"args"``, when not None."""
+    tail = ',"own":%s' % own if own is not None else ""
     tail += ',"entered":%d' % entered if entered is not None else ""
     tail += ',"args":%s' % _quote(args) if args else ""
     if gen:
