@@ -21,7 +21,7 @@ pub use arg::{trace_digest, TraceArg};
 pub use own::Own;
 use words::{
     generator_differs, nondeterministic, unseen_input, NONDETERMINISTIC_BACKWARD,
-    NONDETERMINISTIC_MODULE,
+    NONDETERMINISTIC_MODULE, NONDETERMINISTIC_RECOMPUTED,
 };
 pub use words::{ARGUMENTS_DIFFER, GENERATOR_DIFFERS, NONDETERMINISTIC, SEEDED_DIFFERENTLY};
 
@@ -244,6 +244,10 @@ impl Divergence {
                 format!("output differs {words}"),
             ),
             (
+                format!("output differs: {NONDETERMINISTIC_RECOMPUTED}"),
+                format!("output differs {words}"),
+            ),
+            (
                 format!("different output — {NONDETERMINISTIC}"),
                 format!("different output {words}"),
             ),
@@ -396,7 +400,7 @@ fn differing(
     } else if inputs_matched && program {
         format!(
             "first divergence: {at} — inputs identical, output differs: {}",
-            nondeterministic(x)
+            nondeterministic(x, within.map(|w| w.0))
         )
     } else if inputs_matched {
         format!(

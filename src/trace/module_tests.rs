@@ -382,3 +382,34 @@ fn a_version_8_record_names_a_buffer_and_gives_only_its_causes() {
         "{d}"
     );
 }
+
+/// A gradient that differs from identical inputs names a checkpoint's recomputation among its
+/// causes where its step recomputed a module (a recomputation that stops early leaves no record
+/// of the module it stopped in), and not where none was.
+#[test]
+fn a_gradient_names_a_recomputation_where_its_step_had_one() {
+    let grads = |g: &str, recomputed: bool| {
+        let mut t = run("f32[2]:w", "f32[2]:r", "f32[2]:h", "f32[2]:y");
+        t[3].output = g.into();
+        if recomputed {
+            t[1].phase = "recompute".into();
+        }
+        t
+    };
+    for recomputed in [true, false] {
+        let d = first_divergence(
+            &grads("f32[2]:g1", recomputed),
+            &grads("f32[2]:g2", recomputed),
+        );
+        let d = d.expect("a divergence").explanation;
+        assert!(
+            d.contains("gradient of Net.fc.weight") && d.contains("inputs identical"),
+            "{d}"
+        );
+        assert_eq!(
+            d.contains("a checkpoint's recomputation"),
+            recomputed,
+            "{d}"
+        );
+    }
+}

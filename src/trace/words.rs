@@ -36,12 +36,26 @@ pub(super) const NONDETERMINISTIC_MODULE: &str = "an op in this module's forward
 pub(super) const NONDETERMINISTIC_BACKWARD: &str = "the loss (made outside the traced \
      modules), the backward, or an edit of the gradients before the optimizer step (such as \
      clipping) differs (--trace ops names which)";
+/// [`NONDETERMINISTIC_BACKWARD`] of a step whose backward recomputed forwards (activation
+/// checkpointing): a recomputation that stops early raises, and leaves no record of the module
+/// it stopped in.
+pub(super) const NONDETERMINISTIC_RECOMPUTED: &str = "the loss (made outside the traced \
+     modules), the backward, a checkpoint's recomputation of a forward (module records show it \
+     only up to where it stops early), or an edit of the gradients before the optimizer step \
+     (such as clipping) differs (--trace ops names which)";
 
 /// The words for a record `x` whose inputs matched and whose output differed, nothing else
-/// known: [`NONDETERMINISTIC`], or what a `--trace modules` record stands for.
-pub(super) fn nondeterministic(x: &TraceEntry) -> &'static str {
+/// known: [`NONDETERMINISTIC`], or what a `--trace modules` record stands for (a gradient's,
+/// with a recomputation among its causes where the trace `x` is in (`within`) recomputed a
+/// module in its step and rank).
+pub(super) fn nondeterministic(x: &TraceEntry, within: Option<&[TraceEntry]>) -> &'static str {
+    let recomputed = || {
+        (within.unwrap_or_default().iter())
+            .any(|e| e.phase == "recompute" && e.step == x.step && e.rank == x.rank)
+    };
     match x.op.as_str() {
         "module output" => NONDETERMINISTIC_MODULE,
+        "parameter grad" if recomputed() => NONDETERMINISTIC_RECOMPUTED,
         "parameter grad" => NONDETERMINISTIC_BACKWARD,
         _ => NONDETERMINISTIC,
     }
