@@ -186,7 +186,8 @@ pub const TRACE_RECORD_FIELDS: [&str; 9] = [
 /// The trace record format version the tracer writes (`"v"`). Version 8 writes a
 /// `--trace modules` module record's `"own"` as the names of the module's own parameters and
 /// persistent buffers (`{"params":["weight"],"buffers":["running_var"]}`), so that a verdict
-/// names the buffer that differs, not its place. Version 7 adds `"entered"` to
+/// names the buffer that differs, not its place, and adds `"late"` where some of its inputs
+/// were labelled after its forward (its keyword tensor arguments: how many, last). Version 7 adds `"entered"` to
 /// a `--trace modules` module record: its call's number among its thread's module calls, in
 /// the order they began (the calls recorded after it with smaller numbers enclosed it; those
 /// before it with larger ones it made). Version 6 adds `"own"` to a

@@ -74,6 +74,12 @@ pub struct TraceEntry {
     /// records, before record version 7, and for a forward entered before tracing began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entered: Option<usize>,
+    /// A `--trace modules` module record: how many of its last [`inputs`](Self::inputs) were
+    /// labelled after its forward (its keyword tensor arguments, which torch's global forward
+    /// pre-hook is not given; all of them for a forward entered before tracing began), so not
+    /// necessarily as it received them; 0 for the rest, and before record version 8.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub late: usize,
     /// A float64 sketch of each result, in the order of [`output`](Self::output) (empty text
     /// for a result without one; no sketches in older records): [`sketch`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -96,6 +102,10 @@ pub struct TraceEntry {
 }
 
 fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_usize(v: &usize) -> bool {
     *v == 0
 }
 

@@ -146,13 +146,15 @@ def program():
 
 
 def _json_line(step, rank, phase, module, op, src, ins, outs, thread="", args="",
-               sketches=(), gen=None, kernel=None, own=None, entered=None):
+               sketches=(), gen=None, kernel=None, own=None, entered=None, late=None):
     record = {"v": _protocol.TRACE_RECORD_VERSION, "step": step, "rank": rank, "phase": phase,
               "module": module, "op": op, "src": src, "in": ins, "out": outs}
     if own is not None:
         record["own"] = json.loads(own)
     if entered is not None:
         record["entered"] = entered
+    if late:
+        record["late"] = late
     if args:
         record["args"] = args
     if gen:
@@ -257,6 +259,10 @@ def test_a_record_line_is_what_json_dumps_writes():
     nested = owned + (3,)  # and its call's number among its thread's module calls
     assert _trace_record.line(*nested) == _json_line(*nested)
     assert json.loads(_trace_record.line(*nested))["entered"] == 3
+    late = nested + (1,)  # and how many of its inputs were labelled after its forward
+    assert _trace_record.line(*late) == _json_line(*late)
+    assert json.loads(_trace_record.line(*late))["late"] == 1
+    assert "late" not in json.loads(_trace_record.line(*nested[:-1], 3, 0))
 
 
 def test_source_is_relative_to_the_directory_the_trace_started_in(trace, tmp_path, monkeypatch):

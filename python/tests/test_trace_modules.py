@@ -174,7 +174,8 @@ def test_a_parameter_is_named_as_named_parameters_names_it(tmp_path):
 def test_a_module_record_names_its_own_state_and_numbers_its_call(tmp_path):
     """A module record's ``"own"`` names its first inputs that are the module's own
     parameters and persistent buffers (``bitexact diff-trace`` names them, and tells them
-    apart from its arguments), and its ``"entered"`` its call's number among its thread's module calls, in the
+    apart from its arguments; ``"late"`` counts the last, labelled after its forward), and its
+    ``"entered"`` its call's number among its thread's module calls, in the
     order they began: a call is numbered before the calls it makes, though recorded after them
     (``diff-trace`` finds the enclosing call, and a call's callees, by it); a gradient's record
     has neither."""
@@ -195,6 +196,8 @@ def test_a_module_record_names_its_own_state_and_numbers_its_call(tmp_path):
     assert own["Tied"] == own["Tied.split"] == own["Tied.blocks.1"] == {((), ())}
     first = next(r for r in rows if r["module"] == "Tied.pair")
     assert len(first["in"]) == 2 + 2  # its state, then x and the keyword bias
+    assert first["late"] == 1  # the keyword bias, labelled after its forward
+    assert all("late" not in r for r in rows if r["module"] == "Tied.blocks.0")
     main = calls.pop("")
     end = [m for m, _ in main].index("Tied")  # the first forward's calls, Tied's last
     number = dict(main[:end + 1])

@@ -346,6 +346,15 @@ fn a_parent_whose_argument_already_differed_is_named_before_its_child() {
     );
     let d = first_divergence(&trace("a", false), &trace("b", false)).expect("a divergence");
     assert!(d.place().contains("module Net.bn"), "{}", d.explanation);
+    // Given as a keyword argument (labelled after Net's forward, which a callee may have
+    // written in place): not taken as received at entry.
+    let late = |x: &str| {
+        let mut t = trace(x, true);
+        t[1].late = 1;
+        t
+    };
+    let d = first_divergence(&late("a"), &late("b")).expect("a divergence");
+    assert!(d.place().contains("module Net.bn"), "{}", d.explanation);
 }
 
 /// A version 8 module record names its own state: a buffer that differs is named as one, with

@@ -103,20 +103,21 @@ struct Line {
     phase: String,
     module: String,
     op: String,
-    /// Version 2's occurrence number, ignored: occurrences are counted from the order of the
-    /// records ([`super::streams::identities`]), the one place they are computed.
+    /// Version 2's occurrence number, ignored: [`super::streams::identities`] counts them.
     #[serde(default, rename = "occ")]
     _occ: serde::de::IgnoredAny,
     src: String,
     #[serde(rename = "in")]
     inputs: Vec<String>,
     out: Vec<String>,
-    /// A module record's own state among its first inputs (version 6; by name from 8).
+    /// A module record's own state among its first inputs (version 6; by name from 8), its
+    /// call number (7) and how many of its last inputs were labelled after its forward (8).
     #[serde(default)]
     own: Option<super::Own>,
-    /// A module record's call number (version 7).
     #[serde(default)]
     entered: Option<usize>,
+    #[serde(default)]
+    late: usize,
     #[serde(default)]
     args: String,
     #[serde(default)]
@@ -357,6 +358,7 @@ fn entry(parsed: Line, call: usize) -> TraceEntry {
         args: parsed.args,
         own: parsed.own,
         entered: parsed.entered,
+        late: parsed.late,
         sketches: parsed.sk,
         generator: parsed.gen,
         kernels: Vec::new(),

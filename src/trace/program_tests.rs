@@ -170,8 +170,8 @@ fn a_module_trace_is_counted_in_records_and_an_op_trace_in_op_calls() {
     assert_eq!(count(&[]), "0 op calls");
 }
 
-/// A module record's `"own"` (a count in version 6, names in 8) and `"entered"` (version 7)
-/// are read; a record without them (older, or not a module's) has neither.
+/// A module record's `"own"` (a count in version 6, names in 8), `"entered"` (version 7) and
+/// `"late"` (8) are read; a record without them (older, or not a module's) has none.
 #[test]
 fn a_module_records_own_state_count_and_call_nesting_are_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -182,7 +182,7 @@ fn a_module_records_own_state_count_and_call_nesting_are_read() {
         .replace("}", ",\"own\":1,\"entered\":2}");
     let named = module.replace(
         "\"own\":1",
-        "\"own\":{\"params\":[\"w\"],\"buffers\":[\"b\"]}",
+        "\"own\":{\"params\":[\"w\"],\"buffers\":[\"b\"]},\"late\":1",
     );
     std::fs::write(&p, format!("{module}\n{op}\n{named}\n")).unwrap();
     let t = read_dir(dir.path()).unwrap().unwrap();
@@ -196,4 +196,5 @@ fn a_module_records_own_state_count_and_call_nesting_are_read() {
             buffers: names.1
         })
     );
+    assert_eq!((t[0].late, t[2].late), (0, 1));
 }

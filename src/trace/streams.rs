@@ -80,8 +80,9 @@ pub fn aligned_index<'a>(
 /// innermost module the difference reached, but the enclosing call's state and positional
 /// arguments were hashed when it was entered, before: with the records' call numbers
 /// (`entered`), any of its inputs that differs was there first (`Net` given another batch,
-/// which its forward transformed before `Net.bn`: the answer is `Net`; a keyword argument,
-/// hashed after its forward, is taken as the same). Without them (older records, where the
+/// which its forward transformed before `Net.bn`: the answer is `Net`), but for those labelled
+/// after its forward (`late`: its keyword arguments, which a callee may have written in
+/// place), which do not count. Without them (older records, where the
 /// enclosing call is a guess), only a call that received the same differing tensor (one of
 /// its input labels is one of `a[pos]`'s that differ): `Net.b.fc`, called by `Net.b` with
 /// what `Net` made between its calls, gives `Net.b`. Any other record: itself.
@@ -97,6 +98,11 @@ pub fn receiver(
             .map(|(x, _)| x)
             .collect()
     };
+    // An enclosing call's inputs as it received them: not those labelled after its forward.
+    let at_entry = |p: usize, q: usize| -> bool {
+        let n = a[p].inputs.len().saturating_sub(a[p].late);
+        (a[p].inputs.iter().zip(&b[q].inputs).take(n)).any(|(x, y)| x != y)
+    };
     if a[pos].op != "module output" {
         return (pos, j);
     }
@@ -110,7 +116,7 @@ pub fn receiver(
         };
         let numbered = a[pos].entered.is_some() && a[k].entered.is_some();
         let received = numbered || a[k].inputs.iter().any(|l| labels.contains(&l));
-        if !received || differing(k, m).is_empty() {
+        if !received || !at_entry(k, m) {
             return (pos, j);
         }
         (pos, j) = (k, m);

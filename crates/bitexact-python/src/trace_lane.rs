@@ -172,9 +172,10 @@ impl Lane {
     /// as `bitexact._trace.state.collect_tensors` finds them); its results the tensors in
     /// `outs`. Its line has no arguments' text; a module record's has `"own"`, the names of
     /// the module's own parameters and buffers among its first inputs, as JSON
-    /// (`bitexact._trace.record.own` makes the text, written as it is given), and `"entered"`,
+    /// (`bitexact._trace.record.own` makes the text, written as it is given), `"entered"`,
     /// its call's number among its thread's module calls, in the order they began (when
-    /// known).
+    /// known), and `"late"`, how many of its inputs were labelled after its forward (those of
+    /// `ins`).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (state, stream, phase, module, op, ins, outs, held=None, own=None, entered=None))]
     fn named(
@@ -220,6 +221,7 @@ impl Lane {
             op,
             own,
             entered,
+            late: own.map(|_| n),
         };
         self.queue(py, state, stream, &writer, &site, &before, ins, outs)
     }

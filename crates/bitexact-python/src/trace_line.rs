@@ -54,6 +54,9 @@ pub(crate) struct Fields<'a> {
     pub(crate) own: Option<&'a str>,
     /// A module record's `"entered"`: its call's number among its thread's module calls.
     pub(crate) entered: Option<usize>,
+    /// A module record's `"late"`: how many of its last inputs were labelled after its
+    /// forward (written when not 0).
+    pub(crate) late: Option<usize>,
 }
 
 impl Lane {
@@ -260,6 +263,9 @@ impl Lane {
         }
         if let Some(entered) = f.entered {
             let _ = write!(s, ",\"entered\":{entered}");
+        }
+        if let Some(late) = f.late.filter(|&n| n > 0) {
+            let _ = write!(s, ",\"late\":{late}");
         }
         if let Some(args) = f.args {
             s.push_str(",\"args\":");

@@ -21,13 +21,15 @@ pub(crate) enum Site<'a, 'py> {
     /// An op's call: the module and phase the tracker is in now, the call's arguments.
     Op(&'a Call<'a, 'py>),
     /// A record named by its caller: its phase, module and op, and a module record's own
-    /// state's names (`"own"`, as JSON text) and call number (`"entered"`).
+    /// state's names (`"own"`, as JSON text), call number (`"entered"`) and how many of its
+    /// last inputs were labelled after its forward (`"late"`).
     Named {
         phase: &'a Bound<'py, PyString>,
         module: &'a Bound<'py, PyString>,
         op: &'a Bound<'py, PyString>,
         own: Option<&'a Bound<'py, PyString>>,
         entered: Option<usize>,
+        late: Option<usize>,
     },
 }
 
@@ -125,7 +127,7 @@ impl Lane {
         outs: usize,
         sketch: bool,
     ) -> PyResult<String> {
-        let (text, phase, module, op, own, entered) = match *site {
+        let (text, phase, module, op, own, entered, late) = match *site {
             Site::Op(call) => {
                 let text = match sketch {
                     true => self.arguments(py, call.func, &call.args, &call.kwargs)?,
@@ -136,7 +138,7 @@ impl Lane {
                     .call_method0(intern!(py, "where"))?;
                 let (phase, module): (Bound<'_, PyString>, Bound<'_, PyString>) =
                     place.extract()?;
-                (text, phase, module, call.op.clone(), None, None)
+                (text, phase, module, call.op.clone(), None, None, None)
             }
             Site::Named {
                 phase,
@@ -144,6 +146,7 @@ impl Lane {
                 op,
                 own,
                 entered,
+                late,
             } => (
                 None,
                 phase.clone(),
@@ -151,6 +154,7 @@ impl Lane {
                 op.clone(),
                 own,
                 entered,
+                late,
             ),
         };
         let src = self.source(py, &state.getattr(intern!(py, "skip_dirs"))?)?;
@@ -171,6 +175,7 @@ impl Lane {
             args: text.as_deref(),
             own: own.as_deref(),
             entered,
+            late,
         };
         Ok(self.line(&fields, ins, outs, sketch))
     }

@@ -62,7 +62,7 @@ _LINE = ('{"v":%d,' % _protocol.TRACE_RECORD_VERSION
 
 
 def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sketches=(),
-         gen=None, kernel=None, own=None, entered=None):
+         gen=None, kernel=None, own=None, entered=None, late=None):
     """The record's JSON line (fields: ``_protocol.TRACE_RECORD_FIELDS``), newline-terminated;
     then, only when there are,
     ``"args"`` (the op's non-tensor arguments, :func:`arguments`), ``"sk"`` (a sketch of each
@@ -74,11 +74,13 @@ def line(step, rank, phase, module, op, src, ins, outs, thread="", args="", sket
     ``sketches`` = ``"\1"``: the background writer's mark for the ``"sk"`` field
     (:data:`bitexact._trace.digest.SKETCH_MARK`), written as it is. ``"own"`` (a
     ``--trace modules`` module record's: the names of the module's own parameters and
-    persistent buffers, its first inputs, as :func:`own` writes them) and ``"entered"`` (its
-    call's number among its thread's module calls, in the order they began) come before
-    ``"args"``, when not None."""
+    persistent buffers, its first inputs, as :func:`own` writes them), ``"entered"`` (its
+    call's number among its thread's module calls, in the order they began) and ``"late"``
+    (how many of its last inputs were labelled after its forward: its keyword tensor
+    arguments) come before ``"args"``, when not None (``"late"``: when not 0 either)."""
     tail = ',"own":%s' % own if own is not None else ""
     tail += ',"entered":%d' % entered if entered is not None else ""
+    tail += ',"late":%d' % late if late else ""
     tail += ',"args":%s' % _quote(args) if args else ""
     if gen:
         tail += ',"gen":%s' % _quote(gen)

@@ -343,7 +343,7 @@ def emit(state, stream, rec):
     src = record.source(state.skip_dirs) if rec.src is None else rec.src
     line = record.line(step, state.rank, rec.phase, rec.module, op, src, described_ins,
                        described_outs, thread, rec.args, sketches or (), rec.gen, rec.kernel,
-                       rec.own, rec.entered)
+                       rec.own, rec.entered, len(ins) if rec.own is not None else None)
     with state.lock:
         if rec.waits or rec.held:  # keep holds the staged bytes and host copies
             state.pending.append((line, rec.later, slots, rec.keep, rec.waits, rec.fills))
