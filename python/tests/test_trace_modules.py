@@ -3,7 +3,7 @@ and a gradient's record (``hooks._lane``: native, or its Python) writes byte for
 general path (``state.emit``) writes, whoever hashes and with or without sketches; a
 parameter's name is the one ``model.named_parameters()`` gives it, whatever order the modules
 run in; a step given a closure records the gradients its closure made; arguments are read as
-received, keyword ones too; a module record counts its own state among its inputs; sparse
+received, keyword ones too; a module record names its own state among its inputs; sparse
 gradients and dataclass outputs are recorded."""
 
 import dataclasses

@@ -382,6 +382,13 @@ fn a_version_8_record_names_a_buffer_and_gives_only_its_causes() {
             ),
         "{d}"
     );
+    // Against a version 7 record (a count, as many): the names.
+    let mut old = named("f32[2]:w1", "f32[2]:r2", "f32[2]:y2");
+    old[0].own = Some(Own::Count(3));
+    let d = first_divergence(&old, &a)
+        .expect("a divergence")
+        .explanation;
+    assert!(d.contains("(its buffer Net.fc.running_var)"), "{d}");
     let d = first_divergence(&a, &named("f32[2]:w2", "f32[2]:r1", "f32[2]:y2"));
     let d = d.expect("a divergence").explanation;
     assert!(

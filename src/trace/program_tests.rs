@@ -173,7 +173,7 @@ fn a_module_trace_is_counted_in_records_and_an_op_trace_in_op_calls() {
 /// A module record's `"own"` (a count in version 6, names in 8), `"entered"` (version 7) and
 /// `"late"` (8) are read; a record without them (older, or not a module's) has none.
 #[test]
-fn a_module_records_own_state_count_and_call_nesting_are_read() {
+fn a_module_records_own_state_call_number_and_late_inputs_are_read() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join(".bitexact-trace-rank0.jsonl");
     let op = LINE.replace("\"v\":2", "\"v\":7").replace("\"occ\":0,", "");

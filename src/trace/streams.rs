@@ -98,10 +98,15 @@ pub fn receiver(
             .map(|(x, _)| x)
             .collect()
     };
-    // An enclosing call's inputs as it received them: not those labelled after its forward.
+    // An enclosing call's inputs as it received them (not those labelled after its forward,
+    // in either run) differ; or its runs received different numbers of them.
     let at_entry = |p: usize, q: usize| -> bool {
-        let n = a[p].inputs.len().saturating_sub(a[p].late);
-        (a[p].inputs.iter().zip(&b[q].inputs).take(n)).any(|(x, y)| x != y)
+        let (x, y) = (&a[p], &b[q]);
+        let (n, m) = (
+            x.inputs.len().saturating_sub(x.late),
+            y.inputs.len().saturating_sub(y.late),
+        );
+        n != m || (x.inputs.iter().zip(&y.inputs).take(n)).any(|(x, y)| x != y)
     };
     if a[pos].op != "module output" {
         return (pos, j);

@@ -1,7 +1,7 @@
 //! The words a divergence's verdict is made of ([`super::first_divergence`]): what it says of
 //! an op whose inputs matched and whose output differed, and why.
 
-use super::own::Kind;
+use super::own::{Kind, Own};
 use super::TraceEntry;
 
 /// How an explanation says that a random op's generator was in another state before the call.
@@ -117,7 +117,13 @@ pub(super) fn received(
     within: Option<(&[TraceEntry], usize)>,
 ) -> String {
     let module = within.filter(|_| x.op == "module output");
-    let own = x.own.as_ref().or(y.own.as_ref());
+    // (a version 7 record against a version 8 one of as many: the names)
+    let own = match (&x.own, &y.own) {
+        (Some(Own::Count(n)), Some(named @ Own::Named { .. })) if named.count() == *n => {
+            Some(named)
+        }
+        (o, p) => o.as_ref().or(p.as_ref()),
+    };
     let (mut state, mut args, mut kinds) = (Vec::new(), Vec::new(), Kinds::default());
     for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
         match (module, own) {
@@ -159,23 +165,25 @@ impl Kinds {
     /// The words for the module's own input `i` of record `x` of trace `a`, of `kind`, which
     /// this notes.
     fn name(&mut self, a: &[TraceEntry], x: &TraceEntry, i: usize, kind: Kind<'_>) -> String {
-        match (kind, own_name(a, x, i)) {
-            (Kind::Param(n), _) => {
+        match kind {
+            Kind::Param(n) => {
                 self.param = true;
                 format!("its parameter {}.{n}", x.module)
             }
-            (Kind::Buffer(n), _) => {
+            Kind::Buffer(n) => {
                 self.buffer = true;
                 format!("its buffer {}.{n}", x.module)
             }
-            (Kind::Either, Some(name)) => {
-                self.param = true;
-                format!("its parameter {name}")
-            }
-            (Kind::Either, None) => {
-                self.either = true;
-                format!("its parameter or buffer {i}")
-            }
+            Kind::Either => match own_name(a, x, i) {
+                Some(name) => {
+                    self.param = true;
+                    format!("its parameter {name}")
+                }
+                None => {
+                    self.either = true;
+                    format!("its parameter or buffer {i}")
+                }
+            },
         }
     }
 }

@@ -241,9 +241,9 @@ fn module_traces_name_the_module_that_received_the_difference() {
     );
 }
 
-/// A program that edits a BatchNorm buffer with unseeded noise between two forwards: the
+/// A program that edits a BatchNorm buffer with unseeded noise after a training step: the
 /// module record names the buffer (record version 8) and only a buffer's causes (its own
-/// forward in an earlier call, a load or edit; no optimizer step, for which nothing stepped).
+/// forward in an earlier call, a load or edit; no optimizer step, which updates parameters).
 #[test]
 fn module_traces_name_a_buffer_that_differs() {
     let Some(py) = common::tracer_python("module_traces_name_a_buffer_that_differs") else {
@@ -256,7 +256,8 @@ fn module_traces_name_a_buffer_that_differs() {
         \x20       super().__init__(); s.pre = torch.nn.Linear(4, 4); s.bn = torch.nn.BatchNorm1d(4)\n\
         \x20   def forward(s, x): return s.bn(s.pre(x))\n\
         m, x = Net(), torch.arange(12.).reshape(3, 4)\n\
-        m(x)\n\
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)\n\
+        m(x).sum().backward(); opt.step()\n\
         g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), 'little'))\n\
         with torch.no_grad(): m.bn.running_var.mul_(1 + torch.rand(4, generator=g) * 1e-3)\n\
         m.eval(); print(float(m(x).sum()))\n";
@@ -268,7 +269,7 @@ fn module_traces_name_a_buffer_that_differs() {
     assert_eq!(o.status.code(), Some(1), "{case:#}");
     let d = divergence(&case);
     assert!(
-        d.contains("module Net.bn (call 2 of Net.bn) (forward)")
+        d.contains("step 1, rank 0, module Net.bn (call 1 of Net.bn) (forward)")
             && d.contains("already received different inputs (its buffer Net.bn.running_var)")
             && d.contains("or the module's own forward in an earlier call")
             && !d.contains("optimizer"),

@@ -138,8 +138,8 @@ def write_hosts(state, stream, phase, module, op, ins, outs, text="", held=(), o
     (``state.deferred``), and returns True; returns False, having done nothing, where one is
     not. ``held``: values held before the call (``TraceWriter.hold``), its first inputs;
     ``text``: its non-tensor arguments; ``own``, ``entered``: a module record's ``"own"`` (its
-    text, :func:`bitexact._trace.record.own`) and ``"entered"`` (its ``"late"``: ``ins``, the
-    tensors labelled after its forward). The Python
+    text, :func:`bitexact._trace.record.own`) and ``"entered"``; a module record's ``"late"``
+    counts ``ins``, labelled after its forward. The Python
     lanes' last step: this module's and
     ``--trace modules``' (:func:`bitexact._trace.hooks.module_hooks`), where the native module
     is missing (``Lane.record`` and ``Lane.named`` do it natively)."""
