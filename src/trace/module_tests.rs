@@ -69,7 +69,9 @@ fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
     assert!(
         forward.ends_with(
             "output differs: an op in this module's forward is nondeterministic, or a number \
-             or other non-tensor argument it was given differs (--trace ops names which)"
+             or other non-tensor argument it was given differs, or state its record does not \
+             hold (a non-persistent buffer, a plain attribute, a lazy module's parameters made \
+             in this call) (--trace ops names which)"
         ),
         "{forward}"
     );
@@ -129,7 +131,12 @@ fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
 
 /// A `--trace modules` record of `op` in `module` (a module record with `own` of its inputs
 /// its own state).
-fn rec((op, own): (&str, usize), module: &str, inputs: &[&str], out: &str) -> TraceEntry {
+pub(super) fn rec(
+    (op, own): (&str, usize),
+    module: &str,
+    inputs: &[&str],
+    out: &str,
+) -> TraceEntry {
     TraceEntry {
         op: op.into(),
         inputs: inputs.iter().map(|s| s.to_string()).collect(),
@@ -150,7 +157,7 @@ fn rec((op, own): (&str, usize), module: &str, inputs: &[&str], out: &str) -> Tr
 /// Net.fc (weight `w`, a bias, buffer `buf`, then its argument `x`; output `y`) called by Net,
 /// and the gradient records of Net.fc.weight and of another module's parameter with the same
 /// label.
-fn run(w: &str, buf: &str, x: &str, y: &str) -> Vec<TraceEntry> {
+pub(super) fn run(w: &str, buf: &str, x: &str, y: &str) -> Vec<TraceEntry> {
     let (module, grad) = (("module output", 3), ("parameter grad", 0));
     vec![
         rec(module, "Net.fc", &[w, "f32[2]:b", buf, x], y),
@@ -357,75 +364,4 @@ fn a_parent_whose_argument_already_differed_is_named_before_its_child() {
     assert!(d.place().contains("module Net.bn"), "{}", d.explanation);
 }
 
-/// A version 8 module record names its own state: a buffer that differs is named as one, with
-/// the causes a buffer has (its own forward in an earlier call; no optimizer step, even past
-/// step 0); a parameter as one, with an optimizer step's and not a buffer's.
-#[test]
-fn a_version_8_record_names_a_buffer_and_gives_only_its_causes() {
-    let named = |w: &str, buf: &str, y: &str| {
-        let mut t = run(w, buf, "f32[2]:h", y);
-        t.iter_mut().for_each(|e| e.step = 2);
-        t[0].own = Some(Own::Named {
-            params: vec!["weight".into(), "bias".into()],
-            buffers: vec!["running_var".into()],
-        });
-        t
-    };
-    let a = named("f32[2]:w1", "f32[2]:r1", "f32[2]:y");
-    let d = first_divergence(&a, &named("f32[2]:w1", "f32[2]:r2", "f32[2]:y2"));
-    let d = d.expect("a divergence").explanation;
-    assert!(
-        d.contains("(its buffer Net.fc.running_var)")
-            && d.contains(
-                "(its initialization, or a load or edit outside every module, or the module's \
-                 own forward in an earlier call (such as BatchNorm's running statistics);"
-            ),
-        "{d}"
-    );
-    // Against a version 7 record (a count, as many): the names.
-    let mut old = named("f32[2]:w1", "f32[2]:r2", "f32[2]:y2");
-    old[0].own = Some(Own::Count(3));
-    let d = first_divergence(&old, &a)
-        .expect("a divergence")
-        .explanation;
-    assert!(d.contains("(its buffer Net.fc.running_var)"), "{d}");
-    let d = first_divergence(&a, &named("f32[2]:w2", "f32[2]:r1", "f32[2]:y2"));
-    let d = d.expect("a divergence").explanation;
-    assert!(
-        d.contains("(its parameter Net.fc.weight)")
-            && d.contains("an optimizer step")
-            && !d.contains("earlier call"),
-        "{d}"
-    );
-}
-
-/// A gradient that differs from identical inputs names a checkpoint's recomputation among its
-/// causes where its step recomputed a module (a recomputation that stops early leaves no record
-/// of the module it stopped in), and not where none was.
-#[test]
-fn a_gradient_names_a_recomputation_where_its_step_had_one() {
-    let grads = |g: &str, recomputed: bool| {
-        let mut t = run("f32[2]:w", "f32[2]:r", "f32[2]:h", "f32[2]:y");
-        t[3].output = g.into();
-        if recomputed {
-            t[1].phase = "recompute".into();
-        }
-        t
-    };
-    for recomputed in [true, false] {
-        let d = first_divergence(
-            &grads("f32[2]:g1", recomputed),
-            &grads("f32[2]:g2", recomputed),
-        );
-        let d = d.expect("a divergence").explanation;
-        assert!(
-            d.contains("gradient of Net.fc.weight") && d.contains("inputs identical"),
-            "{d}"
-        );
-        assert_eq!(
-            d.contains("a checkpoint's recomputation"),
-            recomputed,
-            "{d}"
-        );
-    }
-}
+mod causes;

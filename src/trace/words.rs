@@ -31,8 +31,9 @@ pub const NONDETERMINISTIC: &str = "this op is nondeterministic";
 /// not recorded) or a parameter's gradient (made by a loss computed outside the modules, the
 /// backward, and whatever changed the gradients before the optimizer step).
 pub(super) const NONDETERMINISTIC_MODULE: &str = "an op in this module's forward is \
-     nondeterministic, or a number or other non-tensor argument it was given differs \
-     (--trace ops names which)";
+     nondeterministic, or a number or other non-tensor argument it was given differs, or state \
+     its record does not hold (a non-persistent buffer, a plain attribute, a lazy module's \
+     parameters made in this call) (--trace ops names which)";
 pub(super) const NONDETERMINISTIC_BACKWARD: &str = "the loss (made outside the traced \
      modules), the backward, or an edit of the gradients before the optimizer step (such as \
      clipping) differs (--trace ops names which)";
@@ -125,10 +126,12 @@ pub(super) fn received(
         (o, p) => o.as_ref().or(p.as_ref()),
     };
     let (mut state, mut args, mut kinds) = (Vec::new(), Vec::new(), Kinds::default());
+    let (mut late, late_from) = (Vec::new(), x.inputs.len().saturating_sub(x.late));
     for (i, _) in (x.inputs.iter().zip(&y.inputs).enumerate()).filter(|(_, (p, q))| p != q) {
         match (module, own) {
             (Some((a, _)), Some(o)) => match o.kind(i) {
                 Some(kind) => state.push(kinds.name(a, x, i, kind)),
+                None if i >= late_from => late.push(format!("tensor argument {}", i - o.count())),
                 None => args.push(format!("tensor argument {}", i - o.count())),
             },
             _ => args.push(format!("input {i}")),
@@ -140,11 +143,20 @@ pub(super) fn received(
     let from = match module {
         Some((a, pos)) => {
             let own = (!state.is_empty()).then_some(kinds);
-            module_causes(a, pos, own, !args.is_empty())
+            module_causes(a, pos, own, !args.is_empty(), !late.is_empty())
         }
         None => between(x).to_string(),
     };
+    let only_late = state.is_empty() && args.is_empty();
     state.append(&mut args);
+    if only_late {
+        return format!(
+            "{at} has different inputs as labelled after its forward ({}), though every \
+             earlier traced output matched: the divergence comes from {from}",
+            late.join(", ")
+        );
+    }
+    state.extend(late.into_iter().map(|l| l + ", labelled after its forward"));
     format!(
         "{at} already received different inputs ({}) although every earlier traced output \
          matched: the divergence comes from {from}",
@@ -192,49 +204,85 @@ impl Kinds {
 /// (`own`: which kinds of it differ) from where module records do not look (a buffer also
 /// from the module's own forward in an earlier call, when it had one in the trace or the
 /// record is past step 0; a parameter also from an optimizer step, past step 0); its tensor
-/// arguments (`args`) from code outside every traced module when no module call encloses this
-/// one ([`super::streams::enclosing`]), else from code between module calls. Both, when both
-/// differ.
-fn module_causes(a: &[TraceEntry], pos: usize, own: Option<Kinds>, args: bool) -> String {
+/// arguments as received (`args`) from its caller ([`caller`]); those labelled after its
+/// forward (`late`: keyword arguments) from its caller, or an in-place write by its own
+/// forward or a module it called. One cause for each kind that differs.
+fn module_causes(
+    a: &[TraceEntry],
+    pos: usize,
+    own: Option<Kinds>,
+    args: bool,
+    late: bool,
+) -> String {
+    let mut parts: Vec<String> = own.map(|k| state_cause(a, pos, k)).into_iter().collect();
+    let mut add = |cause: String, what: &str| {
+        parts.push(match parts.is_empty() {
+            true => cause,
+            false => format!("the difference in its tensor arguments{what} from {cause}"),
+        })
+    };
+    if args || (own.is_none() && !late) {
+        add(caller(a, pos), "");
+    }
+    if late {
+        let cause = format!(
+            "{}, or this module's own forward, or a module it called, writing into them in \
+             place",
+            caller(a, pos)
+        );
+        add(cause, " labelled after its forward");
+    }
+    parts.join("; and ")
+}
+
+/// Where module record `pos` of trace `a` was given its tensor arguments: by code outside
+/// every traced module when no module call encloses it ([`super::streams::enclosing`]; in a
+/// recomputation, the checkpointed code, whose enclosing module's record a recomputation that
+/// stopped early leaves out), else by code between module calls.
+fn caller(a: &[TraceEntry], pos: usize) -> String {
     let x = &a[pos];
-    let state_cause = own.map(|k| {
-        // (after step 0, it ran in steps the trace may leave out: --trace-steps)
-        let earlier = x.step > 0
-            || (a[..pos].iter()).any(|e| e.op == x.op && e.module == x.module && e.rank == x.rank);
-        let buffer = match (earlier, k.buffer || k.either, k.param || k.either) {
-            (true, true, true) => {
-                ", or, for a buffer, the module's own forward in an earlier call (such as \
-                 BatchNorm's running statistics)"
-            }
-            (true, true, false) => {
-                ", or the module's own forward in an earlier call (such as BatchNorm's \
-                 running statistics)"
-            }
-            _ => "",
-        };
-        let step = match x.step > 0 && (k.param || k.either) {
-            false => "",
-            true => " an optimizer step, whose update they do not record,",
-        };
-        format!(
-            "a change to the module's own state where module records do not look (its \
-             initialization,{step} or a load or edit outside every module{buffer}; --trace ops \
-             names which)"
-        )
-    });
-    let args_cause = (args || own.is_none()).then(|| match super::streams::enclosing(a, pos) {
+    match super::streams::enclosing(a, pos) {
+        None if x.phase == "recompute" => "a checkpoint's recomputation in the backward (the \
+             checkpointed code between its module calls, run again, whose enclosing module's \
+             record a recomputation that stopped early leaves out), or what was given to the \
+             checkpoint"
+            .to_string(),
         None => format!(
             "code outside every traced module: what the program passed to {} (its data, \
                  such as a DataLoader's order or augmentation, or a value it computed)",
             x.module
         ),
         Some(_) => between(x).to_string(),
-    });
-    match (state_cause, args_cause) {
-        (Some(s), Some(g)) => format!("{s}; and the difference in its tensor arguments from {g}"),
-        (Some(s), None) => s,
-        (None, g) => g.unwrap_or_default(),
     }
+}
+
+/// The cause of a difference in module record `pos`'s own state, of kinds `k` (see
+/// [`module_causes`]).
+fn state_cause(a: &[TraceEntry], pos: usize, k: Kinds) -> String {
+    let x = &a[pos];
+    // (after step 0, it ran in steps the trace may leave out: --trace-steps)
+    let earlier = x.step > 0
+        || (a[..pos].iter()).any(|e| e.op == x.op && e.module == x.module && e.rank == x.rank);
+    let buffer = match (earlier, k.buffer || k.either, k.param || k.either) {
+        (true, true, true) => {
+            ", or, for a buffer, the module's own forward in an earlier call (such as \
+             BatchNorm's running statistics)"
+        }
+        (true, true, false) => {
+            ", or the module's own forward in an earlier call (such as BatchNorm's \
+             running statistics)"
+        }
+        _ => "",
+    };
+    let step = match x.step > 0 && (k.param || k.either) {
+        false => "",
+        true => " an optimizer step, whose update they do not record,",
+    };
+    format!(
+        "a change to the module's own state where module records do not look (its \
+         initialization,{step} or a load or edit outside every module{buffer}; --trace ops \
+         names which)"
+    )
 }
 
 /// The name of input `i` of module record `x`, one of the module's own parameters and buffers

@@ -1,0 +1,110 @@
+//! The causes a `--trace modules` verdict gives, by what differs: a buffer or a parameter
+//! by name (record version 8), a gradient in a step that recomputed a module, arguments
+//! labelled after the forward, and a recomputed module no recorded call encloses.
+
+use super::super::*;
+use super::run;
+
+/// The explanation of the first divergence between traces `a` and `b`.
+fn explain(a: &[TraceEntry], b: &[TraceEntry]) -> String {
+    first_divergence(a, b).expect("a divergence").explanation
+}
+
+/// A version 8 module record names its own state: a buffer that differs is named as one, with
+/// the causes a buffer has (its own forward in an earlier call; no optimizer step, even past
+/// step 0); a parameter as one, with an optimizer step's and not a buffer's.
+#[test]
+fn a_version_8_record_names_a_buffer_and_gives_only_its_causes() {
+    let named = |w: &str, buf: &str, y: &str| {
+        let mut t = run(w, buf, "f32[2]:h", y);
+        t.iter_mut().for_each(|e| e.step = 2);
+        t[0].own = Some(Own::Named {
+            params: vec!["weight".into(), "bias".into()],
+            buffers: vec!["running_var".into()],
+        });
+        t
+    };
+    let a = named("f32[2]:w1", "f32[2]:r1", "f32[2]:y");
+    let d = explain(&a, &named("f32[2]:w1", "f32[2]:r2", "f32[2]:y2"));
+    assert!(
+        d.contains("(its buffer Net.fc.running_var)")
+            && d.contains(
+                "(its initialization, or a load or edit outside every module, or the module's \
+                 own forward in an earlier call (such as BatchNorm's running statistics);"
+            ),
+        "{d}"
+    );
+    // Against a version 7 record (a count, as many): the names.
+    let mut old = named("f32[2]:w1", "f32[2]:r2", "f32[2]:y2");
+    old[0].own = Some(Own::Count(3));
+    let d = explain(&old, &a);
+    assert!(d.contains("(its buffer Net.fc.running_var)"), "{d}");
+    let d = explain(&a, &named("f32[2]:w2", "f32[2]:r1", "f32[2]:y2"));
+    assert!(
+        d.contains("(its parameter Net.fc.weight)")
+            && d.contains("an optimizer step")
+            && !d.contains("earlier call"),
+        "{d}"
+    );
+}
+
+/// A gradient that differs from identical inputs names a checkpoint's recomputation among its
+/// causes where its step recomputed a module (a recomputation that stops early leaves no record
+/// of the module it stopped in), and not where none was.
+#[test]
+fn a_gradient_names_a_recomputation_where_its_step_had_one() {
+    let grads = |g: &str, recomputed: bool| {
+        let mut t = run("f32[2]:w", "f32[2]:r", "f32[2]:h", "f32[2]:y");
+        t[3].output = g.into();
+        if recomputed {
+            t[1].phase = "recompute".into();
+        }
+        t
+    };
+    for recomputed in [true, false] {
+        let d = explain(
+            &grads("f32[2]:g1", recomputed),
+            &grads("f32[2]:g2", recomputed),
+        );
+        assert!(
+            d.contains("gradient of Net.fc.weight") && d.contains("inputs identical"),
+            "{d}"
+        );
+        assert_eq!(
+            d.contains("a checkpoint's recomputation"),
+            recomputed,
+            "{d}"
+        );
+    }
+}
+
+/// A module record whose only differing inputs were labelled after its forward (keyword
+/// arguments, `late`) is not said to have received them: its own forward, or a module it
+/// called, may have written into them, as may its caller; a recomputed module no recorded
+/// call encloses was given its arguments by a checkpoint's recomputation, not by the program.
+#[test]
+fn late_arguments_and_recomputed_callers_get_their_own_causes() {
+    let late = |h: &str| {
+        let mut t = run("f32[2]:w", "f32[2]:r", h, &format!("f32[2]:y{h}"));
+        t[0].late = 1;
+        t
+    };
+    let d = explain(&late("f32[2]:h1"), &late("f32[2]:h2"));
+    assert!(
+        d.contains("has different inputs as labelled after its forward (tensor argument 0)")
+            && d.contains("or this module's own forward, or a module it called, writing into them")
+            && !d.contains("already received"),
+        "{d}"
+    );
+    let recomputed = |h: &str| {
+        let mut t = run("f32[2]:w", "f32[2]:r", h, &format!("f32[2]:y{h}"));
+        t[0].phase = "recompute".into();
+        t.truncate(1);
+        t
+    };
+    let d = explain(&recomputed("f32[2]:h1"), &recomputed("f32[2]:h2"));
+    assert!(
+        d.contains("a checkpoint's recomputation in the backward") && !d.contains("DataLoader"),
+        "{d}"
+    );
+}
