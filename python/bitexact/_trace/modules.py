@@ -206,13 +206,12 @@ class Tracker:
         if self._torch.compiler.is_compiling() or compiled.silent(mod):
             return
         stack = self._stack()
-        name = self.name(mod)
         for i in range(len(stack) - 1, -1, -1):
             if stack[i][2] is mod:  # by identity: renamed meanwhile (see _name_below), it
                 del stack[i:]  # still leaves
                 break
-        if self._follow_backward:
-            self._on_grads(output, self._enter(name))
+        if self._follow_backward:  # (--trace modules names its records itself)
+            self._on_grads(output, self._enter(self.name(mod)))
 
     def _on_grads(self, values, fn):
         """Calls ``fn`` in the backward once the gradients of the tensors in ``values`` that
