@@ -108,3 +108,31 @@ fn late_arguments_and_recomputed_callers_get_their_own_causes() {
         "{d}"
     );
 }
+
+/// Under a varied condition, each of the module records' "nothing else known" texts (a
+/// module's output, a gradient, a gradient in a step that recomputed a module) gives way to the
+/// condition that was varied.
+#[test]
+fn a_varied_condition_replaces_each_module_records_words() {
+    use crate::vary::{Variation, Varied};
+    let threads = Varied {
+        variation: Variation::Threads,
+        values: ["1".into(), "2".into()],
+    };
+    for (at, recomputed) in [(0, false), (3, false), (3, true)] {
+        let t = |out: &str| {
+            let mut t = run("f32[2]:w", "f32[2]:r", "f32[2]:h", "f32[2]:y");
+            t[at].output = out.into();
+            if recomputed {
+                t[1].phase = "recompute".into();
+            }
+            t
+        };
+        let d = first_divergence(&t("f32[2]:o1"), &t("f32[2]:o2")).expect("a divergence");
+        let text = d.under(vec![threads.clone()]).explanation;
+        assert!(
+            text.contains("output differs at 1 vs 2 threads") && !text.contains("names which"),
+            "{text}"
+        );
+    }
+}
