@@ -78,7 +78,7 @@ pub struct TraceEntry {
     /// labelled after its forward (its keyword tensor arguments, which torch's global forward
     /// pre-hook is not given; all of them for a forward entered before tracing began), so not
     /// necessarily as it received them; 0 for the rest, and before record version 8.
-    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub late: usize,
     /// A float64 sketch of each result, in the order of [`output`](Self::output) (empty text
     /// for a result without one; no sketches in older records): [`sketch`].
@@ -101,12 +101,8 @@ pub struct TraceEntry {
     pub hides_read: bool,
 }
 
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
-fn is_zero_usize(v: &usize) -> bool {
-    *v == 0
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl TraceEntry {

@@ -92,12 +92,6 @@ pub fn receiver(
     (la, index): (&[usize], &HashMap<(Aligned<'_>, usize), usize>),
     (mut pos, mut j): (usize, usize),
 ) -> (usize, usize) {
-    let differing = |p: usize, q: usize| -> Vec<&String> {
-        (a[p].inputs.iter().zip(&b[q].inputs))
-            .filter(|(x, y)| x != y)
-            .map(|(x, _)| x)
-            .collect()
-    };
     // An enclosing call's inputs as it received them (not those labelled after its forward,
     // in either run) differ; or its runs received different numbers of them.
     let at_entry = |p: usize, q: usize| -> bool {
@@ -112,7 +106,6 @@ pub fn receiver(
         return (pos, j);
     }
     loop {
-        let labels = differing(pos, j);
         let Some(k) = enclosing(a, pos) else {
             return (pos, j);
         };
@@ -120,7 +113,10 @@ pub fn receiver(
             return (pos, j);
         };
         let numbered = a[pos].entered.is_some() && a[k].entered.is_some();
-        let received = numbered || a[k].inputs.iter().any(|l| labels.contains(&l));
+        // (without numbers: one of `a[pos]`'s differing input labels is among `a[k]`'s)
+        let received = numbered
+            || (a[pos].inputs.iter().zip(&b[j].inputs))
+                .any(|(x, y)| x != y && a[k].inputs.contains(x));
         if !received || !at_entry(k, m) {
             return (pos, j);
         }

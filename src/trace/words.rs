@@ -221,14 +221,18 @@ fn module_causes(
             false => format!("the difference in its tensor arguments{what} from {cause}"),
         })
     };
-    if args || (own.is_none() && !late) {
-        add(caller(a, pos), "");
+    let given = args || (own.is_none() && !late);
+    let by = match given || late {
+        true => caller(a, pos),
+        false => String::new(),
+    };
+    if given {
+        add(by.clone(), "");
     }
     if late {
         let cause = format!(
-            "{}, or this module's own forward, or a module it called, writing into them in \
-             place",
-            caller(a, pos)
+            "{by}, or this module's own forward, or a module it called, writing into them in \
+             place"
         );
         add(cause, " labelled after its forward");
     }
