@@ -19,6 +19,11 @@ that falls behind costs; the round's timed steps plus ``stop()``, over their num
 - ``floor``: a ``TorchDispatchMode`` that only calls the op: the cost of intercepting every op,
   which any op tracer in Python pays;
 - ``modules``: ``bitexact._trace`` at ``level="modules"`` (``bitexact run --trace modules``);
+  ``modules_floor``: global module and optimizer hooks that do nothing (:class:`ModuleFloor`),
+  the floor any module tracer in Python pays; ``modules_hooks``: bitexact's module hooks and
+  tracker with no tensor labelled and no record written, and ``modules_inputs``: with each
+  forward's own state and arguments labelled too, but no record (no output copied): where
+  ``modules``' cost goes (:func:`module_parts`);
 - ``ops``: ``bitexact._trace`` (``bitexact run --trace ops``): canonical, order-aware SHA-256
   digests of every op's inputs and outputs, module, source line, each result's float64 sketch
   and the op's non-tensor arguments, written to a JSONL trace, hashed on the background
@@ -158,10 +163,66 @@ def bitexact_mode(level, tmp, stats, sketch=True, background=None, kernel=True,
     return Mode(enter, leave)
 
 
+class ModuleFloor:
+    """Global module forward hooks and optimizer step hooks that do nothing, registered as
+    ``--trace modules`` registers its own (a pre-hook, a hook given the keyword arguments, one
+    called when a forward raises, a hook before and after each optimizer step): the floor any
+    module tracer in Python pays (torch's module call takes its slower path with hooks)."""
+
+    def __init__(self):
+        self.handles = []
+
+    def enter(self):
+        from torch.nn.modules import module as nn_module
+        import torch.optim.optimizer as optimizer
+
+        self.handles = [
+            nn_module.register_module_forward_pre_hook(lambda m, a: None),
+            nn_module.register_module_forward_hook(lambda m, a, k, o: None, with_kwargs=True),
+            nn_module.register_module_forward_hook(lambda m, a, o: None, always_call=True),
+            optimizer.register_optimizer_step_pre_hook(lambda o, a, k: None),
+            optimizer.register_optimizer_step_post_hook(lambda o, a, k: None)]
+
+    def leave(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def module_parts(tmp, stats, outputs):
+    """``--trace modules`` with part of its work left out, to show where its cost goes (the
+    records it writes are not a trace): its hooks and module tracker with no tensor labelled
+    and no record written (``outputs`` False), or with each forward's own state and arguments
+    labelled (hashed, or checked against the digest cache) but no record written, so no
+    output copied (``outputs`` True). Replaces ``bitexact._trace.hooks._lane`` (and
+    ``bitexact._trace.digest.labels_now``) while the mode runs."""
+    from bitexact._trace import hooks as _hooks
+
+    originals = (_hooks._lane, _trace_digest.labels_now)
+    inner = bitexact_mode("modules", tmp, stats)
+
+    def enter():
+        _hooks._lane = lambda *args, **kwargs: True
+        if not outputs:
+            _trace_digest.labels_now = lambda state, tensors, carrier: []
+        inner.enter()
+
+    def leave():
+        inner.leave()
+        _hooks._lane, _trace_digest.labels_now = originals
+
+    return Mode(enter, leave)
+
+
 def modes(tmp, stats):
     out = {"untraced": Mode()}
     floor = Floor()
     out["floor"] = Mode(floor.__enter__, lambda: floor.__exit__(None, None, None))
+    module_floor = ModuleFloor()
+    out["modules_floor"] = Mode(module_floor.enter, module_floor.leave)
+    for name, outputs in (("modules_hooks", False), ("modules_inputs", True)):
+        stats[name] = {}
+        out[name] = module_parts(tmp, stats[name], outputs)
     for level in ("modules", "ops"):
         stats[level] = {}
         out[level] = bitexact_mode(level, tmp, stats[level])

@@ -2,7 +2,9 @@
 //! (`benches/op_trace.py`, modes interleaved in rounds), for a training step of a small
 //! transformer classifier, a training and an eval iteration of a nanoGPT-sized GPT
 //! (`benches/nanogpt.py`) and chains of in-place ops on 1 MiB tensors: untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
-//! tracer pays); bitexact's `--trace modules` and `--trace ops` (hashed on the background
+//! tracer pays); do-nothing module hooks (the floor of a module tracer), and bitexact's own
+//! module hooks with nothing hashed, then with only the inputs labelled (where `--trace
+//! modules`' cost goes); bitexact's `--trace modules` and `--trace ops` (hashed on the background
 //! writer's thread where torch leaves a core free, and `_sync`: on the program's thread; and
 //! without the noise fields: each result's float64 sketch and the op's arguments; through the
 //! dispatch mode driver (`ops`: how `--trace ops` reaches ops on a GPU machine) and the
@@ -23,9 +25,12 @@
 #[path = "common/python.rs"]
 mod python;
 
-const MODES: [(&str, &str); 12] = [
+const MODES: [(&str, &str); 15] = [
     ("untraced", "untraced"),
     ("floor", "do-nothing dispatch mode (floor)"),
+    ("modules_floor", "do-nothing module hooks (floor)"),
+    ("modules_hooks", "  bitexact's hooks, nothing hashed"),
+    ("modules_inputs", "  ... inputs labelled, no record"),
     ("modules", "bitexact --trace modules"),
     ("modules_sync", "  hashed on the program's thread"),
     ("ops", "bitexact --trace ops, dispatch mode driver"),
