@@ -49,6 +49,15 @@ fn module_records_that_list_less_than_what_made_them_are_not_origins() {
     );
     let why = |k: &str| lines(&j, &j.growth).join("\n").contains(k);
     assert!(why("no differing record had identical inputs"), "{j:#?}");
+    // Said in module records' terms: a buffer a forward updates is one way in, not only code
+    // the records do not cover.
+    assert!(
+        why(
+            "entered between traced records (code between traced module calls, or a \
+             module's forward updating its own buffer"
+        ) && !why("code they do not cover"),
+        "{j:#?}"
+    );
     // Net.fc's own difference made where it is the first: an origin beyond noise.
     let same = |far: f32| run("f32[4]:w1", far);
     let j = classify_noise(&same(4.0), &same(5.0));

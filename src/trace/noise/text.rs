@@ -23,6 +23,13 @@ pub fn lines(j: &NoiseClassification, growth: &[StepGrowth]) -> Vec<String> {
     out
 }
 
+/// Where a difference with no origin entered, in a `--trace modules` trace: its records
+/// leave out what ran between module calls, and a buffer written by a module's own forward,
+/// which they show only as the next call's input.
+const MODULES_BETWEEN: &str = "between traced records (code between traced module calls, \
+     or a module's forward updating its own buffer, which its records show only as the next \
+     call's input)";
+
 /// How many records with a counterpart in both traces `growth` counts, step by step.
 pub fn compared(growth: &[StepGrowth]) -> usize {
     growth.iter().map(|g| g.records).sum()
@@ -55,13 +62,16 @@ pub fn answer(j: &NoiseClassification, compared: usize) -> String {
         );
     }
     let Some(o) = &j.origin else {
-        let entered = match j.unaligned {
-            true => {
+        let entered = match (j.unaligned, j.modules) {
+            (true, _) => {
                 "where the traces stop lining up (records with no counterpart come before \
                      the first that differs: another decomposition of an op, or control flow) \
                      or between traced records"
             }
-            false => "between traced records (code they do not cover)",
+            (false, false) => "between traced records (code they do not cover)",
+            // A module record takes its buffers as inputs before its forward: a forward that
+            // updates one (BatchNorm's running statistics) shows it only at the next call.
+            (false, true) => MODULES_BETWEEN,
         };
         return format!(
             "noise not judged: no differing record had identical inputs, so the difference \
