@@ -5,7 +5,9 @@
 - ``nanogpt``: one training iteration of a nanoGPT-sized GPT (benches/nanogpt.py: 2 layers, 64
   wide, AdamW, gradient clipping), and ``nanogpt_eval``: one of its no-grad eval forwards;
 - ``in_place_chain`` (CPU only): chains of in-place ops, each reading what the one before wrote
-  (:func:`in_place_chain`).
+  (:func:`in_place_chain`);
+- ``module_calls`` (CPU only): a no-grad forward through 20 ``Linear(4, 4)`` in a
+  ``Sequential`` (:func:`module_calls`): what each module call costs where bytes cost nothing.
 
 Each under these modes, in one process, interleaved in rounds (every mode runs a few steps per
 round, so drift of the machine hits all modes alike); the median step time over all rounds, and
@@ -108,11 +110,26 @@ def in_place_chain():
     return step
 
 
+def module_calls():
+    """A no-grad forward through a ``Sequential`` of 20 ``Linear(4, 4)`` on a 2×4 batch: 21
+    module calls whose tensors are a few floats, so that ``--trace modules``' cost per call is
+    its hooks and records, not the bytes it reads (its modes' times over 21: per call)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(20)])
+    x = torch.randn(2, 4)
+
+    def step():
+        with torch.no_grad():
+            model(x)
+
+    return step
+
+
 def workloads():
     gpt = load("nanogpt", os.path.join(HERE, "nanogpt.py")).Workload(DEVICE)
     if DEVICE == "cpu":
         return {"classifier": classifier(), "nanogpt": gpt.train, "nanogpt_eval": gpt.eval,
-                "in_place_chain": in_place_chain()}
+                "in_place_chain": in_place_chain(), "module_calls": module_calls()}
 
     def synced(step):
         def run():

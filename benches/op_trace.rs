@@ -1,7 +1,8 @@
 //! Op tracing cost: side by side in one Python process
 //! (`benches/op_trace.py`, modes interleaved in rounds), for a training step of a small
 //! transformer classifier, a training and an eval iteration of a nanoGPT-sized GPT
-//! (`benches/nanogpt.py`) and chains of in-place ops on 1 MiB tensors: untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
+//! (`benches/nanogpt.py`), chains of in-place ops on 1 MiB tensors and 21 module calls on
+//! a few floats each: untraced; a do-nothing `TorchDispatchMode` (the floor any Python op
 //! tracer pays); do-nothing module hooks (the floor of a module tracer), and bitexact's own
 //! module hooks with nothing hashed, then with only the inputs labelled (where `--trace
 //! modules`' cost goes); bitexact's `--trace modules` and `--trace ops` (hashed on the background
@@ -55,6 +56,7 @@ fn main() {
         ("nanogpt", "nanoGPT training iteration"),
         ("nanogpt_eval", "nanoGPT eval iteration (no_grad forward)"),
         ("in_place_chain", "in-place chains on 1 MiB tensors"),
+        ("module_calls", "20 tiny Linears, no grad (21 module calls)"),
     ] {
         let w = &v[work];
         if w.is_null() {
