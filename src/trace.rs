@@ -312,12 +312,29 @@ pub fn first_divergence(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence
 /// missing counterpart means control flow diverged (said with what `b` does at that position
 /// of the same thread's stream); one
 /// whose inputs matched is the origin (this op is nondeterministic); one whose inputs already
-/// differed received the difference from outside the traced ops. Records of `b` with no
-/// counterpart in `a` are reported after `a` is done.
+/// differed received the difference from outside the traced ops. A record of `b` with no
+/// counterpart in `a` ([`streams::first_extra`]) is reported where it comes before the
+/// counterpart of the first record that differs, or else after `a` is done: either way the
+/// answer does not depend on which trace is given first.
 fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence> {
     let (ia, ib) = (identities(a), identities(b)); // for the messages
     let (la, lb) = (alignments(a), alignments(b));
     let index = streams::aligned_index(b, &lb);
+    let extra = streams::first_extra(a, &la, b, &lb);
+    let only_b = |k: usize| {
+        Divergence {
+        call: b[k].call,
+        op: b[k].op.clone(),
+        inputs_matched: false,
+        explanation: format!(
+            "control flow diverged: the other run also calls {}, which run 0 never makes ({} and {} op calls)",
+            b[k].describe(ib[k] + 1),
+            a.len(),
+            b.len()
+        ),
+        ..Divergence::default()
+    }
+    };
     for (pos, (x, (&n, &l))) in a.iter().zip(ia.iter().zip(&la)).enumerate() {
         let Some(&j) = index.get(&(x.aligned(), l)) else {
             let other = streams::counterpart(a, b, pos)
@@ -339,26 +356,13 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
         if x.inputs == y.inputs && x.output == y.output && x.algorithm == y.algorithm {
             continue;
         }
+        if let Some(k) = extra.filter(|&k| k < j) {
+            return Some(only_b(k));
+        }
         let (p, q) = streams::receiver(a, b, (&la, &index), (pos, j));
         return Some(differing(&a[p], &b[q], ia[p] + 1, Some((a, p))));
     }
-    let seen: std::collections::HashSet<_> =
-        a.iter().zip(&la).map(|(e, &l)| (e.aligned(), l)).collect();
-    b.iter()
-        .zip(ib.iter().zip(&lb))
-        .find(|(e, (_, &l))| !seen.contains(&(e.aligned(), l)))
-        .map(|(y, (&n, _))| Divergence {
-            call: y.call,
-            op: y.op.clone(),
-            inputs_matched: false,
-            explanation: format!(
-                "control flow diverged: the other run also calls {}, which run 0 never makes ({} and {} op calls)",
-                y.describe(n + 1),
-                a.len(),
-                b.len()
-            ),
-            ..Divergence::default()
-        })
+    extra.map(only_b)
 }
 
 /// The divergence at counterparts `x` and `y` (occurrence `occ`) that differ; `within`: the

@@ -172,7 +172,8 @@ pub(super) fn localize(
     };
     if d.inputs_matched && a.get(d.call).is_some_and(|e| e.call == d.call) {
         let key = crate::trace::identity_json(a, d.call);
-        let what = explain_captured(source, capture, &key, &a[d.call], j, planner);
+        let differed = crate::trace::streams::outputs_differing(a, b, d.call);
+        let what = explain_captured(source, capture, &key, &a[d.call], differed, j, planner);
         d.explanation.push_str(&what);
     }
     Some(d)
@@ -227,12 +228,16 @@ fn outside_ops(compared: &[TraceEntry], partial: bool) -> String {
 /// Re-runs runs 0 and `j` with the tracer saving the tensors of the op with identity `key`
 /// (`record`), and explains how its outputs differ: `; re-run to capture it: output 0
 /// f32[5,16]: 37/80 elements differ, …`, keeping each output's comparison in `capture`. Two
-/// more runs, said in the text; a capture that fails is said too, never fatal.
+/// more runs, said in the text; a capture that fails is said too, never fatal. `differed`:
+/// which of the record's outputs differed in the traced runs (None: not known), so that an
+/// output identical there and in the re-runs is not said to have a difference that "did not
+/// recur".
 pub(super) fn explain_captured(
     source: &dyn RunSource,
     capture: &Capture,
     key: &str,
     record: &crate::trace::TraceEntry,
+    differed: Option<Vec<bool>>,
     j: usize,
     planner: &mut dyn Runs,
 ) -> String {
@@ -260,9 +265,12 @@ pub(super) fn explain_captured(
     for i in 0..outputs {
         let name = format!("{}:out{i}", crate::protocol::CAPTURE_FILE);
         match (a.loader.load(&name), b.loader.load(&name)) {
-            (Ok(x), Ok(y)) if x == y => parts.push(format!(
-                "output {i} identical in the re-runs (the difference did not recur)"
-            )),
+            (Ok(x), Ok(y)) if x == y => parts.push(match differed.as_ref() {
+                Some(d) if !d.get(i).copied().unwrap_or(true) => {
+                    format!("output {i} identical, as in the traced runs")
+                }
+                _ => format!("output {i} identical in the re-runs (the difference did not recur)"),
+            }),
             (Ok(x), Ok(y)) => {
                 let d = crate::diff::explain(&format!("output {i}"), [0, j], &x, &y);
                 parts.push(d.summary());

@@ -69,9 +69,10 @@ fn a_module_record_that_differs_is_its_forward_or_backward_not_an_op() {
     assert!(
         forward.ends_with(
             "output differs: an op in this module's forward is nondeterministic, or a number \
-             or other non-tensor argument it was given differs, or state its record does not \
-             hold (a non-persistent buffer, a plain attribute, a lazy module's parameters made \
-             in this call) (--trace ops names which)"
+             or other non-tensor argument it was given differs, or a random op in it drew \
+             from a generator in another state (seeded differently), or state its record does \
+             not hold (a non-persistent buffer, a plain attribute, a lazy module's parameters \
+             made in this call) (--trace ops names which)"
         ),
         "{forward}"
     );

@@ -233,7 +233,10 @@ pub fn classify_noise_with(
     own: Option<&OwnStep>,
 ) -> NoiseClassification {
     let (ia, la) = (super::identities(a), super::alignments(a)); // the messages', the index's
-    let index = super::streams::aligned_index(b, &super::alignments(b));
+    let lb = super::alignments(b);
+    let index = super::streams::aligned_index(b, &lb);
+    // A call only `b` makes, before the counterpart of the first record that differs.
+    let extra = super::streams::first_extra(a, &la, b, &lb);
     let mut j = NoiseClassification {
         modules: TraceEntry::is_module_trace(a),
         ..NoiseClassification::default()
@@ -262,6 +265,7 @@ pub fn classify_noise_with(
             continue;
         }
         g.differing += 1;
+        j.unaligned |= j.differing == 0 && extra.is_some_and(|e| e < k);
         j.differing += 1;
         differs[pos] = true;
         let (rel, discrete, unknown) = difference(x, y, g);

@@ -344,3 +344,36 @@ fn an_in_place_op_that_shows_what_it_overwrote_is_an_origin() {
 
 #[path = "noise_module_tests.rs"]
 mod modules;
+
+/// A call only one run makes (an extra `aten::sin` before the op it feeds) is named as where
+/// the runs part whichever trace is given first, and the noise line says the traces stop
+/// lining up there, not that the difference came from code between traced records.
+#[test]
+fn a_call_only_the_second_trace_makes_is_found_either_way() {
+    let (x, y) = ([1.0, 2.0, 3.0, 4.0], [1.5, 2.0, 3.0, 4.0]);
+    let a = vec![
+        rec(1, "aten::relu", &[&label(&x)], &x, ""),
+        rec(1, "aten::addmm", &[&label(&x)], &x, ""),
+    ];
+    let mut b = a.clone();
+    b.insert(1, rec(1, "aten::sin", &[&label(&x)], &y, ""));
+    b[2] = rec(1, "aten::addmm", &[&label(&y)], &y, "");
+    for (p, q, says) in [
+        (&a, &b, "the other run also calls step 1, rank 0, aten::sin"),
+        (&b, &a, "run 0 calls step 1, rank 0, aten::sin"),
+    ] {
+        let d = super::super::first_divergence(p, q).expect("the traces differ");
+        assert!(
+            d.explanation.starts_with("control flow diverged: ") && d.explanation.contains(says),
+            "{}",
+            d.explanation
+        );
+    }
+    let j = classify_noise(&a, &b);
+    assert!(j.unaligned, "{j:#?}");
+    assert!(
+        answer(&j, 3).contains("where the traces stop lining up"),
+        "{}",
+        answer(&j, 3)
+    );
+}

@@ -73,6 +73,35 @@ pub fn aligned_index<'a>(
         .collect()
 }
 
+/// The first record of `b`, in its order, with no counterpart in `a` (`la`, `lb`: the
+/// traces' [`alignments`]): a call only the other run makes. One before the counterpart of the
+/// first record that differs is where the runs parted: the difference came from that call,
+/// not from code between traced records.
+pub fn first_extra(
+    a: &[TraceEntry],
+    la: &[usize],
+    b: &[TraceEntry],
+    lb: &[usize],
+) -> Option<usize> {
+    let seen: std::collections::HashSet<_> =
+        a.iter().zip(la).map(|(e, &l)| (e.aligned(), l)).collect();
+    b.iter()
+        .zip(lb)
+        .position(|(e, &l)| !seen.contains(&(e.aligned(), l)))
+}
+
+/// Which of record `a[pos]`'s outputs differ from those of its counterpart in `b` (same
+/// rank, thread, step, phase, module, op and occurrence), one flag per output; None when it
+/// has no counterpart.
+pub fn outputs_differing(a: &[TraceEntry], b: &[TraceEntry], pos: usize) -> Option<Vec<bool>> {
+    let la = alignments(a);
+    let x = a.get(pos)?;
+    let &j = aligned_index(b, &alignments(b)).get(&(x.aligned(), la[pos]))?;
+    let outs = |e: &TraceEntry| e.output.split(';').map(str::to_string).collect::<Vec<_>>();
+    let (p, q) = (outs(x), outs(&b[j]));
+    Some((0..p.len()).map(|i| q.get(i) != Some(&p[i])).collect())
+}
+
 /// The record to name for a `--trace modules` module record `a[pos]` (counterpart `b[j]`)
 /// that already received different inputs: the outermost module call enclosing it whose own
 /// counterpart's inputs differ too and that received them first. A module's record is written
@@ -263,6 +292,17 @@ mod tests {
             e.call = i;
         }
         t
+    }
+
+    /// A record's outputs are compared one by one with its counterpart's (what a capture's
+    /// text says of an output identical in the re-runs); a record the other trace lacks has
+    /// none.
+    #[test]
+    fn outputs_differing_flags_each_output_of_the_counterpart() {
+        let a = vec![rec("", "aten::split", "f32[2]:a;f32[2]:b")];
+        let b = vec![rec("", "aten::split", "f32[2]:a;f32[2]:c")];
+        assert_eq!(outputs_differing(&a, &b, 0), Some(vec![false, true]));
+        assert_eq!(outputs_differing(&a, &[], 0), None);
     }
 
     #[test]

@@ -31,8 +31,9 @@ pub const NONDETERMINISTIC: &str = "this op is nondeterministic";
 /// not recorded) or a parameter's gradient (made by a loss computed outside the modules, the
 /// backward, and whatever changed the gradients before the optimizer step).
 pub(super) const NONDETERMINISTIC_MODULE: &str = "an op in this module's forward is \
-     nondeterministic, or a number or other non-tensor argument it was given differs, or state \
-     its record does not hold (a non-persistent buffer, a plain attribute, a lazy module's \
+     nondeterministic, or a number or other non-tensor argument it was given differs, or a \
+     random op in it drew from a generator in another state (seeded differently), or state its \
+     record does not hold (a non-persistent buffer, a plain attribute, a lazy module's \
      parameters made in this call) (--trace ops names which)";
 pub(super) const NONDETERMINISTIC_BACKWARD: &str = "the loss (made outside the traced \
      modules), the backward, or an edit of the gradients before the optimizer step (such as \
