@@ -321,20 +321,7 @@ fn first_divergence_in(a: &[TraceEntry], b: &[TraceEntry]) -> Option<Divergence>
     let (la, lb) = (alignments(a), alignments(b));
     let index = streams::aligned_index(b, &lb);
     let extra = streams::first_extra(a, &la, b, &lb);
-    let only_b = |k: usize| {
-        Divergence {
-        call: b[k].call,
-        op: b[k].op.clone(),
-        inputs_matched: false,
-        explanation: format!(
-            "control flow diverged: the other run also calls {}, which run 0 never makes ({} and {} op calls)",
-            b[k].describe(ib[k] + 1),
-            a.len(),
-            b.len()
-        ),
-        ..Divergence::default()
-    }
-    };
+    let only_b = |k: usize| streams::only_in_b(a, b, k, ib[k] + 1);
     for (pos, (x, (&n, &l))) in a.iter().zip(ia.iter().zip(&la)).enumerate() {
         let Some(&j) = index.get(&(x.aligned(), l)) else {
             let other = streams::counterpart(a, b, pos)

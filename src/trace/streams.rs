@@ -90,6 +90,28 @@ pub fn first_extra(
         .position(|(e, &l)| !seen.contains(&(e.aligned(), l)))
 }
 
+/// The divergence of a call only `b` makes, `b[k]` (occurrence `occ` of its op): control
+/// flow diverged, with the traces' lengths in records (op calls, for an op trace).
+pub fn only_in_b(a: &[TraceEntry], b: &[TraceEntry], k: usize, occ: usize) -> super::Divergence {
+    let unit = match TraceEntry::is_module_trace(a) {
+        true => "records",
+        false => "op calls",
+    };
+    super::Divergence {
+        call: b[k].call,
+        op: b[k].op.clone(),
+        inputs_matched: false,
+        explanation: format!(
+            "control flow diverged: the other run also calls {}, which run 0 never makes \
+             ({} and {} {unit})",
+            b[k].describe(occ),
+            a.len(),
+            b.len()
+        ),
+        ..super::Divergence::default()
+    }
+}
+
 /// Which of record `a[pos]`'s outputs differ from those of its counterpart in `b` (same
 /// rank, thread, step, phase, module, op and occurrence), one flag per output; None when it
 /// has no counterpart.
