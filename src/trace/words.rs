@@ -243,7 +243,8 @@ fn module_causes(
 /// Where module record `pos` of trace `a` was given its tensor arguments: by code outside
 /// every traced module when no module call encloses it ([`super::streams::enclosing`]; in a
 /// recomputation, the checkpointed code, whose enclosing module's record a recomputation that
-/// stopped early leaves out), else by code between module calls.
+/// stopped early leaves out); through the enclosing call's keyword argument when one holds the
+/// same bytes ([`passed_late`]); else by code between module calls.
 fn caller(a: &[TraceEntry], pos: usize) -> String {
     let x = &a[pos];
     match super::streams::enclosing(a, pos) {
@@ -257,8 +258,28 @@ fn caller(a: &[TraceEntry], pos: usize) -> String {
                  such as a DataLoader's order or augmentation, or a value it computed)",
             x.module
         ),
-        Some(_) => between(x).to_string(),
+        Some(e) => match passed_late(&a[e], x) {
+            Some(j) => format!(
+                "what {m} was given as its tensor argument {j}, which holds the same bytes \
+                 (labelled after its forward: a keyword argument): what was passed to {m}, or \
+                 its own forward or a module it called writing into it in place",
+                m = a[e].module
+            ),
+            None => between(x).to_string(),
+        },
     }
+}
+
+/// The number of the tensor argument of enclosing module record `outer` that was labelled
+/// after its forward (`late`: a keyword argument) and holds the same bytes as one of `x`'s
+/// inputs: the tensor `x` was given came in through `outer`'s keyword argument, which
+/// `outer`'s record shows only as it was after its forward.
+fn passed_late(outer: &TraceEntry, x: &TraceEntry) -> Option<usize> {
+    let own = outer.own.as_ref().map_or(0, Own::count);
+    let from = outer.inputs.len().saturating_sub(outer.late).max(own);
+    (from..outer.inputs.len())
+        .find(|&i| x.inputs.contains(&outer.inputs[i]))
+        .map(|i| i - own)
 }
 
 /// The cause of a difference in module record `pos`'s own state, of kinds `k` (see

@@ -109,6 +109,29 @@ fn late_arguments_and_recomputed_callers_get_their_own_causes() {
     );
 }
 
+/// A module given a tensor its enclosing call received as a keyword argument (labelled after
+/// that call's forward, so not taken as received at its entry) is said to have it from there,
+/// not from code between module calls.
+#[test]
+fn an_argument_passed_in_as_a_keyword_argument_is_said_to_come_through_it() {
+    let keyword = |h: &str| {
+        let mut t = run("f32[2]:w", "f32[2]:r", h, &format!("f32[2]:y{h}"));
+        (t[1].inputs, t[1].late) = (vec![h.to_string()], 1);
+        t[1].output = format!("f32[2]:y{h}");
+        t
+    };
+    let d = explain(&keyword("f32[2]:h1"), &keyword("f32[2]:h2"));
+    assert!(
+        d.contains("module Net.fc ")
+            && d.contains(
+                "the divergence comes from what Net was given as its tensor argument 0, which \
+                 holds the same bytes (labelled after its forward: a keyword argument)"
+            )
+            && !d.contains("code between traced module calls"),
+        "{d}"
+    );
+}
+
 /// Under a varied condition, each of the module records' "nothing else known" texts (a
 /// module's output, a gradient, a gradient in a step that recomputed a module) gives way to the
 /// condition that was varied.
