@@ -148,9 +148,14 @@ def test_the_module_lane_writes_what_the_general_path_writes(tmp_path, monkeypat
     general, taken = lane_calls(lambda: run("general.jsonl"))
     assert taken == 0 and general == lane
     monkeypatch.setattr(_trace_digest, "BACKGROUND", False)  # hashed on the program's thread
+    general_now, taken = lane_calls(lambda: run("general_now.jsonl"))
+    assert taken == 0 and general_now == lane
     monkeypatch.setattr(hooks, "LANE", True)
     now, taken = lane_calls(lambda: run("now.jsonl"))
-    assert taken == 0 and now == lane  # the lane leaves it to the general path
+    assert taken == short and now == lane  # the native lane hashes them itself
+    monkeypatch.setattr(plain, "NATIVE", False)  # the lane's Python: the background writer's
+    python_now, taken = lane_calls(lambda: run("python_now.jsonl"))
+    assert taken == 0 and python_now == lane  # only: the general path, its held made labels
     assert any(r.get("thread") == "worker#0" for r in rows)
     assert any(not r["out"] for r in outputs)  # the module that returned nothing
     assert any("sk" in r for r in outputs) == sketch

@@ -424,7 +424,7 @@ def _finish(out, sliced, slow, hosts, tensors, nat, waiting=None):
         out[i] = "%s/%d:%s" % (head, len(digests), ",".join(digests))
 
 
-def labels_now(state, tensors, carrier):
+def labels_now(state, tensors, carrier, hold=False):
     """The labels of ``tensors`` as their bytes are now, before an op or a module's forward
     that may change them: host tensors hashed on the calling thread (one native call for plain
     ones). Where the writer hashes later (``state.deferred``), what the record of the op then
@@ -432,13 +432,17 @@ def labels_now(state, tensors, carrier):
     ``keep``, ``waits`` and ``fills``: plain host tensors are held by the writer
     (``TraceWriter.hold``: the digest it has, or is still making for the op that just wrote
     the tensor, or made now), once per tensor; a device tensor's values are made or copied on
-    its stream without waiting (host tensors among them copied)."""
+    its stream without waiting (host tensors among them copied). With ``hold``, plain host
+    tensors are held so even where the program's thread hashes (their digests made now), for
+    a record the native lane writes either way (``--trace modules``' records:
+    :func:`bitexact._trace.hooks._lane`); one that must take the general path there first
+    turns them into labels (:func:`held_labels`)."""
     if not tensors:
         return []
     items = _all_fast(tensors, state.max_bytes) if state.rows == 1 else None
     if items is None and state.deferred and device.capturing():  # (labelled :-)
         return describe(tensors, state)
-    if not state.deferred:
+    if not state.deferred and not (hold and items is not None):
         return _digest.native().trace_digests(items, CACHE) if items is not None \
             else describe(tensors, state)
     if carrier.later is None:
@@ -447,3 +451,12 @@ def labels_now(state, tensors, carrier):
         carrier.later += [state.writer.hold(items, CACHE)] * len(items)
         return [HOLE] * len(items)
     return describe(tensors, state, rec=carrier, snapshot=True)
+
+
+def held_labels(state, carrier):
+    """Where the program's thread hashes (``state.deferred`` off), ``carrier``'s values held
+    by :func:`labels_now` with ``hold``, made into its labels (``described_ins``), for the
+    general path, which takes labels there; anywhere else, nothing."""
+    if not state.deferred and carrier.later:
+        carrier.described_ins = [h.label() for h in carrier.later]
+        carrier.later = None

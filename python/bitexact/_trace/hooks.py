@@ -70,7 +70,7 @@ def module_hooks(state, torch):
         before = None
         if given:
             before = ts.Record("module output", "", "", given, ())
-            before.described_ins = digest.labels_now(state, given, before)
+            before.described_ins = digest.labels_now(state, given, before, hold=LANE)
         held.append((mod, before, name, phase, own, tracker.entered()))
 
     def after_forward(mod, args, kwargs, output):
@@ -96,6 +96,8 @@ def module_hooks(state, torch):
         if LANE and _lane(state, stream, phase, name, "module output", before, given, output,
                           own, entered):
             return
+        if before is not None:
+            digest.held_labels(state, before)
         ins = ts.collect_tensors(given, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
         rec = ts.Record("module output", phase, name, ins, outs)
@@ -167,18 +169,19 @@ def _lane(state, stream, phase, name, op, before, ins, outs, own=None, entered=N
     :func:`bitexact._trace.state.emit` writes it (the reference, which the tests compare it
     with): by one native call (``Lane.named``), or else
     :func:`bitexact._trace.plain.write_hosts`. Only where every tensor is a plain host tensor,
-    the writer hashes (``state.deferred``) and nothing else applies (a capture, row slices, a
-    CUDA graph being captured, module state read as copies or from a device); else returns
+    the writer hashes (``state.deferred``; the native call also where the program's thread
+    hashes, then making the digests itself) and nothing else applies (a capture, row slices,
+    a CUDA graph being captured, module state read as copies or from a device); else returns
     False, having done nothing."""
-    if not state.deferred or state.rows != 1 or state.capture is not None \
-            or device.capturing():
+    native = plain.native()
+    if not (state.deferred or native is not None) or state.rows != 1 \
+            or state.capture is not None or device.capturing():
         return False
     if before is not None and (before.keep or before.waits or before.fills
                                or before.later is None
                                or len(before.later) != len(before.described_ins)):
         return False  # (some labelled at once, off the fast path: the general path lists them)
     held = before.later if before is not None else None
-    native = plain.native()
     if native is not None:
         return native.named(state, stream, phase, name, op, ins, outs, held, own, entered)
     import torch
