@@ -394,7 +394,7 @@ def start(path, rank=0, max_bytes=64 << 20, steps=(0, None), skip=(), level="ops
     stdlib = os.path.dirname(os.path.abspath(os.__file__))
     state.skip_dirs = (torch_dir, here, stdlib)
     state.tracker = modules.Tracker(torch)
-    state.tracker.start(backward=level != "modules", pre_hook=level != "modules")
+    state.tracker.start(backward=level != "modules", hooks=level != "modules")
 
     def after_step(_optimizer, _args, _kwargs):
         if torch.compiler.is_compiling():

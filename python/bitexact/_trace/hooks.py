@@ -12,6 +12,9 @@ from . import state as ts
 
 # The "own" of a forward entered before tracing began: none of its inputs is its state.
 NO_STATE = record.own((), ())
+# The output a forward hook is not given when the forward raised (torch then calls a hook
+# registered with always_call with the module, its arguments and None).
+_RAISED = object()
 
 
 def module_hooks(state, torch):
@@ -26,13 +29,14 @@ def module_hooks(state, torch):
     outputs: the tensors in tuples, lists, dict values and a returned dataclass's fields; its
     ``"entered"``: the call's number among its thread's module calls, in the order they began
     (:meth:`~bitexact._trace.modules.Tracker.entered`; none for a forward entered before
-    tracing began)) and,
+    tracing began); a forward that raised: no record) and,
     before each optimizer step (after a step given a closure: :func:`_closure`), every
     parameter's gradient (op ``parameter grad``, phase
     ``backward``, the parameter's name as module: :class:`_ParamNames`), in the stream of the
     thread that made them. Registered before the tracer's own step hook, which moves the
-    stream to the next step. The forward pre-hook is also the module tracker's
-    (``state.tracker``, started without its own: one hook per module call)."""
+    stream to the next step. The forward pre-hook and the forward hook (called also when a
+    forward raises) are also the module tracker's (``state.tracker``, started without its
+    own: two hooks per module call, not four)."""
     from torch.nn.modules import module as nn_module
     import torch.optim.optimizer as optimizer
 
@@ -73,11 +77,14 @@ def module_hooks(state, torch):
             before.described_ins = digest.labels_now(state, given, before, hold=LANE)
         held.append((mod, before, name, phase, own, tracker.entered()))
 
-    def after_forward(mod, args, kwargs, output):
+    def after_forward(mod, args, kwargs, output=_RAISED):
+        # Called with (mod, args, None) when the forward raised (always_call), else with its
+        # keyword arguments and output.
         if is_compiling() or compiled.silent(mod):
             return
+        tracker.pop(mod)
         stream = recording()
-        if stream is None:
+        if stream is None or output is _RAISED:
             return
         held = getattr(local, "held", None) or []
         for k in range(len(held) - 1, -1, -1):  # its own entry, past any of forwards inside
@@ -129,7 +136,8 @@ def module_hooks(state, torch):
             grads(opt)
 
     return [nn_module.register_module_forward_pre_hook(before_forward),
-            nn_module.register_module_forward_hook(after_forward, with_kwargs=True),
+            nn_module.register_module_forward_hook(after_forward, with_kwargs=True,
+                                                   always_call=True),
             optimizer.register_optimizer_step_pre_hook(before_step),
             optimizer.register_optimizer_step_post_hook(after_step)]
 

@@ -70,19 +70,20 @@ class Tracker:
         self._follow_backward = True
         self._grads = grad_hooks.GradHooks(torch)
 
-    def start(self, backward=True, pre_hook=True):
+    def start(self, backward=True, hooks=True):
         """Installs the global forward hooks; with ``backward`` also the gradient hooks that
         name the modules of backward ops (``--trace modules`` asks only forward names: its
-        backward records are parameter gradients, named by parameter). Without ``pre_hook``,
-        the caller's own forward pre-hook calls :meth:`push` (``--trace modules``'s: one hook
-        per module call, not two)."""
+        backward records are parameter gradients, named by parameter). Without ``hooks``, the
+        caller's own forward pre-hook and always-called forward hook call :meth:`push` and
+        :meth:`pop` (``--trace modules``'s: two hooks per module call, not four)."""
         from torch.nn.modules import module as nn_module
 
         self._on = True
         self._follow_backward = backward
-        self._handles = [nn_module.register_module_forward_hook(self._post, always_call=True)]
-        if pre_hook:
-            self._handles.append(nn_module.register_module_forward_pre_hook(self._pre))
+        self._handles = []
+        if hooks:
+            self._handles = [nn_module.register_module_forward_hook(self._post, always_call=True),
+                             nn_module.register_module_forward_pre_hook(self._pre)]
         registered = getattr(nn_module, "register_module_module_registration_hook", None)
         if registered is not None:  # (torch 2.0 on)
             self._handles.append(registered(self._registered))
@@ -202,14 +203,19 @@ class Tracker:
             self._grads.root_forward()
         self._on_grads(args, self._leave(name))
 
-    def _post(self, mod, args, output):
-        if self._torch.compiler.is_compiling() or compiled.silent(mod):
-            return
+    def pop(self, mod):
+        """Leaves ``mod``'s forward in this thread, and any forward inside it that raised (the
+        forward hook's work, for a caller that has checked what :meth:`_post` checks)."""
         stack = self._stack()
         for i in range(len(stack) - 1, -1, -1):
             if stack[i][2] is mod:  # by identity: renamed meanwhile (see _name_below), it
                 del stack[i:]  # still leaves
                 break
+
+    def _post(self, mod, args, output):
+        if self._torch.compiler.is_compiling() or compiled.silent(mod):
+            return
+        self.pop(mod)
         if self._follow_backward:  # (--trace modules names its records itself)
             self._on_grads(output, self._enter(self.name(mod)))
 
