@@ -432,11 +432,8 @@ def labels_now(state, tensors, carrier, hold=False):
     ``keep``, ``waits`` and ``fills``: plain host tensors are held by the writer
     (``TraceWriter.hold``: the digest it has, or is still making for the op that just wrote
     the tensor, or made now), once per tensor; a device tensor's values are made or copied on
-    its stream without waiting (host tensors among them copied). With ``hold``, plain host
-    tensors are held so even where the program's thread hashes (their digests made now), for
-    a record the native lane writes either way (``--trace modules``' records:
-    :func:`bitexact._trace.hooks._lane`); one that must take the general path there first
-    turns them into labels (:func:`held_labels`)."""
+    its stream without waiting (host tensors among them copied). ``hold``: plain host tensors
+    held also where the program's thread hashes (:func:`bitexact._trace.hooks._held_labels`)."""
     if not tensors:
         return []
     items = _all_fast(tensors, state.max_bytes) if state.rows == 1 else None
@@ -451,12 +448,3 @@ def labels_now(state, tensors, carrier, hold=False):
         carrier.later += [state.writer.hold(items, CACHE)] * len(items)
         return [HOLE] * len(items)
     return describe(tensors, state, rec=carrier, snapshot=True)
-
-
-def held_labels(state, carrier):
-    """Where the program's thread hashes (``state.deferred`` off), ``carrier``'s values held
-    by :func:`labels_now` with ``hold``, made into its labels (``described_ins``), for the
-    general path, which takes labels there; anywhere else, nothing."""
-    if not state.deferred and carrier.later:
-        carrier.described_ins = [h.label() for h in carrier.later]
-        carrier.later = None

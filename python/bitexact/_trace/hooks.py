@@ -104,7 +104,7 @@ def module_hooks(state, torch):
                           own, entered):
             return
         if before is not None:
-            digest.held_labels(state, before)
+            _held_labels(state, before)
         ins = ts.collect_tensors(given, torch.Tensor, [])
         outs = ts.collect_tensors(output, torch.Tensor, [])
         rec = ts.Record("module output", phase, name, ins, outs)
@@ -140,6 +140,16 @@ def module_hooks(state, torch):
                                                    always_call=True),
             optimizer.register_optimizer_step_pre_hook(before_step),
             optimizer.register_optimizer_step_post_hook(after_step)]
+
+
+def _held_labels(state, before):
+    """Where the program's thread hashes (``state.deferred`` off), the values of a module's
+    own state and arguments held before its forward (``digest.labels_now`` with ``hold``, for
+    :func:`_lane`), made into ``before``'s labels (``described_ins``) for the general path,
+    which takes labels there; anywhere else, nothing."""
+    if not state.deferred and before.later:
+        before.described_ins = [h.label() for h in before.later]
+        before.later = None
 
 
 def _fields(output):
