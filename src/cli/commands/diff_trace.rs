@@ -258,10 +258,21 @@ fn first_divergence(
     let other_platform =
         (platforms.differences.iter()).any(|l| !crate::vary::differ::explains(&varied, l));
     let mut d = trace::first_divergence(ta, tb)?;
+    d.explanation = as_files(&d.explanation);
     if other_platform {
         d.explanation = across_platforms(&d.explanation);
     }
     Some(d.under(varied))
+}
+
+/// A control-flow divergence in the words of two trace files: what `bitexact run` calls run 0
+/// and the other run are trace A and trace B, as given, whichever runs they came from.
+fn as_files(explanation: &str) -> String {
+    explanation
+        .replacen("run 0 calls ", "trace A calls ", 1)
+        .replacen("where the other run ", "where trace B ", 1)
+        .replacen("the other run also calls ", "trace B also calls ", 1)
+        .replacen("which run 0 never makes", "which trace A never makes", 1)
 }
 
 /// A divergence's explanation for two runs on different platforms: what it calls
@@ -289,6 +300,29 @@ mod tests {
         let p = dir.path().join(".bitexact-trace-rank0.jsonl");
         std::fs::write(&p, line + "\n").unwrap();
         trace::program::read_jsonl(&p).unwrap().remove(0)
+    }
+
+    /// Control flow that diverged is told in terms of the files as given (trace A, trace B),
+    /// not of runs, whichever order they come in.
+    #[test]
+    fn control_flow_is_told_by_trace_a_and_b() {
+        let (a, b) = (entry("aten::mul", "bb"), entry("aten::sin", "bb"));
+        for (x, y) in [(&a, &b), (&b, &a)] {
+            let d = trace::first_divergence(std::slice::from_ref(x), std::slice::from_ref(y));
+            let e = as_files(&d.unwrap().explanation);
+            assert!(
+                e.starts_with("control flow diverged: trace A calls ")
+                    && e.contains(" where trace B calls ")
+                    && !e.contains("run 0"),
+                "{e}"
+            );
+        }
+        let extra = trace::first_divergence(&[], std::slice::from_ref(&a)).unwrap();
+        let e = as_files(&extra.explanation);
+        assert!(
+            e.contains("trace B also calls ") && e.contains("which trace A never makes"),
+            "{e}"
+        );
     }
 
     #[test]
