@@ -74,20 +74,18 @@ pub fn aligned_index<'a>(
 }
 
 /// The first record of `b`, in its order, with no counterpart in `a` (`la`, `lb`: the
-/// traces' [`alignments`]): a call only the other run makes. One before the counterpart of the
-/// first record that differs is where the runs parted: the difference came from that call,
-/// not from code between traced records.
+/// traces' [`alignments`]): a call only the other run makes; one before the counterpart of
+/// the first record that differs is where the runs parted.
 pub fn first_extra(
     a: &[TraceEntry],
     la: &[usize],
     b: &[TraceEntry],
     lb: &[usize],
 ) -> Option<usize> {
-    let seen: std::collections::HashSet<_> =
-        a.iter().zip(la).map(|(e, &l)| (e.aligned(), l)).collect();
+    let in_a = aligned_index(a, la);
     b.iter()
         .zip(lb)
-        .position(|(e, &l)| !seen.contains(&(e.aligned(), l)))
+        .position(|(e, &l)| !in_a.contains_key(&(e.aligned(), l)))
 }
 
 /// The divergence of a call only `b` makes, `b[k]` (occurrence `occ` of its op): control
@@ -119,9 +117,9 @@ pub fn outputs_differing(a: &[TraceEntry], b: &[TraceEntry], pos: usize) -> Opti
     let la = alignments(a);
     let x = a.get(pos)?;
     let &j = aligned_index(b, &alignments(b)).get(&(x.aligned(), la[pos]))?;
-    let outs = |e: &TraceEntry| e.output.split(';').map(str::to_string).collect::<Vec<_>>();
-    let (p, q) = (outs(x), outs(&b[j]));
-    Some((0..p.len()).map(|i| q.get(i) != Some(&p[i])).collect())
+    let q: Vec<&str> = b[j].output.split(';').collect();
+    let differs = |(i, p): (usize, &str)| q.get(i) != Some(&p);
+    Some(x.output.split(';').enumerate().map(differs).collect())
 }
 
 /// The record to name for a `--trace modules` module record `a[pos]` (counterpart `b[j]`)

@@ -80,10 +80,8 @@ class Tracker:
 
         self._on = True
         self._follow_backward = backward
-        self._handles = []
-        if hooks:
-            self._handles = [nn_module.register_module_forward_hook(self._post, always_call=True),
-                             nn_module.register_module_forward_pre_hook(self._pre)]
+        self._handles = [nn_module.register_module_forward_hook(self._post, always_call=True),
+                         nn_module.register_module_forward_pre_hook(self._pre)] if hooks else []
         registered = getattr(nn_module, "register_module_module_registration_hook", None)
         if registered is not None:  # (torch 2.0 on)
             self._handles.append(registered(self._registered))
